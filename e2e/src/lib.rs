@@ -1,0 +1,7 @@
+//! Shared by the tests of every crate: where the local stack's real servers listen
+//! (started by `e2e/stack.sh up`), and fresh, isolated places on them.
+//!
+//! Tests never mock Redis, PostgreSQL or Kafka. They isolate themselves instead: a new database
+//! per test, a new topic per test, campaign ids that are unique per test.
+
+pub mod stack;

@@ -1,0 +1,66 @@
+-- reserve.lua: one atomic reservation. Dedupe (per-user limit), stock check, decrement, and an
+-- outbox record, in a single round trip. Never lets stock go below zero.
+--
+-- KEYS (all share the campaign's hash tag, see protocol/src/keys.rs):
+--   1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats
+-- ARGV:
+--   1 campaign id  2 request id  3 user id  4 quantity
+-- Returns {code, remaining, record}:
+--    1  reserved: remaining stock after the decrement, record = the outbox JSON
+--    0  sold out: remaining (0, or less than the quantity asked for)
+--   -1  limit reached: the quantity this user already holds
+--   -2  duplicate request id: 0
+--   -3  campaign not published (or not READY/LIVE): 0
+--   -4  bad quantity (below 1 or above the per-user limit): the limit
+
+local meta, stock_key, bought, outbox, pending, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7]
+local campaign, request_id, user = ARGV[1], ARGV[2], ARGV[3]
+local qty = tonumber(ARGV[4])
+
+local m = redis.call('HMGET', meta, 'state', 'limit', 'sku', 'price_cents', 'price_version', 'stock_version')
+local state, limit = m[1], tonumber(m[2])
+if (state ~= 'READY' and state ~= 'LIVE') or not limit then
+  return {-3, 0, ''}
+end
+if not qty or qty < 1 or qty > limit or qty ~= math.floor(qty) then
+  return {-4, limit, ''}
+end
+
+local held = tonumber(redis.call('HGET', bought, user) or '0')
+if held + qty > limit then
+  return {-1, held, ''}
+end
+
+local stock = tonumber(redis.call('GET', stock_key) or '0')
+if stock < qty then
+  return {0, stock, ''}
+end
+
+if redis.call('HEXISTS', outbox, request_id) == 1 then
+  return {-2, 0, ''}
+end
+
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local record = cjson.encode({
+  request_id = request_id,
+  campaign = campaign,
+  user = user,
+  sku = m[3],
+  qty = qty,
+  price_cents = tonumber(m[4]),
+  price_version = tonumber(m[5]),
+  stock_version = tonumber(m[6]),
+  reserved_at_ms = now_ms,
+})
+
+local remaining = redis.call('DECRBY', stock_key, qty)
+redis.call('HINCRBY', bought, user, qty)
+redis.call('HSET', outbox, request_id, record)
+redis.call('ZADD', pending, now_ms, request_id)
+redis.call('HINCRBY', stats, 'reserved_count', 1)
+redis.call('HINCRBY', stats, 'reserved_qty', qty)
+if state == 'READY' then
+  redis.call('HSET', meta, 'state', 'LIVE')
+end
+return {1, remaining, record}

@@ -1,0 +1,306 @@
+//! A campaign file: `conf/campaigns/<id>.toml`, the one file a platform team writes per sale.
+//!
+//! The gateway reads it for the window, switches and limits; the order writer's
+//! `campaign publish` reads it to create the campaign in PostgreSQL (the stock's source of truth)
+//! before loading the stock into Redis. See `conf/campaigns/example.toml` for a commented example.
+
+use std::path::Path;
+
+use chrono::{DateTime, FixedOffset};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::conf::{self, ConfError};
+use crate::keys::valid_campaign_id;
+
+/// The kill switches of a campaign. They take effect on reload.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Switches {
+    /// Fail fast: every order request is answered `CAMPAIGN_CLOSED` without touching Redis.
+    #[serde(default)]
+    pub closed: bool,
+    /// Answer `TRY_LATER` (429, `Retry-After`) without reserving.
+    #[serde(default)]
+    pub queue_only: bool,
+    /// Released stock (unpaid orders, compensations) is not given back to the sale.
+    #[serde(default)]
+    pub pause_replenish: bool,
+}
+
+/// Per-key request rates at the edge, in requests per second; 0 turns a dimension off.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Per client IP.
+    #[serde(default)]
+    pub ip_per_sec: u32,
+    /// Per device id.
+    #[serde(default)]
+    pub device_per_sec: u32,
+    /// Per account.
+    #[serde(default)]
+    pub user_per_sec: u32,
+    /// Order requests of this campaign in flight at once in one gateway process; past it,
+    /// `TRY_LATER`. Keeps a hammered campaign from starving the rest of the shop.
+    #[serde(default = "default_max_inflight")]
+    pub max_inflight: u32,
+}
+
+fn default_max_inflight() -> u32 {
+    256
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { ip_per_sec: 0, device_per_sec: 0, user_per_sec: 0, max_inflight: default_max_inflight() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    id: Spanned<String>,
+    sku: Spanned<String>,
+    stock: Spanned<i64>,
+    per_user_limit: Spanned<i64>,
+    price_cents: Spanned<i64>,
+    starts_at: Spanned<toml::Value>,
+    ends_at: Spanned<toml::Value>,
+    #[serde(default = "default_pay_window")]
+    pay_window_secs: Spanned<i64>,
+    #[serde(default)]
+    switches: Switches,
+    #[serde(default)]
+    limits: Limits,
+}
+
+fn default_pay_window() -> Spanned<i64> {
+    Spanned::new(0..0, 900)
+}
+
+/// A validated campaign.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Campaign {
+    /// Id; equals the file's stem.
+    pub id: String,
+    /// Item sold.
+    pub sku: String,
+    /// Units for sale.
+    pub stock: i64,
+    /// Units one user may hold.
+    pub per_user_limit: i64,
+    /// Unit price in cents.
+    pub price_cents: i64,
+    /// Window start (server time decides).
+    pub starts_at: DateTime<FixedOffset>,
+    /// Window end.
+    pub ends_at: DateTime<FixedOffset>,
+    /// Seconds an order may stay unpaid before it is closed and its stock released.
+    pub pay_window_secs: i64,
+    /// Kill switches.
+    pub switches: Switches,
+    /// Edge limits.
+    pub limits: Limits,
+}
+
+/// Where a campaign's window stands at a given time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Window {
+    /// Before `starts_at`.
+    NotStarted,
+    /// In `[starts_at, ends_at)`.
+    Open,
+    /// At or after `ends_at`.
+    Ended,
+}
+
+impl Campaign {
+    /// Where the window stands at `now`.
+    pub fn window(&self, now: DateTime<chrono::Utc>) -> Window {
+        if now < self.starts_at {
+            Window::NotStarted
+        } else if now < self.ends_at {
+            Window::Open
+        } else {
+            Window::Ended
+        }
+    }
+
+    /// Parses and validates a campaign file's text.
+    pub fn parse(file: &Path, text: &str) -> Result<Self, ConfError> {
+        let raw: Raw = conf::parse(file, text)?;
+        let err = |span: std::ops::Range<usize>, field: &str, msg: String| {
+            ConfError::at(file, text, span, Some(field), msg)
+        };
+        let time = |v: &Spanned<toml::Value>, field: &str| -> Result<DateTime<FixedOffset>, ConfError> {
+            let s = match v.get_ref() {
+                toml::Value::Datetime(d) => d.to_string(),
+                toml::Value::String(s) => s.clone(),
+                other => {
+                    return Err(err(
+                        v.span(),
+                        field,
+                        format!("expected an RFC 3339 time, found {}", other.type_str()),
+                    ))
+                }
+            };
+            DateTime::parse_from_rfc3339(&s).map_err(|e| {
+                err(v.span(), field, format!("{s:?} is not an RFC 3339 time with an offset: {e}"))
+            })
+        };
+
+        if !valid_campaign_id(raw.id.get_ref()) {
+            return Err(err(raw.id.span(), "id", "must be 1 to 64 characters of A-Z a-z 0-9 _ -".into()));
+        }
+        if let Some(stem) = file.file_stem().and_then(|s| s.to_str()) {
+            if stem != raw.id.get_ref() {
+                return Err(err(raw.id.span(), "id", format!("must equal the file name ({stem:?})")));
+            }
+        }
+        if raw.sku.get_ref().trim().is_empty() {
+            return Err(err(raw.sku.span(), "sku", "must not be empty".into()));
+        }
+        if *raw.stock.get_ref() < 0 {
+            return Err(err(raw.stock.span(), "stock", "must be 0 or more".into()));
+        }
+        if *raw.per_user_limit.get_ref() < 1 {
+            return Err(err(raw.per_user_limit.span(), "per_user_limit", "must be 1 or more".into()));
+        }
+        if *raw.price_cents.get_ref() < 0 {
+            return Err(err(raw.price_cents.span(), "price_cents", "must be 0 or more".into()));
+        }
+        if *raw.pay_window_secs.get_ref() < 1 {
+            return Err(err(raw.pay_window_secs.span(), "pay_window_secs", "must be 1 or more".into()));
+        }
+        let starts_at = time(&raw.starts_at, "starts_at")?;
+        let ends_at = time(&raw.ends_at, "ends_at")?;
+        if ends_at <= starts_at {
+            return Err(err(raw.ends_at.span(), "ends_at", "must be after starts_at".into()));
+        }
+        if raw.limits.max_inflight == 0 {
+            return Err(ConfError::at(
+                file,
+                text,
+                find(text, "max_inflight"),
+                Some("limits.max_inflight"),
+                "must be 1 or more",
+            ));
+        }
+        Ok(Campaign {
+            id: raw.id.into_inner(),
+            sku: raw.sku.into_inner(),
+            stock: raw.stock.into_inner(),
+            per_user_limit: raw.per_user_limit.into_inner(),
+            price_cents: raw.price_cents.into_inner(),
+            starts_at,
+            ends_at,
+            pay_window_secs: raw.pay_window_secs.into_inner(),
+            switches: raw.switches,
+            limits: raw.limits,
+        })
+    }
+
+    /// Reads, parses and validates a campaign file.
+    pub fn load(file: &Path) -> Result<Self, ConfError> {
+        let text =
+            std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+        Self::parse(file, &text)
+    }
+
+    /// Loads every `*.toml` in `dir`, sorted by file name. Any invalid file fails the whole load.
+    pub fn load_dir(dir: &Path) -> Result<Vec<Self>, ConfError> {
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| ConfError::whole(dir, format!("cannot list: {e}")))?;
+        let mut files: Vec<_> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        files.iter().map(|f| Self::load(f)).collect()
+    }
+}
+
+/// Span of the first occurrence of `needle` in `text` (for errors on fields serde cannot span).
+fn find(text: &str, needle: &str) -> std::ops::Range<usize> {
+    text.find(needle).map(|i| i..i + needle.len()).unwrap_or(0..0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+id = "phone"
+sku = "SKU-1"
+stock = 100
+per_user_limit = 1
+price_cents = 99900
+starts_at = 2026-12-01T10:00:00+08:00
+ends_at = "2026-12-01T11:00:00+08:00"
+
+[switches]
+queue_only = true
+
+[limits]
+ip_per_sec = 20
+"#;
+
+    fn parse(text: &str) -> Result<Campaign, ConfError> {
+        Campaign::parse(Path::new("conf/campaigns/phone.toml"), text)
+    }
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.stock, 100);
+        assert_eq!(c.pay_window_secs, 900);
+        assert!(c.switches.queue_only && !c.switches.closed);
+        assert_eq!(c.limits.ip_per_sec, 20);
+        assert_eq!(c.limits.max_inflight, 256);
+        let during = DateTime::parse_from_rfc3339("2026-12-01T02:30:00Z").unwrap().to_utc();
+        assert_eq!(c.window(during), Window::Open);
+        assert_eq!(c.window(c.ends_at.to_utc()), Window::Ended);
+        assert_eq!(c.window(c.starts_at.to_utc() - chrono::Duration::seconds(1)), Window::NotStarted);
+    }
+
+    fn expect_err(text: &str, line: usize, field: &str, words: &str) {
+        let err = parse(text).unwrap_err();
+        assert_eq!(err.line, line, "{err}");
+        assert_eq!(err.field.as_deref(), Some(field), "{err}");
+        assert!(err.to_string().contains(words), "{err}");
+        assert!(err.to_string().starts_with("conf/campaigns/phone.toml:"), "{err}");
+    }
+
+    #[test]
+    fn negative_stock_is_refused_with_its_line() {
+        expect_err(&GOOD.replace("stock = 100", "stock = -5"), 4, "stock", "0 or more");
+    }
+
+    #[test]
+    fn end_before_start_is_refused() {
+        expect_err(&GOOD.replace("11:00:00", "09:00:00"), 8, "ends_at", "after starts_at");
+    }
+
+    #[test]
+    fn unknown_field_is_refused() {
+        expect_err(&GOOD.replace("sku = ", "skew = "), 3, "skew", "unknown field");
+    }
+
+    #[test]
+    fn id_must_match_the_file_name() {
+        expect_err(&GOOD.replace("id = \"phone\"", "id = \"tablet\""), 2, "id", "file name");
+    }
+
+    #[test]
+    fn bad_time_and_bad_switch_are_refused() {
+        expect_err(&GOOD.replace("\"2026-12-01T11:00:00+08:00\"", "\"tomorrow\""), 8, "ends_at", "RFC 3339");
+        expect_err(&GOOD.replace("queue_only = true", "queue_only = 3"), 11, "queue_only", "");
+        expect_err(
+            &GOOD.replace("ip_per_sec = 20", "max_inflight = 0"),
+            14,
+            "limits.max_inflight",
+            "1 or more",
+        );
+    }
+}

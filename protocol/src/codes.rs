@@ -1,0 +1,146 @@
+//! Answer codes clients see, and their HTTP statuses.
+//!
+//! Every JSON answer of the gateway and of the order writer has the shape
+//! `{"code": "...", "message": "...", "request_id": "..."}` (plus fields of its own for some
+//! codes). The codes are stable: clients and dashboards key on them. The README lists them.
+
+use serde::Serialize;
+
+/// A stable answer code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum Code {
+    /// The reservation is taken; the order is being written. Poll the result URL.
+    Queued,
+    /// No stock left.
+    SoldOut,
+    /// This user already holds the campaign's per-user limit.
+    LimitReached,
+    /// The campaign window has not opened yet (server time).
+    NotStarted,
+    /// The campaign window has closed.
+    Ended,
+    /// No campaign with that id is configured.
+    CampaignUnknown,
+    /// The campaign is configured but its stock has not been published to Redis.
+    CampaignNotReady,
+    /// The campaign's `closed` kill switch is on.
+    CampaignClosed,
+    /// The campaign's `queue_only` switch is on, or its concurrency budget is full: try later.
+    TryLater,
+    /// The request is malformed; the message names what is wrong.
+    BadRequest,
+    /// Missing or invalid signature on an internal request.
+    BadSignature,
+    /// A dependency (Redis) is down or slow: fail fast, nothing was reserved.
+    ServiceDegraded,
+    /// No route matches the request.
+    RouteNotFound,
+    /// The upstream of a shop route could not be reached.
+    UpstreamUnavailable,
+    /// The order is written; the answer carries the order id, amount and pay-by time.
+    Success,
+    /// The reservation could not become an order; the answer carries the reason.
+    Failed,
+    /// Unknown request or order id.
+    NotFound,
+    /// The order is paid.
+    Paid,
+    /// The order was closed (unpaid at its pay-by time); it cannot be paid any more.
+    Closed,
+    /// An unexpected error on our side.
+    Internal,
+}
+
+impl Code {
+    /// The code as it appears in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Code::Queued => "QUEUED",
+            Code::SoldOut => "SOLD_OUT",
+            Code::LimitReached => "LIMIT_REACHED",
+            Code::NotStarted => "NOT_STARTED",
+            Code::Ended => "ENDED",
+            Code::CampaignUnknown => "CAMPAIGN_UNKNOWN",
+            Code::CampaignNotReady => "CAMPAIGN_NOT_READY",
+            Code::CampaignClosed => "CAMPAIGN_CLOSED",
+            Code::TryLater => "TRY_LATER",
+            Code::BadRequest => "BAD_REQUEST",
+            Code::BadSignature => "BAD_SIGNATURE",
+            Code::ServiceDegraded => "SERVICE_DEGRADED",
+            Code::RouteNotFound => "ROUTE_NOT_FOUND",
+            Code::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
+            Code::Success => "SUCCESS",
+            Code::Failed => "FAILED",
+            Code::NotFound => "NOT_FOUND",
+            Code::Paid => "PAID",
+            Code::Closed => "CLOSED",
+            Code::Internal => "INTERNAL",
+        }
+    }
+
+    /// The HTTP status that goes with the code.
+    pub fn status(self) -> u16 {
+        match self {
+            Code::Queued => 202,
+            Code::SoldOut | Code::Ended => 410,
+            Code::LimitReached | Code::CampaignNotReady => 409,
+            Code::NotStarted => 425,
+            Code::CampaignUnknown | Code::RouteNotFound | Code::NotFound => 404,
+            Code::CampaignClosed | Code::ServiceDegraded => 503,
+            Code::TryLater => 429,
+            Code::BadRequest => 400,
+            Code::BadSignature => 401,
+            Code::UpstreamUnavailable => 502,
+            Code::Success | Code::Failed | Code::Paid | Code::Closed => 200,
+            Code::Internal => 500,
+        }
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The common JSON answer body.
+#[derive(Debug, Clone, Serialize)]
+pub struct Answer<'a> {
+    /// Stable code.
+    pub code: Code,
+    /// Human-readable reason.
+    pub message: &'a str,
+    /// The request id the gateway gave this request.
+    pub request_id: &'a str,
+}
+
+impl Answer<'_> {
+    /// Serialises the answer.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("answer serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serde_name_matches_as_str() {
+        for code in [Code::Queued, Code::SoldOut, Code::LimitReached, Code::ServiceDegraded] {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+    }
+
+    #[test]
+    fn answer_shape() {
+        let a = Answer { code: Code::SoldOut, message: "sold out", request_id: "r" };
+        let v: serde_json::Value = serde_json::from_slice(&a.to_json()).unwrap();
+        assert_eq!(v["code"], "SOLD_OUT");
+        assert_eq!(v["request_id"], "r");
+        assert_eq!(Code::SoldOut.status(), 410);
+        assert_eq!(Code::Queued.status(), 202);
+    }
+}

@@ -1,0 +1,120 @@
+//! Configuration errors that name the file, the line, the column and the field.
+//!
+//! Every TOML file of the project (gateway server file, campaign files, order-writer file) is
+//! parsed through [`parse`], so that a platform engineer always reads
+//! `conf/campaigns/phone.toml:7:9: field `stock`: invalid value ...`.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+
+/// A configuration error with its place.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[error("{}:{line}:{column}: {}{message}", file.display(), field.as_ref().map(|f| format!("field `{f}`: ")).unwrap_or_default())]
+pub struct ConfError {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line (0 when the error has no place, e.g. the file cannot be read).
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// The field, when known.
+    pub field: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// The 1-based line and column of byte `offset` in `text`.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (line, column)
+}
+
+/// The key written on the line that holds `offset` (`stock` for `stock = -1`), if any.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let (line, _) = line_col(text, offset);
+    let l = text.lines().nth(line - 1)?;
+    let (key, _) = l.split_once('=')?;
+    let key = key.trim();
+    (!key.is_empty() && !key.starts_with('#')).then(|| key.trim_matches('"').to_string())
+}
+
+impl ConfError {
+    /// An error at a byte span of `text`; the field is taken from the span's line when `field`
+    /// is `None`.
+    pub fn at(
+        file: &Path,
+        text: &str,
+        span: Range<usize>,
+        field: Option<&str>,
+        message: impl Into<String>,
+    ) -> Self {
+        let (line, column) = line_col(text, span.start);
+        Self {
+            file: file.to_path_buf(),
+            line,
+            column,
+            field: field.map(str::to_string).or_else(|| key_at(text, span.start)),
+            message: message.into(),
+        }
+    }
+
+    /// An error about the file as a whole (cannot read it, a required table is missing).
+    pub fn whole(file: &Path, message: impl Into<String>) -> Self {
+        Self { file: file.to_path_buf(), line: 0, column: 0, field: None, message: message.into() }
+    }
+}
+
+/// Parses `text` (the contents of `file`) as TOML into `T`, mapping errors to [`ConfError`].
+pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfError> {
+    toml::from_str(text).map_err(|e| match e.span() {
+        Some(span) => ConfError::at(file, text, span, None, e.message().trim().to_string()),
+        None => ConfError::whole(file, e.message().trim().to_string()),
+    })
+}
+
+/// Reads and parses `file`.
+pub fn load<T: DeserializeOwned>(file: &Path) -> Result<(T, String), ConfError> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+    let value = parse(file, &text)?;
+    Ok((value, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct T {
+        name: String,
+        count: u32,
+    }
+
+    #[test]
+    fn unknown_field_names_line_and_field() {
+        let err = parse::<T>(Path::new("x.toml"), "name = \"a\"\ncount = 1\ncolour = 2\n").unwrap_err();
+        assert_eq!(err.line, 3, "{err}");
+        assert_eq!(err.field.as_deref(), Some("colour"));
+        assert!(err.message.contains("unknown field"), "{err}");
+        assert!(err.to_string().starts_with("x.toml:3:1: field `colour`"), "{err}");
+    }
+
+    #[test]
+    fn wrong_type_names_line_and_field() {
+        let err = parse::<T>(Path::new("x.toml"), "name = \"a\"\ncount = -1\n").unwrap_err();
+        assert_eq!((err.line, err.field.as_deref()), (2, Some("count")), "{err}");
+    }
+
+    #[test]
+    fn line_col_counts_from_one() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+    }
+}

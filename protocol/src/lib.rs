@@ -1,0 +1,21 @@
+//! What the gateway and the order writer agree on.
+//!
+//! Both binaries depend on this crate so that there is exactly one definition of:
+//! - [`keys`]: where a campaign lives in Redis (one hash tag per campaign, Cluster-safe);
+//! - [`record`]: the reservation record the Lua script writes to the outbox and the gateway
+//!   forwards;
+//! - [`codes`]: the answer codes clients see, with their HTTP statuses;
+//! - [`signing`]: the HMAC header the gateway signs and the order writer verifies;
+//! - [`scripts`]: the Lua scripts under `lua/`, loaded from disk and called by SHA;
+//! - [`secret`]: secrets referenced from configuration (`env:NAME` or `file:PATH`), never inline;
+//! - [`conf`]: TOML parsing whose errors name the file, line, column and field;
+//! - [`campaign`]: the per-campaign file both binaries read.
+
+pub mod campaign;
+pub mod codes;
+pub mod conf;
+pub mod keys;
+pub mod record;
+pub mod scripts;
+pub mod secret;
+pub mod signing;

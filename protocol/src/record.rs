@@ -1,0 +1,60 @@
+//! The reservation record.
+//!
+//! The reservation script (`lua/reserve.lua`) builds this record from the campaign's published
+//! metadata (server-side price, stock version) and stores it in the campaign's outbox in the same
+//! atomic step as the decrement. The gateway forwards exactly those bytes, signed, to the order
+//! writer, which produces them to Kafka. The sweeper re-produces records left in the outbox.
+
+use serde::{Deserialize, Serialize};
+
+/// One successful reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// Globally unique request id, chosen by the gateway (UUID v7).
+    pub request_id: String,
+    /// Campaign id.
+    pub campaign: String,
+    /// Buyer.
+    pub user: String,
+    /// Item.
+    pub sku: String,
+    /// Quantity reserved, at least 1 and at most the campaign's per-user limit.
+    pub qty: i64,
+    /// Unit price in cents, from the published campaign, never from the client.
+    pub price_cents: i64,
+    /// Version of the price snapshot.
+    pub price_version: i64,
+    /// Version of the published stock this reservation was taken from.
+    pub stock_version: i64,
+    /// Redis server time of the reservation, in milliseconds since the Unix epoch.
+    pub reserved_at_ms: i64,
+}
+
+impl Reservation {
+    /// Parses a record as stored in the outbox or carried in a Kafka message.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_what_the_script_writes() {
+        // The shape cjson.encode produces in lua/reserve.lua.
+        let raw = br#"{"request_id":"r1","campaign":"c","user":"u","sku":"s","qty":1,
+            "price_cents":999,"price_version":2,"stock_version":3,"reserved_at_ms":1700000000000}"#;
+        let r = Reservation::from_json(raw).unwrap();
+        assert_eq!(r.request_id, "r1");
+        assert_eq!(r.price_cents, 999);
+        assert_eq!(r.reserved_at_ms, 1_700_000_000_000);
+    }
+
+    #[test]
+    fn refuses_a_record_with_a_missing_field() {
+        let raw = br#"{"request_id":"r1","campaign":"c"}"#;
+        assert!(Reservation::from_json(raw).is_err());
+    }
+}

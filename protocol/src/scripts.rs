@@ -1,0 +1,254 @@
+//! The Lua scripts under `lua/`, read from disk at start and called by SHA.
+//!
+//! Each call goes out as `EVALSHA`; when Redis answers `NOSCRIPT` (a restart, a failover, a
+//! `SCRIPT FLUSH`) the script is loaded again and the call repeated once. The typed wrappers
+//! below are the only place that knows the scripts' argument order and return codes.
+
+use std::path::{Path, PathBuf};
+
+use fred::prelude::{Client, Error as RedisError};
+use fred::types::scripts::Script;
+
+use crate::keys::CampaignKeys;
+
+/// Why the scripts could not be loaded or called.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    /// A script file could not be read.
+    #[error("cannot read Lua script {path}: {source}")]
+    Read {
+        /// Path tried.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// Redis failed or timed out.
+    #[error("redis: {0}")]
+    Redis(#[from] RedisError),
+    /// The script answered something this code does not understand.
+    #[error("unexpected answer from {script}: {detail}")]
+    Protocol {
+        /// Script name.
+        script: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+/// The loaded scripts.
+#[derive(Clone, Debug)]
+pub struct Scripts {
+    reserve: Script,
+    release: Script,
+    publish: Script,
+}
+
+/// What `reserve.lua` decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReserveOutcome {
+    /// Reserved; `record` is the outbox JSON, `remaining` the stock left.
+    Reserved {
+        /// Stock left after this reservation.
+        remaining: i64,
+        /// The record as stored in the outbox.
+        record: String,
+    },
+    /// Not enough stock for the quantity; `remaining` is what is left (0 means sold out).
+    SoldOut {
+        /// Stock left.
+        remaining: i64,
+    },
+    /// The user already holds `held`, and `held + qty` would pass the limit.
+    LimitReached {
+        /// Quantity the user holds.
+        held: i64,
+    },
+    /// The request id was already used.
+    Duplicate,
+    /// The campaign's stock is not published, or it is not READY/LIVE.
+    NotReady,
+    /// The quantity is below 1 or above `limit`.
+    BadQuantity {
+        /// The per-user limit.
+        limit: i64,
+    },
+}
+
+/// What `release.lua` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// Stock given back; `remaining` after it.
+    Released {
+        /// Stock after the release.
+        remaining: i64,
+    },
+    /// This request id was released before; nothing changed.
+    AlreadyReleased,
+}
+
+/// What `publish.lua` decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// Stock loaded; the campaign is READY.
+    Published,
+    /// Already READY with this stock version and untouched.
+    Unchanged,
+    /// The campaign is LIVE or has reservations; nothing changed.
+    RefusedLive {
+        /// State found in Redis.
+        state: String,
+        /// Stock version found in Redis.
+        stock_version: String,
+    },
+}
+
+/// What a campaign's published metadata says; the arguments of [`Scripts::publish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishSpec {
+    /// Stock version (from the database).
+    pub stock_version: i64,
+    /// Total stock.
+    pub total: i64,
+    /// Per-user limit.
+    pub limit: i64,
+    /// Item.
+    pub sku: String,
+    /// Unit price in cents.
+    pub price_cents: i64,
+    /// Price version.
+    pub price_version: i64,
+}
+
+/// The default folder of the scripts: `lua/` at the workspace root, as seen from a crate of it.
+pub fn default_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("lua")
+}
+
+fn read(dir: &Path, name: &str) -> Result<Script, ScriptError> {
+    let path = dir.join(name);
+    let body = std::fs::read_to_string(&path).map_err(|source| ScriptError::Read { path, source })?;
+    Ok(Script::from_lua(body))
+}
+
+fn int(script: &'static str, v: &fred::types::Value) -> Result<i64, ScriptError> {
+    v.as_i64().ok_or_else(|| ScriptError::Protocol { script, detail: format!("{v:?} is not an integer") })
+}
+
+impl Scripts {
+    /// Reads `reserve.lua`, `release.lua` and `publish.lua` from `dir`.
+    pub fn load(dir: &Path) -> Result<Self, ScriptError> {
+        Ok(Self {
+            reserve: read(dir, "reserve.lua")?,
+            release: read(dir, "release.lua")?,
+            publish: read(dir, "publish.lua")?,
+        })
+    }
+
+    /// SHA1 of the reservation script (what `EVALSHA` sends).
+    pub fn reserve_sha(&self) -> &str {
+        self.reserve.sha1()
+    }
+
+    /// Loads every script into the server's script cache (optional: calls reload on NOSCRIPT).
+    pub async fn preload(&self, client: &Client) -> Result<(), ScriptError> {
+        for s in [&self.reserve, &self.release, &self.publish] {
+            s.load(client).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs `reserve.lua` for one request.
+    pub async fn reserve(
+        &self,
+        client: &Client,
+        campaign: &str,
+        request_id: &str,
+        user: &str,
+        qty: i64,
+    ) -> Result<ReserveOutcome, ScriptError> {
+        const NAME: &str = "reserve.lua";
+        let keys = CampaignKeys::new(campaign).all();
+        let args = vec![campaign.to_string(), request_id.to_string(), user.to_string(), qty.to_string()];
+        let out: Vec<fred::types::Value> = self.reserve.evalsha_with_reload(client, keys, args).await?;
+        if out.len() != 3 {
+            return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
+        }
+        let (code, n) = (int(NAME, &out[0])?, int(NAME, &out[1])?);
+        Ok(match code {
+            1 => ReserveOutcome::Reserved { remaining: n, record: out[2].as_string().unwrap_or_default() },
+            0 => ReserveOutcome::SoldOut { remaining: n },
+            -1 => ReserveOutcome::LimitReached { held: n },
+            -2 => ReserveOutcome::Duplicate,
+            -3 => ReserveOutcome::NotReady,
+            -4 => ReserveOutcome::BadQuantity { limit: n },
+            other => return Err(ScriptError::Protocol { script: NAME, detail: format!("code {other}") }),
+        })
+    }
+
+    /// Runs `release.lua`: gives `qty` back for `request_id`, at most once.
+    pub async fn release(
+        &self,
+        client: &Client,
+        campaign: &str,
+        request_id: &str,
+        user: &str,
+        qty: i64,
+    ) -> Result<ReleaseOutcome, ScriptError> {
+        const NAME: &str = "release.lua";
+        let keys = CampaignKeys::new(campaign).all();
+        let args = vec![request_id.to_string(), user.to_string(), qty.to_string()];
+        let out: Vec<fred::types::Value> = self.release.evalsha_with_reload(client, keys, args).await?;
+        let code = out.first().map(|v| int(NAME, v)).transpose()?;
+        let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
+        match code {
+            Some(1) => Ok(ReleaseOutcome::Released { remaining: n }),
+            Some(0) => Ok(ReleaseOutcome::AlreadyReleased),
+            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
+        }
+    }
+
+    /// Runs `publish.lua` for `campaign`.
+    pub async fn publish(
+        &self,
+        client: &Client,
+        campaign: &str,
+        spec: &PublishSpec,
+    ) -> Result<PublishOutcome, ScriptError> {
+        const NAME: &str = "publish.lua";
+        let keys = CampaignKeys::new(campaign).all();
+        let args = vec![
+            spec.stock_version.to_string(),
+            spec.total.to_string(),
+            spec.limit.to_string(),
+            spec.sku.clone(),
+            spec.price_cents.to_string(),
+            spec.price_version.to_string(),
+        ];
+        let out: Vec<fred::types::Value> = self.publish.evalsha_with_reload(client, keys, args).await?;
+        let code = out.first().map(|v| int(NAME, v)).transpose()?;
+        let text = |i: usize| out.get(i).and_then(|v| v.as_string()).unwrap_or_default();
+        match code {
+            Some(1) => Ok(PublishOutcome::Published),
+            Some(0) => Ok(PublishOutcome::Unchanged),
+            Some(-1) => Ok(PublishOutcome::RefusedLive { state: text(1), stock_version: text(2) }),
+            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scripts_load_from_the_workspace() {
+        let s = Scripts::load(&default_dir()).unwrap();
+        assert_eq!(s.reserve_sha().len(), 40);
+    }
+
+    #[test]
+    fn a_missing_folder_names_the_file() {
+        let err = Scripts::load(Path::new("/nonexistent-lua-dir")).unwrap_err();
+        assert!(err.to_string().contains("reserve.lua"), "{err}");
+    }
+}
