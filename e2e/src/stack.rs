@@ -29,11 +29,9 @@ pub fn unique(prefix: &str) -> String {
 /// Creates an empty database with a unique name and returns its URL. It is left behind on
 /// purpose (a failed test can be inspected); the stack's data folder is throwaway.
 pub async fn fresh_database() -> anyhow::Result<String> {
-    use sqlx::{Connection, Executor};
+    use sqlx::Executor;
     let admin = pg_admin_url();
-    let mut conn = sqlx::PgConnection::connect(&admin).await.with_context(|| {
-        format!("PostgreSQL is not reachable at {admin}: is the stack up? (bash e2e/stack.sh up)")
-    })?;
+    let mut conn = pg_connect(&admin).await?;
     let name = unique("t_");
     // The name is ours (hex digits), not input: safe to format into the statement.
     let create = format!("CREATE DATABASE {name}");
@@ -45,4 +43,116 @@ pub async fn fresh_database() -> anyhow::Result<String> {
 /// The workspace's root folder (holds `lua/`, `sql/`, `conf/`).
 pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// What every "server unreachable" error of this module ends with.
+pub const STACK_HINT: &str = "is the stack up? (bash e2e/stack.sh up)";
+
+/// How long connecting to one of the stack's servers may take before it counts as down.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs `fut` for at most [`CONNECT_TIMEOUT`]; a failure or a timeout becomes an error that
+/// names `what` and `addr` and ends with [`STACK_HINT`].
+async fn reach<T, E>(
+    what: &str,
+    addr: &str,
+    fut: impl std::future::Future<Output = Result<T, E>>,
+) -> anyhow::Result<T>
+where
+    E: std::fmt::Display,
+{
+    match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(anyhow::anyhow!("{what} is not reachable at {addr} ({e}): {STACK_HINT}")),
+        Err(_) => Err(anyhow::anyhow!(
+            "{what} is not reachable at {addr} (no answer within {CONNECT_TIMEOUT:?}): {STACK_HINT}"
+        )),
+    }
+}
+
+/// A connected Redis client for `url`, with bounded connect and command timeouts and no
+/// reconnection loop, so a test against a stopped server fails fast with a clear message.
+pub async fn redis_client(url: &str) -> anyhow::Result<fred::prelude::Client> {
+    use fred::prelude::{Builder, ClientLike, Config};
+    let config = Config::from_url(url).with_context(|| format!("bad Redis URL {url}"))?;
+    let client = Builder::from_config(config)
+        .with_connection_config(|c| {
+            c.connection_timeout = CONNECT_TIMEOUT;
+            c.internal_command_timeout = CONNECT_TIMEOUT;
+            c.max_command_attempts = 1;
+        })
+        .with_performance_config(|p| p.default_command_timeout = CONNECT_TIMEOUT)
+        .build()?;
+    reach("Redis", url, async {
+        client.init().await?;
+        client.ping::<String>(None).await
+    })
+    .await?;
+    Ok(client)
+}
+
+/// Checks that Redis answers `PING` at `url`.
+pub async fn check_redis(url: &str) -> anyhow::Result<()> {
+    use fred::prelude::ClientLike;
+    let client = redis_client(url).await?;
+    let _ = client.quit().await;
+    Ok(())
+}
+
+/// One PostgreSQL connection to `url`, bounded by [`CONNECT_TIMEOUT`].
+pub async fn pg_connect(url: &str) -> anyhow::Result<sqlx::PgConnection> {
+    use sqlx::Connection;
+    reach("PostgreSQL", url, sqlx::PgConnection::connect(url)).await
+}
+
+/// Checks that PostgreSQL accepts a connection at `url` and answers a query.
+pub async fn check_postgres(url: &str) -> anyhow::Result<()> {
+    use sqlx::Connection;
+    let mut conn = pg_connect(url).await?;
+    let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut conn).await?;
+    anyhow::ensure!(one == 1, "PostgreSQL at {url} answered {one} to SELECT 1");
+    conn.close().await?;
+    Ok(())
+}
+
+/// rskafka's retry policy for the stack: short backoff, and a deadline. rskafka's default has
+/// none and retries for minutes, which would turn a stopped broker into a hung test.
+pub fn kafka_backoff() -> rskafka::BackoffConfig {
+    rskafka::BackoffConfig {
+        init_backoff: std::time::Duration::from_millis(50),
+        max_backoff: std::time::Duration::from_millis(500),
+        base: 2.0,
+        deadline: Some(CONNECT_TIMEOUT),
+    }
+}
+
+/// A Kafka client for `broker` (`host:port`) with [`kafka_backoff`]: it has fetched the
+/// cluster's metadata, so the broker answered a real Kafka request.
+pub async fn kafka_client(broker: &str) -> anyhow::Result<rskafka::client::Client> {
+    let builder = rskafka::client::ClientBuilder::new(vec![broker.to_string()])
+        .client_id("seckill-e2e")
+        .backoff_config(kafka_backoff());
+    reach("The Kafka broker", broker, builder.build()).await
+}
+
+/// Checks that the Kafka broker at `broker` answers a metadata request.
+pub async fn check_kafka(broker: &str) -> anyhow::Result<()> {
+    let client = kafka_client(broker).await?;
+    reach("The Kafka broker", broker, client.list_topics()).await?;
+    Ok(())
+}
+
+/// Creates `topic` with `partitions` partitions (replication 1) on the stack's broker. Topics
+/// are never created automatically.
+pub async fn create_topic(
+    client: &rskafka::client::Client,
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<()> {
+    let controller = client.controller_client()?;
+    tokio::time::timeout(CONNECT_TIMEOUT, controller.create_topic(topic, partitions, 1, 5_000))
+        .await
+        .with_context(|| format!("creating topic {topic}: no answer within {CONNECT_TIMEOUT:?}"))?
+        .with_context(|| format!("creating topic {topic}"))?;
+    Ok(())
 }

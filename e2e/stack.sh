@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# The local stack of real servers that the tests, the demo and the benchmarks run against:
+#
+#   Redis 7 (AOF, appendfsync everysec)  127.0.0.1:6390
+#   PostgreSQL (trust auth on loopback)  127.0.0.1:5440   superuser `postgres`
+#   tansu 0.6.0, Kafka API (sqlite)      127.0.0.1:19092
+#
+# Usage: e2e/stack.sh up|down|status|stopped [redis|postgres|kafka]...
+#
+#   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light;
+#            cargo install tansu 0.6.0), starts the servers that are not running, waits until
+#            each answers, writes .stack/env. Running it again is harmless.
+#   down     stops the servers this script started (PID files), waits for them to exit.
+#            Keeps their data. Running it again is harmless.
+#   status   one line per server; exit status 0 when all named servers are up, 3 otherwise.
+#   stopped  prints the names of the named servers that are not running (for scripts).
+#
+# Everything lives under .stack/ at the repository root (ignored by git): data, logs, PID
+# files, and `env`, which exports SECKILL_REDIS_URL, SECKILL_PG_ADMIN_URL and
+# SECKILL_KAFKA_BROKER for the tests. Servers listen on 127.0.0.1 only. Ports can be moved
+# with SECKILL_REDIS_PORT, SECKILL_PG_PORT and SECKILL_KAFKA_PORT (source .stack/env after).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STACK="$ROOT/.stack"
+HOST=127.0.0.1
+REDIS_PORT=${SECKILL_REDIS_PORT:-6390}
+PG_PORT=${SECKILL_PG_PORT:-5440}
+KAFKA_PORT=${SECKILL_KAFKA_PORT:-19092}
+TANSU_VERSION=0.6.0
+READY_TIMEOUT=${SECKILL_STACK_READY_TIMEOUT:-60} # seconds, per server
+STOP_TIMEOUT=30                                  # seconds, per server
+ALL=(redis postgres kafka)
+
+CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
+export PATH="$CARGO_BIN:$PATH"
+
+log() { printf '%s stack: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+die() {
+  printf '%s stack: error: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2
+  exit 1
+}
+
+# ---------------------------------------------------------------------------------------------
+# Installation
+
+pg_bin() {
+  # The newest PostgreSQL installed by Debian's packages.
+  local d
+  d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1 || true)
+  [[ -n "$d" && -x "$d/initdb" ]] && echo "$d"
+}
+
+tansu_ok() {
+  # `tansu --version` prints "tansu 0.6.0".
+  command -v tansu >/dev/null 2>&1 && [[ "$(tansu --version 2>/dev/null)" == "tansu $TANSU_VERSION" ]]
+}
+
+install_missing() {
+  local pkgs=()
+  command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 ||
+    pkgs+=(redis-server redis-tools)
+  [[ -n "$(pg_bin)" ]] || pkgs+=(postgresql)
+  command -v cmake >/dev/null 2>&1 || pkgs+=(cmake) # pingora's zlib-ng build
+  command -v wrk >/dev/null 2>&1 || pkgs+=(wrk)     # benchmarks: outside load tool
+  command -v nginx >/dev/null 2>&1 || pkgs+=(nginx-light) # benchmarks: the peer
+  if ((${#pkgs[@]})); then
+    [[ $(id -u) == 0 ]] || die "missing ${pkgs[*]}: run as root, or: sudo apt-get install -y ${pkgs[*]}"
+    log "installing ${pkgs[*]} (apt-get)"
+    local t=$SECONDS
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq </dev/null
+    apt-get install -y -qq --no-install-recommends "${pkgs[@]}" </dev/null
+    log "apt-get done in $((SECONDS - t)) s"
+  fi
+  [[ -n "$(pg_bin)" ]] || die "PostgreSQL binaries not found under /usr/lib/postgresql/*/bin"
+
+  # tansu is built only when the broker is asked for (`up redis postgres` needs no Rust build).
+  if [[ " $* " == *" kafka "* ]] && ! tansu_ok; then
+    command -v cargo >/dev/null 2>&1 || die "cargo not found: tansu $TANSU_VERSION is built with cargo"
+    mkdir -p "$STACK"
+    log "building tansu $TANSU_VERSION with cargo install (about 13 min on 2 cores)"
+    local t=$SECONDS
+    # One install at a time, even when two stacks start together.
+    (
+      flock -w 3600 9 || die "timed out waiting for another tansu install"
+      tansu_ok || cargo install --locked tansu --version "$TANSU_VERSION" --features libsql,dynostore
+    ) 9>"$STACK/tansu-install.lock"
+    tansu_ok || die "tansu $TANSU_VERSION is not on PATH after cargo install (PATH=$PATH)"
+    log "tansu built in $((SECONDS - t)) s"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Process bookkeeping
+
+port_open() { timeout 1 bash -c "exec 3<>/dev/tcp/$HOST/$1" 2>/dev/null; }
+
+# alive PIDFILE NAME: the PID in PIDFILE runs a program whose command line mentions NAME.
+alive() {
+  local pid
+  [[ -s "$1" ]] || return 1
+  pid=$(head -n 1 "$1")
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$2"
+}
+
+pidfile() {
+  case $1 in
+    redis) echo "$STACK/redis/redis.pid" ;;
+    postgres) echo "$STACK/pg/data/postmaster.pid" ;;
+    kafka) echo "$STACK/kafka/tansu.pid" ;;
+  esac
+}
+progname() { case $1 in redis) echo redis-server ;; postgres) echo postgres ;; kafka) echo tansu ;; esac; }
+port() { case $1 in redis) echo "$REDIS_PORT" ;; postgres) echo "$PG_PORT" ;; kafka) echo "$KAFKA_PORT" ;; esac; }
+logfile() {
+  case $1 in
+    redis) echo "$STACK/redis/redis.log" ;;
+    postgres) echo "$STACK/pg/postgres.log" ;;
+    kafka) echo "$STACK/kafka/tansu.log" ;;
+  esac
+}
+
+running() { alive "$(pidfile "$1")" "$(progname "$1")" && port_open "$(port "$1")"; }
+
+fail_start() {
+  local name=$1 why=$2 lf
+  lf=$(logfile "$name")
+  printf '%s stack: error: %s did not come up: %s\n--- last lines of %s ---\n' \
+    "$(date -u +%H:%M:%S)" "$name" "$why" "$lf" >&2
+  tail -n 40 "$lf" >&2 2>/dev/null || echo "(no log)" >&2
+  exit 1
+}
+
+# wait_ready NAME CHECK...: runs CHECK every 0.2 s until it succeeds; bounded by READY_TIMEOUT.
+wait_ready() {
+  local name=$1 deadline=$((SECONDS + READY_TIMEOUT))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    alive "$(pidfile "$name")" "$(progname "$name")" || fail_start "$name" "the process exited"
+    ((SECONDS < deadline)) || fail_start "$name" "not ready after ${READY_TIMEOUT} s"
+    sleep 0.2
+  done
+}
+
+refuse_foreign_port() {
+  if port_open "$(port "$1")"; then
+    die "$1: port $HOST:$(port "$1") is taken by a process this script did not start; stop it or choose another port (SECKILL_$(echo "$1" | tr a-z A-Z | sed 's/POSTGRES/PG/')_PORT)"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Redis
+
+redis_ping() { [[ "$(redis-cli -h "$HOST" -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]]; }
+
+up_redis() {
+  local dir="$STACK/redis"
+  mkdir -p "$dir"
+  setsid redis-server --bind "$HOST" --port "$REDIS_PORT" --dir "$dir" \
+    --appendonly yes --appendfsync everysec --daemonize no \
+    --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" </dev/null >>"$dir/redis.log" 2>&1 &
+  echo $! >"$dir/redis.pid"
+  wait_ready redis redis_ping
+}
+
+# ---------------------------------------------------------------------------------------------
+# PostgreSQL (runs as the `postgres` OS user when this script runs as root: initdb refuses root)
+
+as_pg() {
+  if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_ready() { "$(pg_bin)/pg_isready" -q -h "$HOST" -p "$PG_PORT" -U postgres -d postgres; }
+
+up_postgres() {
+  local bin dir="$STACK/pg" data="$STACK/pg/data" run="$STACK/pg/run" d
+  bin=$(pg_bin)
+  mkdir -p "$run"
+  if [[ $(id -u) == 0 ]]; then
+    id postgres >/dev/null 2>&1 || die "the postgres OS user does not exist (apt-get install postgresql creates it)"
+    touch "$dir/postgres.log"
+    chown postgres: "$dir" "$run" "$dir/postgres.log"
+    [[ -d "$data" ]] && chown -R postgres: "$data"
+    # The server must reach its data: give the postgres user search permission on the parents.
+    d="$dir"
+    while [[ "$d" != / ]]; do
+      d=$(dirname "$d")
+      if ! runuser -u postgres -- test -x "$d"; then
+        log "granting search permission (o+x) on $d so that the postgres user can reach .stack/pg"
+        chmod o+x "$d"
+      fi
+    done
+  fi
+  if [[ ! -s "$data/PG_VERSION" ]]; then
+    log "initdb $data"
+    rm -rf "$data"
+    as_pg "$bin/initdb" -D "$data" -U postgres --auth=trust -E UTF8 --locale=C \
+      >>"$dir/postgres.log" 2>&1 || fail_start postgres "initdb failed"
+    cat >>"$data/postgresql.conf" <<EOF
+
+# e2e/stack.sh: loopback only, many parallel tests.
+listen_addresses = '$HOST'
+max_connections = 400
+EOF
+  fi
+  # Port, address and socket folder are given at each start so SECKILL_PG_PORT applies.
+  as_pg "$bin/pg_ctl" -D "$data" -l "$dir/postgres.log" -s -w -t "$READY_TIMEOUT" \
+    -o "-h $HOST -p $PG_PORT -k '$run'" start || fail_start postgres "pg_ctl start failed"
+  wait_ready postgres pg_ready
+}
+
+down_postgres() {
+  as_pg "$(pg_bin)/pg_ctl" -D "$STACK/pg/data" -s -w -t "$STOP_TIMEOUT" -m fast stop ||
+    die "postgres did not stop within ${STOP_TIMEOUT} s (see $(logfile postgres))"
+}
+
+# ---------------------------------------------------------------------------------------------
+# tansu (Kafka API). It opens one port only: the listener. Its storage is durable sqlite, the
+# path relative to the working directory, so it runs from its data folder.
+
+# A real Kafka request: ApiVersions v0, correlation id 7; the answer must carry that id and
+# error code 0.
+kafka_ready() {
+  local reply
+  reply=$(timeout 2 bash -c '
+    exec 3<>/dev/tcp/$0/$1 || exit 1
+    printf "\x00\x00\x00\x0e\x00\x12\x00\x00\x00\x00\x00\x07\x00\x04seck" >&3
+    head -c 10 <&3 | od -An -v -tx1 | tr -d " \n"' "$HOST" "$KAFKA_PORT" 2>/dev/null) || return 1
+  [[ "${reply:8:12}" == "000000070000" ]]
+}
+
+up_kafka() {
+  local dir="$STACK/kafka"
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    # Flags win over tansu's environment variables; unset the ones no flag covers (an OTLP
+    # endpoint would make it export metrics). tansu also loads the first `.env` file found in
+    # its folder or a parent: an empty one of its own stops that search. Log warnings only.
+    echo "# Empty on purpose: tansu stops looking for a .env file here (e2e/stack.sh)." >.env
+    exec env -u OTEL_EXPORTER_OTLP_ENDPOINT -u SCHEMA_REGISTRY -u DATA_LAKE \
+      RUST_LOG="${SECKILL_TANSU_LOG:-warn}" \
+      setsid tansu broker \
+      --listener-url "tcp://$HOST:$KAFKA_PORT" \
+      --advertised-listener-url "tcp://$HOST:$KAFKA_PORT" \
+      --storage-engine "sqlite://tansu.db" \
+      </dev/null >>"$dir/tansu.log" 2>&1
+  ) &
+  echo $! >"$dir/tansu.pid"
+  wait_ready kafka kafka_ready
+}
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+
+# stop_pid NAME: SIGTERM to the PID of our PID file, then wait (bounded), then SIGKILL.
+stop_pid() {
+  local name=$1 pf pid deadline
+  pf=$(pidfile "$name")
+  pid=$(head -n 1 "$pf")
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + STOP_TIMEOUT))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      log "$name (pid $pid) still running after ${STOP_TIMEOUT} s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.5
+      break
+    fi
+    sleep 0.1
+  done
+  rm -f "$pf"
+}
+
+write_env() {
+  cat >"$STACK/env" <<EOF
+# Written by e2e/stack.sh up: where the local stack listens. Source it: . .stack/env
+export SECKILL_REDIS_URL=redis://$HOST:$REDIS_PORT
+export SECKILL_PG_ADMIN_URL=postgres://postgres@$HOST:$PG_PORT/postgres
+export SECKILL_KAFKA_BROKER=$HOST:$KAFKA_PORT
+EOF
+}
+
+cmd_up() {
+  install_missing "$@"
+  mkdir -p "$STACK"
+  local s
+  for s in "$@"; do
+    if running "$s"; then
+      log "$s already up on $HOST:$(port "$s")"
+      continue
+    fi
+    if alive "$(pidfile "$s")" "$(progname "$s")"; then
+      # Ours, but not answering on its port: a half-started or wedged server. Restart it.
+      log "$s (pid $(head -n 1 "$(pidfile "$s")")) does not answer on $HOST:$(port "$s"): restarting"
+      cmd_down "$s"
+    fi
+    refuse_foreign_port "$s"
+    local t=$SECONDS
+    "up_$s"
+    log "$s up on $HOST:$(port "$s") ($((SECONDS - t)) s)"
+  done
+  write_env
+  log "addresses written to .stack/env"
+}
+
+cmd_down() {
+  local s
+  for s in "$@"; do
+    if ! alive "$(pidfile "$s")" "$(progname "$s")"; then
+      log "$s is not running"
+      [[ $s == postgres ]] || rm -f "$(pidfile "$s")"
+      continue
+    fi
+    if [[ $s == postgres ]]; then down_postgres; else stop_pid "$s"; fi
+    log "$s stopped"
+  done
+}
+
+cmd_status() {
+  local s all_up=0 pid
+  for s in "$@"; do
+    if running "$s"; then
+      pid=$(head -n 1 "$(pidfile "$s")")
+      printf '%-9s up    %s:%s  pid %s  log %s\n' "$s" "$HOST" "$(port "$s")" "$pid" "$(logfile "$s")"
+    elif alive "$(pidfile "$s")" "$(progname "$s")"; then
+      printf '%-9s hung  %s:%s  process alive, port closed  log %s\n' "$s" "$HOST" "$(port "$s")" "$(logfile "$s")"
+      all_up=3
+    else
+      printf '%-9s down  %s:%s\n' "$s" "$HOST" "$(port "$s")"
+      all_up=3
+    fi
+  done
+  return $all_up
+}
+
+cmd_stopped() {
+  local s
+  for s in "$@"; do running "$s" || echo "$s"; done
+}
+
+main() {
+  local cmd=${1:-}
+  [[ $# -gt 0 ]] && shift
+  local services=("$@")
+  ((${#services[@]})) || services=("${ALL[@]}")
+  local s
+  for s in "${services[@]}"; do
+    [[ " ${ALL[*]} " == *" $s "* ]] || die "unknown server '$s' (one of: ${ALL[*]})"
+  done
+  case $cmd in
+    up) cmd_up "${services[@]}" ;;
+    down) cmd_down "${services[@]}" ;;
+    status) cmd_status "${services[@]}" ;;
+    stopped) cmd_stopped "${services[@]}" ;;
+    *)
+      echo "usage: $0 up|down|status|stopped [${ALL[*]}]..." >&2
+      exit 2
+      ;;
+  esac
+}
+
+main "$@"

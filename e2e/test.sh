@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# All tests of the workspace against the real local stack: the README's test command, and what
+# CI runs (.ci/run). Brings the stack up (installing what is missing), then checks formatting,
+# lints, and runs `cargo test --workspace`. Exits non-zero on the first failure.
+#
+# The stack is left running if it was running before; servers this script had to start are
+# stopped again when it ends, pass or fail.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+
+T0=$SECONDS
+PHASE_T=$SECONDS
+PHASE=""
+phase_done() {
+  [[ -n "$PHASE" ]] && printf '%s test: %s done in %d s\n' "$(date -u +%H:%M:%S)" "$PHASE" "$((SECONDS - PHASE_T))"
+  return 0
+}
+phase() {
+  phase_done
+  PHASE=$1
+  PHASE_T=$SECONDS
+  printf '\n%s test: ==> %s\n' "$(date -u +%H:%M:%S)" "$PHASE"
+}
+
+# Servers that are down now are ours to stop at the end.
+mapfile -t STARTED < <(bash e2e/stack.sh stopped)
+finish() {
+  local rc=$?
+  if ((${#STARTED[@]})); then
+    printf '%s test: stopping what this run started: %s\n' "$(date -u +%H:%M:%S)" "${STARTED[*]}"
+    bash e2e/stack.sh down "${STARTED[@]}" || rc=1
+  fi
+  if ((rc == 0)); then
+    printf '%s test: all passed in %d s\n' "$(date -u +%H:%M:%S)" "$((SECONDS - T0))"
+  else
+    printf '%s test: FAILED (%s, exit %d) after %d s\n' "$(date -u +%H:%M:%S)" "${PHASE:-setup}" "$rc" "$((SECONDS - T0))" >&2
+  fi
+  exit "$rc"
+}
+trap finish EXIT
+
+phase "stack up"
+bash e2e/stack.sh up
+# shellcheck source=/dev/null
+. .stack/env
+
+phase "cargo fmt --check"
+cargo fmt --all --check
+
+phase "cargo clippy"
+cargo clippy --locked --workspace --all-targets -- -D warnings
+
+phase "cargo test"
+cargo test --locked --workspace
+
+phase_done
+PHASE=""
