@@ -1,1 +1,49 @@
-fn main() {}
+//! `gateway --conf conf/server.toml [--lua-dir lua] [--check]`
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// The flash-sale edge: a reverse proxy in place of Nginx, with the reservation at the edge.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Cli {
+    /// The server file (TOML).
+    #[arg(long, default_value = "conf/server.toml")]
+    conf: PathBuf,
+    /// Folder of the Lua scripts (default: `lua/` beside the conf folder).
+    #[arg(long)]
+    lua_dir: Option<PathBuf>,
+    /// Validate the conf and the scripts, print a summary and exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // One readable line (file:line:col: field ...), no backtrace.
+            eprintln!("gateway: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let cli = Cli::parse();
+    let opts = gateway::server::Options {
+        lua_dir: cli.lua_dir.clone().unwrap_or_else(|| gateway::server::default_lua_dir(&cli.conf)),
+        conf: cli.conf,
+    };
+    if cli.check {
+        println!("{}", gateway::server::check(&opts)?);
+        return Ok(());
+    }
+    gateway::server::run(&opts)
+}

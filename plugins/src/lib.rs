@@ -1,1 +1,49 @@
-//! plugins
+//! The gateway's edge checks, each its own module, in the order the hot path runs them
+//! (cheapest first):
+//!
+//! 1. [`window`]: is the campaign's sale window open, by server time;
+//! 2. [`switches`]: the campaign's kill switches (`closed`, `queue_only`);
+//! 3. [`budget`]: the campaign's concurrency budget in this process;
+//! 4. [`sold_out`]: the per-process sold-out flag (cleared by pub/sub and by a short TTL);
+//! 5. [`input`]: the buyer (`x-user-id`) and the quantity (`?qty=`);
+//! 6. [`rate_limit`]: per IP / device / account request rates;
+//! 7. [`reserve`]: the one Redis round trip of `lua/reserve.lua`, with a bounded timeout.
+//!
+//! Every check answers `Ok` or a [`Denial`]: the code, the message and, for "try later" answers,
+//! a `Retry-After` hint. The gateway turns a denial into the JSON answer.
+
+use std::borrow::Cow;
+
+use protocol::codes::Code;
+
+pub mod budget;
+pub mod input;
+pub mod rate_limit;
+pub mod reserve;
+pub mod sold_out;
+pub mod switches;
+pub mod window;
+
+/// Why a request is answered at the edge instead of going on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The answer code (its HTTP status comes with it).
+    pub code: Code,
+    /// Human-readable reason.
+    pub message: Cow<'static, str>,
+    /// Seconds for a `Retry-After` header, when the client should come back.
+    pub retry_after_secs: Option<u32>,
+}
+
+impl Denial {
+    /// A denial with `code` and `message`.
+    pub fn new(code: Code, message: impl Into<Cow<'static, str>>) -> Self {
+        Self { code, message: message.into(), retry_after_secs: None }
+    }
+
+    /// Adds a `Retry-After` hint.
+    pub fn retry_after(mut self, secs: u32) -> Self {
+        self.retry_after_secs = Some(secs);
+        self
+    }
+}

@@ -28,6 +28,8 @@ pub enum Code {
     CampaignClosed,
     /// The campaign's `queue_only` switch is on, or its concurrency budget is full: try later.
     TryLater,
+    /// An IP, device or account sent more requests per second than the campaign allows.
+    RateLimited,
     /// The request is malformed; the message names what is wrong.
     BadRequest,
     /// Missing or invalid signature on an internal request.
@@ -65,6 +67,7 @@ impl Code {
             Code::CampaignNotReady => "CAMPAIGN_NOT_READY",
             Code::CampaignClosed => "CAMPAIGN_CLOSED",
             Code::TryLater => "TRY_LATER",
+            Code::RateLimited => "RATE_LIMITED",
             Code::BadRequest => "BAD_REQUEST",
             Code::BadSignature => "BAD_SIGNATURE",
             Code::ServiceDegraded => "SERVICE_DEGRADED",
@@ -88,7 +91,7 @@ impl Code {
             Code::NotStarted => 425,
             Code::CampaignUnknown | Code::RouteNotFound | Code::NotFound => 404,
             Code::CampaignClosed | Code::ServiceDegraded => 503,
-            Code::TryLater => 429,
+            Code::TryLater | Code::RateLimited => 429,
             Code::BadRequest => 400,
             Code::BadSignature => 401,
             Code::UpstreamUnavailable => 502,

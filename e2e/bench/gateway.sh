@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Gateway benchmark, in one run, same load tool (wrk), threads, connections and duration:
+#
+#   (a) reservations/s: POST /seckill/<c>/order, stock larger than the run, every request a
+#       distinct x-user-id, forwarded to an upstream (nginx `return 202`);
+#   (b) sold-out short circuit/s: the same request on a sold-out campaign (local flag, no Redis);
+#   (c) the ceiling of (a)'s Redis step: redis-benchmark EVALSHA of lua/reserve.lua;
+#   (d) the peer of (b): Debian nginx answering a static `return 410`;
+#
+# plus p50/p99 of (a) and (b), and the gateway's peak RSS (VmHWM) after a run at 1,000
+# connections. Targets: (b) >= 1.0 x (d); (a) >= 0.6 x (b); RSS < 64 MiB.
+# Ratios hold across machines, absolute numbers don't.
+#
+# Usage: e2e/bench/gateway.sh          Env: DURATION (10s), THREADS (2), CONNECTIONS (100),
+#                                           SECKILL_REDIS_URL (the stack's Redis)
+# Needs: the stack's Redis (e2e/stack.sh up), wrk, nginx (nginx-light), redis-benchmark.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+if [[ -z "${SECKILL_REDIS_URL:-}" && -f .stack/env ]]; then
+  # shellcheck disable=SC1091
+  source .stack/env
+fi
+DURATION=${DURATION:-10s}
+THREADS=${THREADS:-2}
+CONNECTIONS=${CONNECTIONS:-100}
+REDIS_URL=${SECKILL_REDIS_URL:-redis://127.0.0.1:6390}
+REDIS_HOSTPORT=${REDIS_URL#redis://}
+REDIS_HOSTPORT=${REDIS_HOSTPORT%%/*}
+REDIS_HOST=${REDIS_HOSTPORT%:*}
+REDIS_PORT=${REDIS_HOSTPORT##*:}
+RCLI=(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT")
+
+for tool in wrk nginx redis-benchmark redis-cli python3; do
+  command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk nginx-light redis-tools)" >&2; exit 1; }
+done
+"${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $REDIS_URL (e2e/stack.sh up)" >&2; exit 1; }
+
+cargo build --release -p gateway
+
+WORK=$(mktemp -d -t gw-bench.XXXXXX)
+GW_PID=""
+NGINX_PID=""
+RUN=$(date +%s)$$
+OPEN="bench-open-$RUN"
+SOLD="bench-sold-$RUN"
+RB="bench-rb-$RUN"
+
+keys() { local c=$1; for k in meta stock bought outbox pending released stats; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
+cleanup() {
+  [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
+  [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
+  for c in "$OPEN" "$SOLD" "$RB"; do
+    # shellcheck disable=SC2046
+    "${RCLI[@]}" del $(keys "$c") >/dev/null 2>&1 || true
+  done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+GW_PORT=$(free_port)
+NGINX_410=$(free_port)
+NGINX_202=$(free_port)
+
+# --- nginx: the static 410 peer (d) and the trivial upstream (202) for (a) ---
+mkdir -p "$WORK/nginx/tmp"
+cat >"$WORK/nginx/nginx.conf" <<NGINX
+worker_processes $THREADS;
+daemon on;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx/tmp/body;
+  proxy_temp_path $WORK/nginx/tmp/proxy;
+  fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
+  uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
+  scgi_temp_path $WORK/nginx/tmp/scgi;
+  default_type application/json;
+  server { listen 127.0.0.1:$NGINX_410; location / { return 410 '{"code":"SOLD_OUT","message":"sold out","request_id":""}'; } }
+  server { listen 127.0.0.1:$NGINX_202; location / { return 202 '{"code":"QUEUED"}'; } }
+}
+NGINX
+nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
+for _ in $(seq 50); do [[ -s "$WORK/nginx/nginx.pid" ]] && break; sleep 0.1; done
+NGINX_PID=$(cat "$WORK/nginx/nginx.pid")
+
+# --- Redis: publish the campaigns with lua/publish.lua (the same script the order writer runs) ---
+publish() { # campaign total
+  # shellcheck disable=SC2046
+  "${RCLI[@]}" --eval lua/publish.lua $(keys "$1") , 1 "$2" 1 SKU-BENCH 100 1 >/dev/null
+}
+publish "$OPEN" 100000000
+publish "$SOLD" 0
+publish "$RB" 100000000
+
+# --- the gateway (release) ---
+mkdir -p "$WORK/conf/campaigns"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/conf/key"
+now=$(date -u +%s)
+start=$(date -u -d "@$((now - 3600))" +%Y-%m-%dT%H:%M:%SZ)
+end=$(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
+for c in "$OPEN" "$SOLD"; do
+  cat >"$WORK/conf/campaigns/$c.toml" <<CAMPAIGN
+id = "$c"
+sku = "SKU-BENCH"
+stock = 100000000
+per_user_limit = 1
+price_cents = 100
+starts_at = $start
+ends_at = $end
+[limits]
+max_inflight = 100000
+CAMPAIGN
+done
+cat >"$WORK/conf/server.toml" <<SERVER
+[server]
+listen = "127.0.0.1:$GW_PORT"
+threads = $THREADS
+signing_key = "file:key"
+sold_out_ttl_ms = 60000
+[redis]
+url = "$REDIS_URL"
+timeout_ms = 200
+pool_size = 4
+[order_writer]
+upstreams = ["127.0.0.1:$NGINX_202"]
+SERVER
+RUST_LOG=warn target/release/gateway --conf "$WORK/conf/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
+GW_PID=$!
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/" && break; sleep 0.1; done
+
+# Distinct users for (a); the same request shape for (b).
+cat >"$WORK/users.lua" <<'LUA'
+local n, id = 0, 0
+function setup(thread) id = id + 1; thread:set("tid", id) end
+function request()
+  n = n + 1
+  return wrk.format("POST", nil, { ["x-user-id"] = "u" .. tid .. "-" .. n }, nil)
+end
+function done(summary, latency, requests)
+  io.write(string.format("P50_US %d\nP99_US %d\n", latency:percentile(50), latency:percentile(99)))
+end
+LUA
+
+run_wrk() { # label url [connections] [script]
+  local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-$WORK/users.lua}
+  wrk -t"$THREADS" -c"$conns" -d"$DURATION" -s "$script" "$url" >"$WORK/$label.out" 2>&1
+  local rps p50 p99 non2xx
+  rps=$(awk '/^Requests\/sec:/ {print $2}' "$WORK/$label.out")
+  p50=$(awk '/^P50_US/ {print $2}' "$WORK/$label.out")
+  p99=$(awk '/^P99_US/ {print $2}' "$WORK/$label.out")
+  non2xx=$(awk '/Non-2xx/ {print $NF}' "$WORK/$label.out")
+  echo "$rps ${p50:-0} ${p99:-0} ${non2xx:-0}"
+}
+
+echo "gateway bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateway threads=$THREADS, nginx workers=$THREADS"
+# Warm up: load the script cache, set the sold-out flag of $SOLD.
+curl -s -o /dev/null -X POST -H 'x-user-id: warm' "http://127.0.0.1:$GW_PORT/seckill/$OPEN/order"
+curl -s -X POST -H 'x-user-id: warm' "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order"; echo
+
+read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT/seckill/$OPEN/order")"
+reserved=$("${RCLI[@]}" hget "sk:{$OPEN}:stats" reserved_count)
+read -r B_RPS B_P50 B_P99 B_NON <<<"$(run_wrk b "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order")"
+# (c): EVALSHA of the same script, same connections; random request ids and users.
+SHA=$("${RCLI[@]}" script load "$(cat lua/reserve.lua)")
+C_N=$(python3 -c "print(max(100000, int(float('$A_RPS') * 3 * ${DURATION%s})))")
+# shellcheck disable=SC2046
+C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --threads "$THREADS" -n "$C_N" \
+  -r 100000000000 -q evalsha "$SHA" 7 $(keys "$RB") "$RB" __rand_int__ __rand_int__ 1 |
+  tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
+read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
+# RSS: a run at 1,000 connections, then the peak resident set of the whole run.
+run_wrk rss "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order" 1000 >/dev/null
+HWM_KB=$(awk '/^VmHWM/ {print $2}' "/proc/$GW_PID/status")
+
+ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
+BD=$(ratio "$B_RPS" "$D_RPS")
+AB=$(ratio "$A_RPS" "$B_RPS")
+verdict() { python3 -c "print('ok' if $1 else 'MISSED')"; }
+printf '\n%-44s %12s %10s %10s\n' "" "requests/s" "p50 ms" "p99 ms"
+printf '%-44s %12s %10.2f %10.2f\n' "(a) reservations (gateway + Redis + upstream)" "$A_RPS" "$(python3 -c "print($A_P50/1000)")" "$(python3 -c "print($A_P99/1000)")"
+printf '%-44s %12s %10.2f %10.2f\n' "(b) sold-out short circuit (gateway)" "$B_RPS" "$(python3 -c "print($B_P50/1000)")" "$(python3 -c "print($B_P99/1000)")"
+printf '%-44s %12s\n' "(c) redis-benchmark EVALSHA reserve.lua" "$C_RPS"
+printf '%-44s %12s %10.2f %10.2f\n' "(d) nginx static return 410" "$D_RPS" "$(python3 -c "print($D_P50/1000)")" "$(python3 -c "print($D_P99/1000)")"
+echo
+echo "(a) reserved in Redis during the run: ${reserved:-0}; non-2xx answers in (a): $A_NON; in (b) (all should be 410): $B_NON"
+echo "(b)/(d) = $BD   target >= 1.0: $(verdict "$BD >= 1.0")"
+echo "(a)/(b) = $AB   target >= 0.6: $(verdict "$AB >= 0.6")"
+echo "(a)/(c) = $(ratio "$A_RPS" "$C_RPS")   (share of the Redis ceiling)"
+echo "gateway peak RSS (VmHWM, incl. 1,000 connections): $((HWM_KB / 1024)) MiB   target < 64: $(verdict "$HWM_KB < 65536")"

@@ -1,0 +1,414 @@
+//! The hot path: one `ProxyHttp` impl, readable top to bottom.
+//!
+//! `request_filter` decides every request, cheapest check first:
+//!
+//! 1. route: a campaign path (`/seckill/{c}/order|info|result/{id}`) or a shop route; none → 404;
+//! 2. for `order`: the campaign exists → its window is open (server time) → its switches →
+//!    its concurrency budget → the local sold-out flag → the inputs (user, qty) → the rate
+//!    limits → `reserve.lua` in Redis (bounded timeout). Anything but a reservation is answered
+//!    here; only a reservation goes on to the order writer.
+//!
+//! A forwarded reservation carries the record the script wrote to the outbox, signed; client
+//! copies of the signature headers are stripped from every request. If the order writer is
+//! down, slow or refuses, the client still gets `202 QUEUED`: the record is in the Redis outbox
+//! and the order writer's sweeper produces it later. Nothing is ever reserved twice: the script
+//! runs once per request, before any upstream is chosen, and is never retried.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{SecondsFormat, Utc};
+use http::{Method, Uri};
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_core::{Error, ErrorSource, ErrorType, Result};
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::{FailToProxy, ProxyHttp, Session};
+use plugins::budget::Permit;
+use plugins::input::{self, DEVICE_HEADER, USER_HEADER};
+use plugins::rate_limit::RateLimiter;
+use plugins::reserve::{self, Reserver};
+use plugins::sold_out::now_ms;
+use plugins::{switches, window, Denial};
+use protocol::campaign::Window;
+use protocol::codes::{Answer, Code};
+use protocol::scripts::ReserveOutcome;
+use protocol::signing::{RESERVATION_HEADER, SIGNATURE_HEADER};
+
+use crate::reload::{Active, CampaignEntry, SharedState};
+use crate::routes::{self, CampaignPath};
+
+/// Path of the order writer's intake.
+pub const INTAKE_PATH: &str = "/internal/reservations";
+
+/// The gateway's proxy logic.
+pub struct Gateway {
+    shared: Arc<SharedState>,
+    reserver: Reserver,
+    limiter: RateLimiter,
+}
+
+impl Gateway {
+    /// A gateway over the shared conf and a Redis reserver.
+    pub fn new(shared: Arc<SharedState>, reserver: Reserver) -> Self {
+        Self { shared, reserver, limiter: RateLimiter::new() }
+    }
+}
+
+/// Where a request that passed `request_filter` goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Upstream {
+    /// Nowhere (answered by the gateway).
+    #[default]
+    None,
+    /// The order writer pool (reservations and result queries).
+    OrderWriter,
+    /// A shop route's pool (index into the conf's routes).
+    Shop(usize),
+}
+
+/// A reservation taken in Redis, on its way to the order writer.
+#[derive(Debug)]
+pub struct Reserved {
+    campaign: String,
+    record: String,
+}
+
+/// Per-request state.
+#[derive(Debug, Default)]
+pub struct Ctx {
+    /// The conf snapshot this request runs under, from start to end.
+    active: Option<Arc<Active>>,
+    /// The id the gateway gave this request (campaign paths only).
+    request_id: String,
+    /// Where it goes.
+    upstream: Upstream,
+    /// Set when `reserve.lua` reserved: the record to forward.
+    reserved: Option<Reserved>,
+    /// The campaign's concurrency budget place, given back in `logging`.
+    permit: Option<Permit>,
+}
+
+/// What `request_filter` decided from the request line and headers.
+enum Route {
+    Order(String),
+    Info(String),
+    Result,
+    Shop(usize),
+    NotFound,
+}
+
+/// The inputs of an order request, checked.
+struct OrderInput {
+    user: String,
+    qty: i64,
+}
+
+#[async_trait]
+impl ProxyHttp for Gateway {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        let active = self.shared.active();
+        ctx.active = Some(Arc::clone(&active));
+
+        let route = {
+            let req = session.req_header();
+            match routes::campaign_path(req.uri.path()) {
+                Some(CampaignPath::Order(c)) => Route::Order(c.to_string()),
+                Some(CampaignPath::Info(c)) => Route::Info(c.to_string()),
+                Some(CampaignPath::Result(_)) => Route::Result,
+                Some(CampaignPath::Unknown) => Route::NotFound,
+                None => active.routes.find(host(req), req.uri.path()).map_or(Route::NotFound, Route::Shop),
+            }
+        };
+
+        match route {
+            Route::Shop(i) => {
+                ctx.upstream = Upstream::Shop(i);
+                Ok(false)
+            }
+            Route::Result => {
+                ctx.upstream = Upstream::OrderWriter;
+                Ok(false)
+            }
+            Route::NotFound => {
+                ctx.request_id = new_request_id();
+                let d = Denial::new(Code::RouteNotFound, "no route for this host and path");
+                deny(session, &ctx.request_id, &d).await
+            }
+            Route::Info(campaign) => {
+                ctx.request_id = new_request_id();
+                match active.campaigns.get(&campaign) {
+                    Some(entry) => info(session, entry).await,
+                    None => deny(session, &ctx.request_id, &unknown_campaign()).await,
+                }
+            }
+            Route::Order(campaign) => {
+                ctx.request_id = new_request_id();
+                let checked = self.admit(session, ctx, &active, &campaign);
+                let reserved = match checked {
+                    Ok(input) => self.reserve(ctx, &active, campaign, input).await,
+                    Err(d) => Err(d),
+                };
+                match reserved {
+                    Ok(()) => {
+                        ctx.upstream = Upstream::OrderWriter;
+                        Ok(false)
+                    }
+                    Err(d) => deny(session, &ctx.request_id, &d).await,
+                }
+            }
+        }
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        // A forwarded reservation has no body: the signed record is all the order writer gets.
+        if ctx.reserved.is_some() {
+            *body = None;
+        }
+        Ok(())
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        let active =
+            ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
+        let pool = match ctx.upstream {
+            Upstream::OrderWriter => &active.order_writer,
+            Upstream::Shop(i) => &active.shop_pools[i],
+            Upstream::None => {
+                return Err(Error::explain(ErrorType::InternalError, "request has no upstream"))
+            }
+        };
+        pool.peer().ok_or_else(|| {
+            Error::explain(ErrorType::ConnectNoRoute, format!("no healthy upstream in pool {}", pool.name()))
+        })
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        // Only the gateway signs reservations: client-sent copies go, on every route.
+        upstream_request.remove_header(RESERVATION_HEADER);
+        upstream_request.remove_header(SIGNATURE_HEADER);
+        if let (Some(reserved), Some(active)) = (&ctx.reserved, &ctx.active) {
+            let (record, signature) = active.signer.seal(reserved.record.as_bytes());
+            upstream_request.set_method(Method::POST);
+            upstream_request.set_uri(Uri::from_static(INTAKE_PATH));
+            upstream_request.insert_header(RESERVATION_HEADER, record)?;
+            upstream_request.insert_header(SIGNATURE_HEADER, signature)?;
+            upstream_request.insert_header("x-request-id", ctx.request_id.as_str())?;
+            upstream_request.remove_header("transfer-encoding");
+            upstream_request.insert_header("content-length", "0")?;
+        }
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        // The order writer refused or failed: the reservation is safe in the outbox, so the
+        // client is answered QUEUED by `fail_to_proxy` rather than shown the upstream's error.
+        let status = upstream_response.status;
+        if ctx.reserved.is_some() && !status.is_success() {
+            return Err(Error::explain(
+                ErrorType::HTTPStatus(status.as_u16()),
+                format!("order writer answered {status}"),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy
+    where
+        Ctx: Send + Sync,
+    {
+        if let Some(reserved) = &ctx.reserved {
+            tracing::warn!(
+                request_id = %ctx.request_id, campaign = %reserved.campaign, error = %e,
+                "order writer not reached: the reservation stays in the outbox for the sweeper"
+            );
+            let body = queued(&reserved.campaign, &ctx.request_id);
+            let _ = respond(session, 202, body, None, "no-store").await;
+            return FailToProxy { error_code: 202, can_reuse_downstream: false };
+        }
+        let (code, answer) = match (e.etype(), e.esource()) {
+            (ErrorType::HTTPStatus(code), _) => (*code, Code::Internal),
+            (_, ErrorSource::Upstream) => (502, Code::UpstreamUnavailable),
+            (
+                ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed,
+                ErrorSource::Downstream,
+            ) => (0, Code::BadRequest),
+            (_, ErrorSource::Downstream) => (400, Code::BadRequest),
+            _ => (500, Code::Internal),
+        };
+        if code > 0 {
+            let message = match answer {
+                Code::UpstreamUnavailable => "the upstream could not be reached",
+                Code::BadRequest => "the request could not be read",
+                _ => "unexpected error",
+            };
+            let body = Answer { code: answer, message, request_id: &ctx.request_id }.to_json();
+            let _ = respond(session, code, body, None, "no-store").await;
+        }
+        FailToProxy { error_code: code, can_reuse_downstream: false }
+    }
+
+    async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+        // The answer is written: give the campaign's budget place back.
+        ctx.permit.take();
+    }
+}
+
+impl Gateway {
+    /// The reservation, after every other check passed: one round trip, bounded (the nonce
+    /// check will join the script). `Ok` means reserved: `ctx.reserved` holds the record.
+    async fn reserve(
+        &self,
+        ctx: &mut Ctx,
+        active: &Active,
+        campaign: String,
+        input: OrderInput,
+    ) -> std::result::Result<(), Denial> {
+        let entry = active.campaigns.get(&campaign).ok_or_else(unknown_campaign)?;
+        let outcome = self
+            .reserver
+            .reserve(&campaign, &ctx.request_id, &input.user, input.qty)
+            .await
+            .map_err(|e| reserve::degraded(&e))?;
+        if reserve::sets_sold_out_flag(&outcome) {
+            entry.sold_out.mark(now_ms(), active.server.sold_out_ttl);
+        }
+        if let Some(d) = reserve::denial(&outcome) {
+            return Err(d);
+        }
+        if let ReserveOutcome::Reserved { record, .. } = outcome {
+            ctx.reserved = Some(Reserved { campaign, record });
+        }
+        Ok(())
+    }
+
+    /// Every check before Redis, in the order they run. Add new checks here, at their place
+    /// by cost: a captcha token (JWT) and the HMAC request signature go after the inputs and
+    /// before the rate limits.
+    fn admit(
+        &self,
+        session: &Session,
+        ctx: &mut Ctx,
+        active: &Active,
+        campaign: &str,
+    ) -> std::result::Result<OrderInput, Denial> {
+        let req = session.req_header();
+        let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
+        if req.method != Method::POST {
+            return Err(Denial::new(Code::BadRequest, "an order is a POST"));
+        }
+        let c = &entry.campaign;
+        window::check(c, Utc::now())?;
+        switches::check(&c.switches)?;
+        ctx.permit = Some(entry.budget.try_acquire()?);
+        entry.sold_out.check(now_ms())?;
+
+        let header = |name: &str| req.headers.get(name).map(|v| v.as_bytes());
+        let user = input::user_id(header(USER_HEADER))?;
+        let device = input::device_id(header(DEVICE_HEADER))?;
+        let qty = input::qty(req.uri.query())?;
+
+        let ip: Option<IpAddr> = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        self.limiter.check(campaign, &c.limits, ip, device, user)?;
+        Ok(OrderInput { user: user.to_string(), qty })
+    }
+}
+
+fn new_request_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}
+
+fn unknown_campaign() -> Denial {
+    Denial::new(Code::CampaignUnknown, "no such campaign")
+}
+
+/// The request's host, without port: the `Host` header, else the URI's authority.
+fn host(req: &RequestHeader) -> Option<&str> {
+    req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host())
+}
+
+/// The 202 body of a reservation, whether or not the order writer was reached.
+fn queued(campaign: &str, request_id: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "code": Code::Queued,
+        "message": "reserved; your order is being written",
+        "request_id": request_id,
+        "poll_url": format!("/seckill/{campaign}/result/{request_id}"),
+    }))
+    .unwrap_or_default()
+}
+
+/// Writes a complete JSON answer. Always `Ok(true)`: the request is answered.
+async fn respond(
+    session: &mut Session,
+    status: u16,
+    body: Vec<u8>,
+    retry_after: Option<u32>,
+    cache_control: &'static str,
+) -> Result<bool> {
+    let mut header = ResponseHeader::build(status, Some(4))?;
+    header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+    header.insert_header(http::header::CACHE_CONTROL, cache_control)?;
+    if let Some(secs) = retry_after {
+        header.insert_header(http::header::RETRY_AFTER, secs)?;
+    }
+    session.write_response_header(Box::new(header), false).await?;
+    session.write_response_body(Some(Bytes::from(body)), true).await?;
+    Ok(true)
+}
+
+/// Answers a denial: `{code, message, request_id}` with the code's status.
+async fn deny(session: &mut Session, request_id: &str, d: &Denial) -> Result<bool> {
+    let body = Answer { code: d.code, message: &d.message, request_id }.to_json();
+    respond(session, d.code.status(), body, d.retry_after_secs, "no-store").await
+}
+
+/// `GET /seckill/{c}/info`: server time, window state, switches; cacheable for a second.
+async fn info(session: &mut Session, entry: &CampaignEntry) -> Result<bool> {
+    let c = &entry.campaign;
+    let now = Utc::now();
+    let state = match c.window(now) {
+        Window::NotStarted => "NOT_STARTED",
+        Window::Open => "OPEN",
+        Window::Ended => "ENDED",
+    };
+    let body = serde_json::to_vec(&serde_json::json!({
+        "campaign": c.id,
+        "server_time": now.to_rfc3339_opts(SecondsFormat::Millis, true),
+        "server_time_ms": now.timestamp_millis(),
+        "state": state,
+        "switches": {
+            "closed": c.switches.closed,
+            "queue_only": c.switches.queue_only,
+            "pause_replenish": c.switches.pause_replenish,
+        },
+        "starts_at": c.starts_at.to_rfc3339(),
+        "ends_at": c.ends_at.to_rfc3339(),
+    }))
+    .unwrap_or_default();
+    respond(session, 200, body, None, "max-age=1").await
+}

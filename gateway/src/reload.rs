@@ -1,0 +1,214 @@
+//! The active configuration, and reloading it without dropping a request.
+//!
+//! The active conf lives in an [`ArcSwap`]: each request loads one snapshot at its start and
+//! keeps it to its end, so a reload never changes the rules under a request in flight (and an
+//! old pool lives until its last request is done). [`reload`] reads and validates the files
+//! again; an invalid conf is refused, the old one stays, and the error says file:line:field.
+//! `SIGHUP` calls it ([`watch_sighup`]); tests call it directly.
+//!
+//! The listening address, the thread count and the Redis settings are read once at start:
+//! changing them needs a restart, and a reload that changes them says so in the log.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use plugins::budget::{Budget, Budgets};
+use plugins::sold_out::{SoldOutFlag, SoldOutFlags};
+use protocol::campaign::Campaign;
+use protocol::conf::ConfError;
+use protocol::signing::Signer;
+
+use crate::conf::{self, Loaded, ServerConf};
+use crate::routes::RouteTable;
+use crate::upstreams::Pool;
+
+/// A campaign with its process-wide state (kept across reloads).
+#[derive(Debug)]
+pub struct CampaignEntry {
+    /// The campaign file.
+    pub campaign: Campaign,
+    /// Its local sold-out flag.
+    pub sold_out: Arc<SoldOutFlag>,
+    /// Its concurrency budget.
+    pub budget: Arc<Budget>,
+}
+
+/// One validated configuration, ready to serve.
+#[derive(Debug)]
+pub struct Active {
+    /// The server file.
+    pub server: ServerConf,
+    /// Campaigns by id.
+    pub campaigns: HashMap<String, CampaignEntry>,
+    /// Shop routes.
+    pub routes: RouteTable,
+    /// One pool per shop route, same index as `server.routes`.
+    pub shop_pools: Vec<Pool>,
+    /// The order writer's pool.
+    pub order_writer: Pool,
+    /// Signs forwarded reservations.
+    pub signer: Signer,
+}
+
+impl Active {
+    /// Every pool of this conf.
+    pub fn pools(&self) -> impl Iterator<Item = &Pool> {
+        std::iter::once(&self.order_writer).chain(self.shop_pools.iter())
+    }
+}
+
+/// What every request and background task of the process shares.
+#[derive(Debug)]
+pub struct SharedState {
+    conf_file: PathBuf,
+    active: ArcSwap<Active>,
+    /// Sold-out flags by campaign, kept across reloads.
+    pub sold_out: SoldOutFlags,
+    /// Concurrency budgets by campaign, kept across reloads.
+    pub budgets: Budgets,
+}
+
+fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<Active, ConfError> {
+    let server = loaded.server;
+    let pool_err =
+        |e: std::io::Error| ConfError::whole(&server.file, format!("cannot build an upstream pool: {e}"));
+    let order_writer = Pool::new("order_writer", &server.order_writer).map_err(pool_err)?;
+    let shop_pools = server
+        .routes
+        .iter()
+        .map(|r| Pool::new(&r.name, &r.pool))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(pool_err)?;
+    let campaigns = loaded
+        .campaigns
+        .into_iter()
+        .map(|c| {
+            let entry = CampaignEntry {
+                sold_out: sold_out.get(&c.id),
+                budget: budgets.get(&c.id, c.limits.max_inflight),
+                campaign: c,
+            };
+            (entry.campaign.id.clone(), entry)
+        })
+        .collect();
+    Ok(Active {
+        routes: RouteTable::new(&server.routes),
+        signer: Signer::new(&server.signing_key),
+        server,
+        campaigns,
+        shop_pools,
+        order_writer,
+    })
+}
+
+impl SharedState {
+    /// Loads `conf_file` and its campaigns; fails on any invalid file.
+    pub fn load(conf_file: &Path) -> Result<Self, ConfError> {
+        let loaded = conf::load(conf_file)?;
+        let (sold_out, budgets) = (SoldOutFlags::default(), Budgets::default());
+        let active = build(loaded, &sold_out, &budgets)?;
+        Ok(Self {
+            conf_file: conf_file.to_path_buf(),
+            active: ArcSwap::from_pointee(active),
+            sold_out,
+            budgets,
+        })
+    }
+
+    /// The active conf (a snapshot: keep it for the whole request).
+    pub fn active(&self) -> Arc<Active> {
+        self.active.load_full()
+    }
+}
+
+/// Reads the files again and, if they are all valid, makes them active. On error the old conf
+/// stays active and the error (file:line:col: field) is returned and logged.
+pub fn reload(shared: &SharedState) -> Result<Arc<Active>, ConfError> {
+    let loaded = conf::load(&shared.conf_file).and_then(|l| build(l, &shared.sold_out, &shared.budgets));
+    let new = match loaded {
+        Ok(new) => Arc::new(new),
+        Err(e) => {
+            tracing::error!(error = %e, "reload refused; the previous configuration stays active");
+            return Err(e);
+        }
+    };
+    let old = shared.active();
+    let (o, n) = (&old.server, &new.server);
+    if o.listen != n.listen || o.threads != n.threads || o.redis != n.redis {
+        tracing::warn!("server.listen, server.threads and [redis] take effect only after a restart");
+    }
+    shared.active.store(Arc::clone(&new));
+    tracing::info!(campaigns = new.campaigns.len(), routes = new.shop_pools.len(), "configuration reloaded");
+    Ok(new)
+}
+
+/// Reloads on every `SIGHUP`, forever.
+pub async fn watch_sighup(shared: Arc<SharedState>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP: reload is off");
+            return;
+        }
+    };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the configuration");
+        let _ = reload(&shared);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_conf(dir: &Path, stock: &str) {
+        std::fs::create_dir_all(dir.join("campaigns")).unwrap();
+        std::fs::write(
+            dir.join("server.toml"),
+            r#"
+[server]
+listen = "127.0.0.1:1"
+signing_key = "file:key"
+[redis]
+url = "redis://127.0.0.1:1"
+[order_writer]
+upstreams = ["127.0.0.1:1"]
+"#,
+        )
+        .unwrap();
+        std::fs::write(dir.join("key"), "0123456789abcdef0123").unwrap();
+        std::fs::write(
+            dir.join("campaigns/c1.toml"),
+            format!(
+                "id = \"c1\"\nsku = \"S\"\nstock = {stock}\nper_user_limit = 1\nprice_cents = 1\n\
+                 starts_at = 2026-01-01T00:00:00Z\nends_at = 2099-01-01T00:00:00Z\n"
+            ),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_bad_reload_keeps_the_old_conf_and_a_good_one_replaces_it() {
+        let dir = std::env::temp_dir().join(format!("gw-reload-{}", uuid::Uuid::new_v4().simple()));
+        write_conf(&dir, "10");
+        let shared = SharedState::load(&dir.join("server.toml")).unwrap();
+        let flag = shared.active().campaigns["c1"].sold_out.clone();
+        flag.mark(plugins::sold_out::now_ms(), std::time::Duration::from_secs(60));
+
+        write_conf(&dir, "-1");
+        let err = reload(&shared).unwrap_err();
+        assert!(err.to_string().contains("c1.toml:3:"), "{err}");
+        assert_eq!(err.field.as_deref(), Some("stock"));
+        assert_eq!(shared.active().campaigns["c1"].campaign.stock, 10, "the old conf stays");
+
+        write_conf(&dir, "20");
+        reload(&shared).unwrap();
+        let active = shared.active();
+        assert_eq!(active.campaigns["c1"].campaign.stock, 20);
+        assert!(Arc::ptr_eq(&active.campaigns["c1"].sold_out, &flag), "flags survive a reload");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,116 @@
+//! Wires the gateway into a Pingora server: the Redis pool, the control tasks (reload on
+//! `SIGHUP`, replenish subscription, health checks) and the proxy service.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use fred::prelude::*;
+use pingora_core::server::configuration::ServerConf as PingoraConf;
+use pingora_core::server::Server;
+use plugins::reserve::Reserver;
+use protocol::scripts::Scripts;
+
+use crate::conf::RedisConf;
+use crate::proxy::Gateway;
+use crate::reload::{self, SharedState};
+use crate::{replenish, upstreams};
+
+/// What the binary was asked to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The server file.
+    pub conf: PathBuf,
+    /// Folder of the Lua scripts.
+    pub lua_dir: PathBuf,
+}
+
+/// Validates the conf and the scripts; returns a one-line summary.
+pub fn check(opts: &Options) -> anyhow::Result<String> {
+    let shared = SharedState::load(&opts.conf)?;
+    Scripts::load(&opts.lua_dir)?;
+    let active = shared.active();
+    Ok(format!(
+        "{}: ok ({} campaigns, {} routes, listen {})",
+        opts.conf.display(),
+        active.campaigns.len(),
+        active.shop_pools.len(),
+        active.server.listen
+    ))
+}
+
+/// Builds the Redis pool: fail fast (one attempt per command, bounded timeouts), reconnect in
+/// the background forever. Starting while Redis is down is allowed: orders answer
+/// `SERVICE_DEGRADED` until it is back.
+async fn connect_redis(conf: &RedisConf, scripts: &Scripts) -> anyhow::Result<Pool> {
+    let config = Config::from_url(&conf.url).context("redis.url")?;
+    let pool = Builder::from_config(config)
+        .with_connection_config(|c| {
+            c.connection_timeout = Duration::from_millis(500);
+            c.internal_command_timeout = Duration::from_secs(1);
+            c.max_command_attempts = 1;
+            c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
+        })
+        .with_performance_config(|p| p.default_command_timeout = conf.timeout * 2)
+        .set_policy(ReconnectPolicy::new_constant(0, 200))
+        .build_pool(conf.pool_size)?;
+    pool.connect();
+    match tokio::time::timeout(Duration::from_secs(2), pool.wait_for_connect()).await {
+        Ok(Ok(())) => {
+            match tokio::time::timeout(Duration::from_secs(2), scripts.preload(pool.next())).await {
+                Ok(Ok(())) => tracing::info!(url = %conf.url, "redis connected, scripts loaded"),
+                _ => tracing::warn!("could not preload the scripts; they load on first use"),
+            }
+        }
+        _ => {
+            tracing::warn!(url = %conf.url, "redis is not reachable yet: orders answer SERVICE_DEGRADED until it is")
+        }
+    }
+    Ok(pool)
+}
+
+/// Runs the gateway until a shutdown signal. Does not return on success.
+pub fn run(opts: &Options) -> anyhow::Result<()> {
+    let shared = Arc::new(SharedState::load(&opts.conf)?);
+    let scripts = Scripts::load(&opts.lua_dir)?;
+    let active = shared.active();
+    let server_conf = active.server.clone();
+    drop(active);
+
+    // Control tasks run on their own small runtime, beside Pingora's: Redis connections,
+    // SIGHUP, replenish messages, health checks.
+    let control = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("gw-control")
+        .enable_all()
+        .build()?;
+    let pool = control.block_on(connect_redis(&server_conf.redis, &scripts))?;
+    control.spawn(reload::watch_sighup(Arc::clone(&shared)));
+    control.spawn(replenish::run(server_conf.redis.url.clone(), Arc::clone(&shared)));
+    control.spawn(upstreams::run_health_checks(Arc::clone(&shared)));
+
+    let pingora_conf = PingoraConf {
+        threads: server_conf.threads,
+        grace_period_seconds: Some(1),
+        graceful_shutdown_timeout_seconds: Some(5),
+        max_retries: 2,
+        work_stealing: false,
+        ..PingoraConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, pingora_conf);
+    server.bootstrap();
+    let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
+    let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, Gateway::new(shared, reserver));
+    proxy.add_tcp(&server_conf.listen.to_string());
+    server.add_service(proxy);
+    tracing::info!(listen = %server_conf.listen, conf = %opts.conf.display(), "gateway starting");
+    let _control = control;
+    server.run_forever()
+}
+
+/// The default Lua folder: `lua/` beside the conf folder's parent (`conf/../lua`), which is
+/// where it is in the repository.
+pub fn default_lua_dir(conf: &Path) -> PathBuf {
+    conf.parent().and_then(Path::parent).unwrap_or(Path::new(".")).join("lua")
+}

@@ -1,0 +1,139 @@
+//! Bad conf is refused with file, line and field; a reload with bad conf keeps the old one.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::*;
+
+/// Runs `gateway --check` on a conf folder; returns (success, stderr).
+fn check(conf: &GatewayConf) -> (bool, String) {
+    let dir = std::env::temp_dir().join(e2e::stack::unique("gw-check-"));
+    let file = write_conf(&dir, conf, 1);
+    let out = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .arg("--conf")
+        .arg(&file)
+        .arg("--lua-dir")
+        .arg(protocol::scripts::default_dir())
+        .arg("--check")
+        .output()
+        .unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn bad_conf_is_refused_with_file_line_and_field() {
+    let good = GatewayConf::new("redis://127.0.0.1:6390", "127.0.0.1:8081", "c1", "");
+    assert!(check(&good).0, "{}", check(&good).1);
+
+    let with_campaign = |text: String| {
+        let mut c = GatewayConf::new("redis://127.0.0.1:6390", "127.0.0.1:8081", "c1", "");
+        c.campaigns = vec![("c1".into(), text)];
+        c
+    };
+    let base = campaign_toml("c1", "");
+    let cases = [
+        (with_campaign(base.replace("sku = ", "skew = ")), "c1.toml:2:", "field `skew`", "unknown field"),
+        (
+            with_campaign(base.replace("stock = 100", "stock = -1")),
+            "c1.toml:3:",
+            "field `stock`",
+            "0 or more",
+        ),
+        (
+            with_campaign(window_toml("c1", "-1h", "").replace("ends_at = \"", "ends_at = \"1999")),
+            "c1.toml:7:",
+            "field `ends_at`",
+            "",
+        ),
+        (
+            GatewayConf::new("redis://127.0.0.1:6390", "not-an-address", "c1", ""),
+            "server.toml:13:",
+            "field `order_writer.upstreams`",
+            "IP:port",
+        ),
+    ];
+    for (conf, place, field, words) in cases {
+        let (ok, stderr) = check(&conf);
+        assert!(!ok, "refused: {stderr}");
+        assert!(
+            stderr.contains(place) && stderr.contains(field) && stderr.contains(words),
+            "{place} {field}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+    }
+
+    // End before start: a valid time, in the wrong order.
+    let swapped = {
+        let now = chrono::Utc::now();
+        format!(
+            "id = \"c1\"\nsku = \"S\"\nstock = 1\nper_user_limit = 1\nprice_cents = 1\nstarts_at = \"{}\"\nends_at = \"{}\"\n",
+            now.to_rfc3339(),
+            (now - chrono::Duration::hours(1)).to_rfc3339()
+        )
+    };
+    let (ok, stderr) = check(&with_campaign(swapped));
+    assert!(
+        !ok && stderr.contains("c1.toml:7:")
+            && stderr.contains("`ends_at`")
+            && stderr.contains("after starts_at"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn sighup_reloads_and_a_bad_reload_keeps_the_old_conf() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 100, 1).await;
+    let upstream = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(Intake).mount(&upstream).await;
+    let gw = Gateway::start(&GatewayConf::new(
+        &e2e::stack::redis_url(),
+        &upstream.address().to_string(),
+        &campaign,
+        "",
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    assert_eq!(order(&http, &gw, &campaign, "r-1").await.0, 202);
+
+    // A broken file (closed, but with a typo) is refused: the old conf keeps selling.
+    gw.write_campaign(&campaign, &campaign_toml(&campaign, "[switches]\nclosed = true\nqueue_onyl = true"));
+    gw.hup();
+    let refused = eventually(Duration::from_secs(5), || async { gw.log().contains("reload refused") }).await;
+    assert!(refused, "{}", gw.log());
+    assert!(
+        gw.log().contains(&format!("{campaign}.toml:")) && gw.log().contains("queue_onyl"),
+        "{}",
+        gw.log()
+    );
+    assert_eq!(order(&http, &gw, &campaign, "r-2").await.0, 202, "the old conf stays");
+
+    // A good file takes effect: closed, then queue-only.
+    gw.write_campaign(&campaign, &campaign_toml(&campaign, "[switches]\nclosed = true"));
+    gw.hup();
+    // Probe with /info, not with orders: an order probed before the reload lands would reserve.
+    let closed = eventually(Duration::from_secs(5), || async {
+        let info = http.get(gw.url(&format!("/seckill/{campaign}/info"))).send().await.unwrap();
+        info.json::<serde_json::Value>().await.unwrap()["switches"]["closed"] == true
+    })
+    .await;
+    assert!(closed, "{}", gw.log());
+    let (status, _) = order(&http, &gw, &campaign, "r-3").await;
+    assert_eq!(status, 503);
+
+    gw.write_campaign(&campaign, &campaign_toml(&campaign, "[switches]\nqueue_only = true"));
+    gw.hup();
+    let queued_only = eventually(Duration::from_secs(5), || async {
+        let resp = http
+            .post(gw.url(&format!("/seckill/{campaign}/order")))
+            .header("x-user-id", "r-4")
+            .send()
+            .await
+            .unwrap();
+        resp.status() == 429 && resp.headers().get("retry-after").is_some()
+    })
+    .await;
+    assert!(queued_only, "{}", gw.log());
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 2, "only r-1 and r-2 were reserved");
+}

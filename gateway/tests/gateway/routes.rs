@@ -1,0 +1,260 @@
+//! Answers of the edge itself, shop routes, header stripping, isolation of a flooded campaign.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use protocol::signing::{RESERVATION_HEADER, SIGNATURE_HEADER};
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::support::*;
+
+fn shop_route(upstream: &MockServer) -> String {
+    format!("[[route]]\nname = \"shop\"\npath_prefix = \"/\"\nupstreams = [\"{}\"]\n", upstream.address())
+}
+
+#[tokio::test]
+async fn bad_input_unknown_campaign_window_and_missing_route() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let (open, unpublished) = (e2e::stack::unique("gw"), e2e::stack::unique("gw"));
+    let (early, late) = (e2e::stack::unique("gw"), e2e::stack::unique("gw"));
+    publish(&redis, &open, 10, 2).await;
+    let upstream = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(Intake).mount(&upstream).await;
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &upstream.address().to_string(), &open, "");
+    conf.campaigns.push((unpublished.clone(), campaign_toml(&unpublished, "")));
+    conf.campaigns.push((early.clone(), window_toml(&early, "future", "")));
+    conf.campaigns.push((late.clone(), window_toml(&late, "past", "")));
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let url = gw.url(&format!("/seckill/{open}/order"));
+
+    let cases: Vec<(reqwest::RequestBuilder, u16, &str, &str)> = vec![
+        (http.post(&url), 400, "BAD_REQUEST", "x-user-id is required"),
+        (http.post(&url).header("x-user-id", "has space"), 400, "BAD_REQUEST", "x-user-id"),
+        (http.post(&url).header("x-user-id", "a".repeat(129)), 400, "BAD_REQUEST", "1 to 128"),
+        (http.post(format!("{url}?qty=0")).header("x-user-id", "u"), 400, "BAD_REQUEST", "qty"),
+        (http.post(format!("{url}?qty=abc")).header("x-user-id", "u"), 400, "BAD_REQUEST", "qty"),
+        (http.post(format!("{url}?qty=3")).header("x-user-id", "u"), 400, "BAD_REQUEST", "between 1 and 2"),
+        (http.get(&url).header("x-user-id", "u"), 400, "BAD_REQUEST", "POST"),
+        (http.post(gw.url("/seckill/nope/order")).header("x-user-id", "u"), 404, "CAMPAIGN_UNKNOWN", ""),
+        (
+            http.post(gw.url(&format!("/seckill/{unpublished}/order"))).header("x-user-id", "u"),
+            409,
+            "CAMPAIGN_NOT_READY",
+            "",
+        ),
+        (
+            http.post(gw.url(&format!("/seckill/{early}/order"))).header("x-user-id", "u"),
+            425,
+            "NOT_STARTED",
+            "",
+        ),
+        (http.post(gw.url(&format!("/seckill/{late}/order"))).header("x-user-id", "u"), 410, "ENDED", ""),
+        (http.get(gw.url("/anything")), 404, "ROUTE_NOT_FOUND", ""),
+        (http.get(gw.url("/seckill/x/other")), 404, "ROUTE_NOT_FOUND", ""),
+    ];
+    for (req, status, code, words) in cases {
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let got = resp.status().as_u16();
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!((got, body["code"].as_str()), (status, Some(code)), "{body}");
+        assert!(body["message"].as_str().unwrap().contains(words), "{body}");
+        assert!(!body["request_id"].as_str().unwrap().is_empty());
+    }
+    assert!(upstream.received_requests().await.unwrap().is_empty(), "nothing bad was forwarded");
+    let stock: i64 =
+        fred::prelude::KeysInterface::get(&redis, protocol::keys::CampaignKeys::new(&open).stock)
+            .await
+            .unwrap();
+    assert_eq!(stock, 10, "nothing was reserved");
+
+    // Info: server time and state, cacheable for a second.
+    let resp = http.get(gw.url(&format!("/seckill/{early}/info"))).send().await.unwrap();
+    assert_eq!(resp.headers()["cache-control"], "max-age=1");
+    let info: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(info["state"], "NOT_STARTED");
+    assert!(info["server_time_ms"].as_i64().unwrap() > 0);
+    assert!(info["starts_at"].as_str().is_some() && info["ends_at"].as_str().is_some());
+    let info: serde_json::Value =
+        http.get(gw.url(&format!("/seckill/{open}/info"))).send().await.unwrap().json().await.unwrap();
+    assert_eq!((info["state"].as_str(), info["switches"]["closed"].as_bool()), (Some("OPEN"), Some(false)));
+}
+
+#[tokio::test]
+async fn client_sent_signature_headers_are_stripped_everywhere() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 10, 1).await;
+    let writer = MockServer::start().await;
+    Mock::given(method("POST")).and(path("/internal/reservations")).respond_with(Intake).mount(&writer).await;
+    Mock::given(method("GET"))
+        .and(path_regex("^/seckill/.+/result/.+$"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(serde_json::json!({"code": "SUCCESS"})))
+        .mount(&writer)
+        .await;
+    let shop = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("page"))
+        .mount(&shop)
+        .await;
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &writer.address().to_string(), &campaign, "");
+    conf.routes = shop_route(&shop);
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let forged = |req: reqwest::RequestBuilder| {
+        req.header(RESERVATION_HEADER, "Zm9yZ2Vk").header(SIGNATURE_HEADER, "00ff")
+    };
+
+    // Shop route: proxied as is, minus the two headers.
+    let resp = forged(http.get(gw.url("/catalog?page=2"))).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.text().await.unwrap(), "page");
+    let seen = shop.received_requests().await.unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].url.path(), "/catalog");
+    assert!(
+        seen[0].headers.get(RESERVATION_HEADER).is_none() && seen[0].headers.get(SIGNATURE_HEADER).is_none()
+    );
+
+    // Order: the upstream sees only the gateway's own pair, which verifies, for this user.
+    let resp =
+        forged(http.post(gw.url(&format!("/seckill/{campaign}/order"))).header("x-user-id", "strip-1"))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(resp.status(), 202);
+    // Result query: proxied to the order writer, unsigned.
+    let resp = forged(http.get(gw.url(&format!("/seckill/{campaign}/result/abc")))).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["code"], "SUCCESS");
+
+    let seen = writer.received_requests().await.unwrap();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].headers.get_all(SIGNATURE_HEADER).iter().count(), 1);
+    let record = opened(&seen[0]).expect("the gateway's signature verifies");
+    assert_eq!(record.user, "strip-1");
+    assert_eq!(record.campaign, campaign);
+    assert!(
+        seen[1].headers.get(RESERVATION_HEADER).is_none() && seen[1].headers.get(SIGNATURE_HEADER).is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flooded_campaign_does_not_take_the_shop_down() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 100_000, 1).await;
+    // A slow order writer keeps reservations in flight, so the campaign's budget fills up.
+    let writer = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(202).set_delay(Duration::from_millis(300)))
+        .mount(&writer)
+        .await;
+    let shop = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("ok"))
+        .mount(&shop)
+        .await;
+    let mut conf = GatewayConf::new(
+        &e2e::stack::redis_url(),
+        &writer.address().to_string(),
+        &campaign,
+        "[limits]\nmax_inflight = 4",
+    );
+    conf.routes = shop_route(&shop);
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+
+    let flood = futures::future::join_all((0..300).map(|i| {
+        let (http, gw, campaign) = (&http, &gw, &campaign);
+        async move { order(http, gw, campaign, &format!("flood-{i}")).await }
+    }));
+    let shopping = futures::future::join_all((0..100).map(|i| {
+        let (http, gw) = (&http, &gw);
+        async move {
+            let resp = http.get(gw.url(&format!("/product/{i}"))).send().await.unwrap();
+            (resp.status().as_u16(), resp.text().await.unwrap())
+        }
+    }));
+    let (flood, shopping) = tokio::join!(flood, shopping);
+
+    assert!(shopping.iter().all(|(s, body)| *s == 200 && body == "ok"), "every shop request succeeded");
+    let mut codes: HashMap<String, usize> = HashMap::new();
+    for (status, body) in &flood {
+        let code = body["code"].as_str().unwrap_or("?").to_string();
+        assert!(matches!((status, code.as_str()), (202, _) | (429, "TRY_LATER")), "{status} {body}");
+        *codes.entry(code).or_default() += 1;
+    }
+    assert!(
+        codes.get("TRY_LATER").copied().unwrap_or(0) > 0,
+        "the campaign's budget refused some: {codes:?}"
+    );
+}
+
+#[tokio::test]
+async fn per_user_rate_limit_answers_rate_limited() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 10, 1).await;
+    let upstream = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(Intake).mount(&upstream).await;
+    let gw = Gateway::start(&GatewayConf::new(
+        &e2e::stack::redis_url(),
+        &upstream.address().to_string(),
+        &campaign,
+        "[limits]\nuser_per_sec = 2",
+    ))
+    .await;
+    let http = reqwest::Client::new();
+    let mut limited = 0;
+    for _ in 0..10 {
+        let (status, body) = order(&http, &gw, &campaign, "eager").await;
+        if body["code"] == "RATE_LIMITED" {
+            assert_eq!(status, 429);
+            limited += 1;
+        }
+    }
+    // At most two per one-second window pass (the estimator's windows are fixed, so how many
+    // are refused depends on where the boundaries fall; at least one is).
+    assert!(limited >= 1, "some were rate limited");
+    let (status, _) = order(&http, &gw, &campaign, "calm").await;
+    assert_eq!(status, 202, "another user is not limited");
+}
+
+#[tokio::test]
+async fn a_dead_upstream_is_skipped_in_both_pools() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 100, 1).await;
+    let writer = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(Intake).mount(&writer).await;
+    let shop = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("ok"))
+        .mount(&shop)
+        .await;
+    let dead = format!("127.0.0.1:{}", free_port());
+
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &dead, &campaign, "");
+    conf.order_writer.push(writer.address().to_string());
+    conf.order_writer_extra = "health_check_interval_ms = 100".into();
+    conf.routes = format!(
+        "[[route]]\nname = \"shop\"\npath_prefix = \"/\"\nupstreams = [\"{dead}\", \"{}\"]\nhealth_check_interval_ms = 100\n",
+        shop.address()
+    );
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    for i in 0..10 {
+        let (status, body) = order(&http, &gw, &campaign, &format!("hc-{i}")).await;
+        assert_eq!(
+            (status, body["via"].as_str()),
+            (202, Some("order-writer")),
+            "reached the live writer: {body}"
+        );
+        let resp = http.get(gw.url("/p")).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "reached the live shop upstream");
+    }
+    assert_eq!(writer.received_requests().await.unwrap().len(), 10);
+}

@@ -1,0 +1,319 @@
+//! Starting gateways and private Redis servers for tests, and talking to them.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use protocol::record::Reservation;
+use protocol::scripts::{PublishOutcome, PublishSpec, Scripts};
+use protocol::signing::{Signer, RESERVATION_HEADER, SIGNATURE_HEADER};
+use wiremock::{Request, Respond, ResponseTemplate};
+
+/// The HMAC key the test gateways and the fake order writer share.
+pub const KEY: &str = "test-signing-key-0123456789";
+
+/// A free loopback port (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn temp_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(e2e::stack::unique(prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Polls `f` every 20 ms for at most `limit`; returns whether it became true.
+pub async fn eventually<F, Fut>(limit: Duration, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if f().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+/// A private `redis-server` on a free port, killed (by PID) when dropped.
+pub struct RedisServer {
+    child: Child,
+    /// Its port.
+    pub port: u16,
+}
+
+impl RedisServer {
+    /// Starts one and waits (at most 10 s) until it answers.
+    pub async fn start() -> Self {
+        let port = free_port();
+        let dir = temp_dir("redis-");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        let server = Self { child, port };
+        let url = server.url();
+        let up = eventually(Duration::from_secs(10), || async { client(&url).await.is_ok() }).await;
+        assert!(up, "private redis-server did not start on port {port}");
+        server
+    }
+
+    /// Its URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Kills it now.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A connected Redis client (fails within 2 s if Redis is not there).
+pub async fn client(url: &str) -> Result<Client, Error> {
+    let c = Builder::from_config(Config::from_url(url)?)
+        .with_connection_config(|c| c.connection_timeout = Duration::from_secs(1))
+        .with_performance_config(|p| p.default_command_timeout = Duration::from_secs(5))
+        .build()?;
+    tokio::time::timeout(Duration::from_secs(2), c.init())
+        .await
+        .map_err(|_| Error::new(ErrorKind::Timeout, "connect"))??;
+    Ok(c)
+}
+
+/// The scripts of the repository.
+pub fn scripts() -> Scripts {
+    Scripts::load(&protocol::scripts::default_dir()).unwrap()
+}
+
+/// Publishes `stock` units with a per-user `limit` for `campaign`.
+pub async fn publish(redis: &Client, campaign: &str, stock: i64, limit: i64) -> PublishOutcome {
+    let spec = PublishSpec {
+        stock_version: 1,
+        total: stock,
+        limit,
+        sku: "SKU".into(),
+        price_cents: 999,
+        price_version: 1,
+    };
+    scripts().publish(redis, campaign, &spec).await.unwrap()
+}
+
+/// `cmdstat_evalsha` calls so far on the server of `redis`.
+pub async fn evalsha_calls(redis: &Client) -> u64 {
+    let info: String = redis.info(Some(fred::types::InfoKind::CommandStats)).await.unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A campaign file whose window is open now, with `extra` appended (switches, limits).
+pub fn campaign_toml(id: &str, extra: &str) -> String {
+    window_toml(id, "-1h", extra)
+}
+
+/// A campaign file whose window is `when`: "-1h" open now, "future" not started, "past" ended.
+pub fn window_toml(id: &str, when: &str, extra: &str) -> String {
+    let now = chrono::Utc::now();
+    let h = chrono::Duration::hours(1);
+    let (start, end) = match when {
+        "future" => (now + h, now + h * 2),
+        "past" => (now - h * 2, now - h),
+        _ => (now - h, now + h),
+    };
+    format!(
+        "id = \"{id}\"\nsku = \"SKU\"\nstock = 100\nper_user_limit = 1\nprice_cents = 999\n\
+         starts_at = \"{}\"\nends_at = \"{}\"\n{extra}\n",
+        start.to_rfc3339(),
+        end.to_rfc3339()
+    )
+}
+
+/// What a test gateway is configured with.
+pub struct GatewayConf {
+    /// Redis URL.
+    pub redis_url: String,
+    /// Order-writer addresses.
+    pub order_writer: Vec<String>,
+    /// Extra `[order_writer]` lines.
+    pub order_writer_extra: String,
+    /// Campaign files: (id, text).
+    pub campaigns: Vec<(String, String)>,
+    /// `[[route]]` tables, verbatim.
+    pub routes: String,
+    /// `server.sold_out_ttl_ms`.
+    pub sold_out_ttl_ms: u64,
+}
+
+impl GatewayConf {
+    /// One campaign, open now, the given Redis, one order writer.
+    pub fn new(redis_url: &str, order_writer: &str, campaign: &str, extra: &str) -> Self {
+        Self {
+            redis_url: redis_url.into(),
+            order_writer: vec![order_writer.into()],
+            order_writer_extra: String::new(),
+            campaigns: vec![(campaign.into(), campaign_toml(campaign, extra))],
+            routes: String::new(),
+            sold_out_ttl_ms: 1000,
+        }
+    }
+}
+
+/// A gateway process, killed (by PID) when dropped.
+pub struct Gateway {
+    child: Child,
+    /// Its port.
+    pub port: u16,
+    /// Its conf folder (server.toml, campaigns/, gateway.log).
+    pub dir: PathBuf,
+}
+
+/// Writes a conf folder for `conf` listening on `port`; returns the server file.
+pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
+    std::fs::create_dir_all(dir.join("campaigns")).unwrap();
+    std::fs::write(dir.join("key"), KEY).unwrap();
+    for (id, text) in &conf.campaigns {
+        std::fs::write(dir.join("campaigns").join(format!("{id}.toml")), text).unwrap();
+    }
+    let upstreams: Vec<String> = conf.order_writer.iter().map(|a| format!("{a:?}")).collect();
+    let server = format!(
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n\n\
+         [redis]\nurl = \"{}\"\ntimeout_ms = 200\npool_size = 4\n\n\
+         [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n{}\n",
+        conf.sold_out_ttl_ms,
+        conf.redis_url,
+        upstreams.join(", "),
+        conf.order_writer_extra,
+        conf.routes
+    );
+    let file = dir.join("server.toml");
+    std::fs::write(&file, server).unwrap();
+    file
+}
+
+impl Gateway {
+    /// Starts the gateway binary and waits (at most 15 s) until it answers HTTP.
+    pub async fn start(conf: &GatewayConf) -> Self {
+        let dir = temp_dir("gw-");
+        let port = free_port();
+        let file = write_conf(&dir, conf, port);
+        let log = std::fs::File::create(dir.join("gateway.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+            .arg("--conf")
+            .arg(&file)
+            .arg("--lua-dir")
+            .arg(protocol::scripts::default_dir())
+            .env("RUST_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut gw = Self { child, port, dir };
+        let http = reqwest::Client::new();
+        let probe = gw.url("/seckill/probe/info");
+        let up = eventually(Duration::from_secs(15), || {
+            let (http, probe) = (http.clone(), probe.clone());
+            async move { http.get(probe).send().await.is_ok() }
+        })
+        .await;
+        if !up || gw.child.try_wait().unwrap().is_some() {
+            panic!("gateway did not start; its log:\n{}", gw.log());
+        }
+        gw
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("gateway.log")).unwrap_or_default()
+    }
+
+    /// Rewrites one campaign file.
+    pub fn write_campaign(&self, id: &str, text: &str) {
+        std::fs::write(self.dir.join("campaigns").join(format!("{id}.toml")), text).unwrap();
+    }
+
+    /// Sends SIGHUP (reload).
+    pub fn hup(&self) {
+        let ok =
+            Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill -HUP failed");
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An order request; returns (status, JSON body, Retry-After).
+pub async fn order(
+    http: &reqwest::Client,
+    gw: &Gateway,
+    campaign: &str,
+    user: &str,
+) -> (u16, serde_json::Value) {
+    let resp = http
+        .post(gw.url(&format!("/seckill/{campaign}/order")))
+        .header("x-user-id", user)
+        .send()
+        .await
+        .expect("gateway answers");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// The order writer's intake, faked: verifies the gateway's signature like the real one and
+/// answers 202 with the record's request id (401 when the signature does not verify).
+pub struct Intake;
+
+impl Respond for Intake {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let header = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
+        match Signer::new(KEY.as_bytes()).open(header(RESERVATION_HEADER), header(SIGNATURE_HEADER)) {
+            Ok(record) => {
+                let r = Reservation::from_json(&record).unwrap();
+                ResponseTemplate::new(202).set_body_json(serde_json::json!({
+                    "code": "QUEUED",
+                    "request_id": r.request_id,
+                    "poll_url": format!("/seckill/{}/result/{}", r.campaign, r.request_id),
+                    "via": "order-writer",
+                }))
+            }
+            Err(_) => ResponseTemplate::new(401),
+        }
+    }
+}
+
+/// Opens a request the fake intake received: the record, if the signature verifies.
+pub fn opened(req: &Request) -> Option<Reservation> {
+    let header = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
+    let record =
+        Signer::new(KEY.as_bytes()).open(header(RESERVATION_HEADER), header(SIGNATURE_HEADER)).ok()?;
+    Reservation::from_json(&record).ok()
+}
