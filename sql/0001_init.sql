@@ -44,13 +44,19 @@ CREATE TABLE orders (
     pay_by          TIMESTAMPTZ NOT NULL,
     paid_at         TIMESTAMPTZ,
     payment_ref     TEXT UNIQUE,
-    closed_at       TIMESTAMPTZ
+    closed_at       TIMESTAMPTZ,
+    -- A CLOSED order's stock goes back to Redis after the close commits. FALSE until release.lua
+    -- ran for it, so a Redis outage between the two only delays the release (the close worker
+    -- retries every CLOSED order still FALSE here).
+    redis_released  BOOLEAN     NOT NULL DEFAULT FALSE
 );
 
 -- Where the campaign's limit is 1, one user can hold one order of a sku in a campaign, whatever
 -- request ids arrive: the seed's uk_activity_user_sku. Partial, because campaigns with a larger
--- limit allow several orders per user (the Redis script enforces their sum).
-CREATE UNIQUE INDEX orders_one_per_user ON orders (campaign_id, user_id, sku) WHERE one_per_user;
+-- limit allow several orders per user (the Redis script enforces their sum). A CLOSED order gave
+-- its unit back (Redis released it, so the user may reserve again): it no longer counts.
+CREATE UNIQUE INDEX orders_one_per_user ON orders (campaign_id, user_id, sku)
+    WHERE one_per_user AND status <> 'CLOSED';
 
 -- The timeout-close worker scans only unpaid orders by deadline; the partial index keeps that
 -- scan small while paid and closed orders pile up.
@@ -72,7 +78,13 @@ CREATE TABLE stock_ledger (
     UNIQUE (request_id, reason)
 );
 
--- Reservations that did not become orders, with the reason (the result query reads it).
+-- The close worker's retry list: closed orders whose stock is not back in Redis yet. Tiny
+-- (empty while Redis is healthy), so the partial index costs nothing on the hot path.
+CREATE INDEX orders_closed_unreleased ON orders (id) WHERE status = 'CLOSED' AND NOT redis_released;
+
+-- Reservations that did not become orders, with the reason (the result query reads it). A
+-- request id here never becomes an order: the writer checks this table inside its transaction,
+-- and reconciliation's repair writes here before releasing, under the campaign's row lock.
 CREATE TABLE reservation_results (
     request_id   TEXT PRIMARY KEY,
     campaign_id  TEXT        NOT NULL,
@@ -82,6 +94,9 @@ CREATE TABLE reservation_results (
     reason       TEXT        NOT NULL,
     created_at   TIMESTAMPTZ NOT NULL DEFAULT now()
 );
+
+-- Reconciliation reads one campaign's refusals.
+CREATE INDEX reservation_results_by_campaign ON reservation_results (campaign_id);
 
 -- The next Kafka offset to read, per partition, committed in the same transaction as the orders
 -- it covers: a crash anywhere replays at most an uncommitted batch, which the unique keys absorb.

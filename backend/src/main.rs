@@ -1,1 +1,147 @@
-fn main() {}
+//! `order-writer`: the order writer's command line. See `conf/order-writer.toml`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use backend::config::Config;
+use backend::{bench, db, kafka, publish, reconcile, redis, serve};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "order-writer",
+    version,
+    about = "Reservations through Kafka into PostgreSQL, exactly once."
+)]
+struct Cli {
+    /// Configuration file.
+    #[arg(long, short, global = true, default_value = "conf/order-writer.toml", env = "ORDER_WRITER_CONF")]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Intake HTTP, sweeper, writers and close worker (applies migrations first).
+    Serve {
+        /// Partitions this instance consumes, e.g. `0,1` (default: all, or `kafka.assigned`).
+        #[arg(long, value_delimiter = ',')]
+        partitions: Option<Vec<i32>>,
+    },
+    /// Applies the migrations under `sql/`.
+    Migrate,
+    /// Kafka topic administration.
+    Topic {
+        #[command(subcommand)]
+        command: TopicCommand,
+    },
+    /// Campaign administration.
+    Campaign {
+        #[command(subcommand)]
+        command: CampaignCommand,
+    },
+    /// Prints the stock equation of a campaign and every request id that differs.
+    Reconcile {
+        /// Campaign id.
+        campaign: String,
+        /// Fix what is safe to fix (idempotent; one audit row per action).
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Batched vs one-order-per-transaction throughput, and the drain time of a backlog.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Subcommand)]
+enum TopicCommand {
+    /// Creates the reservations topic (an existing one is fine).
+    Create,
+}
+
+#[derive(Subcommand)]
+enum CampaignCommand {
+    /// Loads `<campaigns_dir>/<id>.toml` into PostgreSQL and its stock into Redis; READY.
+    Publish {
+        /// Campaign id.
+        id: String,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("order-writer: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Command::Bench(args) = &cli.command {
+        return bench::run(args).await;
+    }
+    let mut cfg = Config::load(&cli.config)?;
+    match cli.command {
+        Command::Serve { partitions } => {
+            if let Some(p) = partitions {
+                if p.is_empty() || p.iter().any(|x| !(0..cfg.kafka.partitions).contains(x)) {
+                    anyhow::bail!(
+                        "--partitions must list partitions between 0 and {}",
+                        cfg.kafka.partitions - 1
+                    );
+                }
+                cfg.kafka.assigned = p;
+            }
+            let (tx, _rx) = tokio::sync::watch::channel(false);
+            serve::serve(cfg, tx, true).await
+        }
+        Command::Migrate => {
+            let pool = db::connect(&cfg.postgres_url, 2).await?;
+            db::migrate(&pool, &cfg.migrations_dir).await?;
+            println!("migrations applied from {}", cfg.migrations_dir.display());
+            Ok(())
+        }
+        Command::Topic { command: TopicCommand::Create } => {
+            let kc = kafka::client(&cfg.kafka.brokers, cfg.kafka.produce_timeout).await?;
+            let created = kafka::create_topic(&kc, &cfg.kafka.topic, cfg.kafka.partitions).await?;
+            println!(
+                "topic {} {} ({} partitions)",
+                cfg.kafka.topic,
+                if created { "created" } else { "already exists" },
+                cfg.kafka.partitions
+            );
+            Ok(())
+        }
+        Command::Campaign { command: CampaignCommand::Publish { id } } => {
+            let pool = db::connect(&cfg.postgres_url, 2).await?;
+            db::migrate(&pool, &cfg.migrations_dir).await?;
+            let r = redis::connect(&cfg.redis_url).await?;
+            let scripts = redis::RedisScripts::load(&cfg.lua_dir)?;
+            let out = publish::publish(&pool, &r, &scripts, &cfg.campaigns_dir, &id).await?;
+            println!("campaign {id}: {out}");
+            Ok(())
+        }
+        Command::Reconcile { campaign, repair } => {
+            let pool = db::connect(&cfg.postgres_url, 2).await?;
+            let r = redis::connect(&cfg.redis_url).await?;
+            let scripts = redis::RedisScripts::load(&cfg.lua_dir)?;
+            let rep = reconcile::reconcile(&pool, &r, &scripts, &campaign, cfg.sweep_age, repair)
+                .await
+                .context("reconciliation")?;
+            print!("{}", rep.text);
+            Ok(())
+        }
+        Command::Bench(_) => unreachable!("handled above"),
+    }
+}

@@ -1,0 +1,77 @@
+//! Kafka plumbing shared by the intake, the sweeper and the writer: clients with deadlines, topic
+//! creation, and the user → partition hash.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use rskafka::client::error::{Error as KafkaError, ProtocolError};
+use rskafka::client::partition::{PartitionClient, UnknownTopicHandling};
+use rskafka::client::{Client, ClientBuilder};
+use rskafka::BackoffConfig;
+
+/// Builds a client whose retries stop after `deadline` (rskafka's default retries for minutes).
+pub async fn client(brokers: &[String], deadline: Duration) -> anyhow::Result<Client> {
+    let backoff = BackoffConfig {
+        init_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(500),
+        base: 2.0,
+        deadline: Some(deadline),
+    };
+    let build = ClientBuilder::new(brokers.to_vec()).backoff_config(backoff).build();
+    tokio::time::timeout(deadline + Duration::from_secs(1), build)
+        .await
+        .map_err(|_| anyhow::anyhow!("Kafka at {brokers:?} did not answer within {deadline:?}"))?
+        .with_context(|| format!("cannot reach Kafka at {brokers:?}"))
+}
+
+/// A client for one partition of `topic`.
+pub async fn partition(
+    client: &Client,
+    topic: &str,
+    partition: i32,
+    deadline: Duration,
+) -> anyhow::Result<PartitionClient> {
+    tokio::time::timeout(deadline, client.partition_client(topic, partition, UnknownTopicHandling::Error))
+        .await
+        .map_err(|_| anyhow::anyhow!("partition {topic}/{partition}: no leader within {deadline:?}"))?
+        .with_context(|| format!("partition {topic}/{partition}"))
+}
+
+/// Creates `topic` with `partitions` partitions; an existing topic is fine. Returns whether it
+/// was created now.
+pub async fn create_topic(client: &Client, topic: &str, partitions: i32) -> anyhow::Result<bool> {
+    let controller = client.controller_client().context("no controller")?;
+    match controller.create_topic(topic, partitions, 1, 5_000).await {
+        Ok(()) => Ok(true),
+        Err(KafkaError::ServerError { protocol_error: ProtocolError::TopicAlreadyExists, .. }) => Ok(false),
+        Err(e) => Err(e).with_context(|| format!("creating topic {topic}")),
+    }
+}
+
+/// The partition of a user's records: FNV-1a of the user id modulo the partition count. Stable
+/// across processes and versions, so the intake and the sweeper agree and one user's records stay
+/// in one partition, in order.
+pub fn partition_for(user: &str, partitions: i32) -> i32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in user.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % partitions.max(1) as u64) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_spread_and_stay_put() {
+        assert_eq!(partition_for("alice", 4), partition_for("alice", 4));
+        let mut seen = [0; 4];
+        for i in 0..400 {
+            seen[partition_for(&format!("u{i}"), 4) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "{seen:?}");
+        assert_eq!(partition_for("x", 1), 0);
+    }
+}

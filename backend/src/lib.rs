@@ -1,0 +1,27 @@
+//! The order writer: reservations through Kafka into PostgreSQL exactly once, the result query,
+//! payment and unpaid-timeout close, and reconciliation.
+//!
+//! - [`intake`]: the gateway's signed forward → Kafka (batched by [`producer`]);
+//! - [`sweeper`]: outbox entries without an order after T → Kafka again;
+//! - [`writer`]: Kafka → PostgreSQL, one transaction per batch, then the Redis ack/compensation;
+//! - [`result`], [`payment`]: the HTTP queries and the payment callback ([`http`] routes them);
+//! - [`closer`]: unpaid orders past their pay-by time → CLOSED, stock back;
+//! - [`reconcile`]: the seed's equation and repairs; [`publish`]: campaign file → PG → Redis;
+//! - [`serve`]: all of it in one process; [`bench`]: batched vs one-by-one figures.
+
+pub mod bench;
+pub mod closer;
+pub mod config;
+pub mod db;
+pub mod http;
+pub mod intake;
+pub mod kafka;
+pub mod payment;
+pub mod producer;
+pub mod publish;
+pub mod reconcile;
+pub mod redis;
+pub mod result;
+pub mod serve;
+pub mod sweeper;
+pub mod writer;

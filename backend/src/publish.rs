@@ -1,0 +1,185 @@
+//! `order-writer campaign publish <id>`: the campaign file → PostgreSQL (the stock's source of
+//! truth) → Redis (the published copy the gateway reserves from) → READY.
+//!
+//! Running it twice is harmless; it never resets a campaign that is LIVE or has reservations
+//! (restarting any process never refills stock).
+
+use std::path::Path;
+
+use anyhow::Context;
+use fred::prelude::Client as RedisClient;
+use protocol::campaign::Campaign;
+use protocol::scripts::{PublishOutcome, PublishSpec};
+use sqlx::PgPool;
+
+use crate::redis::RedisScripts;
+
+/// What `publish` did, for the operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Published {
+    /// Stock loaded into Redis; the campaign is READY.
+    Ready {
+        /// Stock version loaded.
+        stock_version: i64,
+        /// Units.
+        stock: i64,
+    },
+    /// Already READY with this stock version; nothing changed.
+    Unchanged {
+        /// Stock version.
+        stock_version: i64,
+    },
+    /// LIVE or has reservations: nothing changed.
+    RefusedLive {
+        /// Why.
+        detail: String,
+    },
+}
+
+impl std::fmt::Display for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Published::Ready { stock_version, stock } => {
+                write!(
+                    f,
+                    "published: {stock} units loaded into Redis (stock version {stock_version}); state READY"
+                )
+            }
+            Published::Unchanged { stock_version } => {
+                write!(f, "unchanged: already READY with stock version {stock_version}")
+            }
+            Published::RefusedLive { detail } => write!(f, "refused, nothing changed: {detail}"),
+        }
+    }
+}
+
+/// Publishes the campaign of `conf/campaigns/<id>.toml`.
+pub async fn publish(
+    pool: &PgPool,
+    redis: &RedisClient,
+    scripts: &RedisScripts,
+    campaigns_dir: &Path,
+    id: &str,
+) -> anyhow::Result<Published> {
+    if !protocol::keys::valid_campaign_id(id) {
+        anyhow::bail!("{id:?} is not a campaign id (1 to 64 of A-Z a-z 0-9 _ -)");
+    }
+    let file = campaigns_dir.join(format!("{id}.toml"));
+    if !file.exists() {
+        anyhow::bail!("unknown campaign {id:?}: no file {}", file.display());
+    }
+    let c = Campaign::load(&file)?;
+
+    // 1. PostgreSQL: create as DRAFT, or refresh a DRAFT from the file (a new stock version if
+    // the stock changed). READY/LIVE/ENDED rows are not touched by the file any more.
+    let mut tx = pool.begin().await?;
+    let row: Option<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT state, stock_version, total_stock, sold FROM campaigns WHERE id = $1 FOR UPDATE",
+    )
+    .bind(id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    match &row {
+        None => {
+            sqlx::query(
+                "INSERT INTO campaigns (id, sku, total_stock, per_user_limit, price_cents, starts_at, ends_at,
+                                        pay_window_secs, pause_replenish)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(id)
+            .bind(&c.sku)
+            .bind(c.stock)
+            .bind(c.per_user_limit)
+            .bind(c.price_cents)
+            .bind(c.starts_at.to_utc())
+            .bind(c.ends_at.to_utc())
+            .bind(c.pay_window_secs)
+            .bind(c.switches.pause_replenish)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Some((state, _, _, _)) if state == "DRAFT" => {
+            sqlx::query(
+                "UPDATE campaigns SET sku = $2, per_user_limit = $4, price_cents = $5, starts_at = $6, ends_at = $7,
+                        pay_window_secs = $8, pause_replenish = $9,
+                        stock_version = stock_version + (total_stock <> $3)::int,
+                        price_version = price_version + (price_cents <> $5)::int,
+                        total_stock = $3, updated_at = now()
+                  WHERE id = $1",
+            )
+            .bind(id)
+            .bind(&c.sku)
+            .bind(c.stock)
+            .bind(c.per_user_limit)
+            .bind(c.price_cents)
+            .bind(c.starts_at.to_utc())
+            .bind(c.ends_at.to_utc())
+            .bind(c.pay_window_secs)
+            .bind(c.switches.pause_replenish)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Some(_) => {
+            // Switches still follow the file (pause_replenish is read by the workers).
+            sqlx::query("UPDATE campaigns SET pause_replenish = $2, updated_at = now() WHERE id = $1")
+                .bind(id)
+                .bind(c.switches.pause_replenish)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    let (state, stock_version, total, sold, limit, sku, price_cents, price_version): (
+        String,
+        i64,
+        i64,
+        i64,
+        i64,
+        String,
+        i64,
+        i64,
+    ) = sqlx::query_as(
+        "SELECT state, stock_version, total_stock, sold, per_user_limit, sku, price_cents, price_version
+           FROM campaigns WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.commit().await?;
+
+    if state == "LIVE" || state == "ENDED" || sold > 0 {
+        return Ok(Published::RefusedLive {
+            detail: format!(
+                "campaign {id} is {state} in PostgreSQL with {sold} sold; its stock is never reset"
+            ),
+        });
+    }
+    if c.stock != total {
+        tracing::warn!(
+            id,
+            file = c.stock,
+            db = total,
+            "file stock differs from the published stock; the database wins"
+        );
+    }
+
+    // 2. Redis: the script refuses by itself when the campaign is LIVE or has reservations.
+    let spec = PublishSpec { stock_version, total, limit, sku, price_cents, price_version };
+    let outcome = scripts.shared.publish(redis, id, &spec).await.context("publishing to Redis")?;
+    let result = match outcome {
+        PublishOutcome::Published => Published::Ready { stock_version, stock: total },
+        PublishOutcome::Unchanged => Published::Unchanged { stock_version },
+        PublishOutcome::RefusedLive { state, stock_version } => {
+            return Ok(Published::RefusedLive {
+                detail: format!(
+                    "campaign {id} is {state} in Redis (stock version {stock_version}) or has reservations"
+                ),
+            })
+        }
+    };
+    // 3. READY in PostgreSQL (never moves a LIVE row back).
+    sqlx::query("UPDATE campaigns SET state = 'READY', updated_at = now() WHERE id = $1 AND state IN ('DRAFT', 'READY')")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(result)
+}

@@ -1,0 +1,104 @@
+//! `order-writer serve`: intake HTTP, sweeper, writers and close worker in one process, with a
+//! graceful shutdown (SIGTERM / ctrl-c): stop taking requests, let each writer commit the batch
+//! in flight, exit.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use protocol::signing::Signer;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::http::{router, AppState};
+use crate::producer::Producer;
+use crate::redis::RedisScripts;
+use crate::writer::WriterCtx;
+use crate::{closer, db, kafka, redis, sweeper, writer};
+
+/// Runs everything until `shutdown` turns true (or a signal arrives when `signals`).
+pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool) -> anyhow::Result<()> {
+    let pool = db::connect(&cfg.postgres_url, 16 + cfg.kafka.assigned.len() as u32).await?;
+    db::migrate(&pool, &cfg.migrations_dir).await?;
+    let redis = redis::connect(&cfg.redis_url).await?;
+    let scripts = RedisScripts::load(&cfg.lua_dir)?;
+    let kc = Arc::new(kafka::client(&cfg.kafka.brokers, cfg.kafka.produce_timeout).await?);
+    kafka::create_topic(&kc, &cfg.kafka.topic, cfg.kafka.partitions).await?;
+    let producer = Producer::start(
+        kc.clone(),
+        &cfg.kafka.topic,
+        cfg.kafka.partitions,
+        cfg.kafka.produce_batch,
+        cfg.kafka.produce_timeout,
+    );
+
+    let state = AppState {
+        pool: pool.clone(),
+        redis: redis.clone(),
+        producer: producer.clone(),
+        gateway: Arc::new(Signer::new(&cfg.gateway_key)),
+        payment: Arc::new(Signer::new(&cfg.payment_key)),
+    };
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", cfg.listen))?;
+    tracing::info!(listen = %cfg.listen, topic = cfg.kafka.topic, partitions = ?cfg.kafka.assigned, "order writer serving");
+
+    if signals {
+        let tx = shutdown_tx.clone();
+        tokio::spawn(async move {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            tracing::info!("shutdown asked: finishing batches in flight");
+            let _ = tx.send(true);
+        });
+    }
+
+    let mut tasks = Vec::new();
+    let ctx = WriterCtx {
+        pool: pool.clone(),
+        redis: redis.clone(),
+        scripts: scripts.clone(),
+        kafka: kc.clone(),
+        topic: cfg.kafka.topic.clone(),
+        cfg: cfg.writer.clone(),
+    };
+    for &p in &cfg.kafka.assigned {
+        tasks.push(tokio::spawn(writer::run_partition(ctx.clone(), p, shutdown_tx.subscribe())));
+    }
+    let sw = tokio::spawn(sweeper::run(
+        pool.clone(),
+        redis.clone(),
+        producer.clone(),
+        cfg.sweep_age,
+        cfg.sweep_interval,
+        shutdown_tx.subscribe(),
+    ));
+    let cl = tokio::spawn(closer::run(
+        pool.clone(),
+        redis.clone(),
+        scripts.clone(),
+        cfg.close_batch,
+        cfg.close_interval,
+        shutdown_tx.subscribe(),
+    ));
+
+    let mut rx = shutdown_tx.subscribe();
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move {
+            let _ = rx.wait_for(|v| *v).await;
+        })
+        .await?;
+    for t in tasks {
+        if let Err(e) = t.await? {
+            tracing::error!(error = %format!("{e:#}"), "writer ended with an error");
+        }
+    }
+    let _ = sw.await;
+    let _ = cl.await;
+    tracing::info!("order writer stopped");
+    Ok(())
+}

@@ -1,0 +1,220 @@
+//! Test support: a fresh database, a unique topic and a unique published campaign per test, on
+//! the real servers of the local stack.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backend::config::{Config, KafkaConfig, WriterConfig};
+use backend::redis::RedisScripts;
+use backend::writer::{run_partition, WriterCtx};
+use backend::{db, kafka, publish, redis};
+use e2e::stack;
+use protocol::record::Reservation;
+use protocol::scripts::ReserveOutcome;
+use rskafka::client::partition::{Compression, OffsetAt};
+use rskafka::record::Record;
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+/// Gateway key used by the tests.
+pub const GATEWAY_KEY: &[u8] = b"test-gateway-key-0123456789";
+/// Payment key used by the tests.
+pub const PAYMENT_KEY: &[u8] = b"test-payment-key-0123456789";
+
+/// One isolated environment.
+pub struct Env {
+    pub pg_url: String,
+    pub pool: PgPool,
+    pub redis: fred::prelude::Client,
+    pub scripts: RedisScripts,
+    pub kafka: Arc<rskafka::client::Client>,
+    pub topic: String,
+    pub partitions: i32,
+    pub campaign: String,
+    pub dir: PathBuf,
+}
+
+/// A campaign file's text.
+pub fn campaign_toml(id: &str, stock: i64, limit: i64, pay_window_secs: i64) -> String {
+    format!(
+        "id = \"{id}\"\nsku = \"SKU-{id}\"\nstock = {stock}\nper_user_limit = {limit}\nprice_cents = 1999\n\
+         starts_at = 2020-01-01T00:00:00Z\nends_at = 2099-01-01T00:00:00Z\npay_window_secs = {pay_window_secs}\n"
+    )
+}
+
+impl Env {
+    /// Fresh database (migrated), unique topic (`partitions`), unique campaign published with
+    /// `stock` units and a per-user limit.
+    pub async fn new(stock: i64, limit: i64, partitions: i32) -> Env {
+        let pg_url = stack::fresh_database().await.expect("PostgreSQL of the stack");
+        let pool = db::connect(&pg_url, 20).await.unwrap();
+        db::migrate(&pool, &stack::workspace_root().join("sql")).await.unwrap();
+        let redis = redis::connect(&stack::redis_url()).await.expect("Redis of the stack");
+        let scripts = RedisScripts::load(&stack::workspace_root().join("lua")).unwrap();
+        let kc = Arc::new(
+            kafka::client(&[stack::kafka_broker()], Duration::from_secs(10))
+                .await
+                .expect("Kafka of the stack"),
+        );
+        let topic = stack::unique("t-");
+        assert!(kafka::create_topic(&kc, &topic, partitions).await.unwrap());
+        let campaign = stack::unique("c-");
+        let dir = std::env::temp_dir().join(stack::unique("ow-test-"));
+        std::fs::create_dir_all(dir.join("campaigns")).unwrap();
+        std::fs::write(
+            dir.join("campaigns").join(format!("{campaign}.toml")),
+            campaign_toml(&campaign, stock, limit, 900),
+        )
+        .unwrap();
+        let env = Env { pg_url, pool, redis, scripts, kafka: kc, topic, partitions, campaign, dir };
+        let out =
+            publish::publish(&env.pool, &env.redis, &env.scripts, &env.dir.join("campaigns"), &env.campaign)
+                .await
+                .unwrap();
+        assert!(matches!(out, publish::Published::Ready { .. }), "{out:?}");
+        env
+    }
+
+    /// A configuration pointing at this environment.
+    pub fn config(&self, listen: std::net::SocketAddr) -> Config {
+        Config {
+            listen,
+            redis_url: stack::redis_url(),
+            postgres_url: self.pg_url.clone(),
+            campaigns_dir: self.dir.join("campaigns"),
+            lua_dir: stack::workspace_root().join("lua"),
+            migrations_dir: stack::workspace_root().join("sql"),
+            gateway_key: GATEWAY_KEY.to_vec(),
+            payment_key: PAYMENT_KEY.to_vec(),
+            kafka: KafkaConfig {
+                brokers: vec![stack::kafka_broker()],
+                topic: self.topic.clone(),
+                partitions: self.partitions,
+                assigned: (0..self.partitions).collect(),
+                produce_timeout: Duration::from_secs(3),
+                produce_batch: 200,
+            },
+            writer: WriterConfig { batch_size: 100, max_wait_ms: 20, fetch_max_bytes: 1 << 20 },
+            sweep_age: Duration::from_secs(1),
+            sweep_interval: Duration::from_millis(200),
+            close_interval: Duration::from_millis(100),
+            close_batch: 50,
+        }
+    }
+
+    /// Reserves through the real reservation script; returns the record bytes.
+    pub async fn reserve(&self, user: &str, qty: i64) -> Vec<u8> {
+        let rid = uuid::Uuid::now_v7().to_string();
+        match self.scripts.shared.reserve(&self.redis, &self.campaign, &rid, user, qty).await.unwrap() {
+            ReserveOutcome::Reserved { record, .. } => record.into_bytes(),
+            other => panic!("reserve for {user}: {other:?}"),
+        }
+    }
+
+    /// Produces raw values to a partition.
+    pub async fn produce(&self, partition: i32, values: Vec<Vec<u8>>) {
+        let pc =
+            kafka::partition(&self.kafka, &self.topic, partition, Duration::from_secs(10)).await.unwrap();
+        let records = values
+            .into_iter()
+            .map(|v| Record {
+                key: None,
+                value: Some(v),
+                headers: Default::default(),
+                timestamp: chrono::Utc::now(),
+            })
+            .collect();
+        pc.produce(records, Compression::NoCompression).await.unwrap();
+    }
+
+    /// Produces reservation records to their users' partitions.
+    pub async fn produce_records(&self, values: Vec<Vec<u8>>) {
+        for v in values {
+            let r = Reservation::from_json(&v).unwrap();
+            self.produce(kafka::partition_for(&r.user, self.partitions), vec![v]).await;
+        }
+    }
+
+    /// The end offset of every partition.
+    pub async fn end_offsets(&self) -> Vec<i64> {
+        let mut out = Vec::new();
+        for p in 0..self.partitions {
+            let pc = kafka::partition(&self.kafka, &self.topic, p, Duration::from_secs(10)).await.unwrap();
+            out.push(pc.get_offset(OffsetAt::Latest).await.unwrap());
+        }
+        out
+    }
+
+    /// Runs the writers until every partition's committed offset reaches its current end.
+    pub async fn drain(&self, batch: usize) {
+        let ends = self.end_offsets().await;
+        let (tx, _) = watch::channel(false);
+        let ctx = WriterCtx {
+            pool: self.pool.clone(),
+            redis: self.redis.clone(),
+            scripts: self.scripts.clone(),
+            kafka: self.kafka.clone(),
+            topic: self.topic.clone(),
+            cfg: WriterConfig { batch_size: batch, max_wait_ms: 20, fetch_max_bytes: 1 << 20 },
+        };
+        let tasks: Vec<_> = (0..self.partitions)
+            .map(|p| tokio::spawn(run_partition(ctx.clone(), p, tx.subscribe())))
+            .collect();
+        self.wait_offsets(&ends).await;
+        tx.send(true).unwrap();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+    }
+
+    /// Waits (bounded) until the committed offsets reach `ends`.
+    pub async fn wait_offsets(&self, ends: &[i64]) {
+        let limit = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut all = true;
+            for (p, end) in ends.iter().enumerate() {
+                let at = backend::writer::stored_offset(&self.pool, &self.topic, p as i32).await.unwrap();
+                if at < *end {
+                    all = false;
+                }
+            }
+            if all {
+                return;
+            }
+            assert!(Instant::now() < limit, "writers did not reach {ends:?} within 60 s");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// A count from PostgreSQL.
+    pub async fn count(&self, sql: &'static str) -> i64 {
+        sqlx::query_scalar(sql).bind(&self.campaign).fetch_one(&self.pool).await.unwrap()
+    }
+
+    /// A Redis hash length / field of this campaign's keys.
+    pub fn keys(&self) -> protocol::keys::CampaignKeys {
+        protocol::keys::CampaignKeys::new(&self.campaign)
+    }
+
+    /// Remaining Redis stock.
+    pub async fn redis_stock(&self) -> i64 {
+        use fred::prelude::*;
+        let v: Option<i64> = self.redis.get(&self.keys().stock).await.unwrap();
+        v.unwrap_or(0)
+    }
+
+    /// A Redis stats counter.
+    pub async fn stat(&self, field: &str) -> i64 {
+        use fred::prelude::*;
+        let v: Option<i64> = self.redis.hget(&self.keys().stats, field).await.unwrap();
+        v.unwrap_or(0)
+    }
+
+    /// Number of outbox entries.
+    pub async fn outbox_len(&self) -> i64 {
+        use fred::prelude::*;
+        self.redis.hlen(&self.keys().outbox).await.unwrap()
+    }
+}

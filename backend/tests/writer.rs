@@ -1,0 +1,130 @@
+//! The writer against real Kafka, PostgreSQL and Redis: duplicates, poison records, the stock
+//! guard's compensation.
+
+mod common;
+
+use common::Env;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_record_delivered_twice_makes_one_order() {
+    let env = Env::new(10, 1, 2).await;
+    let mut records = Vec::new();
+    for i in 0..5 {
+        records.push(env.reserve(&format!("u{i}"), 1).await);
+    }
+    // Twice in the same batch, then again in a later batch after the first commit.
+    let twice: Vec<Vec<u8>> = records.iter().flat_map(|r| [r.clone(), r.clone()]).collect();
+    env.produce_records(twice).await;
+    env.drain(100).await;
+    env.produce_records(records.clone()).await;
+    env.drain(100).await;
+
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 5);
+    assert_eq!(
+        env.count("SELECT count(*) FROM stock_ledger WHERE campaign_id = $1 AND reason = 'ORDER'").await,
+        5
+    );
+    assert_eq!(env.count("SELECT sold FROM campaigns WHERE id = $1").await, 5);
+    assert_eq!(env.count("SELECT count(*) FROM reservation_results WHERE campaign_id = $1").await, 0);
+    assert_eq!(env.outbox_len().await, 0, "every committed reservation leaves the outbox");
+    assert_eq!(env.stat("acked_count").await, 5, "redelivery never counts an ack twice");
+    assert_eq!(env.redis_stock().await, 5);
+    assert_eq!(env.count("SELECT count(*) FROM campaigns WHERE id = $1 AND state = 'LIVE'").await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_poison_record_is_dead_lettered_and_the_partition_moves_on() {
+    let env = Env::new(10, 1, 1).await;
+    let a = env.reserve("alice", 1).await;
+    let b = env.reserve("bob", 1).await;
+    let bad_campaign = br#"{"request_id":"x","campaign":"a}b","user":"u","sku":"s","qty":1,"price_cents":1,"price_version":1,"stock_version":1,"reserved_at_ms":1}"#.to_vec();
+    env.produce(0, vec![a, b"{not json".to_vec(), b, bad_campaign]).await;
+    env.drain(100).await;
+
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 2);
+    let dead: Vec<(i32, i64, Vec<u8>, String)> = sqlx::query_as(
+        "SELECT partition, \"offset\", payload, error FROM dead_letters WHERE topic = $1 ORDER BY \"offset\"",
+    )
+    .bind(&env.topic)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert_eq!((dead[0].0, dead[0].1, dead[0].2.as_slice()), (0, 1, b"{not json".as_slice()));
+    assert!(dead[0].3.contains("not a reservation record"), "{}", dead[0].3);
+    assert_eq!(dead[1].1, 3);
+    assert!(dead[1].3.contains("campaign"), "{}", dead[1].3);
+    assert_eq!(backend::writer::stored_offset(&env.pool, &env.topic, 0).await.unwrap(), 4);
+    // Read again from the start: nothing new (no loop, no second dead letter).
+    sqlx::query("UPDATE consumer_offsets SET next_offset = 0 WHERE topic = $1")
+        .bind(&env.topic)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    env.drain(2).await;
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 2);
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM dead_letters").fetch_one(&env.pool).await.unwrap();
+    assert_eq!(n, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_database_stock_guard_refuses_and_compensates_in_redis() {
+    // Redis was published with 5 units, but the database only has 2 (the source of truth).
+    let env = Env::new(5, 1, 1).await;
+    sqlx::query("UPDATE campaigns SET total_stock = 2 WHERE id = $1")
+        .bind(&env.campaign)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for i in 0..5 {
+        records.push(env.reserve(&format!("u{i}"), 1).await);
+    }
+    assert_eq!(env.redis_stock().await, 0);
+    env.produce(0, records).await;
+    env.drain(3).await;
+
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 2);
+    assert_eq!(env.count("SELECT sold FROM campaigns WHERE id = $1").await, 2);
+    assert_eq!(
+        env.count("SELECT count(*) FROM reservation_results WHERE campaign_id = $1 AND status = 'SOLD_OUT'")
+            .await,
+        3
+    );
+    assert_eq!(env.stat("released_count").await, 3, "each refused reservation is released once");
+    assert_eq!(env.redis_stock().await, 3);
+    assert_eq!(env.outbox_len().await, 0);
+    // Redelivering the refused ones releases nothing twice.
+    sqlx::query("UPDATE consumer_offsets SET next_offset = 0 WHERE topic = $1")
+        .bind(&env.topic)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    env.drain(5).await;
+    assert_eq!(env.stat("released_count").await, 3);
+    assert_eq!(env.redis_stock().await, 3);
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_user_gets_one_order_in_a_limit_one_campaign_even_with_two_request_ids() {
+    let env = Env::new(10, 1, 1).await;
+    let first = env.reserve("carol", 1).await;
+    // A second reservation of the same user that Redis should never have made (e.g. Redis lost
+    // data): same user, new request id.
+    let mut second = protocol::record::Reservation::from_json(&first).unwrap();
+    second.request_id = "another-request".into();
+    env.produce(0, vec![first, serde_json::to_vec(&second).unwrap()]).await;
+    env.drain(10).await;
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 1);
+    let reason: String =
+        sqlx::query_scalar("SELECT reason FROM reservation_results WHERE request_id = 'another-request'")
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(reason, "LIMIT_REACHED");
+    // Redis never reserved "another-request": nothing is given back for it.
+    assert_eq!(env.stat("released_count").await, 0);
+    assert_eq!(env.redis_stock().await, 9);
+    assert_eq!(env.outbox_len().await, 0);
+}

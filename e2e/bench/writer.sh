@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Order writer benchmark: orders/s from Kafka into PostgreSQL with the writer's batching against
+# one order per transaction (the peer), in one run, and the time to drain a backlog of queued
+# reservations. Release build, against the local stack (e2e/stack.sh up).
+#
+# Usage: e2e/bench/writer.sh [RECORDS] [ONE_BY_ONE]     (defaults: 100000 and 3000)
+#   Env: SECKILL_PG_ADMIN_URL, SECKILL_REDIS_URL, SECKILL_KAFKA_BROKER (defaults: the stack's),
+#        BENCH_PARTITIONS (4), BENCH_BATCH (1000 orders per transaction).
+#
+# The bench creates a throwaway database and its own topics, produces the backlog first, then
+# times the writers from their start until every partition's committed offset reaches the end.
+# Both runs do the same work per record (decode, checks, order, ledger row, offset, Redis ack);
+# only the transaction size differs. Absolute numbers depend on the machine; the ratio holds.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$ROOT"
+if [[ -z "${SECKILL_PG_ADMIN_URL:-}" && -f .stack/env ]]; then
+  # shellcheck disable=SC1091
+  source .stack/env
+fi
+RECORDS=${1:-100000}
+ONE_BY_ONE=${2:-3000}
+
+cargo build --release -p backend --bin order-writer
+exec timeout 900 target/release/order-writer bench \
+  --records "$RECORDS" --one-by-one "$ONE_BY_ONE" \
+  --partitions "${BENCH_PARTITIONS:-4}" --batch "${BENCH_BATCH:-1000}" \
+  --lua-dir lua --migrations-dir sql
