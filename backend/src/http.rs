@@ -29,13 +29,22 @@ pub struct AppState {
     pub payment: Arc<Signer>,
 }
 
-/// The router: intake, result query, payment callback.
+/// The router: intake, result query, payment callback, and the health check the gateway's
+/// load balancer polls.
 pub fn router(state: AppState) -> Router {
     Router::new()
+        .route("/healthz", get(healthz))
         .route("/internal/reservations", post(crate::intake::handle))
         .route("/seckill/{campaign}/result/{request_id}", get(crate::result::handle))
         .route("/orders/{id}/pay", post(crate::payment::handle))
         .with_state(state)
+}
+
+/// `GET /healthz`: 200 while this process serves HTTP. Intake needs only Kafka, and a Kafka
+/// outage is answered per request (503, the record waits in the outbox), so this stays a
+/// liveness check rather than flapping with a dependency.
+async fn healthz() -> Response {
+    (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
 }
 
 /// A JSON answer `{code, message, request_id, ...extra}` with the code's status (or `status`).
