@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All tests of the workspace against the real local stack: the README's test command, and what
 # CI runs (.ci/run). Brings the stack up (installing what is missing), then checks formatting,
-# lints, and runs `cargo test --workspace`. Exits non-zero on the first failure.
+# lints, runs `cargo test --workspace`, then a small end-to-end sale (e2e/demo.sh). Exits non-zero on the first failure.
 #
 # The stack is left running if it was running before; servers this script had to start are
 # stopped again when it ends, pass or fail.
@@ -54,6 +54,13 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 
 phase "cargo test"
 cargo test --locked --workspace
+
+# The whole product end to end: gateway, order writer, a crowd, and the invariants checked
+# against PostgreSQL and Redis (the demo exits non-zero when one breaks). Debug binaries, just
+# built by cargo test; its own ports so a running demo does not collide.
+phase "end-to-end sale"
+PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 \
+  GATEWAY_PORT=18080 WRITER_PORT=18081 bash e2e/demo.sh
 
 phase_done
 PHASE=""

@@ -4,4 +4,6 @@
 //! Tests never mock Redis, PostgreSQL or Kafka. They isolate themselves instead: a new database
 //! per test, a new topic per test, campaign ids that are unique per test.
 
+pub mod load;
+pub mod report;
 pub mod stack;
