@@ -44,6 +44,10 @@ async fn intake_refuses_unsigned_forged_and_bad_records_and_queues_good_ones() {
     let good = Signer::new(GATEWAY_KEY);
     let forged = Signer::new(b"some-other-key-0123456789");
 
+    // The health check the gateway's load balancer polls answers 200.
+    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+
     let (s, b) = post(&base, &[]).await;
     assert_eq!((s, b["code"].as_str()), (401, Some("BAD_SIGNATURE")), "{b}");
     let (r, sig) = forged.seal(&record);
