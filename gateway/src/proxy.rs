@@ -246,12 +246,13 @@ impl ProxyHttp for Gateway {
                 "order writer not reached: the reservation stays in the outbox for the sweeper"
             );
             let body = queued(&reserved.campaign, &ctx.request_id);
-            let _ = respond(session, 202, body, None, "no-store").await;
+            let _ = respond_and_close(session, 202, body).await;
             return FailToProxy { error_code: 202, can_reuse_downstream: false };
         }
         let (code, answer) = match (e.etype(), e.esource()) {
             (ErrorType::HTTPStatus(code), _) => (*code, Code::Internal),
-            (_, ErrorSource::Upstream) => (502, Code::UpstreamUnavailable),
+            // No healthy address in the pool: as unreachable as a refused connect.
+            (ErrorType::ConnectNoRoute, _) | (_, ErrorSource::Upstream) => (502, Code::UpstreamUnavailable),
             (
                 ErrorType::WriteError | ErrorType::ReadError | ErrorType::ConnectionClosed,
                 ErrorSource::Downstream,
@@ -266,7 +267,7 @@ impl ProxyHttp for Gateway {
                 _ => "unexpected error",
             };
             let body = Answer { code: answer, message, request_id: &ctx.request_id }.to_json();
-            let _ = respond(session, code, body, None, "no-store").await;
+            let _ = respond_and_close(session, code, body).await;
         }
         FailToProxy { error_code: code, can_reuse_downstream: false }
     }
@@ -369,12 +370,34 @@ async fn respond(
     retry_after: Option<u32>,
     cache_control: &'static str,
 ) -> Result<bool> {
-    let mut header = ResponseHeader::build(status, Some(4))?;
+    write_json(session, status, body, retry_after, cache_control, false).await
+}
+
+/// Answers after a failed proxy attempt. The connection is not reused (what is left of the
+/// request may be unread), so the answer says `Connection: close`: a client must not send its
+/// next request on it.
+async fn respond_and_close(session: &mut Session, status: u16, body: Vec<u8>) -> Result<bool> {
+    session.set_keepalive(None);
+    write_json(session, status, body, None, "no-store", true).await
+}
+
+async fn write_json(
+    session: &mut Session,
+    status: u16,
+    body: Vec<u8>,
+    retry_after: Option<u32>,
+    cache_control: &'static str,
+    close: bool,
+) -> Result<bool> {
+    let mut header = ResponseHeader::build(status, Some(5))?;
     header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
     header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
     header.insert_header(http::header::CACHE_CONTROL, cache_control)?;
     if let Some(secs) = retry_after {
         header.insert_header(http::header::RETRY_AFTER, secs)?;
+    }
+    if close {
+        header.insert_header(http::header::CONNECTION, "close")?;
     }
     session.write_response_header(Box::new(header), false).await?;
     session.write_response_body(Some(Bytes::from(body)), true).await?;

@@ -258,3 +258,32 @@ async fn a_dead_upstream_is_skipped_in_both_pools() {
     }
     assert_eq!(writer.received_requests().await.unwrap().len(), 10);
 }
+
+#[tokio::test]
+async fn unreachable_upstreams_answer_502_upstream_unavailable() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 10, 1).await;
+    let dead = format!("127.0.0.1:{}", free_port());
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &dead, &campaign, "");
+    conf.order_writer_extra = "health_check_interval_ms = 100".into();
+    conf.routes = format!(
+        "[[route]]\nname = \"shop\"\npath_prefix = \"/\"\nupstreams = [\"{dead}\"]\nhealth_check_interval_ms = 100\n"
+    );
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    // Before and after the health check marks the address down: a refused connect, then no
+    // healthy address; both are the upstream's fault, never a 500.
+    for _ in 0..3 {
+        let shop = http.get(gw.url("/p")).send().await.unwrap();
+        assert_eq!(shop.status(), 502);
+        let body: serde_json::Value = shop.json().await.unwrap();
+        assert_eq!(body["code"], "UPSTREAM_UNAVAILABLE", "{body}");
+        let result = http.get(gw.url(&format!("/seckill/{campaign}/result/some-id"))).send().await.unwrap();
+        assert_eq!(result.status(), 502);
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    }
+    // An order still reserves and is answered QUEUED: the record waits in the outbox.
+    let (status, body) = order(&http, &gw, &campaign, "buyer").await;
+    assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+}
