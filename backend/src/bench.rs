@@ -4,6 +4,8 @@
 //! It works on its own throwaway database (created from the admin URL, dropped at the end) and
 //! its own topics, so it never touches a real campaign. The backlog is produced first; the clock
 //! runs from the writers' start until every partition's committed offset reaches the end.
+//! Beside them, the ceiling of the consume side: the same backlog read back from the broker and
+//! decoded, with the writer's fetch settings and no database.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -82,6 +84,7 @@ async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
     );
     let batched = leg(a, &pool, &redis, &scripts, &kc, &format!("bench-b-{tag}"), a.records, a.batch).await?;
     let single = leg(a, &pool, &redis, &scripts, &kc, &format!("bench-s-{tag}"), a.one_by_one, 1).await?;
+    let ceiling = read_ceiling(a, &kc, &format!("bench-b-{tag}")).await?;
     let rb = a.records as f64 / batched.as_secs_f64();
     let rs = a.one_by_one as f64 / single.as_secs_f64();
     println!(
@@ -97,7 +100,15 @@ async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
         single.as_secs_f64(),
         rs
     );
+    let rc = a.records as f64 / ceiling.as_secs_f64();
+    println!(
+        "Kafka read ceiling (fetch + decode, no database): {} records in {:.2} s = {:.0} records/s",
+        a.records,
+        ceiling.as_secs_f64(),
+        rc
+    );
     println!("ratio batched / one-by-one: {:.1}x", rb / rs);
+    println!("ratio batched / read ceiling: {:.2}", rb / rc);
     println!("drain of {} queued reservations: {:.2} s", a.records, batched.as_secs_f64());
     Ok(())
 }
@@ -196,4 +207,49 @@ async fn leg(
         .await?;
     anyhow::ensure!(orders == n as i64, "{name}: {orders} orders for {n} reservations");
     Ok(took)
+}
+
+/// Reads every partition of `topic` from offset 0 to its end, in parallel, with the writer's
+/// fetch settings, and decodes each record: how fast the broker alone can feed the writers.
+async fn read_ceiling(
+    a: &BenchArgs,
+    kc: &Arc<rskafka::client::Client>,
+    topic: &str,
+) -> anyhow::Result<Duration> {
+    let mut clients = Vec::new();
+    for p in 0..a.partitions {
+        let pc = kafka::partition(kc, topic, p, Duration::from_secs(10)).await?;
+        let end = pc.get_offset(OffsetAt::Latest).await?;
+        clients.push((pc, end));
+    }
+    let start = Instant::now();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|(pc, end)| {
+            tokio::spawn(async move {
+                let mut offset = 0;
+                let limit = Instant::now() + Duration::from_secs(300);
+                while offset < end {
+                    anyhow::ensure!(Instant::now() < limit, "read-back did not finish within 300 s");
+                    let (records, _) = tokio::time::timeout(
+                        Duration::from_secs(10),
+                        pc.fetch_records(offset, 1..(8 << 20), 10),
+                    )
+                    .await
+                    .context("fetch timed out")??;
+                    let from = offset;
+                    for r in records.iter().filter(|r| r.offset >= from) {
+                        let value = r.record.value.as_deref().unwrap_or_default();
+                        protocol::record::Reservation::from_json(value)?;
+                        offset = r.offset + 1;
+                    }
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(start.elapsed())
 }
