@@ -82,13 +82,52 @@ fn decode(value: Option<&[u8]>) -> Result<Reservation, String> {
     Ok(r)
 }
 
+/// A late-locked batch met a change made since it read: the conditional stock update refused it
+/// (another partition's batch sold the same units first), or a reservation it ordered was
+/// refused meanwhile (a reconciliation repair, which locks the campaign row). The batch is
+/// rolled back and written again with the rows locked first.
+#[derive(Debug, thiserror::Error)]
+#[error("late-locked batch conflicted ({0}); rolled back")]
+struct LateConflict(&'static str);
+
+/// How a batch treats the campaign rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Locking {
+    /// Read the rows without a lock, decide, write, and take the lock only for the final
+    /// conditional update just before commit: partitions of one campaign overlap their work.
+    Late,
+    /// Lock the rows (in id order) before deciding: the guard cannot refuse. Used when a late
+    /// batch was refused, i.e. when the campaign is close to selling out.
+    First,
+}
+
 /// Writes one batch of a partition in ONE transaction and returns what Redis must be told.
 /// `records` must be in offset order; the stored next offset becomes `last offset + 1`.
+///
+/// The batch is first written with the campaign rows locked late (see [`Locking`]); if the
+/// conditional stock update refuses it, it is rolled back and written again with the rows locked
+/// first. Either way the stock guard runs in the same transaction as the orders.
 pub async fn write_batch(
     pool: &PgPool,
     topic: &str,
     partition: i32,
     records: &[Incoming],
+) -> anyhow::Result<BatchOutcome> {
+    match write_batch_with(pool, topic, partition, records, Locking::Late).await {
+        Err(e) if e.downcast_ref::<LateConflict>().is_some() => {
+            tracing::debug!(topic, partition, error = %e, "locking first");
+            write_batch_with(pool, topic, partition, records, Locking::First).await
+        }
+        other => other,
+    }
+}
+
+async fn write_batch_with(
+    pool: &PgPool,
+    topic: &str,
+    partition: i32,
+    records: &[Incoming],
+    locking: Locking,
 ) -> anyhow::Result<BatchOutcome> {
     let Some(last) = records.last() else { return Ok(BatchOutcome::default()) };
     let next_offset = last.offset + 1;
@@ -111,20 +150,25 @@ pub async fn write_batch(
     let mut tx = pool.begin().await.context("begin")?;
     let mut out = BatchOutcome { dead: dead.len(), ..Default::default() };
 
-    // 2. Lock the campaigns touched (in id order, so writers of other partitions never deadlock).
+    // 2. Read the campaigns touched; with `Locking::First`, lock them (in id order, so writers
+    // of other partitions never deadlock).
     let mut campaign_ids: Vec<String> = valid.iter().map(|r| r.campaign.clone()).collect();
     campaign_ids.sort();
     campaign_ids.dedup();
     let mut campaigns: HashMap<String, CampaignRow> = HashMap::new();
     if !campaign_ids.is_empty() {
-        let rows: Vec<(String, i64, i64, i64, i64, bool)> = sqlx::query_as(
-            "SELECT id, total_stock, sold, per_user_limit, pay_window_secs, pause_replenish
-               FROM campaigns WHERE id = ANY($1) ORDER BY id FOR UPDATE",
-        )
-        .bind(&campaign_ids)
-        .fetch_all(&mut *tx)
-        .await
-        .context("locking campaigns")?;
+        let sql = match locking {
+            Locking::First => {
+                "SELECT id, total_stock, sold, per_user_limit, pay_window_secs, pause_replenish
+                   FROM campaigns WHERE id = ANY($1) ORDER BY id FOR UPDATE"
+            }
+            Locking::Late => {
+                "SELECT id, total_stock, sold, per_user_limit, pay_window_secs, pause_replenish
+                   FROM campaigns WHERE id = ANY($1) ORDER BY id"
+            }
+        };
+        let rows: Vec<(String, i64, i64, i64, i64, bool)> =
+            sqlx::query_as(sql).bind(&campaign_ids).fetch_all(&mut *tx).await.context("locking campaigns")?;
         for (id, total, sold, limit, pay_window_secs, pause_replenish) in rows {
             campaigns.insert(id, CampaignRow { total, sold, limit, pay_window_secs, pause_replenish });
         }
@@ -178,7 +222,7 @@ pub async fn write_batch(
         .collect();
     }
 
-    // 4. Decide each new reservation, in offset order, against the locked stock.
+    // 4. Decide each new reservation, in offset order, against the stock read in step 2.
     let mut accepted: Vec<&Reservation> = Vec::new();
     let mut refused_now: Vec<Refusal> = Vec::new();
     let mut remaining: HashMap<&str, i64> =
@@ -265,29 +309,7 @@ pub async fn write_batch(
         }
         out.inserted = inserted.len();
 
-        // 6. The last guard: the conditional stock update. It cannot fail after the checks
-        // above under the row lock; if it ever does, the whole batch rolls back.
-        let mut per: BTreeMap<&str, i64> = BTreeMap::new();
-        for r in &accepted {
-            *per.entry(r.campaign.as_str()).or_default() += r.qty;
-        }
-        let (pc, pn): (Vec<String>, Vec<i64>) = per.iter().map(|(c, n)| (c.to_string(), *n)).unzip();
-        let updated = sqlx::query(
-            "UPDATE campaigns c SET sold = c.sold + d.n, updated_at = now(),
-                    state = CASE WHEN c.state = 'READY' THEN 'LIVE' ELSE c.state END
-               FROM UNNEST($1::text[], $2::int8[]) AS d(id, n)
-              WHERE c.id = d.id AND c.sold + d.n <= c.total_stock",
-        )
-        .bind(&pc)
-        .bind(&pn)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if updated != pc.len() as u64 {
-            anyhow::bail!("stock guard refused the batch (sold + n > total_stock); rolled back");
-        }
-
-        // 7. One ledger row per order.
+        // 6. One ledger row per order.
         sqlx::query(
             "INSERT INTO stock_ledger (campaign_id, request_id, delta, reason)
              SELECT c, r, -q, 'ORDER' FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS t(c, r, q)
@@ -303,7 +325,7 @@ pub async fn write_batch(
         }
     }
 
-    // 8. Refusals, so the result query can answer and a redelivery is refused the same way.
+    // 7. Refusals, so the result query can answer and a redelivery is refused the same way.
     if !refused_now.is_empty() {
         let (mut r_id, mut r_c, mut r_u, mut r_q, mut r_s, mut r_r) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -331,7 +353,7 @@ pub async fn write_batch(
         out.refused.extend(refused_now);
     }
 
-    // 9. Dead letters, with their place.
+    // 8. Dead letters, with their place.
     if !dead.is_empty() {
         let offsets: Vec<i64> = dead.iter().map(|d| d.0).collect();
         let payloads: Vec<Vec<u8>> = dead.iter().map(|d| d.1.clone()).collect();
@@ -353,7 +375,7 @@ pub async fn write_batch(
         }
     }
 
-    // 10. The next offset, in the same transaction.
+    // 9. The next offset, in the same transaction.
     sqlx::query(
         "INSERT INTO consumer_offsets (topic, partition, next_offset) VALUES ($1, $2, $3)
          ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
@@ -363,6 +385,56 @@ pub async fn write_batch(
     .bind(next_offset)
     .execute(&mut *tx)
     .await?;
+
+    // 10. The last guard, last: the conditional stock update. Under `Locking::Late` the campaign
+    // rows are locked here (in id order), so they are held only from here to the commit, and a
+    // refusal, or a reservation refused meanwhile, rolls the whole batch back (see
+    // `write_batch`). Under `Locking::First` it cannot refuse.
+    let mut per: BTreeMap<&str, i64> = BTreeMap::new();
+    for r in &accepted {
+        *per.entry(r.campaign.as_str()).or_default() += r.qty;
+    }
+    if !per.is_empty() {
+        let (pc, pn): (Vec<String>, Vec<i64>) = per.iter().map(|(c, n)| (c.to_string(), *n)).unzip();
+        if locking == Locking::Late {
+            // NO KEY UPDATE: the order inserts above hold the rows' KEY SHARE locks (foreign
+            // key), which FOR UPDATE would wait on across batches, a deadlock; the sold update
+            // itself needs no more than this.
+            sqlx::query("SELECT 1 FROM campaigns WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE")
+                .bind(&pc)
+                .execute(&mut *tx)
+                .await
+                .context("locking campaigns")?;
+            // Under the lock, this statement sees every refusal committed before it: one for a
+            // reservation this batch ordered means a repair decided it first.
+            let accepted_ids: Vec<&str> = accepted.iter().map(|r| r.request_id.as_str()).collect();
+            let refused_meanwhile: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM reservation_results WHERE request_id = ANY($1)")
+                    .bind(&accepted_ids)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if refused_meanwhile > 0 {
+                return Err(LateConflict("a reservation was refused meanwhile").into());
+            }
+        }
+        let updated = sqlx::query(
+            "UPDATE campaigns c SET sold = c.sold + d.n, updated_at = now(),
+                    state = CASE WHEN c.state = 'READY' THEN 'LIVE' ELSE c.state END
+               FROM UNNEST($1::text[], $2::int8[]) AS d(id, n)
+              WHERE c.id = d.id AND c.sold + d.n <= c.total_stock",
+        )
+        .bind(&pc)
+        .bind(&pn)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if updated != pc.len() as u64 {
+            if locking == Locking::First {
+                anyhow::bail!("stock guard refused a locked batch (sold + n > total_stock); rolled back");
+            }
+            return Err(LateConflict("the stock guard refused it").into());
+        }
+    }
     tx.commit().await.context("commit")?;
 
     for f in &out.refused {

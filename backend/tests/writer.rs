@@ -128,3 +128,40 @@ async fn one_user_gets_one_order_in_a_limit_one_campaign_even_with_two_request_i
     assert_eq!(env.redis_stock().await, 9);
     assert_eq!(env.outbox_len().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partitions_racing_for_the_last_units_never_oversell() {
+    // Four partitions write one campaign at once. Each batch decides against the stock it read
+    // without a lock; when two read the same units, the later conditional update refuses and the
+    // batch is written again with the row locked. Whatever the interleaving: exactly the
+    // database's stock becomes orders, the rest is refused once and released once.
+    let env = Env::new(40, 1, 4).await;
+    sqlx::query("UPDATE campaigns SET total_stock = 10 WHERE id = $1")
+        .bind(&env.campaign)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    for p in 0..4 {
+        let mut records = Vec::new();
+        for i in 0..10 {
+            records.push(env.reserve(&format!("p{p}-u{i}"), 1).await);
+        }
+        env.produce(p, records).await;
+    }
+    env.drain(5).await;
+
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 10);
+    assert_eq!(env.count("SELECT sold FROM campaigns WHERE id = $1").await, 10);
+    assert_eq!(
+        env.count("SELECT count(*) FROM stock_ledger WHERE campaign_id = $1 AND reason = 'ORDER'").await,
+        10
+    );
+    assert_eq!(
+        env.count("SELECT count(*) FROM reservation_results WHERE campaign_id = $1 AND status = 'SOLD_OUT'")
+            .await,
+        30
+    );
+    assert_eq!(env.stat("released_count").await, 30);
+    assert_eq!(env.redis_stock().await, 30);
+    assert_eq!(env.outbox_len().await, 0);
+}
