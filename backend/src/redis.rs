@@ -8,7 +8,7 @@ use anyhow::Context;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use protocol::keys::{CampaignKeys, REPLENISH_CHANNEL};
-use protocol::scripts::Scripts;
+use protocol::scripts::{self, Scripts};
 
 /// Connects with bounded timeouts: a Redis that is down fails calls quickly instead of hanging.
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
@@ -41,13 +41,11 @@ pub struct RedisScripts {
 impl RedisScripts {
     /// Reads the scripts from the `lua/` folder.
     pub fn load(dir: &Path) -> anyhow::Result<Self> {
-        let read = |name: &str| -> anyhow::Result<Script> {
-            let p = dir.join(name);
-            let body = std::fs::read_to_string(&p)
-                .with_context(|| format!("cannot read Lua script {}", p.display()))?;
-            Ok(Script::from_lua(body))
-        };
-        Ok(Self { shared: Scripts::load(dir)?, ack: read("ack.lua")?, adopt: read("adopt.lua")? })
+        Ok(Self {
+            shared: Scripts::load(dir)?,
+            ack: scripts::read(dir, "ack.lua")?,
+            adopt: scripts::read(dir, "adopt.lua")?,
+        })
     }
 
     /// Removes committed reservations from the outbox (idempotent). Returns how many were

@@ -124,7 +124,10 @@ pub fn default_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("lua")
 }
 
-fn read(dir: &Path, name: &str) -> Result<Script, ScriptError> {
+/// Reads one script `name` from `dir`, ready for `EVALSHA` with a NOSCRIPT reload. The shared
+/// scripts are loaded by [`Scripts::load`]; a binary's own scripts (the order writer's
+/// `ack.lua`, `adopt.lua`) are read with this.
+pub fn read(dir: &Path, name: &str) -> Result<Script, ScriptError> {
     let path = dir.join(name);
     let body = std::fs::read_to_string(&path).map_err(|source| ScriptError::Read { path, source })?;
     Ok(Script::from_lua(body))
