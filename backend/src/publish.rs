@@ -70,64 +70,44 @@ pub async fn publish(
     }
     let c = Campaign::load(&file)?;
 
-    // 1. PostgreSQL: create as DRAFT, or refresh a DRAFT from the file (a new stock version if
-    // the stock changed). READY/LIVE/ENDED rows are not touched by the file any more.
+    // 1. PostgreSQL, one upsert: a new row is inserted as DRAFT; a DRAFT row takes the whole
+    // file (new stock and price versions when they changed); READY/LIVE/ENDED rows take only the
+    // switch the workers read (pause_replenish).
     let mut tx = pool.begin().await?;
-    let row: Option<(String, i64, i64, i64)> = sqlx::query_as(
-        "SELECT state, stock_version, total_stock, sold FROM campaigns WHERE id = $1 FOR UPDATE",
+    sqlx::query(
+        "INSERT INTO campaigns (id, sku, total_stock, per_user_limit, price_cents, starts_at, ends_at,
+                                pay_window_secs, pause_replenish)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (id) DO UPDATE SET
+             pause_replenish = EXCLUDED.pause_replenish,
+             updated_at = now(),
+             sku = CASE WHEN campaigns.state = 'DRAFT' THEN EXCLUDED.sku ELSE campaigns.sku END,
+             per_user_limit = CASE WHEN campaigns.state = 'DRAFT'
+                                   THEN EXCLUDED.per_user_limit ELSE campaigns.per_user_limit END,
+             price_cents = CASE WHEN campaigns.state = 'DRAFT'
+                                THEN EXCLUDED.price_cents ELSE campaigns.price_cents END,
+             starts_at = CASE WHEN campaigns.state = 'DRAFT' THEN EXCLUDED.starts_at ELSE campaigns.starts_at END,
+             ends_at = CASE WHEN campaigns.state = 'DRAFT' THEN EXCLUDED.ends_at ELSE campaigns.ends_at END,
+             pay_window_secs = CASE WHEN campaigns.state = 'DRAFT'
+                                    THEN EXCLUDED.pay_window_secs ELSE campaigns.pay_window_secs END,
+             stock_version = campaigns.stock_version
+                 + (campaigns.state = 'DRAFT' AND campaigns.total_stock <> EXCLUDED.total_stock)::int,
+             price_version = campaigns.price_version
+                 + (campaigns.state = 'DRAFT' AND campaigns.price_cents <> EXCLUDED.price_cents)::int,
+             total_stock = CASE WHEN campaigns.state = 'DRAFT'
+                                THEN EXCLUDED.total_stock ELSE campaigns.total_stock END",
     )
     .bind(id)
-    .fetch_optional(&mut *tx)
+    .bind(&c.sku)
+    .bind(c.stock)
+    .bind(c.per_user_limit)
+    .bind(c.price_cents)
+    .bind(c.starts_at.to_utc())
+    .bind(c.ends_at.to_utc())
+    .bind(c.pay_window_secs)
+    .bind(c.switches.pause_replenish)
+    .execute(&mut *tx)
     .await?;
-    match &row {
-        None => {
-            sqlx::query(
-                "INSERT INTO campaigns (id, sku, total_stock, per_user_limit, price_cents, starts_at, ends_at,
-                                        pay_window_secs, pause_replenish)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(id)
-            .bind(&c.sku)
-            .bind(c.stock)
-            .bind(c.per_user_limit)
-            .bind(c.price_cents)
-            .bind(c.starts_at.to_utc())
-            .bind(c.ends_at.to_utc())
-            .bind(c.pay_window_secs)
-            .bind(c.switches.pause_replenish)
-            .execute(&mut *tx)
-            .await?;
-        }
-        Some((state, _, _, _)) if state == "DRAFT" => {
-            sqlx::query(
-                "UPDATE campaigns SET sku = $2, per_user_limit = $4, price_cents = $5, starts_at = $6, ends_at = $7,
-                        pay_window_secs = $8, pause_replenish = $9,
-                        stock_version = stock_version + (total_stock <> $3)::int,
-                        price_version = price_version + (price_cents <> $5)::int,
-                        total_stock = $3, updated_at = now()
-                  WHERE id = $1",
-            )
-            .bind(id)
-            .bind(&c.sku)
-            .bind(c.stock)
-            .bind(c.per_user_limit)
-            .bind(c.price_cents)
-            .bind(c.starts_at.to_utc())
-            .bind(c.ends_at.to_utc())
-            .bind(c.pay_window_secs)
-            .bind(c.switches.pause_replenish)
-            .execute(&mut *tx)
-            .await?;
-        }
-        Some(_) => {
-            // Switches still follow the file (pause_replenish is read by the workers).
-            sqlx::query("UPDATE campaigns SET pause_replenish = $2, updated_at = now() WHERE id = $1")
-                .bind(id)
-                .bind(c.switches.pause_replenish)
-                .execute(&mut *tx)
-                .await?;
-        }
-    }
     let (state, stock_version, total, sold, limit, sku, price_cents, price_version): (
         String,
         i64,
