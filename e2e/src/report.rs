@@ -59,8 +59,8 @@ pub async fn check(
         c.orders.insert(row.get(0), row.get(1));
     }
     let row = sqlx::query(
-        "SELECT coalesce(sum(qty), 0)::BIGINT, coalesce(max(per_user), 0)::BIGINT FROM (
-             SELECT user_id, sum(qty) AS qty, sum(qty) AS per_user FROM orders
+        "SELECT coalesce(sum(qty), 0)::BIGINT, coalesce(max(qty), 0)::BIGINT FROM (
+             SELECT user_id, sum(qty) AS qty FROM orders
              WHERE campaign_id = $1 AND status <> 'CLOSED' GROUP BY user_id) u",
     )
     .bind(campaign)
@@ -140,7 +140,6 @@ impl Report {
         let max = out.latency_us.as_ref().map(|h| h.max() as f64 / 1000.0).unwrap_or(0.0);
         let queued = out.queued.len() as i64;
         let c = &checks;
-        let paid_or_pending = c.units_held;
         let verdicts = vec![
             Verdict {
                 name: "never oversold",
@@ -170,7 +169,7 @@ impl Report {
                 // initial - reserved + released = remaining, and every net reservation is an
                 // order or still in the outbox.
                 ok: c.total_stock - c.reserved_qty + c.released_qty == c.redis_stock
-                    && c.reserved_qty - c.released_qty == paid_or_pending + c.outbox,
+                    && c.reserved_qty - c.released_qty == c.units_held + c.outbox,
                 detail: format!(
                     "stock {} - reserved {} + released {} = {} (Redis has {}); net reserved {} = orders {} + outbox {}",
                     c.total_stock,
@@ -179,7 +178,7 @@ impl Report {
                     c.total_stock - c.reserved_qty + c.released_qty,
                     c.redis_stock,
                     c.reserved_qty - c.released_qty,
-                    paid_or_pending,
+                    c.units_held,
                     c.outbox
                 ),
             },
