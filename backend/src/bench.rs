@@ -177,7 +177,7 @@ async fn leg(
         scripts: scripts.clone(),
         kafka: kc.clone(),
         topic: name.to_string(),
-        cfg: WriterConfig { batch_size: batch, max_wait_ms: 10, fetch_max_bytes: 8 << 20 },
+        cfg: WriterConfig { batch_size: batch, max_wait_ms: 10, fetch_max_bytes: 8 << 20, idle_wait_ms: 100 },
     };
     let start = Instant::now();
     let tasks: Vec<_> =

@@ -74,6 +74,8 @@ struct RawWriter {
     max_wait_ms: Spanned<i32>,
     #[serde(default = "d_fetch_bytes")]
     fetch_max_bytes: Spanned<i32>,
+    #[serde(default = "d_idle_wait")]
+    idle_wait_ms: Spanned<i32>,
 }
 fn d_batch() -> Spanned<usize> {
     Spanned::new(0..0, 1000)
@@ -84,9 +86,17 @@ fn d_wait() -> Spanned<i32> {
 fn d_fetch_bytes() -> Spanned<i32> {
     Spanned::new(0..0, 4 << 20)
 }
+fn d_idle_wait() -> Spanned<i32> {
+    Spanned::new(0..0, 100)
+}
 impl Default for RawWriter {
     fn default() -> Self {
-        Self { batch_size: d_batch(), max_wait_ms: d_wait(), fetch_max_bytes: d_fetch_bytes() }
+        Self {
+            batch_size: d_batch(),
+            max_wait_ms: d_wait(),
+            fetch_max_bytes: d_fetch_bytes(),
+            idle_wait_ms: d_idle_wait(),
+        }
     }
 }
 
@@ -156,6 +166,9 @@ pub struct WriterConfig {
     pub max_wait_ms: i32,
     /// Most bytes in one fetch.
     pub fetch_max_bytes: i32,
+    /// Fetch max wait after a fetch that found nothing: an idle partition is polled this often
+    /// (Kafka answers as soon as a record arrives; tansu runs a storage query per poll).
+    pub idle_wait_ms: i32,
 }
 
 /// The validated configuration.
@@ -281,6 +294,13 @@ impl Config {
                 "must be 0 to 500 (keep it ≤ 50)".into(),
             ));
         }
+        if !(*w.max_wait_ms.get_ref()..=5_000).contains(w.idle_wait_ms.get_ref()) {
+            return Err(err(
+                w.idle_wait_ms.span(),
+                "writer.idle_wait_ms",
+                "must be writer.max_wait_ms to 5000".into(),
+            ));
+        }
         if *w.fetch_max_bytes.get_ref() < 1024 {
             return Err(err(
                 w.fetch_max_bytes.span(),
@@ -323,6 +343,7 @@ impl Config {
                 batch_size: *w.batch_size.get_ref(),
                 max_wait_ms: *w.max_wait_ms.get_ref(),
                 fetch_max_bytes: *w.fetch_max_bytes.get_ref(),
+                idle_wait_ms: *w.idle_wait_ms.get_ref(),
             },
             sweep_age: Duration::from_secs(*s.age_secs.get_ref()),
             sweep_interval: Duration::from_millis(*s.interval_ms.get_ref()),
@@ -361,6 +382,7 @@ partitions = 4
         let c = parse(&good()).unwrap();
         assert_eq!(c.kafka.assigned, vec![0, 1, 2, 3]);
         assert_eq!(c.writer.batch_size, 1000);
+        assert_eq!((c.writer.max_wait_ms, c.writer.idle_wait_ms), (20, 100));
         assert_eq!(c.campaigns_dir, Path::new("conf/campaigns"));
         assert_eq!(c.gateway_key, b"0123456789abcdef0123");
     }
@@ -391,5 +413,11 @@ partitions = 4
         );
         expect(&good().replace("topic = ", "topik = "), 9, "topik", "unknown field");
         expect(&format!("{}\n[writer]\nbatch_size = 0\n", good()), 13, "writer.batch_size", "1 to 20000");
+        expect(
+            &format!("{}\n[writer]\nmax_wait_ms = 50\nidle_wait_ms = 10\n", good()),
+            14,
+            "writer.idle_wait_ms",
+            "writer.max_wait_ms to 5000",
+        );
     }
 }

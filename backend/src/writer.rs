@@ -616,12 +616,15 @@ async fn fetch_ahead(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let deadline = Duration::from_secs(5);
+    // Short waits while records flow; after an empty fetch, the idle wait, so a quiet partition
+    // is not polled tens of times a second (each poll costs the broker a storage query).
+    let mut wait = cfg.max_wait_ms;
     loop {
         if *shutdown.borrow() {
             return;
         }
         let t0 = std::time::Instant::now();
-        let fetch = pc.fetch_records(offset, 1..cfg.fetch_max_bytes, cfg.max_wait_ms);
+        let fetch = pc.fetch_records(offset, 1..cfg.fetch_max_bytes, wait);
         let fetched = tokio::select! {
             r = tokio::time::timeout(deadline, fetch) => r,
             _ = shutdown.changed() => return,
@@ -666,7 +669,11 @@ async fn fetch_ahead(
             ms = t0.elapsed().as_millis() as u64,
             "fetched"
         );
-        let Some(last) = incoming.last() else { continue };
+        let Some(last) = incoming.last() else {
+            wait = cfg.idle_wait_ms;
+            continue;
+        };
+        wait = cfg.max_wait_ms;
         offset = last.offset + 1;
         if tx.send(incoming).await.is_err() {
             return;

@@ -96,7 +96,12 @@ impl Env {
                 produce_timeout: Duration::from_secs(3),
                 produce_batch: 200,
             },
-            writer: WriterConfig { batch_size: 100, max_wait_ms: 20, fetch_max_bytes: 1 << 20 },
+            writer: WriterConfig {
+                batch_size: 100,
+                max_wait_ms: 20,
+                fetch_max_bytes: 1 << 20,
+                idle_wait_ms: 50,
+            },
             sweep_age: Duration::from_secs(1),
             sweep_interval: Duration::from_millis(200),
             close_interval: Duration::from_millis(100),
@@ -157,7 +162,12 @@ impl Env {
             scripts: self.scripts.clone(),
             kafka: self.kafka.clone(),
             topic: self.topic.clone(),
-            cfg: WriterConfig { batch_size: batch, max_wait_ms: 20, fetch_max_bytes: 1 << 20 },
+            cfg: WriterConfig {
+                batch_size: batch,
+                max_wait_ms: 20,
+                fetch_max_bytes: 1 << 20,
+                idle_wait_ms: 50,
+            },
         };
         let tasks: Vec<_> = (0..self.partitions)
             .map(|p| tokio::spawn(run_partition(ctx.clone(), p, tx.subscribe())))
