@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::config::WriterConfig;
 use crate::redis::RedisScripts;
-use crate::writer::{run_partition, WriterCtx};
+use crate::writer::{run_partition, settle, write_batch, Incoming, WriterCtx};
 use crate::{db, kafka, redis};
 
 /// Arguments of `order-writer bench`.
@@ -47,6 +47,9 @@ pub struct BenchArgs {
     /// Orders per transaction in the batched run.
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
+    /// Most bytes per fetch, for the writers and the read ceiling alike.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub fetch_max_bytes: i32,
     /// Folder of the Lua scripts.
     #[arg(long, default_value = "lua")]
     pub lua_dir: PathBuf,
@@ -85,6 +88,7 @@ async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
     let batched = leg(a, &pool, &redis, &scripts, &kc, &format!("bench-b-{tag}"), a.records, a.batch).await?;
     let single = leg(a, &pool, &redis, &scripts, &kc, &format!("bench-s-{tag}"), a.one_by_one, 1).await?;
     let ceiling = read_ceiling(a, &kc, &format!("bench-b-{tag}")).await?;
+    let stage = database_stage(a, &pool, &redis, &scripts, &format!("bench-m-{tag}")).await?;
     let rb = a.records as f64 / batched.as_secs_f64();
     let rs = a.one_by_one as f64 / single.as_secs_f64();
     println!(
@@ -107,23 +111,28 @@ async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
         ceiling.as_secs_f64(),
         rc
     );
+    let rm = a.records as f64 / stage.as_secs_f64();
+    println!(
+        "database stage alone (same batches from memory, no broker): {} orders in {:.2} s = {:.0} orders/s",
+        a.records,
+        stage.as_secs_f64(),
+        rm
+    );
     println!("ratio batched / one-by-one: {:.1}x", rb / rs);
     println!("ratio batched / read ceiling: {:.2}", rb / rc);
+    println!("ratio database stage / one-by-one: {:.1}x", rm / rs);
     println!("drain of {} queued reservations: {:.2} s", a.records, batched.as_secs_f64());
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn leg(
+/// Creates the campaign `name` with stock `n` and returns its backlog: `n` reservations of
+/// distinct users, spread over the partitions by user as the intake does.
+async fn backlog(
     a: &BenchArgs,
     pool: &sqlx::PgPool,
-    redis: &fred::prelude::Client,
-    scripts: &RedisScripts,
-    kc: &Arc<rskafka::client::Client>,
     name: &str,
     n: usize,
-    batch: usize,
-) -> anyhow::Result<Duration> {
+) -> anyhow::Result<Vec<Vec<Record>>> {
     sqlx::query(
         "INSERT INTO campaigns (id, sku, total_stock, per_user_limit, price_cents, starts_at, ends_at, pay_window_secs, state)
          VALUES ($1, 'SKU-BENCH', $2, 1, 999, now(), now() + interval '1 hour', 900, 'LIVE')",
@@ -132,8 +141,6 @@ async fn leg(
     .bind(n as i64)
     .execute(pool)
     .await?;
-    kafka::create_topic(kc, name, a.partitions).await?;
-    // The backlog: n reservations spread over the partitions by user, as the intake does.
     let mut per: Vec<Vec<Record>> = (0..a.partitions).map(|_| Vec::new()).collect();
     let now = chrono::Utc::now();
     for i in 0..n {
@@ -156,6 +163,66 @@ async fn leg(
             timestamp: now,
         });
     }
+    Ok(per)
+}
+
+/// The database stage alone: the same backlog handed to the writer's own batch code
+/// ([`write_batch`] then [`settle`], one task per partition) straight from memory, no broker.
+/// What the writer could do if the broker fed it for free: the ceiling of the batched leg.
+async fn database_stage(
+    a: &BenchArgs,
+    pool: &sqlx::PgPool,
+    redis: &fred::prelude::Client,
+    scripts: &RedisScripts,
+    name: &str,
+) -> anyhow::Result<Duration> {
+    let per = backlog(a, pool, name, a.records).await?;
+    let start = Instant::now();
+    let tasks: Vec<_> = per
+        .into_iter()
+        .enumerate()
+        .map(|(p, recs)| {
+            let (pool, redis, scripts, name, batch) =
+                (pool.clone(), redis.clone(), scripts.clone(), name.to_string(), a.batch);
+            tokio::spawn(async move {
+                let incoming: Vec<Incoming> = recs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, r)| Incoming { offset: i as i64, value: r.value })
+                    .collect();
+                for chunk in incoming.chunks(batch) {
+                    let outcome = write_batch(&pool, &name, p as i32, chunk).await?;
+                    settle(&redis, &scripts, &outcome).await;
+                }
+                anyhow::Ok(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    let took = start.elapsed();
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE campaign_id = $1")
+        .bind(name)
+        .fetch_one(pool)
+        .await?;
+    anyhow::ensure!(orders == a.records as i64, "{name}: {orders} orders for {} reservations", a.records);
+    Ok(took)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn leg(
+    a: &BenchArgs,
+    pool: &sqlx::PgPool,
+    redis: &fred::prelude::Client,
+    scripts: &RedisScripts,
+    kc: &Arc<rskafka::client::Client>,
+    name: &str,
+    n: usize,
+    batch: usize,
+) -> anyhow::Result<Duration> {
+    kafka::create_topic(kc, name, a.partitions).await?;
+    let per = backlog(a, pool, name, n).await?;
     let mut ends = Vec::new();
     for (p, recs) in per.into_iter().enumerate() {
         let pc = kafka::partition(kc, name, p as i32, Duration::from_secs(10)).await?;
@@ -177,7 +244,12 @@ async fn leg(
         scripts: scripts.clone(),
         kafka: kc.clone(),
         topic: name.to_string(),
-        cfg: WriterConfig { batch_size: batch, max_wait_ms: 10, fetch_max_bytes: 8 << 20, idle_wait_ms: 100 },
+        cfg: WriterConfig {
+            batch_size: batch,
+            max_wait_ms: 20,
+            fetch_max_bytes: a.fetch_max_bytes,
+            idle_wait_ms: 100,
+        },
     };
     let start = Instant::now();
     let tasks: Vec<_> =
@@ -223,6 +295,7 @@ async fn read_ceiling(
         clients.push((pc, end));
     }
     let start = Instant::now();
+    let max_bytes = a.fetch_max_bytes;
     let tasks: Vec<_> = clients
         .into_iter()
         .map(|(pc, end)| {
@@ -233,7 +306,7 @@ async fn read_ceiling(
                     anyhow::ensure!(Instant::now() < limit, "read-back did not finish within 300 s");
                     let (records, _) = tokio::time::timeout(
                         Duration::from_secs(10),
-                        pc.fetch_records(offset, 1..(8 << 20), 10),
+                        pc.fetch_records(offset, 1..max_bytes, 20),
                     )
                     .await
                     .context("fetch timed out")??;
