@@ -6,9 +6,14 @@
 #   (b) sold-out short circuit/s: the same request on a sold-out campaign (local flag, no Redis);
 #   (c) the ceiling of (a)'s Redis step: redis-benchmark EVALSHA of lua/reserve.lua;
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
+#   (e) the floor under (b): the same Pingora server answering a fixed 410 of the same shape
+#       from request_filter with no checks (gateway/examples/pingora_floor.rs), so the gap
+#       between (b) and (d) splits into Pingora's share, (e)/(d), and ours, (b)/(e);
 #
-# plus p50/p99 of (a) and (b), and the gateway's peak RSS (VmHWM) after a run at 1,000
-# connections. Targets: (b) >= 1.0 x (d); (a) >= 0.6 x (b); RSS < 64 MiB.
+# plus p50/p99 of (a) and (b), the gateway's peak RSS (VmHWM) after a run at 1,000
+# connections, and the CPU time per request of each server process in (a) and (b) (gateway,
+# Redis, the nginx upstream; wrk is left out), which shows where the two shared cores go.
+# Targets: (b) >= 1.0 x (d); (a) >= 0.6 x (b); RSS < 64 MiB.
 # Ratios hold across machines, absolute numbers don't.
 #
 # Usage: e2e/bench/gateway.sh          Env: DURATION (10s), THREADS (2), CONNECTIONS (100),
@@ -37,11 +42,12 @@ for tool in wrk nginx redis-benchmark redis-cli python3; do
 done
 "${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $REDIS_URL (e2e/stack.sh up)" >&2; exit 1; }
 
-cargo build --release -p gateway
+cargo build --release -p gateway --bin gateway --example pingora_floor
 
 WORK=$(mktemp -d -t gw-bench.XXXXXX)
 GW_PID=""
 NGINX_PID=""
+FLOOR_PID=""
 RUN=$(date +%s)$$
 OPEN="bench-open-$RUN"
 SOLD="bench-sold-$RUN"
@@ -51,6 +57,7 @@ keys() { local c=$1; for k in meta stock bought outbox pending released stats; d
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
   [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
+  [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
   for c in "$OPEN" "$SOLD" "$RB"; do
     # shellcheck disable=SC2046
     "${RCLI[@]}" del $(keys "$c") >/dev/null 2>&1 || true
@@ -63,6 +70,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 GW_PORT=$(free_port)
 NGINX_410=$(free_port)
 NGINX_202=$(free_port)
+FLOOR_PORT=$(free_port)
 
 # --- nginx: the static 410 peer (d) and the trivial upstream (202) for (a) ---
 mkdir -p "$WORK/nginx/tmp"
@@ -131,6 +139,9 @@ upstreams = ["127.0.0.1:$NGINX_202"]
 SERVER
 RUST_LOG=warn target/release/gateway --conf "$WORK/conf/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
+target/release/examples/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
+FLOOR_PID=$!
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/" && break; sleep 0.1; done
 
 # Distinct users for (a); the same request shape for (b).
@@ -145,6 +156,21 @@ function done(summary, latency, requests)
   io.write(string.format("P50_US %d\nP99_US %d\n", latency:percentile(50), latency:percentile(99)))
 end
 LUA
+
+# CPU time (user + system, clock ticks) of processes, from /proc.
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+HZ=$(getconf CLK_TCK)
+REDIS_PID=$("${RCLI[@]}" info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
+# CPU microseconds per request of each process, over the run `label` (its wrk output).
+cpu_per_request() { # label before_gw before_redis before_nginx
+  local n
+  n=$(awk '/requests in/ {print $1}' "$WORK/$1.out")
+  python3 -c "
+n = max(1, $n); hz = $HZ
+gw, rd, ng = ($(ticks "$GW_PID") - $2), ($(ticks "$REDIS_PID") - $3), ($(ticks $NGINX_PIDS) - $4)
+f = lambda t: t * 1e6 / hz / n
+print(f'{f(gw):.1f} {f(rd):.1f} {f(ng):.1f}')"
+}
 
 run_wrk() { # label url [connections] [script]
   local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-$WORK/users.lua}
@@ -162,9 +188,14 @@ echo "gateway bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateway threads=
 curl -s -o /dev/null -X POST -H 'x-user-id: warm' "http://127.0.0.1:$GW_PORT/seckill/$OPEN/order"
 curl -s -X POST -H 'x-user-id: warm' "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order"; echo
 
+NGINX_PIDS="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"
+read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
 read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT/seckill/$OPEN/order")"
+read -r A_CPU_GW A_CPU_REDIS A_CPU_NGINX <<<"$(cpu_per_request a "$g" "$r" "$n")"
 reserved=$("${RCLI[@]}" hget "sk:{$OPEN}:stats" reserved_count)
+read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
 read -r B_RPS B_P50 B_P99 B_NON <<<"$(run_wrk b "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order")"
+read -r B_CPU_GW B_CPU_REDIS B_CPU_NGINX <<<"$(cpu_per_request b "$g" "$r" "$n")"
 # (c): EVALSHA of the same script, same connections; random request ids and users.
 SHA=$("${RCLI[@]}" script load "$(cat lua/reserve.lua)")
 C_N=$(python3 -c "print(max(100000, int(float('$A_RPS') * 3 * ${DURATION%s})))")
@@ -173,6 +204,7 @@ C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --th
   -r 100000000000 -q evalsha "$SHA" 7 $(keys "$RB") "$RB" __rand_int__ __rand_int__ 1 |
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
+read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"
 # RSS: a run at 1,000 connections, then the peak resident set of the whole run.
 run_wrk rss "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order" 1000 >/dev/null
 HWM_KB=$(awk '/^VmHWM/ {print $2}' "/proc/$GW_PID/status")
@@ -186,9 +218,16 @@ printf '%-44s %12s %10.2f %10.2f\n' "(a) reservations (gateway + Redis + upstrea
 printf '%-44s %12s %10.2f %10.2f\n' "(b) sold-out short circuit (gateway)" "$B_RPS" "$(python3 -c "print($B_P50/1000)")" "$(python3 -c "print($B_P99/1000)")"
 printf '%-44s %12s\n' "(c) redis-benchmark EVALSHA reserve.lua" "$C_RPS"
 printf '%-44s %12s %10.2f %10.2f\n' "(d) nginx static return 410" "$D_RPS" "$(python3 -c "print($D_P50/1000)")" "$(python3 -c "print($D_P99/1000)")"
+printf '%-44s %12s %10.2f %10.2f\n' "(e) Pingora floor: fixed 410, no checks" "$E_RPS" "$(python3 -c "print($E_P50/1000)")" "$(python3 -c "print($E_P99/1000)")"
+echo
+printf '%-44s %10s %10s %10s\n' "CPU us per request" "gateway" "redis" "upstream"
+printf '%-44s %10s %10s %10s\n' "(a) reservations" "$A_CPU_GW" "$A_CPU_REDIS" "$A_CPU_NGINX"
+printf '%-44s %10s %10s %10s\n' "(b) sold-out short circuit" "$B_CPU_GW" "$B_CPU_REDIS" "$B_CPU_NGINX"
 echo
 echo "(a) reserved in Redis during the run: ${reserved:-0}; non-2xx answers in (a): $A_NON; in (b) (all should be 410): $B_NON"
 echo "(b)/(d) = $BD   target >= 1.0: $(verdict "$BD >= 1.0")"
+echo "  of which Pingora's share (e)/(d) = $(ratio "$E_RPS" "$D_RPS"), ours (b)/(e) = $(ratio "$B_RPS" "$E_RPS")"
 echo "(a)/(b) = $AB   target >= 0.6: $(verdict "$AB >= 0.6")"
 echo "(a)/(c) = $(ratio "$A_RPS" "$C_RPS")   (share of the Redis ceiling)"
+echo "  gateway CPU per request (b)/(a) = $(ratio "$B_CPU_GW" "$A_CPU_GW")   (what (a)/(b) would be with Redis and the upstream on their own cores)"
 echo "gateway peak RSS (VmHWM, incl. 1,000 connections): $((HWM_KB / 1024)) MiB   target < 64: $(verdict "$HWM_KB < 65536")"
