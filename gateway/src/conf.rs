@@ -119,7 +119,8 @@ pub struct RedisConf {
     pub url: String,
     /// Bound on one reservation round trip; past it the answer is `SERVICE_DEGRADED`.
     pub timeout: Duration,
-    /// Connections in the pool.
+    /// Connections in all, spread over the worker threads (at least one each): each thread
+    /// reserves over its own connections.
     pub pool_size: usize,
 }
 
