@@ -119,8 +119,7 @@ pub struct RedisConf {
     pub url: String,
     /// Bound on one reservation round trip; past it the answer is `SERVICE_DEGRADED`.
     pub timeout: Duration,
-    /// Connections in all, spread over the worker threads (at least one each): each thread
-    /// reserves over its own connections.
+    /// Connections in the pool.
     pub pool_size: usize,
 }
 

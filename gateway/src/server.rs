@@ -9,7 +9,7 @@ use anyhow::Context;
 use fred::prelude::*;
 use pingora_core::server::configuration::ServerConf as PingoraConf;
 use pingora_core::server::Server;
-use plugins::reserve::{PoolFactory, Reserver};
+use plugins::reserve::Reserver;
 use protocol::scripts::Scripts;
 
 use crate::conf::RedisConf;
@@ -40,32 +40,21 @@ pub fn check(opts: &Options) -> anyhow::Result<String> {
     ))
 }
 
-/// The factory of the worker threads' Redis pools (`redis.pool_size` connections in all, at least
-/// one per thread): fail fast (one attempt per command, bounded timeouts), reconnect in the
-/// background forever.
-fn redis_pools(conf: &RedisConf, threads: usize) -> anyhow::Result<PoolFactory> {
-    let config = Config::from_url(&conf.url).context("redis.url")?;
-    let per_thread = conf.pool_size.div_ceil(threads.max(1)).max(1);
-    let timeout = conf.timeout;
-    Ok(Arc::new(move || {
-        Builder::from_config(config.clone())
-            .with_connection_config(|c| {
-                c.connection_timeout = Duration::from_millis(500);
-                c.internal_command_timeout = Duration::from_secs(1);
-                c.max_command_attempts = 1;
-                c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
-            })
-            .with_performance_config(|p| p.default_command_timeout = timeout * 2)
-            .set_policy(ReconnectPolicy::new_constant(0, 200))
-            .build_pool(per_thread)
-    }))
-}
-
-/// Checks Redis once at start and loads the scripts there, with a pool of the factory's that is
-/// closed afterwards. Starting while Redis is down is allowed: orders answer
+/// Builds the Redis pool: fail fast (one attempt per command, bounded timeouts), reconnect in
+/// the background forever. Starting while Redis is down is allowed: orders answer
 /// `SERVICE_DEGRADED` until it is back.
-async fn check_redis(conf: &RedisConf, factory: &PoolFactory, scripts: &Scripts) -> anyhow::Result<()> {
-    let pool = factory()?;
+async fn connect_redis(conf: &RedisConf, scripts: &Scripts) -> anyhow::Result<Pool> {
+    let config = Config::from_url(&conf.url).context("redis.url")?;
+    let pool = Builder::from_config(config)
+        .with_connection_config(|c| {
+            c.connection_timeout = Duration::from_millis(500);
+            c.internal_command_timeout = Duration::from_secs(1);
+            c.max_command_attempts = 1;
+            c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
+        })
+        .with_performance_config(|p| p.default_command_timeout = conf.timeout * 2)
+        .set_policy(ReconnectPolicy::new_constant(0, 200))
+        .build_pool(conf.pool_size)?;
     pool.connect();
     match tokio::time::timeout(Duration::from_secs(2), pool.wait_for_connect()).await {
         Ok(Ok(())) => {
@@ -78,8 +67,7 @@ async fn check_redis(conf: &RedisConf, factory: &PoolFactory, scripts: &Scripts)
             tracing::warn!(url = %conf.url, "redis is not reachable yet: orders answer SERVICE_DEGRADED until it is")
         }
     }
-    let _ = tokio::time::timeout(Duration::from_secs(1), pool.quit()).await;
-    Ok(())
+    Ok(pool)
 }
 
 /// Runs the gateway until a shutdown signal. Does not return on success.
@@ -97,8 +85,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         .thread_name("gw-control")
         .enable_all()
         .build()?;
-    let pools = redis_pools(&server_conf.redis, server_conf.threads)?;
-    control.block_on(check_redis(&server_conf.redis, &pools, &scripts))?;
+    let pool = control.block_on(connect_redis(&server_conf.redis, &scripts))?;
     control.spawn(reload::watch_sighup(Arc::clone(&shared)));
     control.spawn(replenish::run(server_conf.redis.url.clone(), Arc::clone(&shared)));
     control.spawn(upstreams::run_health_checks(Arc::clone(&shared)));
@@ -113,7 +100,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     };
     let mut server = Server::new_with_opt_and_conf(None, pingora_conf);
     server.bootstrap();
-    let reserver = Reserver::new(pools, scripts, server_conf.redis.timeout);
+    let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
     let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, Gateway::new(shared, reserver));
     proxy.add_tcp(&server_conf.listen.to_string());
     server.add_service(proxy);

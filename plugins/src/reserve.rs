@@ -1,42 +1,21 @@
 //! The reservation at the edge (seed: Redis 原子预扣库存): one `EVALSHA` of `lua/reserve.lua`
 //! (per-user limit, stock check, decrement and outbox record, atomically), with a bounded
 //! timeout. Redis down or slow → `SERVICE_DEGRADED` quickly; the database is never the fallback.
-//!
-//! Each worker thread has its own Redis connections, opened on first use from that thread, so
-//! their I/O runs on the thread's own runtime: a reservation never hops to another thread and
-//! back (Pingora runs one single-threaded runtime per worker thread).
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::interfaces::ClientLike;
 use protocol::codes::Code;
 use protocol::scripts::{ReserveOutcome, ScriptError, Scripts};
 
 use crate::Denial;
 
-/// Builds a Redis pool that is not connected yet.
-pub type PoolFactory = Arc<dyn Fn() -> Result<Pool, fred::error::Error> + Send + Sync>;
-
-/// Runs the reservation script over the calling thread's Redis connections.
+/// Runs the reservation script over a pool of Redis connections.
 #[derive(Clone)]
 pub struct Reserver {
-    /// Tells this reserver's pools apart from another's in the thread-local map.
-    id: u64,
-    factory: PoolFactory,
+    pool: Pool,
     scripts: Scripts,
     timeout: Duration,
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// This thread's pool of each reserver, connected on this thread's runtime.
-    static POOLS: RefCell<HashMap<u64, Pool>> = RefCell::new(HashMap::new());
 }
 
 impl std::fmt::Debug for Reserver {
@@ -57,24 +36,14 @@ pub enum ReserveError {
 }
 
 impl Reserver {
-    /// A reserver whose threads each build a pool with `factory`, giving up after `timeout`.
-    pub fn new(factory: PoolFactory, scripts: Scripts, timeout: Duration) -> Self {
-        Self { id: NEXT_ID.fetch_add(1, Ordering::Relaxed), factory, scripts, timeout }
+    /// A reserver over `pool`, giving up after `timeout`.
+    pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
+        Self { pool, scripts, timeout }
     }
 
-    /// The calling thread's pool, and whether it was opened just now. Must run inside a Tokio
-    /// runtime: the connections' tasks are spawned on it.
-    fn local_pool(&self) -> Result<(Pool, bool), fred::error::Error> {
-        POOLS.with(|pools| {
-            let mut pools = pools.borrow_mut();
-            if let Some(pool) = pools.get(&self.id) {
-                return Ok((pool.clone(), false));
-            }
-            let pool = (self.factory)()?;
-            pool.connect();
-            pools.insert(self.id, pool.clone());
-            Ok((pool, true))
-        })
+    /// The Redis pool.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
     }
 
     /// Runs `reserve.lua` once. Never retried by the caller: a timeout may hide a reservation
@@ -86,14 +55,7 @@ impl Reserver {
         user: &str,
         qty: i64,
     ) -> Result<ReserveOutcome, ReserveError> {
-        let (pool, opened) = self.local_pool().map_err(ScriptError::from)?;
-        let call = async {
-            if opened {
-                // This thread's first reservation: its connections are being opened.
-                pool.wait_for_connect().await?;
-            }
-            self.scripts.reserve(pool.next_connected(), campaign, request_id, user, qty).await
-        };
+        let call = self.scripts.reserve(self.pool.next_connected(), campaign, request_id, user, qty);
         match tokio::time::timeout(self.timeout, call).await {
             Ok(result) => Ok(result?),
             Err(_) => Err(ReserveError::Timeout(self.timeout)),
