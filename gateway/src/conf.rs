@@ -5,10 +5,12 @@
 //! shop. Every value is checked at load; an error names the file, the line and the field.
 //! See `conf/server.toml` for a commented example.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ipnet::IpNet;
+use plugins::client_ip::TrustedProxies;
 use protocol::campaign::Campaign;
 use protocol::conf::{self, ConfError};
 use serde::Deserialize;
@@ -41,6 +43,8 @@ struct RawServer {
     #[serde(default = "d_sold_out_ttl")]
     sold_out_ttl_ms: S<i64>,
     signing_key: S<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<S<String>>,
 }
 
 fn d_threads() -> S<i64> {
@@ -166,6 +170,8 @@ pub struct ServerConf {
     pub sold_out_ttl: Duration,
     /// The gateway↔order-writer HMAC key, resolved from its reference.
     pub signing_key: Vec<u8>,
+    /// Proxies in front of the gateway whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: TrustedProxies,
     /// Redis (restart to change).
     pub redis: RedisConf,
     /// The order writer's pool.
@@ -183,6 +189,7 @@ impl std::fmt::Debug for ServerConf {
             .field("campaigns_dir", &self.campaigns_dir)
             .field("sold_out_ttl", &self.sold_out_ttl)
             .field("signing_key", &"<redacted>")
+            .field("trusted_proxies", &self.trusted_proxies)
             .field("redis", &self.redis)
             .field("order_writer", &self.order_writer)
             .field("routes", &self.routes)
@@ -286,6 +293,18 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     if s.campaigns_dir.get_ref().is_empty() {
         return Err(c.err(s.campaigns_dir.span(), "server.campaigns_dir", "must not be empty"));
     }
+    let mut trusted = Vec::with_capacity(s.trusted_proxies.len());
+    for net in &s.trusted_proxies {
+        let text = net.get_ref().trim();
+        let parsed = text.parse::<IpNet>().or_else(|_| text.parse::<IpAddr>().map(IpNet::from));
+        trusted.push(parsed.map_err(|_| {
+            c.err(
+                net.span(),
+                "server.trusted_proxies",
+                format!("{:?} is not an IP address or a CIDR network (10.0.0.0/8)", net.get_ref()),
+            )
+        })?);
+    }
 
     let r = &raw.redis;
     if !(r.url.get_ref().starts_with("redis://") || r.url.get_ref().starts_with("rediss://")) {
@@ -348,6 +367,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         campaigns_dir: base.join(s.campaigns_dir.get_ref()),
         sold_out_ttl,
         signing_key,
+        trusted_proxies: TrustedProxies::new(trusted),
         redis,
         order_writer,
         routes,
@@ -404,6 +424,13 @@ upstreams = ["127.0.0.1:9000", "127.0.0.1:9001"]
         assert_eq!(c.routes[0].pool.upstreams.len(), 2);
         assert_eq!(c.signing_key, b"0123456789abcdef0123");
         assert!(!format!("{c:?}").contains("0123456789abcdef"), "the key is not printed");
+        assert_eq!(c.trusted_proxies, TrustedProxies::default(), "nobody's X-Forwarded-For by default");
+        let lb =
+            parse(&GOOD.replace("[redis]", "trusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\"]\n[redis]"))
+                .unwrap();
+        assert!(lb.trusted_proxies.contains(&"10.2.3.4".parse().unwrap()));
+        assert!(lb.trusted_proxies.contains(&"192.0.2.7".parse().unwrap()));
+        assert!(!lb.trusted_proxies.contains(&"192.0.2.8".parse().unwrap()));
     }
 
     fn expect_err(text: &str, line: usize, field: &str, words: &str) {
@@ -423,6 +450,12 @@ upstreams = ["127.0.0.1:9000", "127.0.0.1:9001"]
             "IP:port",
         );
         expect_err(&GOOD.replace("\"127.0.0.1:9001\"", "\"nope:1\""), 17, "route[0].upstreams", "IP:port");
+        expect_err(
+            &GOOD.replace("[redis]", "trusted_proxies = [\"10.0.0.0/8\", \"10.0.0.0/33\"]\n[redis]"),
+            6,
+            "server.trusted_proxies",
+            "CIDR",
+        );
     }
 
     #[test]

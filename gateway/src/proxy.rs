@@ -26,6 +26,7 @@ use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use plugins::budget::Permit;
+use plugins::client_ip;
 use plugins::input::{self, DEVICE_HEADER, USER_HEADER};
 use plugins::rate_limit::RateLimiter;
 use plugins::reserve::{self, Reserver};
@@ -41,6 +42,10 @@ use crate::routes::{self, CampaignPath};
 
 /// Path of the order writer's intake.
 pub const INTAKE_PATH: &str = "/internal/reservations";
+
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
+const X_REAL_IP: &str = "x-real-ip";
+const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 
 /// The gateway's proxy logic.
 pub struct Gateway {
@@ -198,13 +203,32 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_request_filter(
         &self,
-        _session: &mut Session,
+        session: &mut Session,
         upstream_request: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
         // Only the gateway signs reservations: client-sent copies go, on every route.
         upstream_request.remove_header(RESERVATION_HEADER);
         upstream_request.remove_header(SIGNATURE_HEADER);
+        // Who the client is, for the upstream (like Nginx's proxy_set_header trio); a client's
+        // own X-Forwarded-For survives only behind a trusted proxy.
+        // A trusted proxy's X-Forwarded-Proto (it terminated TLS) is kept; otherwise "http".
+        upstream_request.remove_header(X_FORWARDED_FOR);
+        upstream_request.remove_header(X_REAL_IP);
+        let mut proxy_says_proto = false;
+        if let (Some(peer), Some(active)) = (peer_ip(session), &ctx.active) {
+            let trusted = &active.server.trusted_proxies;
+            let xff = session.req_header().headers.get(X_FORWARDED_FOR).map(|v| v.as_bytes());
+            let real = client_ip::client_ip(Some(peer), xff, trusted).unwrap_or(peer);
+            let chain = client_ip::forwarded_for(peer, xff, trusted);
+            upstream_request.insert_header(X_FORWARDED_FOR, chain)?;
+            upstream_request.insert_header(X_REAL_IP, real.to_string())?;
+            proxy_says_proto =
+                trusted.contains(&peer) && upstream_request.headers.contains_key(X_FORWARDED_PROTO);
+        }
+        if !proxy_says_proto {
+            upstream_request.insert_header(X_FORWARDED_PROTO, "http")?;
+        }
         if let (Some(reserved), Some(active)) = (&ctx.reserved, &ctx.active) {
             let (record, signature) = active.signer.seal(reserved.record.as_bytes());
             upstream_request.set_method(Method::POST);
@@ -332,10 +356,16 @@ impl Gateway {
         let device = input::device_id(header(DEVICE_HEADER))?;
         let qty = input::qty(req.uri.query())?;
 
-        let ip: Option<IpAddr> = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        let xff = header(X_FORWARDED_FOR);
+        let ip = client_ip::client_ip(peer_ip(session), xff, &active.server.trusted_proxies);
         self.limiter.check(campaign, &c.limits, ip, device, user)?;
         Ok(OrderInput { user: user.to_string(), qty })
     }
+}
+
+/// The socket peer's address (`None` on a Unix socket).
+fn peer_ip(session: &Session) -> Option<IpAddr> {
+    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
 }
 
 fn new_request_id() -> String {

@@ -6,7 +6,7 @@
 //! 3. [`budget`]: the campaign's concurrency budget in this process;
 //! 4. [`sold_out`]: the per-process sold-out flag (cleared by pub/sub and by a short TTL);
 //! 5. [`input`]: the buyer (`x-user-id`) and the quantity (`?qty=`);
-//! 6. [`rate_limit`]: per IP / device / account request rates;
+//! 6. [`rate_limit`]: per IP / device / account request rates, the IP by [`client_ip`];
 //! 7. [`reserve`]: the one Redis round trip of `lua/reserve.lua`, with a bounded timeout.
 //!
 //! Every check answers `Ok` or a [`Denial`]: the code, the message and, for "try later" answers,
@@ -17,6 +17,7 @@ use std::borrow::Cow;
 use protocol::codes::Code;
 
 pub mod budget;
+pub mod client_ip;
 pub mod input;
 pub mod rate_limit;
 pub mod reserve;

@@ -287,3 +287,85 @@ async fn unreachable_upstreams_answer_502_upstream_unavailable() {
     let (status, body) = order(&http, &gw, &campaign, "buyer").await;
     assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
 }
+
+/// Upstreams learn who the client is; a client's own `X-Forwarded-For` counts only behind a
+/// proxy listed in `server.trusted_proxies`, and the IP rate limit keys on the same address.
+#[tokio::test]
+async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 100, 1).await;
+    let writer = MockServer::start().await;
+    Mock::given(method("POST")).and(path("/internal/reservations")).respond_with(Intake).mount(&writer).await;
+    let shop = MockServer::start().await;
+    Mock::given(method("GET")).respond_with(ResponseTemplate::new(200)).mount(&shop).await;
+    let http = reqwest::Client::new();
+    let seen_by_shop = |i: usize| {
+        let shop = &shop;
+        async move {
+            let seen = shop.received_requests().await.unwrap();
+            let h = |name: &str| seen[i].headers.get(name).map(|v| v.to_str().unwrap().to_string());
+            (h("x-forwarded-for"), h("x-real-ip"), h("x-forwarded-proto"))
+        }
+    };
+
+    // Nobody trusted (the default): the peer is the client, whatever it sends.
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &writer.address().to_string(), &campaign, "");
+    conf.routes = shop_route(&shop);
+    let plain = Gateway::start(&conf).await;
+    let resp = http
+        .get(plain.url("/page"))
+        .header("x-forwarded-for", "203.0.113.9")
+        .header("x-real-ip", "203.0.113.9")
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let local = Some("127.0.0.1".to_string());
+    assert_eq!(seen_by_shop(0).await, (local.clone(), local.clone(), Some("http".into())));
+
+    // Behind a trusted proxy (loopback here): the rightmost untrusted address is the client.
+    conf.server_extra = "trusted_proxies = [\"127.0.0.0/8\"]".into();
+    conf.campaigns = vec![(campaign.clone(), campaign_toml(&campaign, "[limits]\nip_per_sec = 1"))];
+    let behind = Gateway::start(&conf).await;
+    let resp = http
+        .get(behind.url("/page"))
+        .header("x-forwarded-for", "1.1.1.1, 203.0.113.9")
+        .header("x-forwarded-proto", "https")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        seen_by_shop(1).await,
+        (Some("1.1.1.1, 203.0.113.9, 127.0.0.1".into()), Some("203.0.113.9".into()), Some("https".into()))
+    );
+
+    // The IP limit counts that client, not the proxy: one client hammering is limited, another
+    // client behind the same proxy is not.
+    let order_from = |ip: &'static str, user: String| {
+        let req = http
+            .post(behind.url(&format!("/seckill/{campaign}/order")))
+            .header("x-user-id", user)
+            .header("x-forwarded-for", ip);
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<serde_json::Value>().await.unwrap()["code"].as_str().unwrap().to_string())
+        }
+    };
+    let mut limited = 0;
+    for i in 0..6 {
+        let (status, code) = order_from("198.51.100.7", format!("hammer-{i}")).await;
+        if code == "RATE_LIMITED" {
+            assert_eq!(status, 429);
+            limited += 1;
+        }
+    }
+    assert!(limited >= 1, "one client past 1 request/s is limited");
+    assert_eq!(order_from("198.51.100.8", "calm".into()).await, (202, "QUEUED".to_string()));
+    let seen = writer.received_requests().await.unwrap();
+    let forwarded = seen.last().expect("the calm client's reservation was forwarded");
+    assert_eq!(forwarded.headers.get("x-real-ip").unwrap(), "198.51.100.8");
+}

@@ -162,6 +162,8 @@ pub struct GatewayConf {
     pub routes: String,
     /// `server.sold_out_ttl_ms`.
     pub sold_out_ttl_ms: u64,
+    /// Extra `[server]` lines (none keeps the line numbers the conf tests expect).
+    pub server_extra: String,
 }
 
 impl GatewayConf {
@@ -174,6 +176,7 @@ impl GatewayConf {
             campaigns: vec![(campaign.into(), campaign_toml(campaign, extra))],
             routes: String::new(),
             sold_out_ttl_ms: 1000,
+            server_extra: String::new(),
         }
     }
 }
@@ -196,10 +199,11 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     }
     let upstreams: Vec<String> = conf.order_writer.iter().map(|a| format!("{a:?}")).collect();
     let server = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n\n\
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n{}\n\
          [redis]\nurl = \"{}\"\ntimeout_ms = 200\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n{}\n",
         conf.sold_out_ttl_ms,
+        conf.server_extra,
         conf.redis_url,
         upstreams.join(", "),
         conf.order_writer_extra,
