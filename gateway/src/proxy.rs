@@ -317,7 +317,7 @@ impl Gateway {
             .reserver
             .reserve(&campaign, &ctx.request_id, &input.user, input.qty)
             .await
-            .map_err(|e| reserve::degraded(&e))?;
+            .map_err(|e| reserve::degraded(&e, &campaign, &ctx.request_id))?;
         if reserve::sets_sold_out_flag(&outcome) {
             entry.sold_out.mark(now_ms(), active.server.sold_out_ttl);
         }

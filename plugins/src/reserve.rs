@@ -1,12 +1,17 @@
 //! The reservation at the edge (seed: Redis 原子预扣库存): one `EVALSHA` of `lua/reserve.lua`
 //! (per-user limit, stock check, decrement and outbox record, atomically), with a bounded
 //! timeout. Redis down or slow → `SERVICE_DEGRADED` quickly; the database is never the fallback.
+//!
+//! A call whose answer does not come back (timeout, connection lost) may still have reserved in
+//! Redis. It is undone at once: [`Scripts::cancel`] on the same connection runs after the call
+//! in Redis and gives back whatever the outbox holds for the request id. Only when that fails
+//! too is the outcome unknown, and the answer says so (the result URL will tell).
 
 use std::time::Duration;
 
 use fred::clients::Pool;
 use protocol::codes::Code;
-use protocol::scripts::{ReserveOutcome, ScriptError, Scripts};
+use protocol::scripts::{ReserveOutcome, Scripts};
 
 use crate::Denial;
 
@@ -27,12 +32,23 @@ impl std::fmt::Debug for Reserver {
 /// Why no decision came back from Redis.
 #[derive(Debug, thiserror::Error)]
 pub enum ReserveError {
-    /// Redis did not answer within the timeout.
-    #[error("redis did not answer within {0:?}")]
-    Timeout(Duration),
-    /// Redis failed, or the script answered something unexpected.
-    #[error(transparent)]
-    Script(#[from] ScriptError),
+    /// No answer; whatever the call may have reserved was undone.
+    #[error("{0}; undone")]
+    Undone(String),
+    /// No answer, and the undo failed too: the request may hold a reservation.
+    #[error("{cause}; the undo failed too ({undo}): the request may hold a reservation")]
+    Unknown {
+        /// Why the reservation call gave no answer.
+        cause: String,
+        /// Why the undo gave none.
+        undo: String,
+    },
+}
+
+/// How long the undo may take, from the reservation timeout: longer, because a stalled Redis
+/// that comes back answers the call and then the undo, and that answer is worth waiting for.
+fn undo_timeout(timeout: Duration) -> Duration {
+    (timeout * 5).clamp(Duration::from_millis(200), Duration::from_secs(2))
 }
 
 impl Reserver {
@@ -55,10 +71,19 @@ impl Reserver {
         user: &str,
         qty: i64,
     ) -> Result<ReserveOutcome, ReserveError> {
-        let call = self.scripts.reserve(self.pool.next_connected(), campaign, request_id, user, qty);
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(result) => Ok(result?),
-            Err(_) => Err(ReserveError::Timeout(self.timeout)),
+        // One client (one connection) for the call and its undo: Redis runs them in this order.
+        let client = self.pool.next_connected();
+        let call = self.scripts.reserve(client, campaign, request_id, user, qty);
+        let cause = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(outcome)) => return Ok(outcome),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("redis did not answer within {:?}", self.timeout),
+        };
+        let undo = self.scripts.cancel(client, campaign, request_id);
+        match tokio::time::timeout(undo_timeout(self.timeout), undo).await {
+            Ok(Ok(_)) => Err(ReserveError::Undone(cause)),
+            Ok(Err(e)) => Err(ReserveError::Unknown { cause, undo: e.to_string() }),
+            Err(_) => Err(ReserveError::Unknown { cause, undo: "no answer".into() }),
         }
     }
 }
@@ -89,14 +114,19 @@ pub fn sets_sold_out_flag(outcome: &ReserveOutcome) -> bool {
     matches!(outcome, ReserveOutcome::SoldOut { remaining } if *remaining <= 0)
 }
 
-/// The answer when Redis gave no decision.
-pub fn degraded(err: &ReserveError) -> Denial {
-    tracing::warn!(error = %err, "reservation failed: answering SERVICE_DEGRADED");
-    Denial::new(
-        Code::ServiceDegraded,
-        "the reservation service is unavailable: nothing was reserved, try again",
-    )
-    .retry_after(1)
+/// The answer when Redis gave no decision for `request_id` of `campaign`.
+pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial {
+    tracing::warn!(request_id, error = %err, "reservation failed: answering SERVICE_DEGRADED");
+    let message = match err {
+        ReserveError::Undone(_) => {
+            "the reservation service is unavailable: nothing was reserved, try again".to_string()
+        }
+        ReserveError::Unknown { .. } => format!(
+            "the reservation service is unavailable and this request may hold a reservation: \
+             GET /seckill/{campaign}/result/{request_id} tells (a new request stays within the per-user limit)"
+        ),
+    };
+    Denial::new(Code::ServiceDegraded, message).retry_after(1)
 }
 
 #[cfg(test)]

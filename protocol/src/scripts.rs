@@ -84,6 +84,8 @@ pub enum ReleaseOutcome {
     },
     /// This request id was released before; nothing changed.
     AlreadyReleased,
+    /// [`Scripts::cancel`] only: the outbox holds nothing for this request id; nothing changed.
+    NothingHeld,
 }
 
 /// What `publish.lua` decided.
@@ -206,6 +208,32 @@ impl Scripts {
         match code {
             Some(1) => Ok(ReleaseOutcome::Released { remaining: n }),
             Some(0) => Ok(ReleaseOutcome::AlreadyReleased),
+            Some(2) => Ok(ReleaseOutcome::NothingHeld),
+            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
+        }
+    }
+
+    /// Undoes `request_id`'s reservation if the outbox holds one (`release.lua` in its "held"
+    /// mode): for a reservation call whose answer never came back. Sent on the same client as
+    /// that call, it runs after it in Redis, so whether or not the call reserved, nothing is
+    /// held afterwards.
+    pub async fn cancel(
+        &self,
+        client: &Client,
+        campaign: &str,
+        request_id: &str,
+    ) -> Result<ReleaseOutcome, ScriptError> {
+        const NAME: &str = "release.lua";
+        let keys = CampaignKeys::new(campaign).all();
+        let args = vec![request_id.to_string(), String::new(), "1".to_string(), "held".to_string()];
+        let out: Vec<fred::types::Value> = self.release.evalsha_with_reload(client, keys, args).await?;
+        let code = out.first().map(|v| int(NAME, v)).transpose()?;
+        match code {
+            Some(1) => Ok(ReleaseOutcome::Released {
+                remaining: out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0),
+            }),
+            Some(0) => Ok(ReleaseOutcome::AlreadyReleased),
+            Some(2) => Ok(ReleaseOutcome::NothingHeld),
             other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
         }
     }

@@ -185,3 +185,47 @@ async fn publish_twice_is_harmless_and_a_live_campaign_is_never_reset() {
     let stock: i64 = redis.get(&stock_key).await.unwrap();
     assert_eq!(stock, 9, "a LIVE campaign keeps its stock");
 }
+
+/// Redis stalls past the timeout while a reservation call is on its way: the call still runs
+/// when Redis comes back, and the gateway's undo, sent after it on the same connection, gives
+/// the unit back. The client is told "nothing was reserved", and that is true.
+#[tokio::test]
+async fn a_reservation_whose_answer_is_late_is_undone() {
+    let private = RedisServer::start().await;
+    let redis = client(&private.url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 10, 1).await;
+    let upstream = intake().await;
+    let gw =
+        Gateway::start(&GatewayConf::new(&private.url(), &upstream.address().to_string(), &campaign, ""))
+            .await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
+    let (status, body) = order(&http, &gw, &campaign, "on-time").await;
+    assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+
+    // A script that keeps Redis busy for 500 ms (more than the gateway's 200 ms bound).
+    let staller = client(&private.url()).await.unwrap();
+    let stall = tokio::spawn(async move {
+        let busy = "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
+                    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > 500000 return 1";
+        staller.eval::<i64, _, _, _>(busy, Vec::<String>::new(), Vec::<String>::new()).await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, body) = order(&http, &gw, &campaign, "late").await;
+    assert_eq!((status, body["code"].as_str()), (503, Some("SERVICE_DEGRADED")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("nothing was reserved"), "{body}");
+    assert_eq!(stall.await.unwrap().unwrap(), 1);
+
+    let keys = CampaignKeys::new(&campaign);
+    let late_id = body["request_id"].as_str().unwrap();
+    let released: bool = redis.hexists(&keys.released, late_id).await.unwrap();
+    assert!(released, "the late call did reserve once Redis was back, and was undone");
+    let stock: i64 = redis.get(&keys.stock).await.unwrap();
+    assert_eq!(stock, 9, "only the on-time reservation holds a unit");
+    let outbox: Vec<String> = redis.hkeys(&keys.outbox).await.unwrap();
+    assert_eq!(outbox.len(), 1, "only the on-time reservation waits for an order");
+    let held: Option<i64> = redis.hget(&keys.bought, "late").await.unwrap();
+    assert_eq!(held, None, "the late user holds nothing and may try again");
+    let (status, body) = order(&http, &gw, &campaign, "late").await;
+    assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+}
