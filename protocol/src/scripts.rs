@@ -199,18 +199,8 @@ impl Scripts {
         user: &str,
         qty: i64,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        const NAME: &str = "release.lua";
-        let keys = CampaignKeys::new(campaign).all();
         let args = vec![request_id.to_string(), user.to_string(), qty.to_string()];
-        let out: Vec<fred::types::Value> = self.release.evalsha_with_reload(client, keys, args).await?;
-        let code = out.first().map(|v| int(NAME, v)).transpose()?;
-        let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
-        match code {
-            Some(1) => Ok(ReleaseOutcome::Released { remaining: n }),
-            Some(0) => Ok(ReleaseOutcome::AlreadyReleased),
-            Some(2) => Ok(ReleaseOutcome::NothingHeld),
-            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
-        }
+        self.run_release(client, campaign, args).await
     }
 
     /// Undoes `request_id`'s reservation if the outbox holds one (`release.lua` in its "held"
@@ -223,15 +213,23 @@ impl Scripts {
         campaign: &str,
         request_id: &str,
     ) -> Result<ReleaseOutcome, ScriptError> {
+        let args = vec![request_id.to_string(), String::new(), "1".to_string(), "held".to_string()];
+        self.run_release(client, campaign, args).await
+    }
+
+    async fn run_release(
+        &self,
+        client: &Client,
+        campaign: &str,
+        args: Vec<String>,
+    ) -> Result<ReleaseOutcome, ScriptError> {
         const NAME: &str = "release.lua";
         let keys = CampaignKeys::new(campaign).all();
-        let args = vec![request_id.to_string(), String::new(), "1".to_string(), "held".to_string()];
         let out: Vec<fred::types::Value> = self.release.evalsha_with_reload(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
+        let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
         match code {
-            Some(1) => Ok(ReleaseOutcome::Released {
-                remaining: out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0),
-            }),
+            Some(1) => Ok(ReleaseOutcome::Released { remaining: n }),
             Some(0) => Ok(ReleaseOutcome::AlreadyReleased),
             Some(2) => Ok(ReleaseOutcome::NothingHeld),
             other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),

@@ -126,9 +126,12 @@ async fn upstream_down_slow_or_failing_still_answers_queued_and_keeps_the_record
     assert_eq!(stock, 7, "three reservations, each counted once");
 }
 
-#[tokio::test]
-async fn redis_down_answers_service_degraded() {
-    let mut private = RedisServer::start().await;
+/// A gateway over a private redis-server, a campaign of 10 (limit 1) published there, and one
+/// order by `first_user` that went through: where the Redis failure tests start.
+async fn over_private_redis(
+    first_user: &str,
+) -> (RedisServer, Client, String, MockServer, Gateway, reqwest::Client) {
+    let private = RedisServer::start().await;
     let redis = client(&private.url()).await.unwrap();
     let campaign = e2e::stack::unique("gw");
     publish(&redis, &campaign, 10, 1).await;
@@ -137,8 +140,14 @@ async fn redis_down_answers_service_degraded() {
         Gateway::start(&GatewayConf::new(&private.url(), &upstream.address().to_string(), &campaign, ""))
             .await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
-    let (status, body) = order(&http, &gw, &campaign, "before").await;
+    let (status, body) = order(&http, &gw, &campaign, first_user).await;
     assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+    (private, redis, campaign, upstream, gw, http)
+}
+
+#[tokio::test]
+async fn redis_down_answers_service_degraded() {
+    let (mut private, _redis, campaign, upstream, gw, http) = over_private_redis("before").await;
 
     private.kill();
     for user in ["after-1", "after-2"] {
@@ -191,17 +200,7 @@ async fn publish_twice_is_harmless_and_a_live_campaign_is_never_reset() {
 /// the unit back. The client is told "nothing was reserved", and that is true.
 #[tokio::test]
 async fn a_reservation_whose_answer_is_late_is_undone() {
-    let private = RedisServer::start().await;
-    let redis = client(&private.url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
-    publish(&redis, &campaign, 10, 1).await;
-    let upstream = intake().await;
-    let gw =
-        Gateway::start(&GatewayConf::new(&private.url(), &upstream.address().to_string(), &campaign, ""))
-            .await;
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().unwrap();
-    let (status, body) = order(&http, &gw, &campaign, "on-time").await;
-    assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+    let (private, redis, campaign, _upstream, gw, http) = over_private_redis("on-time").await;
 
     // A script that keeps Redis busy for 500 ms (more than the gateway's 200 ms bound).
     let staller = client(&private.url()).await.unwrap();
