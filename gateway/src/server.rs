@@ -9,7 +9,7 @@ use anyhow::Context;
 use fred::prelude::*;
 use pingora_core::server::configuration::ServerConf as PingoraConf;
 use pingora_core::server::Server;
-use plugins::reserve::Reserver;
+use plugins::reserve::{self, Reserver};
 use protocol::scripts::Scripts;
 
 use crate::conf::RedisConf;
@@ -52,7 +52,7 @@ async fn connect_redis(conf: &RedisConf, scripts: &Scripts) -> anyhow::Result<Po
             c.max_command_attempts = 1;
             c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
         })
-        .with_performance_config(|p| p.default_command_timeout = conf.timeout * 2)
+        .with_performance_config(|p| p.default_command_timeout = reserve::command_timeout(conf.timeout))
         .set_policy(ReconnectPolicy::new_constant(0, 200))
         .build_pool(conf.pool_size)?;
     pool.connect();

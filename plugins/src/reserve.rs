@@ -47,8 +47,14 @@ pub enum ReserveError {
 
 /// How long the undo may take, from the reservation timeout: longer, because a stalled Redis
 /// that comes back answers the call and then the undo, and that answer is worth waiting for.
-fn undo_timeout(timeout: Duration) -> Duration {
+pub fn undo_timeout(timeout: Duration) -> Duration {
     (timeout * 5).clamp(Duration::from_millis(200), Duration::from_secs(2))
+}
+
+/// The Redis client's own per-command timeout for a reserver bounded by `timeout`: past the
+/// undo's bound, so that the client never gives up on an undo first.
+pub fn command_timeout(timeout: Duration) -> Duration {
+    undo_timeout(timeout) + timeout
 }
 
 impl Reserver {
