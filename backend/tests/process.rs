@@ -63,6 +63,18 @@ fn spawn(conf: &Path, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// Reserves one unit for each of `n` users named `{prefix}{i}`, and returns the records grouped
+/// by partition, as the intake would produce them.
+async fn reserved_by_partition(env: &Env, n: i64, prefix: &str) -> Vec<Vec<Vec<u8>>> {
+    let mut per: Vec<Vec<Vec<u8>>> = vec![Vec::new(); env.partitions as usize];
+    for i in 0..n {
+        let r = env.reserve(&format!("{prefix}{i}"), 1).await;
+        let u = protocol::record::Reservation::from_json(&r).unwrap().user;
+        per[backend::kafka::partition_for(&u, env.partitions) as usize].push(r);
+    }
+    per
+}
+
 async fn orders(env: &Env) -> i64 {
     env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await
 }
@@ -71,16 +83,8 @@ async fn orders(env: &Env) -> i64 {
 async fn killed_mid_stream_and_restarted_loses_nothing_and_duplicates_nothing() {
     const N: i64 = 4000;
     let env = Env::new(N, 1, 2).await;
-    let mut recs = Vec::new();
-    for i in 0..N {
-        recs.push(env.reserve(&format!("k{i}"), 1).await);
-    }
     // Produce in large requests, by partition.
-    let mut per: Vec<Vec<Vec<u8>>> = vec![Vec::new(); env.partitions as usize];
-    for r in recs {
-        let u = protocol::record::Reservation::from_json(&r).unwrap().user;
-        per[backend::kafka::partition_for(&u, env.partitions) as usize].push(r);
-    }
+    let per = reserved_by_partition(&env, N, "k").await;
     for (p, list) in per.into_iter().enumerate() {
         for chunk in list.chunks(500) {
             env.produce(p as i32, chunk.to_vec()).await;
@@ -175,15 +179,8 @@ async fn bad_configuration_and_unknown_campaign_fail_with_clear_messages() {
 async fn two_instances_split_the_partitions() {
     const N: i64 = 300;
     let env = Env::new(N, 1, 2).await;
-    let mut recs = Vec::new();
-    for i in 0..N {
-        recs.push(env.reserve(&format!("s{i}"), 1).await);
-    }
-    let mut per: Vec<Vec<Vec<u8>>> = vec![Vec::new(); 2];
-    for r in recs {
-        let u = protocol::record::Reservation::from_json(&r).unwrap().user;
-        per[backend::kafka::partition_for(&u, 2) as usize].push(r);
-    }
+    let per = reserved_by_partition(&env, N, "s").await;
+    assert_eq!(per.len(), 2);
     assert!(per.iter().all(|p| !p.is_empty()));
     for (p, list) in per.iter().enumerate() {
         env.produce(p as i32, list.clone()).await;

@@ -87,13 +87,7 @@ async fn sighup_reloads_and_a_bad_reload_keeps_the_old_conf() {
     publish(&redis, &campaign, 100, 1).await;
     let upstream = wiremock::MockServer::start().await;
     wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(Intake).mount(&upstream).await;
-    let gw = Gateway::start(&GatewayConf::new(
-        &e2e::stack::redis_url(),
-        &upstream.address().to_string(),
-        &campaign,
-        "",
-    ))
-    .await;
+    let gw = Gateway::on_stack(&upstream, &campaign, "").await;
     let http = reqwest::Client::new();
     assert_eq!(order(&http, &gw, &campaign, "r-1").await.0, 202);
 

@@ -27,13 +27,7 @@ async fn two_thousand_requests_from_500_users_sell_exactly_the_stock() {
     let campaign = e2e::stack::unique("gw");
     assert_eq!(publish(&redis, &campaign, 100, 1).await, PublishOutcome::Published);
     let upstream = intake().await;
-    let gw = Gateway::start(&GatewayConf::new(
-        &e2e::stack::redis_url(),
-        &upstream.address().to_string(),
-        &campaign,
-        "[limits]\nmax_inflight = 5000",
-    ))
-    .await;
+    let gw = Gateway::on_stack(&upstream, &campaign, "[limits]\nmax_inflight = 5000").await;
 
     let http = reqwest::Client::builder().pool_max_idle_per_host(2000).build().unwrap();
     let requests = (0..2000).map(|i| {
@@ -104,13 +98,7 @@ async fn upstream_down_slow_or_failing_still_answers_queued_and_keeps_the_record
     ] {
         let upstream = MockServer::start().await;
         Mock::given(method("POST")).respond_with(template).mount(&upstream).await;
-        let gw = Gateway::start(&GatewayConf::new(
-            &e2e::stack::redis_url(),
-            &upstream.address().to_string(),
-            &campaign,
-            "",
-        ))
-        .await;
+        let gw = Gateway::on_stack(&upstream, &campaign, "").await;
         let (status, body) = order(&http, &gw, &campaign, user).await;
         assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{user}: {body}");
         let id = body["request_id"].as_str().unwrap();
@@ -179,13 +167,7 @@ async fn publish_twice_is_harmless_and_a_live_campaign_is_never_reset() {
     assert_eq!(stock, 10);
 
     let upstream = intake().await;
-    let gw = Gateway::start(&GatewayConf::new(
-        &e2e::stack::redis_url(),
-        &upstream.address().to_string(),
-        &campaign,
-        "",
-    ))
-    .await;
+    let gw = Gateway::on_stack(&upstream, &campaign, "").await;
     let (status, _) = order(&reqwest::Client::new(), &gw, &campaign, "first").await;
     assert_eq!(status, 202);
 

@@ -200,13 +200,7 @@ async fn per_user_rate_limit_answers_rate_limited() {
     publish(&redis, &campaign, 10, 1).await;
     let upstream = MockServer::start().await;
     Mock::given(method("POST")).respond_with(Intake).mount(&upstream).await;
-    let gw = Gateway::start(&GatewayConf::new(
-        &e2e::stack::redis_url(),
-        &upstream.address().to_string(),
-        &campaign,
-        "[limits]\nuser_per_sec = 2",
-    ))
-    .await;
+    let gw = Gateway::on_stack(&upstream, &campaign, "[limits]\nuser_per_sec = 2").await;
     let http = reqwest::Client::new();
     let mut limited = 0;
     for _ in 0..10 {

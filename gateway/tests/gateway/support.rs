@@ -215,6 +215,18 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
 }
 
 impl Gateway {
+    /// A gateway on the stack's Redis, in front of `upstream` as its order writer, selling
+    /// `campaign` (whose file gets `extra` appended).
+    pub async fn on_stack(upstream: &wiremock::MockServer, campaign: &str, extra: &str) -> Self {
+        Self::start(&GatewayConf::new(
+            &e2e::stack::redis_url(),
+            &upstream.address().to_string(),
+            campaign,
+            extra,
+        ))
+        .await
+    }
+
     /// Starts the gateway binary and waits (at most 15 s) until it answers HTTP.
     pub async fn start(conf: &GatewayConf) -> Self {
         let dir = temp_dir("gw-");
