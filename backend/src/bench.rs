@@ -206,11 +206,7 @@ async fn database_stage(
         t.await??;
     }
     let took = start.elapsed();
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE campaign_id = $1")
-        .bind(name)
-        .fetch_one(pool)
-        .await?;
-    anyhow::ensure!(orders == a.records as i64, "{name}: {orders} orders for {} reservations", a.records);
+    ensure_orders(pool, name, a.records).await?;
     Ok(took)
 }
 
@@ -277,12 +273,18 @@ async fn leg(
     for t in tasks {
         t.await??;
     }
+    ensure_orders(pool, name, n).await?;
+    Ok(took)
+}
+
+/// Fails unless campaign `name` has exactly `n` orders: a timed run counts only if it wrote them.
+async fn ensure_orders(pool: &sqlx::PgPool, name: &str, n: usize) -> anyhow::Result<()> {
     let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders WHERE campaign_id = $1")
         .bind(name)
         .fetch_one(pool)
         .await?;
     anyhow::ensure!(orders == n as i64, "{name}: {orders} orders for {n} reservations");
-    Ok(took)
+    Ok(())
 }
 
 /// Reads every partition of `topic` from offset 0 to its end, in parallel, with the writer's
