@@ -49,13 +49,19 @@ interval_ms = 200
     path
 }
 
-fn spawn(conf: &Path, args: &[&str]) -> Child {
-    Command::new(BIN)
-        .arg("--config")
+/// `order-writer --config <conf> <args>`, with the keys the conf refers to in its environment.
+fn command(conf: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--config")
         .arg(conf)
         .args(args)
         .env("OW_TEST_GATEWAY_KEY", String::from_utf8_lossy(common::GATEWAY_KEY).to_string())
-        .env("OW_TEST_PAYMENT_KEY", String::from_utf8_lossy(common::PAYMENT_KEY).to_string())
+        .env("OW_TEST_PAYMENT_KEY", String::from_utf8_lossy(common::PAYMENT_KEY).to_string());
+    cmd
+}
+
+fn spawn(conf: &Path, args: &[&str]) -> Child {
+    command(conf, args)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -137,40 +143,19 @@ async fn bad_configuration_and_unknown_campaign_fail_with_clear_messages() {
          topic = \"t\"\npartitions = -2\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&conf)
-        .arg("migrate")
-        .env("OW_TEST_GATEWAY_KEY", "0123456789abcdef01")
-        .env("OW_TEST_PAYMENT_KEY", "0123456789abcdef01")
-        .output()
-        .unwrap();
+    let out = command(&conf, &["migrate"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("order-writer.toml:10:") && err.contains("kafka.partitions"), "{err}");
 
     let env = Env::new(1, 1, 1).await;
     let conf = write_conf(&env, 10);
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&conf)
-        .args(["campaign", "publish", "nope"])
-        .env("OW_TEST_GATEWAY_KEY", "0123456789abcdef01")
-        .env("OW_TEST_PAYMENT_KEY", "0123456789abcdef01")
-        .output()
-        .unwrap();
+    let out = command(&conf, &["campaign", "publish", "nope"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown campaign \"nope\""), "{err}");
     // A second publish of the real campaign through the CLI says what happened and succeeds.
-    let out = Command::new(BIN)
-        .arg("--config")
-        .arg(&conf)
-        .args(["campaign", "publish", &env.campaign])
-        .env("OW_TEST_GATEWAY_KEY", "0123456789abcdef01")
-        .env("OW_TEST_PAYMENT_KEY", "0123456789abcdef01")
-        .output()
-        .unwrap();
+    let out = command(&conf, &["campaign", "publish", &env.campaign]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("unchanged"));
 }
