@@ -63,11 +63,6 @@ impl Reserver {
         Self { pool, scripts, timeout }
     }
 
-    /// The Redis pool.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
     /// Runs `reserve.lua` once. Never retried by the caller: a timeout may hide a reservation
     /// that did happen, and the outbox (swept by the order writer) is what keeps it.
     pub async fn reserve(
