@@ -159,9 +159,11 @@ redis_ping() { [[ "$(redis-cli -h "$HOST" -p "$REDIS_PORT" ping 2>/dev/null)" ==
 up_redis() {
   local dir="$STACK/redis"
   mkdir -p "$dir"
+  # The script alone writes redis.pid: with redis-server's own --pidfile on the same file, a
+  # readiness check could read it in the instant Redis truncates it and call Redis dead.
   setsid redis-server --bind "$HOST" --port "$REDIS_PORT" --dir "$dir" \
     --appendonly yes --appendfsync everysec --daemonize no \
-    --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" </dev/null >>"$dir/redis.log" 2>&1 &
+    --logfile "$dir/redis.log" </dev/null >>"$dir/redis.log" 2>&1 &
   echo $! >"$dir/redis.pid"
   wait_ready redis redis_ping
 }
