@@ -309,9 +309,8 @@ impl Config {
             ));
         }
         let s = &raw.sweeper;
-        if *s.age_secs.get_ref() == 0 {
-            return Err(err(s.age_secs.span(), "sweeper.age_secs", "must be 1 or more".into()));
-        }
+        protocol::timing::check_sweep_age(Duration::from_secs(*s.age_secs.get_ref()))
+            .map_err(|e| err(s.age_secs.span(), "sweeper.age_secs", e))?;
         if *s.interval_ms.get_ref() < 10 {
             return Err(err(s.interval_ms.span(), "sweeper.interval_ms", "must be 10 or more".into()));
         }
@@ -419,5 +418,26 @@ partitions = 4
             "writer.idle_wait_ms",
             "writer.max_wait_ms to 5000",
         );
+        // The timing rule with the gateway (protocol::timing), checked on this side.
+        expect(
+            &format!(
+                "{}
+[sweeper]
+age_secs = 5
+",
+                good()
+            ),
+            13,
+            "sweeper.age_secs",
+            "6 s or more",
+        );
+        assert!(parse(&format!(
+            "{}
+[sweeper]
+age_secs = 6
+",
+            good()
+        ))
+        .is_ok());
     }
 }

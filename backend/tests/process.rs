@@ -33,7 +33,7 @@ partitions = {partitions}
 batch_size = {batch}
 
 [sweeper]
-age_secs = 1
+age_secs = 6
 interval_ms = 200
 "#,
         redis = e2e::stack::redis_url(),

@@ -314,7 +314,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         .map_err(|e| c.err(r.url.span(), "redis.url", format!("not a Redis URL: {e}")))?;
     let redis = RedisConf {
         url: r.url.get_ref().clone(),
-        timeout: c.ms(&r.timeout_ms, "redis.timeout_ms", 5, 1000)?,
+        // The upper bound is the timing rule with the order writer's sweeper (protocol::timing).
+        timeout: c.ms(&r.timeout_ms, "redis.timeout_ms", 5, protocol::timing::RESERVE_TIMEOUT_MAX_MS)?,
         pool_size: c.int(&r.pool_size, "redis.pool_size", 1, 64)?,
     };
 

@@ -9,7 +9,8 @@
 //! - [`scripts`]: the Lua scripts under `lua/`, loaded from disk and called by SHA;
 //! - [`secret`]: secrets referenced from configuration (`env:NAME` or `file:PATH`), never inline;
 //! - [`conf`]: TOML parsing whose errors name the file, line, column and field;
-//! - [`campaign`]: the per-campaign file both binaries read.
+//! - [`campaign`]: the per-campaign file both binaries read;
+//! - [`timing`]: the one timing rule between the gateway's undo and the order writer's sweeper.
 
 pub mod campaign;
 pub mod codes;
@@ -19,3 +20,4 @@ pub mod record;
 pub mod scripts;
 pub mod secret;
 pub mod signing;
+pub mod timing;
