@@ -1,16 +1,20 @@
 -- adopt.lua: reconciliation repair for an order that PostgreSQL holds but Redis does not account
 -- for (an order without a reservation record, or a reservation released although its order is
--- live). Takes the order's quantity out of the sale again so the edge cannot sell it twice.
--- Idempotent by request id (marker field `adopted:<request id>` in stats).
+-- live). Takes the order's quantity out of the sale again so the edge cannot sell it twice: from
+-- the units set aside by pause_replenish first, then from the stock.
 --
--- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats
+-- The request id's release is struck from the `released` ledger: its order is live again, so a
+-- later release of it (the order closes unpaid) must give the units back, not find them
+-- "already released". Idempotent by request id (marker field `adopted:<request id>` in stats).
+--
+-- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
 -- ARGV: 1 request id  2 user id  3 quantity
 -- Returns {code, taken}:
---    1  adopted: `taken` units taken from the remaining stock (less than qty if stock was short)
+--    1  adopted: `taken` units taken (less than qty if the stock was short)
 --    0  adopted before: nothing changed
 --   -4  bad quantity
 
-local stock_key, bought, stats = KEYS[2], KEYS[3], KEYS[7]
+local stock_key, bought, released, stats = KEYS[2], KEYS[3], KEYS[6], KEYS[7]
 local request_id, user = ARGV[1], ARGV[2]
 local qty = tonumber(ARGV[3])
 if not qty or qty < 1 or qty ~= math.floor(qty) then
@@ -19,12 +23,18 @@ end
 if redis.call('HSETNX', stats, 'adopted:' .. request_id, qty) == 0 then
   return {0, 0}
 end
-local stock = tonumber(redis.call('GET', stock_key) or '0')
-local take = math.min(stock, qty)
-if take > 0 then
-  redis.call('DECRBY', stock_key, take)
+local aside = tonumber(redis.call('HGET', stats, 'aside_qty') or '0')
+local from_aside = math.min(aside, qty)
+if from_aside > 0 then
+  redis.call('HINCRBY', stats, 'aside_qty', -from_aside)
 end
+local stock = tonumber(redis.call('GET', stock_key) or '0')
+local from_stock = math.min(stock, qty - from_aside)
+if from_stock > 0 then
+  redis.call('DECRBY', stock_key, from_stock)
+end
+redis.call('HDEL', released, request_id)
 redis.call('HINCRBY', bought, user, qty)
 redis.call('HINCRBY', stats, 'adopted_count', 1)
-redis.call('HINCRBY', stats, 'adopted_qty', take)
-return {1, take}
+redis.call('HINCRBY', stats, 'adopted_qty', from_aside + from_stock)
+return {1, from_aside + from_stock}

@@ -2,7 +2,7 @@
 -- Running it twice is harmless, and it never resets a campaign that is LIVE or has reservations:
 -- restarting any process, or publishing again, never refills stock.
 --
--- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats
+-- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
 -- ARGV: 1 stock version  2 total  3 per-user limit  4 sku  5 price cents  6 price version
 -- Returns {code, state, stock_version}:
 --    1  published (state READY)

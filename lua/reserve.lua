@@ -2,7 +2,7 @@
 -- outbox record, in a single round trip. Never lets stock go below zero.
 --
 -- KEYS (all share the campaign's hash tag, see protocol/src/keys.rs):
---   1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats
+--   1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
 -- ARGV:
 --   1 campaign id  2 request id  3 user id  4 quantity
 -- Returns {code, remaining, record}:

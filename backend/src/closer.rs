@@ -1,20 +1,20 @@
 //! The close worker: orders unpaid at their pay-by time are closed, and only a close that wins
 //! gives the stock back — in PostgreSQL (sold − qty and a CLOSE ledger row, same transaction) and
-//! then in Redis (release.lua, idempotent by request id) with a replenish message unless the
-//! campaign pauses replenishment. Payment and close both update `WHERE status =
-//! 'PENDING_PAYMENT'`, so on one order exactly one of them wins.
+//! then in Redis (release.lua, idempotent by request id: back into the stock with a replenish
+//! message, or aside while the campaign pauses replenishment). Payment and close both update
+//! `WHERE status = 'PENDING_PAYMENT'`, so on one order exactly one of them wins.
 //!
 //! If Redis is down after the commit, the order stays `redis_released = FALSE` and every pass
 //! retries it until Redis takes it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fred::prelude::Client as RedisClient;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
-use crate::redis::{publish_replenish, RedisScripts};
+use crate::redis::RedisScripts;
 
 /// Closes at most `limit` overdue orders in one transaction. Returns how many it closed.
 pub async fn close_due(pool: &PgPool, limit: i64) -> anyhow::Result<usize> {
@@ -78,25 +78,18 @@ pub async fn release_closed(
     scripts: &RedisScripts,
     limit: i64,
 ) -> anyhow::Result<usize> {
-    let rows: Vec<(i64, String, String, String, i64, bool)> = sqlx::query_as(
-        "SELECT o.id, o.campaign_id, o.request_id, o.user_id, o.qty, c.pause_replenish
-           FROM orders o JOIN campaigns c ON c.id = o.campaign_id
-          WHERE o.status = 'CLOSED' AND NOT o.redis_released
-          ORDER BY o.id LIMIT $1",
+    let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
+        "SELECT id, campaign_id, request_id, user_id, qty FROM orders
+          WHERE status = 'CLOSED' AND NOT redis_released
+          ORDER BY id LIMIT $1",
     )
     .bind(limit)
     .fetch_all(pool)
     .await?;
     let mut done = Vec::new();
-    let mut replenish = BTreeSet::new();
-    for (id, campaign, request_id, user, qty, paused) in rows {
+    for (id, campaign, request_id, user, qty) in rows {
         match scripts.shared.release(redis, &campaign, &request_id, &user, qty).await {
-            Ok(_) => {
-                done.push(id);
-                if !paused {
-                    replenish.insert(campaign);
-                }
-            }
+            Ok(_) => done.push(id),
             Err(e) => {
                 tracing::warn!(request_id, error = %e, "release after close failed; will retry");
                 break;
@@ -108,11 +101,6 @@ pub async fn release_closed(
             .bind(&done)
             .execute(pool)
             .await?;
-    }
-    for c in replenish {
-        if let Err(e) = publish_replenish(redis, &c).await {
-            tracing::warn!(campaign = c, error = %format!("{e:#}"), "replenish publish failed");
-        }
     }
     Ok(done.len())
 }

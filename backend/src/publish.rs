@@ -3,6 +3,11 @@
 //!
 //! Running it twice is harmless; it never resets a campaign that is LIVE or has reservations
 //! (restarting any process never refills stock).
+//!
+//! It is also how an operator applies the `pause_replenish` switch of a live campaign: edit the
+//! file, publish again. The switch goes to PostgreSQL and to Redis (`lua/pause.lua`), whatever
+//! the stock's state; turning it off returns the units released meanwhile (set aside) to the
+//! sale at once, with a replenish message to the gateways.
 
 use std::path::Path;
 
@@ -127,6 +132,7 @@ pub async fn publish(
     tx.commit().await?;
 
     if state == "LIVE" || state == "ENDED" || sold > 0 {
+        apply_pause(redis, scripts, id, c.switches.pause_replenish).await?;
         return Ok(Published::RefusedLive {
             detail: format!(
                 "campaign {id} is {state} in PostgreSQL with {sold} sold; its stock is never reset"
@@ -145,6 +151,7 @@ pub async fn publish(
     // 2. Redis: the script refuses by itself when the campaign is LIVE or has reservations.
     let spec = PublishSpec { stock_version, total, limit, sku, price_cents, price_version };
     let outcome = scripts.shared.publish(redis, id, &spec).await.context("publishing to Redis")?;
+    apply_pause(redis, scripts, id, c.switches.pause_replenish).await?;
     let result = match outcome {
         PublishOutcome::Published => Published::Ready { stock_version, stock: total },
         PublishOutcome::Unchanged => Published::Unchanged { stock_version },
@@ -162,4 +169,23 @@ pub async fn publish(
         .execute(pool)
         .await?;
     Ok(result)
+}
+
+/// Applies the `pause_replenish` switch to Redis; turning it off returns the units set aside.
+/// Returns how many went back to the stock (`None`: the campaign is not in Redis).
+pub async fn apply_pause(
+    redis: &RedisClient,
+    scripts: &RedisScripts,
+    id: &str,
+    paused: bool,
+) -> anyhow::Result<Option<i64>> {
+    let returned = scripts.pause(redis, id, paused).await.context("applying pause_replenish in Redis")?;
+    match returned {
+        Some(n) if n > 0 => {
+            tracing::info!(id, returned = n, "pause_replenish off: units set aside are back in the sale")
+        }
+        Some(_) => tracing::info!(id, paused, "pause_replenish applied"),
+        None => tracing::warn!(id, "pause_replenish not applied: the campaign is not published in Redis"),
+    }
+    Ok(returned)
 }

@@ -1,5 +1,5 @@
-//! Redis: the connection, the order writer's own scripts (`lua/ack.lua`, `lua/adopt.lua`) next
-//! to the shared ones, and the replenish message.
+//! Redis: the connection, the order writer's own scripts (`lua/ack.lua`, `lua/adopt.lua`,
+//! `lua/claim.lua`, `lua/pause.lua`) next to the shared ones, and the replenish message.
 
 use std::path::Path;
 use std::time::Duration;
@@ -36,6 +36,22 @@ pub struct RedisScripts {
     pub shared: Scripts,
     ack: Script,
     adopt: Script,
+    claim: Script,
+    pause: Script,
+}
+
+/// What `claim.lua` answered for a repair's claim on one outbox entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairClaim {
+    /// Claimed: the sweeper no longer produces it. Times are Redis' own (ms).
+    Claimed {
+        /// When the reservation was made (from its record).
+        reserved_at_ms: i64,
+        /// Redis' clock at the claim.
+        now_ms: i64,
+    },
+    /// The entry is no longer in the outbox (acked or released meanwhile).
+    Gone,
 }
 
 impl RedisScripts {
@@ -45,7 +61,73 @@ impl RedisScripts {
             shared: Scripts::load(dir)?,
             ack: scripts::read(dir, "ack.lua")?,
             adopt: scripts::read(dir, "adopt.lua")?,
+            claim: scripts::read(dir, "claim.lua")?,
+            pause: scripts::read(dir, "pause.lua")?,
         })
+    }
+
+    /// The sweeper's claim (`claim.lua` "sweep"): the outbox records of `campaign` reserved, or
+    /// last claimed, more than `age` ago by Redis' clock, at most `limit`; each is claimed for
+    /// another `age`, so the gateway's undo leaves it alone.
+    pub async fn claim_for_sweep(
+        &self,
+        client: &Client,
+        campaign: &str,
+        age: Duration,
+        limit: i64,
+    ) -> anyhow::Result<Vec<String>> {
+        let keys = CampaignKeys::new(campaign).all();
+        let args = vec!["sweep".to_string(), age.as_millis().to_string(), limit.to_string()];
+        Ok(self.claim.evalsha_with_reload(client, keys, args).await?)
+    }
+
+    /// A repair's claim on one outbox entry (`claim.lua` "repair"): the sweeper skips it until
+    /// [`RedisScripts::unclaim_repair`] gives it back.
+    pub async fn claim_for_repair(
+        &self,
+        client: &Client,
+        campaign: &str,
+        request_id: &str,
+    ) -> anyhow::Result<RepairClaim> {
+        let keys = CampaignKeys::new(campaign).all();
+        let args = vec!["repair".to_string(), request_id.to_string()];
+        let out: Vec<i64> = self.claim.evalsha_with_reload(client, keys, args).await?;
+        match out.as_slice() {
+            [1, at, now] => Ok(RepairClaim::Claimed { reserved_at_ms: *at, now_ms: *now }),
+            [0, _, _] => Ok(RepairClaim::Gone),
+            other => anyhow::bail!("claim.lua answered {other:?}"),
+        }
+    }
+
+    /// Gives a repair's claim back to the sweeper (`claim.lua` "unrepair").
+    pub async fn unclaim_repair(
+        &self,
+        client: &Client,
+        campaign: &str,
+        request_id: &str,
+    ) -> anyhow::Result<()> {
+        let keys = CampaignKeys::new(campaign).all();
+        let args = vec!["unrepair".to_string(), request_id.to_string()];
+        let _: i64 = self.claim.evalsha_with_reload(client, keys, args).await?;
+        Ok(())
+    }
+
+    /// Applies the `pause_replenish` switch in Redis (`lua/pause.lua`). Returns how many units
+    /// set aside went back to the stock (turning it off), or `None` when the campaign is not
+    /// published in Redis.
+    pub async fn pause(&self, client: &Client, campaign: &str, paused: bool) -> anyhow::Result<Option<i64>> {
+        let keys = CampaignKeys::new(campaign).all();
+        let args = vec![
+            if paused { "1" } else { "0" }.to_string(),
+            REPLENISH_CHANNEL.to_string(),
+            campaign.to_string(),
+        ];
+        let out: Vec<i64> = self.pause.evalsha_with_reload(client, keys, args).await?;
+        match out.as_slice() {
+            [1, returned] => Ok(Some(*returned)),
+            [-3, _] => Ok(None),
+            other => anyhow::bail!("pause.lua answered {other:?}"),
+        }
     }
 
     /// Removes committed reservations from the outbox (idempotent). Returns how many were

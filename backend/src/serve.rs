@@ -72,6 +72,7 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
     let sw = tokio::spawn(sweeper::run(
         pool.clone(),
         redis.clone(),
+        scripts.clone(),
         producer.clone(),
         cfg.sweep_age,
         cfg.sweep_interval,

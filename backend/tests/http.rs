@@ -123,15 +123,25 @@ async fn the_sweeper_produces_outbox_entries_older_than_t() {
         env.reserve(&format!("s{i}"), 1).await;
     }
     // Nothing is old enough yet.
-    let n = backend::sweeper::sweep_once(&env.pool, &env.redis, &producer, Duration::from_secs(3600))
+    let n = backend::sweeper::sweep_once(
+        &env.pool,
+        &env.redis,
+        &env.scripts,
+        &producer,
+        Duration::from_secs(3600),
+    )
+    .await
+    .unwrap();
+    assert_eq!(n, 0);
+    let n = backend::sweeper::sweep_once(&env.pool, &env.redis, &env.scripts, &producer, Duration::ZERO)
         .await
         .unwrap();
-    assert_eq!(n, 0);
-    let n = backend::sweeper::sweep_once(&env.pool, &env.redis, &producer, Duration::ZERO).await.unwrap();
     assert_eq!(n, 3);
     env.drain(10).await;
     assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 3);
     assert_eq!(env.outbox_len().await, 0);
-    let n = backend::sweeper::sweep_once(&env.pool, &env.redis, &producer, Duration::ZERO).await.unwrap();
+    let n = backend::sweeper::sweep_once(&env.pool, &env.redis, &env.scripts, &producer, Duration::ZERO)
+        .await
+        .unwrap();
     assert_eq!(n, 0, "acked entries are not swept again");
 }

@@ -3,15 +3,18 @@
 //! timeout. Redis down or slow → `SERVICE_DEGRADED` quickly; the database is never the fallback.
 //!
 //! A call whose answer does not come back (timeout, connection lost) may still have reserved in
-//! Redis. It is undone at once: [`Scripts::cancel`] on the same connection runs after the call
-//! in Redis and gives back whatever the outbox holds for the request id. Only when that fails
-//! too is the outcome unknown, and the answer says so (the result URL will tell).
+//! Redis. It is undone at once: [`Scripts::undo`] on the same connection runs after the call in
+//! Redis and gives back whatever the outbox holds for the request id, unless the sweeper has
+//! already claimed the entry (then the reservation stands and is on its way to an order: the
+//! buyer is told QUEUED). Only when the undo fails too is the outcome unknown, and the answer
+//! says so (the result URL will tell).
 
 use std::time::Duration;
 
 use fred::clients::Pool;
 use protocol::codes::Code;
-use protocol::scripts::{ReserveOutcome, Scripts};
+use protocol::scripts::{ReleaseOutcome, ReserveOutcome, Scripts};
+use protocol::timing::undo_timeout;
 
 use crate::Denial;
 
@@ -43,12 +46,10 @@ pub enum ReserveError {
         /// Why the undo gave none.
         undo: String,
     },
-}
-
-/// How long the undo may take, from the reservation timeout: longer, because a stalled Redis
-/// that comes back answers the call and then the undo, and that answer is worth waiting for.
-pub fn undo_timeout(timeout: Duration) -> Duration {
-    (timeout * 5).clamp(Duration::from_millis(200), Duration::from_secs(2))
+    /// No answer in time, and the undo found the entry claimed by the sweeper: the call did
+    /// reserve, and the record is on its way to an order. The buyer is answered QUEUED.
+    #[error("{0}; the reservation was already claimed by the sweeper, so it stands")]
+    Claimed(String),
 }
 
 /// The Redis client's own per-command timeout for a reserver bounded by `timeout`: past the
@@ -80,8 +81,9 @@ impl Reserver {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("redis did not answer within {:?}", self.timeout),
         };
-        let undo = self.scripts.cancel(client, campaign, request_id);
+        let undo = self.scripts.undo(client, campaign, request_id);
         match tokio::time::timeout(undo_timeout(self.timeout), undo).await {
+            Ok(Ok(ReleaseOutcome::Claimed)) => Err(ReserveError::Claimed(cause)),
             Ok(Ok(_)) => Err(ReserveError::Undone(cause)),
             Ok(Err(e)) => Err(ReserveError::Unknown { cause, undo: e.to_string() }),
             Err(_) => Err(ReserveError::Unknown { cause, undo: "no answer".into() }),
@@ -115,14 +117,15 @@ pub fn sets_sold_out_flag(outcome: &ReserveOutcome) -> bool {
     matches!(outcome, ReserveOutcome::SoldOut { remaining } if *remaining <= 0)
 }
 
-/// The answer when Redis gave no decision for `request_id` of `campaign`.
+/// The answer when Redis gave no decision for `request_id` of `campaign`. Not for
+/// [`ReserveError::Claimed`], which is a reservation (the caller answers QUEUED).
 pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial {
     tracing::warn!(request_id, error = %err, "reservation failed: answering SERVICE_DEGRADED");
     let message = match err {
         ReserveError::Undone(_) => {
             "the reservation service is unavailable: nothing was reserved, try again".to_string()
         }
-        ReserveError::Unknown { .. } => format!(
+        ReserveError::Unknown { .. } | ReserveError::Claimed(_) => format!(
             "the reservation service is unavailable and this request may hold a reservation: \
              GET /seckill/{campaign}/result/{request_id} tells (a new request stays within the per-user limit)"
         ),

@@ -26,8 +26,14 @@ pub struct CampaignKeys {
     /// HASH: request id -> released quantity. Makes release idempotent and auditable.
     pub released: String,
     /// HASH: counters for reconciliation: `reserved_count`, `reserved_qty`, `released_count`,
-    /// `released_qty`, `acked_count`.
+    /// `released_qty` (cumulative), `aside_qty` (released while `pause_replenish` is on, not yet
+    /// back in the stock), `returned_qty`, `acked_count`, `adopted_count`, `adopted_qty`.
     pub stats: String,
+    /// HASH: request id -> who claimed the outbox entry as its producer of last resort: `sweep`
+    /// (the sweeper produced it again) or `repair` (reconciliation is deciding it). A claimed
+    /// entry may be on its way to an order, so the gateway's undo leaves it alone. Written only
+    /// by `claim.lua`; cleared by `ack.lua` and `release.lua`.
+    pub claims: String,
 }
 
 impl CampaignKeys {
@@ -42,10 +48,11 @@ impl CampaignKeys {
             pending: format!("{tag}:pending"),
             released: format!("{tag}:released"),
             stats: format!("{tag}:stats"),
+            claims: format!("{tag}:claims"),
         }
     }
 
-    /// All keys, in the order the Lua scripts expect them as `KEYS[1..7]`.
+    /// All keys, in the order the Lua scripts expect them as `KEYS[1..8]`.
     pub fn all(&self) -> Vec<String> {
         vec![
             self.meta.clone(),
@@ -55,6 +62,7 @@ impl CampaignKeys {
             self.pending.clone(),
             self.released.clone(),
             self.stats.clone(),
+            self.claims.clone(),
         ]
     }
 }
@@ -77,7 +85,7 @@ mod tests {
         for key in keys.all() {
             assert!(key.starts_with("sk:{phone-42}:"), "{key}");
         }
-        assert_eq!(keys.all().len(), 7);
+        assert_eq!(keys.all().len(), 8);
     }
 
     #[test]

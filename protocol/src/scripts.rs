@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use fred::prelude::{Client, Error as RedisError};
 use fred::types::scripts::Script;
 
-use crate::keys::CampaignKeys;
+use crate::keys::{CampaignKeys, REPLENISH_CHANNEL};
 
 /// Why the scripts could not be loaded or called.
 #[derive(Debug, thiserror::Error)]
@@ -77,15 +77,21 @@ pub enum ReserveOutcome {
 /// What `release.lua` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
-    /// Stock given back; `remaining` after it.
+    /// Units given back to the stock (and a replenish message sent); `remaining` after it.
     Released {
         /// Stock after the release.
         remaining: i64,
     },
+    /// Released, but set aside: the campaign's `pause_replenish` switch is on. The units go back
+    /// to the stock when the switch is turned off (`lua/pause.lua`).
+    SetAside,
     /// This request id was released before; nothing changed.
     AlreadyReleased,
-    /// [`Scripts::cancel`] only: the outbox holds nothing for this request id; nothing changed.
+    /// [`Scripts::undo`] only: the outbox holds nothing for this request id; nothing changed.
     NothingHeld,
+    /// [`Scripts::undo`] only: the sweeper or a repair has claimed the entry (`lua/claim.lua`),
+    /// so it may already be on its way to an order; nothing changed, the reservation stands.
+    Claimed,
 }
 
 /// What `publish.lua` decided.
@@ -190,7 +196,8 @@ impl Scripts {
         })
     }
 
-    /// Runs `release.lua`: gives `qty` back for `request_id`, at most once.
+    /// Runs `release.lua`: gives `qty` back for `request_id`, at most once (into the stock, or
+    /// aside while the campaign pauses replenishment).
     pub async fn release(
         &self,
         client: &Client,
@@ -199,39 +206,47 @@ impl Scripts {
         user: &str,
         qty: i64,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        let args = vec![request_id.to_string(), user.to_string(), qty.to_string()];
-        self.run_release(client, campaign, args).await
+        self.run_release(client, campaign, request_id, user, &qty.to_string(), "").await
     }
 
-    /// Undoes `request_id`'s reservation if the outbox holds one (`release.lua` in its "held"
-    /// mode): for a reservation call whose answer never came back. Sent on the same client as
-    /// that call, it runs after it in Redis, so whether or not the call reserved, nothing is
-    /// held afterwards.
-    pub async fn cancel(
+    /// The gateway's undo of a reservation call whose answer never came back: releases what the
+    /// outbox holds for `request_id` (`release.lua` in its "undo" mode), unless the sweeper or a
+    /// repair has claimed it. Sent on the same client as that call, it runs after it in Redis,
+    /// so afterwards either nothing is held, or the reservation stands and is on its way
+    /// ([`ReleaseOutcome::Claimed`]).
+    pub async fn undo(
         &self,
         client: &Client,
         campaign: &str,
         request_id: &str,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        let args = vec![request_id.to_string(), String::new(), "1".to_string(), "held".to_string()];
-        self.run_release(client, campaign, args).await
+        self.run_release(client, campaign, request_id, "", "1", "undo").await
     }
 
     async fn run_release(
         &self,
         client: &Client,
         campaign: &str,
-        args: Vec<String>,
+        request_id: &str,
+        user: &str,
+        qty: &str,
+        mode: &str,
     ) -> Result<ReleaseOutcome, ScriptError> {
         const NAME: &str = "release.lua";
         let keys = CampaignKeys::new(campaign).all();
+        let args: Vec<String> = [request_id, user, qty, mode, REPLENISH_CHANNEL, campaign]
+            .into_iter()
+            .map(str::to_string)
+            .collect();
         let out: Vec<fred::types::Value> = self.release.evalsha_with_reload(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
         let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
         match code {
             Some(1) => Ok(ReleaseOutcome::Released { remaining: n }),
+            Some(3) => Ok(ReleaseOutcome::SetAside),
             Some(0) => Ok(ReleaseOutcome::AlreadyReleased),
             Some(2) => Ok(ReleaseOutcome::NothingHeld),
+            Some(5) => Ok(ReleaseOutcome::Claimed),
             other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
         }
     }

@@ -1,0 +1,170 @@
+//! Every release path goes through `release.lua`: the pause_replenish switch sets released units
+//! aside and turning it off returns them; every release into the stock tells the gateways; the
+//! gateway's undo and the sweeper's claim exclude each other.
+
+mod common;
+
+use std::time::Duration;
+
+use backend::reconcile::reconcile;
+use common::{campaign_toml, Env};
+use fred::prelude::*;
+use protocol::keys::REPLENISH_CHANNEL;
+use protocol::record::Reservation;
+use protocol::scripts::{ReleaseOutcome, ReserveOutcome};
+
+/// Subscribes to the replenish channel; `heard` waits (bounded) for a message naming `campaign`.
+struct Replenish {
+    messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
+    _client: Client,
+}
+
+impl Replenish {
+    async fn listen() -> Replenish {
+        let client = backend::redis::connect(&e2e::stack::redis_url()).await.unwrap();
+        let messages = client.message_rx();
+        client.subscribe(REPLENISH_CHANNEL).await.unwrap();
+        Replenish { messages, _client: client }
+    }
+
+    /// Whether a message for `campaign` arrives within `within`.
+    async fn heard(&mut self, campaign: &str, within: Duration) -> bool {
+        tokio::time::timeout(within, async {
+            loop {
+                match self.messages.recv().await {
+                    Ok(m) if m.value.as_string().as_deref() == Some(campaign) => return,
+                    Ok(_) => {}
+                    Err(e) => panic!("replenish subscription: {e}"),
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+}
+
+/// Publishes the environment's campaign again with `pause_replenish` set as given.
+async fn set_pause(env: &Env, paused: bool) {
+    let file = env.dir.join("campaigns").join(format!("{}.toml", env.campaign));
+    let text =
+        format!("{}\n[switches]\npause_replenish = {paused}\n", campaign_toml(&env.campaign, 2, 1, 900));
+    std::fs::write(&file, text).unwrap();
+    backend::publish::publish(&env.pool, &env.redis, &env.scripts, &env.dir.join("campaigns"), &env.campaign)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pause_replenish_sets_released_units_aside_until_it_is_turned_off() {
+    let env = Env::new(2, 1, 1).await;
+    let mut replenish = Replenish::listen().await;
+    let (a, b) = (env.reserve("a", 1).await, env.reserve("b", 1).await);
+    let a_id = Reservation::from_json(&a).unwrap().request_id;
+    env.produce(0, vec![a, b]).await;
+    env.drain(10).await;
+    assert_eq!(env.redis_stock().await, 0);
+
+    set_pause(&env, true).await;
+    let meta: Option<String> = env.redis.hget(&env.keys().meta, "pause_replenish").await.unwrap();
+    assert_eq!(meta.as_deref(), Some("1"));
+    // a's order closes unpaid: the unit is released, but aside, and the gateways are not told.
+    sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE request_id = $1")
+        .bind(&a_id)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(backend::closer::close_due(&env.pool, 10).await.unwrap(), 1);
+    assert_eq!(backend::closer::release_closed(&env.pool, &env.redis, &env.scripts, 10).await.unwrap(), 1);
+    assert_eq!(env.redis_stock().await, 0, "nothing goes back to the sale while paused");
+    assert_eq!(env.stat("aside_qty").await, 1);
+    assert!(!replenish.heard(&env.campaign, Duration::from_millis(300)).await);
+    // So the edge keeps answering sold out.
+    let late = env.scripts.shared.reserve(&env.redis, &env.campaign, "late-1", "c", 1).await.unwrap();
+    assert_eq!(late, ReserveOutcome::SoldOut { remaining: 0 });
+    // Reconcile sees the unit aside, and every equation holds.
+    let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
+    assert!(rep.text.contains("set aside 1"), "{}", rep.text);
+    assert!(rep.redis_balanced && rep.pg_balanced && rep.across_balanced, "{}", rep.text);
+    assert!(rep.differences.is_empty(), "{}", rep.text);
+
+    // Turned off (edit the file, publish again): the unit is back, and the gateways hear it.
+    set_pause(&env, false).await;
+    assert_eq!(env.redis_stock().await, 1);
+    assert_eq!(env.stat("aside_qty").await, 0);
+    assert_eq!(env.stat("returned_qty").await, 1);
+    assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await);
+    let again = env.scripts.shared.reserve(&env.redis, &env.campaign, "late-2", "c", 1).await.unwrap();
+    assert!(matches!(again, ReserveOutcome::Reserved { remaining: 0, .. }), "{again:?}");
+    let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
+    assert!(rep.redis_balanced && rep.across_balanced, "{}", rep.text);
+    // Publishing again with the switch off changes nothing more.
+    set_pause(&env, false).await;
+    assert_eq!(env.redis_stock().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_release_into_the_stock_tells_the_gateways() {
+    let env = Env::new(3, 1, 1).await;
+    let mut replenish = Replenish::listen().await;
+    // The gateway's undo of a late reservation.
+    let undone = env.reserve("undone", 1).await;
+    let id = Reservation::from_json(&undone).unwrap().request_id;
+    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &id).await.unwrap();
+    assert_eq!(out, ReleaseOutcome::Released { remaining: 3 });
+    assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await, "undo");
+    // A release by request id (the writer's refusal, a repair, the closer all call this).
+    let r = env.reserve("released", 1).await;
+    let id = Reservation::from_json(&r).unwrap().request_id;
+    let out = env.scripts.shared.release(&env.redis, &env.campaign, &id, "released", 1).await.unwrap();
+    assert_eq!(out, ReleaseOutcome::Released { remaining: 3 });
+    assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await, "release");
+    // A release that changes nothing says nothing.
+    let out = env.scripts.shared.release(&env.redis, &env.campaign, &id, "released", 1).await.unwrap();
+    assert_eq!(out, ReleaseOutcome::AlreadyReleased);
+    assert!(!replenish.heard(&env.campaign, Duration::from_millis(300)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
+    let env = Env::new(5, 1, 1).await;
+    let keys = env.keys();
+    // Claimed first: the sweeper has produced the record, so the undo leaves the reservation.
+    let swept = env.reserve("swept", 1).await;
+    let swept_id = Reservation::from_json(&swept).unwrap().request_id;
+    let claimed = env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
+    assert_eq!(claimed, vec![String::from_utf8(swept.clone()).unwrap()]);
+    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &swept_id).await.unwrap();
+    assert_eq!(out, ReleaseOutcome::Claimed);
+    assert_eq!(env.redis_stock().await, 4, "the reservation stands");
+    assert_eq!(env.outbox_len().await, 1);
+    // It becomes an order, and the ack clears the claim.
+    env.produce(0, vec![swept]).await;
+    env.drain(10).await;
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 1);
+    let claims: i64 = env.redis.hlen(&keys.claims).await.unwrap();
+    assert_eq!(claims, 0);
+
+    // Undone first: the sweeper finds nothing to produce.
+    let undone = env.reserve("undone", 1).await;
+    let undone_id = Reservation::from_json(&undone).unwrap().request_id;
+    assert!(matches!(
+        env.scripts.shared.undo(&env.redis, &env.campaign, &undone_id).await.unwrap(),
+        ReleaseOutcome::Released { .. }
+    ));
+    let claimed = env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
+    assert!(claimed.is_empty(), "{claimed:?}");
+    assert_eq!(
+        env.scripts.shared.undo(&env.redis, &env.campaign, &undone_id).await.unwrap(),
+        ReleaseOutcome::NothingHeld
+    );
+    assert_eq!(env.redis_stock().await, 4);
+
+    // The sweeper's age is measured with Redis' clock against the reservation's own time.
+    let young = env.reserve("young", 1).await;
+    let claimed =
+        env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::from_secs(60), 100).await.unwrap();
+    assert!(claimed.is_empty());
+    let young_id = Reservation::from_json(&young).unwrap().request_id;
+    let claim: Option<String> = env.redis.hget(&keys.claims, young_id.as_str()).await.unwrap();
+    assert_eq!(claim, None);
+}
