@@ -136,9 +136,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let pool = db::connect(&cfg.postgres_url, 2).await?;
             let r = redis::connect(&cfg.redis_url).await?;
             let scripts = redis::RedisScripts::load(&cfg.lua_dir)?;
-            let rep = reconcile::reconcile(&pool, &r, &scripts, &campaign, cfg.sweep_age, repair)
-                .await
-                .context("reconciliation")?;
+            // Without the topic, stale reservations are listed but not repaired (the report says so).
+            let kc = match kafka::client(&cfg.kafka.brokers, cfg.kafka.produce_timeout).await {
+                Ok(kc) => Some(kc),
+                Err(e) => {
+                    eprintln!("order-writer: {e:#}: stale reservations will not be repaired");
+                    None
+                }
+            };
+            let topic = kc.as_ref().map(|kafka| reconcile::Topic {
+                kafka,
+                name: &cfg.kafka.topic,
+                partitions: cfg.kafka.partitions,
+            });
+            let stores = reconcile::Stores {
+                pool: &pool,
+                redis: &r,
+                scripts: &scripts,
+                topic,
+                sweep_age: cfg.sweep_age,
+            };
+            let rep = reconcile::reconcile(stores, &campaign, repair).await.context("reconciliation")?;
             print!("{}", rep.text);
             Ok(())
         }

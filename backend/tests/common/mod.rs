@@ -118,6 +118,35 @@ impl Env {
         }
     }
 
+    /// What a reconciliation of this environment reads and writes, with sweep age `sweep_age`.
+    pub fn stores(&self, sweep_age: Duration) -> backend::reconcile::Stores<'_> {
+        backend::reconcile::Stores {
+            pool: &self.pool,
+            redis: &self.redis,
+            scripts: &self.scripts,
+            topic: Some(backend::reconcile::Topic {
+                kafka: &self.kafka,
+                name: &self.topic,
+                partitions: self.partitions,
+            }),
+            sweep_age,
+        }
+    }
+
+    /// Rewrites the outbox record of `request_id` as if it had been reserved `ago` earlier by
+    /// Redis' clock.
+    pub async fn age_reservation(&self, request_id: &str, ago: Duration) {
+        use fred::prelude::*;
+        let rec: String = self.redis.hget(&self.keys().outbox, request_id).await.unwrap();
+        let mut r = Reservation::from_json(rec.as_bytes()).unwrap();
+        r.reserved_at_ms -= ago.as_millis() as i64;
+        let _: i64 = self
+            .redis
+            .hset(&self.keys().outbox, (request_id, serde_json::to_string(&r).unwrap()))
+            .await
+            .unwrap();
+    }
+
     /// Produces raw values to a partition.
     pub async fn produce(&self, partition: i32, values: Vec<Vec<u8>>) {
         let pc =

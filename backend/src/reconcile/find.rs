@@ -1,0 +1,363 @@
+//! The decisions of a reconciliation, as pure functions over a [`Snapshot`] of both stores: the
+//! seed's equation in each store and across them, and every request id that differs.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use protocol::record::Reservation;
+
+/// A kind of difference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Reserved in Redis for longer than T (by Redis' clock), no order and no refusal.
+    ReservedWithoutOrder,
+    /// Refused by PostgreSQL, still in the outbox.
+    RefusedNotReleased,
+    /// Ordered, still in the outbox.
+    OrderedNotAcked,
+    /// Released in Redis while its order is live.
+    DoubleRelease,
+    /// A live order Redis does not account for.
+    OrderWithoutReservation,
+    /// Closed order whose stock Redis has not taken back.
+    ClosedNotReleased,
+}
+
+impl Kind {
+    /// The label printed and written to the audit log.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ReservedWithoutOrder => "RESERVED_WITHOUT_ORDER",
+            Kind::RefusedNotReleased => "REFUSED_NOT_RELEASED",
+            Kind::OrderedNotAcked => "ORDERED_NOT_ACKED",
+            Kind::DoubleRelease => "DOUBLE_RELEASE",
+            Kind::OrderWithoutReservation => "ORDER_WITHOUT_RESERVATION",
+            Kind::ClosedNotReleased => "CLOSED_NOT_RELEASED",
+        }
+    }
+}
+
+/// One request id that differs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Difference {
+    /// Kind.
+    pub kind: Kind,
+    /// Request id.
+    pub request_id: String,
+    /// User.
+    pub user: String,
+    /// Quantity.
+    pub qty: i64,
+}
+
+/// An order as reconciliation sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PgOrder {
+    /// Buyer.
+    pub user: String,
+    /// Units.
+    pub qty: i64,
+    /// `PENDING_PAYMENT`, `PAID` or `CLOSED`.
+    pub status: String,
+    /// A closed order whose units Redis took back.
+    pub redis_released: bool,
+}
+
+impl PgOrder {
+    fn live(&self) -> bool {
+        self.status != "CLOSED"
+    }
+}
+
+/// What both stores hold for one campaign, read PostgreSQL first, then Redis.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    /// PostgreSQL: total stock.
+    pub total: i64,
+    /// PostgreSQL: units sold (live orders).
+    pub sold: i64,
+    /// PostgreSQL: orders by request id.
+    pub orders: HashMap<String, PgOrder>,
+    /// PostgreSQL: refused reservations (request id → qty).
+    pub refused: HashMap<String, i64>,
+    /// Redis: the published total (meta `total`).
+    pub initial: i64,
+    /// Redis: remaining stock.
+    pub stock: i64,
+    /// Redis: the stats counters.
+    pub stats: HashMap<String, String>,
+    /// Redis: outbox records by request id (unreadable ones are left out).
+    pub outbox: BTreeMap<String, Reservation>,
+    /// Redis: request ids in the `released` ledger.
+    pub released: HashSet<String>,
+    /// Redis: units each user holds.
+    pub bought: HashMap<String, i64>,
+    /// Redis' clock when it was read (ms).
+    pub redis_now_ms: i64,
+}
+
+impl Snapshot {
+    fn stat(&self, k: &str) -> i64 {
+        self.stats.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+}
+
+/// The seed's equation (对账), in Redis, in PostgreSQL and across the two.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    /// Redis: initial − reserved + released − set aside − re-taken by repair.
+    pub redis_expected: i64,
+    /// Redis: the stock it holds.
+    pub redis_stock: i64,
+    /// PostgreSQL: units of live orders.
+    pub live_qty: i64,
+    /// PostgreSQL: units of closed orders.
+    pub closed_qty: i64,
+    /// Units Redis holds for buyers: reserved − released + re-taken.
+    pub held: i64,
+    /// What those units should be: live orders + queued reservations without an order/refusal.
+    pub accounted: i64,
+    /// Queued reservations without an order or a refusal.
+    pub queued_qty: i64,
+}
+
+impl Balance {
+    /// Redis' own equation holds.
+    pub fn redis_holds(&self) -> bool {
+        self.redis_expected == self.redis_stock
+    }
+
+    /// Across the stores: what Redis holds for buyers is what PostgreSQL and the queue account for.
+    pub fn across_holds(&self) -> bool {
+        self.held == self.accounted
+    }
+}
+
+/// Computes the equations of `s`.
+pub fn balance(s: &Snapshot) -> Balance {
+    let live_qty: i64 = s.orders.values().filter(|o| o.live()).map(|o| o.qty).sum();
+    let closed_qty: i64 = s.orders.values().filter(|o| !o.live()).map(|o| o.qty).sum();
+    let queued_qty: i64 = s
+        .outbox
+        .iter()
+        .filter(|(id, _)| !s.orders.contains_key(*id) && !s.refused.contains_key(*id))
+        .map(|(_, r)| r.qty)
+        .sum();
+    let (reserved, released) = (s.stat("reserved_qty"), s.stat("released_qty"));
+    let (aside, adopted) = (s.stat("aside_qty"), s.stat("adopted_qty"));
+    Balance {
+        redis_expected: s.initial - reserved + released - aside - adopted,
+        redis_stock: s.stock,
+        live_qty,
+        closed_qty,
+        held: reserved - released + adopted,
+        accounted: live_qty + queued_qty,
+        queued_qty,
+    }
+}
+
+/// Every request id that differs, sorted by kind then id. An outbox entry counts as
+/// [`Kind::ReservedWithoutOrder`] once it is older than `age_ms` by Redis' clock.
+pub fn differences(s: &Snapshot, age_ms: i64) -> Vec<Difference> {
+    let mut diffs = Vec::new();
+    for (id, r) in &s.outbox {
+        let d = |kind| Difference { kind, request_id: id.clone(), user: r.user.clone(), qty: r.qty };
+        if s.orders.contains_key(id) {
+            diffs.push(d(Kind::OrderedNotAcked));
+        } else if s.refused.contains_key(id) {
+            diffs.push(d(Kind::RefusedNotReleased));
+        } else if s.redis_now_ms - r.reserved_at_ms > age_ms {
+            diffs.push(d(Kind::ReservedWithoutOrder));
+        }
+    }
+    let mut user_live: BTreeMap<&str, Vec<(&str, i64)>> = BTreeMap::new();
+    for (id, o) in &s.orders {
+        let d = |kind| Difference { kind, request_id: id.clone(), user: o.user.clone(), qty: o.qty };
+        if o.live() {
+            if s.released.contains(id) {
+                diffs.push(d(Kind::DoubleRelease));
+            } else {
+                user_live.entry(o.user.as_str()).or_default().push((id.as_str(), o.qty));
+            }
+        } else if !o.redis_released || !s.released.contains(id) {
+            diffs.push(d(Kind::ClosedNotReleased));
+        }
+    }
+    // A user's live orders (not flagged above) plus queued reservations must be what Redis says
+    // the user holds; the deficit is named by the orders without an outbox entry.
+    let mut queued_by_user: HashMap<&str, i64> = HashMap::new();
+    for (id, r) in &s.outbox {
+        if !s.orders.contains_key(id) {
+            *queued_by_user.entry(r.user.as_str()).or_default() += r.qty;
+        }
+    }
+    for (user, mut list) in user_live {
+        let holds = s.bought.get(user).copied().unwrap_or(0);
+        let expect: i64 =
+            list.iter().map(|x| x.1).sum::<i64>() + queued_by_user.get(user).copied().unwrap_or(0);
+        let mut deficit = expect - holds;
+        list.sort();
+        for (id, qty) in list {
+            if deficit <= 0 {
+                break;
+            }
+            if s.outbox.contains_key(id) {
+                continue;
+            }
+            diffs.push(Difference {
+                kind: Kind::OrderWithoutReservation,
+                request_id: id.to_string(),
+                user: user.to_string(),
+                qty,
+            });
+            deficit -= qty;
+        }
+    }
+    diffs.sort_by(|a, b| (a.kind, &a.request_id).cmp(&(b.kind, &b.request_id)));
+    diffs
+}
+
+/// How much older than the sweep age an entry must be before a repair may decide it without
+/// its order: the sweeper has produced it at least twice by then.
+pub const REPAIR_AGE_FACTOR: u32 = 3;
+
+/// Why a [`Kind::ReservedWithoutOrder`] repair must not act now, or `None` when it may: the
+/// entry must be older than [`REPAIR_AGE_FACTOR`] × the sweep age by Redis' clock, and the
+/// writer's committed offset must have reached the end of the user's partition (nothing of it
+/// can still be waiting in Kafka).
+pub fn repair_blocker(
+    reserved_at_ms: i64,
+    redis_now_ms: i64,
+    sweep_age_ms: i64,
+    partition: Option<(i32, i64, i64)>,
+) -> Option<String> {
+    let age = redis_now_ms - reserved_at_ms;
+    let min = sweep_age_ms * i64::from(REPAIR_AGE_FACTOR);
+    if age < min {
+        return Some(format!(
+            "reserved {age} ms ago by Redis' clock; a repair waits {min} ms ({REPAIR_AGE_FACTOR} × the sweep age)"
+        ));
+    }
+    match partition {
+        None => Some("the reservations topic could not be read: the record may still be waiting in Kafka".into()),
+        Some((p, committed, end)) if committed < end => Some(format!(
+            "partition {p}: the writer has committed offset {committed} of {end}; the record may still be waiting in Kafka"
+        )),
+        Some(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: &str, user: &str, at: i64) -> Reservation {
+        Reservation {
+            request_id: id.into(),
+            campaign: "c".into(),
+            user: user.into(),
+            sku: "s".into(),
+            qty: 1,
+            price_cents: 100,
+            price_version: 1,
+            stock_version: 1,
+            reserved_at_ms: at,
+        }
+    }
+
+    fn order(user: &str, status: &str, redis_released: bool) -> PgOrder {
+        PgOrder { user: user.into(), qty: 1, status: status.into(), redis_released }
+    }
+
+    fn stats(pairs: &[(&str, i64)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// 10 units: a1 ordered and acked, q1 queued, r1 refused and released.
+    fn clean() -> Snapshot {
+        let mut s = Snapshot {
+            total: 10,
+            sold: 1,
+            initial: 10,
+            stock: 8,
+            redis_now_ms: 100_000,
+            ..Default::default()
+        };
+        s.orders.insert("a1".into(), order("ua", "PENDING_PAYMENT", false));
+        s.outbox.insert("q1".into(), rec("q1", "uq", 99_000));
+        s.refused.insert("r1".into(), 1);
+        s.released.insert("r1".into());
+        s.bought = [("ua".to_string(), 1), ("uq".to_string(), 1)].into_iter().collect();
+        s.stats = stats(&[("reserved_qty", 3), ("released_qty", 1)]);
+        s
+    }
+
+    #[test]
+    fn a_clean_sale_balances_everywhere_and_differs_nowhere() {
+        let s = clean();
+        let b = balance(&s);
+        assert!(b.redis_holds() && b.across_holds(), "{b:?}");
+        assert_eq!((b.live_qty, b.queued_qty, b.held), (1, 1, 2));
+        assert!(differences(&s, 5_000).is_empty());
+    }
+
+    #[test]
+    fn each_equation_fails_when_its_store_is_off() {
+        let mut s = clean();
+        s.stock = 9; // one unit appeared in Redis from nowhere
+        let b = balance(&s);
+        assert!(!b.redis_holds() && b.across_holds());
+        let mut s = clean();
+        s.orders.insert("x1".into(), order("ux", "PAID", false)); // an order Redis never held
+        let b = balance(&s);
+        assert!(b.redis_holds() && !b.across_holds());
+    }
+
+    #[test]
+    fn units_set_aside_and_re_taken_are_in_the_equation() {
+        let mut s = clean();
+        // a closed order released aside (pause_replenish): stock unchanged, aside 1.
+        s.orders.insert("c1".into(), order("uc", "CLOSED", true));
+        s.released.insert("c1".into());
+        s.stats = stats(&[("reserved_qty", 4), ("released_qty", 2), ("aside_qty", 1)]);
+        s.stock = 7;
+        assert!(balance(&s).redis_holds());
+        assert!(differences(&s, 5_000).is_empty());
+    }
+
+    #[test]
+    fn every_kind_is_found() {
+        let mut s = clean();
+        s.outbox.insert("old".into(), rec("old", "uo", 1_000)); // stale: 99 s old by Redis' clock
+        s.outbox.insert("a1".into(), rec("a1", "ua", 99_000)); // ordered, not acked
+        s.outbox.insert("r1".into(), rec("r1", "ur", 99_000)); // refused, not released
+        s.orders.insert("d1".into(), order("ud", "PENDING_PAYMENT", false));
+        s.released.insert("d1".into()); // live order released
+        s.orders.insert("c1".into(), order("uc", "CLOSED", false)); // closed, Redis not told
+        s.orders.insert("g1".into(), order("ug", "PAID", false)); // no reservation in Redis
+        let kinds: Vec<(Kind, String)> =
+            differences(&s, 5_000).into_iter().map(|d| (d.kind, d.request_id)).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (Kind::ReservedWithoutOrder, "old".into()),
+                (Kind::RefusedNotReleased, "r1".into()),
+                (Kind::OrderedNotAcked, "a1".into()),
+                (Kind::DoubleRelease, "d1".into()),
+                (Kind::OrderWithoutReservation, "g1".into()),
+                (Kind::ClosedNotReleased, "c1".into()),
+            ]
+        );
+        // A young queued reservation is not a difference yet.
+        assert!(!kinds.iter().any(|(_, id)| id == "q1"));
+    }
+
+    #[test]
+    fn a_repair_waits_for_age_and_for_the_partition_to_drain() {
+        let caught_up = Some((2, 50, 50));
+        assert!(repair_blocker(0, 29_000, 10_000, caught_up).unwrap().contains("waits 30000 ms"));
+        assert_eq!(repair_blocker(0, 30_000, 10_000, caught_up), None);
+        let behind = repair_blocker(0, 60_000, 10_000, Some((2, 40, 50))).unwrap();
+        assert!(behind.contains("partition 2") && behind.contains("40 of 50"), "{behind}");
+        assert!(repair_blocker(0, 60_000, 10_000, None).unwrap().contains("could not be read"));
+    }
+}
