@@ -29,7 +29,7 @@ use plugins::budget::Permit;
 use plugins::client_ip;
 use plugins::input::{self, DEVICE_HEADER, USER_HEADER};
 use plugins::rate_limit::RateLimiter;
-use plugins::reserve::{self, Reserver};
+use plugins::reserve::{self, ReserveError, Reserver};
 use plugins::sold_out::now_ms;
 use plugins::{switches, window, Denial};
 use protocol::campaign::Window;
@@ -99,9 +99,18 @@ pub struct Ctx {
 enum Route {
     Order(String),
     Info(String),
-    Result,
+    Result(String),
     Shop(usize),
     NotFound,
+}
+
+/// A reservation taken in Redis, and what the gateway does with it.
+enum Reservation {
+    /// Reserved with its record: forward it, signed, to the order writer.
+    Forward,
+    /// Reserved, but the call's answer came late and the sweeper already produced the record:
+    /// answer QUEUED here, nothing to forward.
+    Queued,
 }
 
 /// The inputs of an order request, checked.
@@ -127,7 +136,7 @@ impl ProxyHttp for Gateway {
             match routes::campaign_path(req.uri.path()) {
                 Some(CampaignPath::Order(c)) => Route::Order(c.to_string()),
                 Some(CampaignPath::Info(c)) => Route::Info(c.to_string()),
-                Some(CampaignPath::Result(_)) => Route::Result,
+                Some(CampaignPath::Result(c)) => Route::Result(c.to_string()),
                 Some(CampaignPath::Unknown) => Route::NotFound,
                 None => active.routes.find(host(req), req.uri.path()).map_or(Route::NotFound, Route::Shop),
             }
@@ -138,7 +147,18 @@ impl ProxyHttp for Gateway {
                 ctx.upstream = Upstream::Shop(i);
                 Ok(false)
             }
-            Route::Result => {
+            Route::Result(campaign) => {
+                // Polling has its own per-address limit, so a storm of polls stops here and never
+                // reaches the order writer.
+                let limited = active.campaigns.get(&campaign).map_or(Ok(()), |entry| {
+                    let header = session.req_header().headers.get(X_FORWARDED_FOR).map(|v| v.as_bytes());
+                    let ip = client_ip::client_ip(peer_ip(session), header, &active.server.trusted_proxies);
+                    self.limiter.check_result(&campaign, &entry.campaign.limits, ip)
+                });
+                if let Err(d) = limited {
+                    ctx.request_id = new_request_id();
+                    return deny(session, &ctx.request_id, &d).await;
+                }
                 ctx.upstream = Upstream::OrderWriter;
                 Ok(false)
             }
@@ -158,13 +178,17 @@ impl ProxyHttp for Gateway {
                 ctx.request_id = new_request_id();
                 let checked = self.admit(session, ctx, &active, &campaign);
                 let reserved = match checked {
-                    Ok(input) => self.reserve(ctx, &active, campaign, input).await,
+                    Ok(input) => self.reserve(ctx, &active, campaign.clone(), input).await,
                     Err(d) => Err(d),
                 };
                 match reserved {
-                    Ok(()) => {
+                    Ok(Reservation::Forward) => {
                         ctx.upstream = Upstream::OrderWriter;
                         Ok(false)
+                    }
+                    Ok(Reservation::Queued) => {
+                        let body = queued(&campaign, &ctx.request_id);
+                        respond(session, 202, body, None, "no-store").await
                     }
                     Err(d) => deny(session, &ctx.request_id, &d).await,
                 }
@@ -304,30 +328,38 @@ impl ProxyHttp for Gateway {
 
 impl Gateway {
     /// The reservation, after every other check passed: one round trip, bounded (the nonce
-    /// check will join the script). `Ok` means reserved: `ctx.reserved` holds the record.
+    /// check will join the script). `Ok` means reserved; with [`Reservation::Forward`],
+    /// `ctx.reserved` holds the record.
     async fn reserve(
         &self,
         ctx: &mut Ctx,
         active: &Active,
         campaign: String,
         input: OrderInput,
-    ) -> std::result::Result<(), Denial> {
+    ) -> std::result::Result<Reservation, Denial> {
         let entry = active.campaigns.get(&campaign).ok_or_else(unknown_campaign)?;
-        let outcome = self
-            .reserver
-            .reserve(&campaign, &ctx.request_id, &input.user, input.qty)
-            .await
-            .map_err(|e| reserve::degraded(&e, &campaign, &ctx.request_id))?;
+        let asked = now_ms();
+        let outcome = match self.reserver.reserve(&campaign, &ctx.request_id, &input.user, input.qty).await {
+            Ok(outcome) => outcome,
+            Err(ReserveError::Claimed(cause)) => {
+                tracing::info!(request_id = %ctx.request_id, cause, "late reservation already swept: QUEUED");
+                return Ok(Reservation::Queued);
+            }
+            Err(e) => return Err(reserve::degraded(&e, &campaign, &ctx.request_id)),
+        };
         if reserve::sets_sold_out_flag(&outcome) {
-            entry.sold_out.mark(now_ms(), active.server.sold_out_ttl);
+            entry.sold_out.mark(asked, now_ms(), active.server.sold_out_ttl);
         }
         if let Some(d) = reserve::denial(&outcome) {
             return Err(d);
         }
-        if let ReserveOutcome::Reserved { record, .. } = outcome {
-            ctx.reserved = Some(Reserved { campaign, record });
+        match outcome {
+            ReserveOutcome::Reserved { record, .. } => {
+                ctx.reserved = Some(Reserved { campaign, record });
+                Ok(Reservation::Forward)
+            }
+            _ => Err(Denial::new(Code::Internal, "unexpected reservation outcome")),
         }
-        Ok(())
     }
 
     /// Every check before Redis, in the order they run. Add new checks here, at their place

@@ -196,7 +196,8 @@ upstreams = ["127.0.0.1:1"]
         write_conf(&dir, "10");
         let shared = SharedState::load(&dir.join("server.toml")).unwrap();
         let flag = shared.active().campaigns["c1"].sold_out.clone();
-        flag.mark(plugins::sold_out::now_ms(), std::time::Duration::from_secs(60));
+        let now = plugins::sold_out::now_ms();
+        flag.mark(now, now, std::time::Duration::from_secs(60));
 
         write_conf(&dir, "-1");
         let err = reload(&shared).unwrap_err();

@@ -1,6 +1,7 @@
 //! Per IP, per device and per account request rates (`pingora-limits`), from a campaign's
 //! `[limits]`; 0 turns a dimension off. Each dimension is a count-min estimator over one-second
-//! windows keyed by (campaign, value): cheap, fixed memory, no locks.
+//! windows keyed by (campaign, value): cheap, fixed memory, no locks. Result queries have their
+//! own per-IP estimator ([`RateLimiter::check_result`]): polling never uses up an order's budget.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -11,11 +12,12 @@ use protocol::codes::Code;
 
 use crate::Denial;
 
-/// The three estimators of one process.
+/// The estimators of one process.
 pub struct RateLimiter {
     ip: Rate,
     device: Rate,
     user: Rate,
+    result: Rate,
 }
 
 impl std::fmt::Debug for RateLimiter {
@@ -50,7 +52,26 @@ impl RateLimiter {
     /// Estimators over one-second windows.
     pub fn new() -> Self {
         let second = Duration::from_secs(1);
-        Self { ip: Rate::new(second), device: Rate::new(second), user: Rate::new(second) }
+        Self {
+            ip: Rate::new(second),
+            device: Rate::new(second),
+            user: Rate::new(second),
+            result: Rate::new(second),
+        }
+    }
+
+    /// Counts one result query from `ip` and answers `RATE_LIMITED` past `result_per_sec`.
+    pub fn check_result(&self, campaign: &str, limits: &Limits, ip: Option<IpAddr>) -> Result<(), Denial> {
+        match ip {
+            Some(ip) => over(
+                &self.result,
+                campaign,
+                ip,
+                limits.result_per_sec,
+                "too many result queries from this address; poll with backoff",
+            ),
+            None => Ok(()),
+        }
     }
 
     /// Counts this request and answers `RATE_LIMITED` when one dimension is over its limit.
@@ -85,7 +106,8 @@ mod tests {
     #[test]
     fn each_dimension_limits_on_its_own_and_zero_is_off() {
         let r = RateLimiter::new();
-        let limits = Limits { ip_per_sec: 0, device_per_sec: 0, user_per_sec: 3, max_inflight: 10 };
+        let limits =
+            Limits { ip_per_sec: 0, device_per_sec: 0, user_per_sec: 3, max_inflight: 10, result_per_sec: 0 };
         let ip = Some("127.0.0.1".parse().unwrap());
         // Within one window: 3 pass, then refused. A window boundary in between would reset the
         // count, so allow for at most one reset.
@@ -108,5 +130,20 @@ mod tests {
         let passed = (0..10).filter(|_| r.check("f", &by_device, None, Some("dev"), "u").is_ok()).count();
         assert!((1..=2).contains(&passed), "{passed}");
         assert!(r.check("f", &by_device, None, None, "u").is_ok(), "no device header, no device limit");
+    }
+
+    #[test]
+    fn result_queries_have_their_own_per_address_limit() {
+        let r = RateLimiter::new();
+        let limits = Limits { ip_per_sec: 1, result_per_sec: 2, ..Limits::default() };
+        let ip = Some("10.1.2.3".parse().unwrap());
+        let passed = (0..10).filter(|_| r.check_result("c", &limits, ip).is_ok()).count();
+        assert!((2..=4).contains(&passed), "{passed}");
+        let refused = (0..3).filter_map(|_| r.check_result("c", &limits, ip).err()).next();
+        assert_eq!(refused.map(|d| (d.code, d.retry_after_secs)), Some((Code::RateLimited, Some(1))));
+        // Polling used none of the order limits of that address.
+        assert!(r.check("c", &limits, ip, None, "u").is_ok());
+        let off = Limits { result_per_sec: 0, ..limits };
+        assert!((0..50).all(|_| r.check_result("d", &off, ip).is_ok()), "0 is off");
     }
 }

@@ -45,15 +45,29 @@ pub struct Limits {
     /// `TRY_LATER`. Keeps a hammered campaign from starving the rest of the shop.
     #[serde(default = "default_max_inflight")]
     pub max_inflight: u32,
+    /// Result queries (`GET /seckill/{c}/result/{id}`) per client IP per second; past it,
+    /// `RATE_LIMITED` at the gateway, so a polling storm never reaches the order writer. 0 is off.
+    #[serde(default = "default_result_per_sec")]
+    pub result_per_sec: u32,
 }
 
 fn default_max_inflight() -> u32 {
     256
 }
 
+fn default_result_per_sec() -> u32 {
+    20
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        Self { ip_per_sec: 0, device_per_sec: 0, user_per_sec: 0, max_inflight: default_max_inflight() }
+        Self {
+            ip_per_sec: 0,
+            device_per_sec: 0,
+            user_per_sec: 0,
+            max_inflight: default_max_inflight(),
+            result_per_sec: default_result_per_sec(),
+        }
     }
 }
 
