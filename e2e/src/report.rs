@@ -30,8 +30,14 @@ pub struct Checks {
     pub outbox: i64,
     /// Reservations the Redis script counted.
     pub reserved_qty: i64,
-    /// Units Redis gave back.
+    /// Units Redis gave back (into the stock, or aside while replenishment is paused).
     pub released_qty: i64,
+    /// Units released while replenishment is paused, not yet back in the stock.
+    pub aside_qty: i64,
+    /// The stock Redis was published with (meta `total`).
+    pub redis_initial: i64,
+    /// Reservations the database refused (sold out or over the limit in PostgreSQL).
+    pub db_refusals: i64,
     /// Queued request ids with neither an order nor a recorded refusal.
     pub queued_without_outcome: Vec<String>,
 }
@@ -78,6 +84,12 @@ pub async fn check(
     .fetch_all(&pool)
     .await?;
     let settled: std::collections::HashSet<String> = settled.into_iter().collect();
+    c.db_refusals = sqlx::query_scalar(
+        "SELECT count(*) FROM reservation_results WHERE campaign_id = $1 AND reason <> 'RECONCILED_NO_ORDER'",
+    )
+    .bind(campaign)
+    .fetch_one(&pool)
+    .await?;
 
     let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
     redis.init().await?;
@@ -91,6 +103,8 @@ pub async fn check(
     c.per_user_limit = redis.hget::<Option<i64>, _, _>(&keys.meta, "limit").await?.unwrap_or(0);
     c.reserved_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "reserved_qty").await?.unwrap_or(0);
     c.released_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "released_qty").await?.unwrap_or(0);
+    c.aside_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "aside_qty").await?.unwrap_or(0);
+    c.redis_initial = redis.hget::<Option<i64>, _, _>(&keys.meta, "total").await?.unwrap_or(0);
     redis.quit().await?;
     Ok(c)
 }
@@ -104,6 +118,33 @@ pub struct Verdict {
     pub ok: bool,
     /// The figures behind it.
     pub detail: String,
+}
+
+/// When Redis was published with the database's stock, the edge can only reserve what the
+/// database has, so a database refusal means the two disagreed: zero refusals is the invariant.
+/// With a different published stock (a test that plants one), refusals are the guard doing its
+/// job, and the verdict says so.
+fn refusal_verdict(c: &Checks) -> Verdict {
+    let name = "the database refused nothing the edge reserved";
+    if c.redis_initial == c.total_stock {
+        Verdict {
+            name,
+            ok: c.db_refusals == 0,
+            detail: format!(
+                "{} refusals; Redis and PostgreSQL both started with {}",
+                c.db_refusals, c.total_stock
+            ),
+        }
+    } else {
+        Verdict {
+            name,
+            ok: true,
+            detail: format!(
+                "{} refusals by the stock guard; Redis started with {}, PostgreSQL with {}",
+                c.db_refusals, c.redis_initial, c.total_stock
+            ),
+        }
+    }
 }
 
 /// The whole report.
@@ -166,22 +207,24 @@ impl Report {
             },
             Verdict {
                 name: "Redis and PostgreSQL agree",
-                // initial - reserved + released = remaining, and every net reservation is an
-                // order or still in the outbox.
-                ok: c.total_stock - c.reserved_qty + c.released_qty == c.redis_stock
+                // initial - reserved + released - aside = remaining, and every net reservation is
+                // an order or still in the outbox.
+                ok: c.total_stock - c.reserved_qty + c.released_qty - c.aside_qty == c.redis_stock
                     && c.reserved_qty - c.released_qty == c.units_held + c.outbox,
                 detail: format!(
-                    "stock {} - reserved {} + released {} = {} (Redis has {}); net reserved {} = orders {} + outbox {}",
+                    "stock {} - reserved {} + released {} - aside {} = {} (Redis has {}); net reserved {} = orders {} + outbox {}",
                     c.total_stock,
                     c.reserved_qty,
                     c.released_qty,
-                    c.total_stock - c.reserved_qty + c.released_qty,
+                    c.aside_qty,
+                    c.total_stock - c.reserved_qty + c.released_qty - c.aside_qty,
                     c.redis_stock,
                     c.reserved_qty - c.released_qty,
                     c.units_held,
                     c.outbox
                 ),
             },
+            refusal_verdict(c),
         ];
         Report {
             users: crowd.users,
@@ -235,5 +278,21 @@ impl Report {
         }
         let _ = writeln!(s, "verdict: {}", if self.passed() { "PASS" } else { "FAIL" });
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_fails_the_sale_when_both_stores_started_equal() {
+        let mut c = Checks { total_stock: 10, redis_initial: 10, ..Default::default() };
+        assert!(refusal_verdict(&c).ok);
+        c.db_refusals = 1;
+        let v = refusal_verdict(&c);
+        assert!(!v.ok, "{}", v.detail);
+        c.redis_initial = 12;
+        assert!(refusal_verdict(&c).ok, "a planted difference: the guard refusing is right");
     }
 }
