@@ -294,11 +294,14 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
     let shop = MockServer::start().await;
     Mock::given(method("GET")).respond_with(ResponseTemplate::new(200)).mount(&shop).await;
     let http = reqwest::Client::new();
-    let seen_by_shop = |i: usize| {
+    // What the shop saw of the request tagged `step` (by path: a request the proxy had to send
+    // twice on a stale pooled connection must not shift what the next step looks at).
+    let seen_by_shop = |step: &'static str| {
         let shop = &shop;
         async move {
             let seen = shop.received_requests().await.unwrap();
-            let h = |name: &str| seen[i].headers.get(name).map(|v| v.to_str().unwrap().to_string());
+            let req = seen.iter().rev().find(|r| r.url.path() == format!("/page/{step}")).expect("proxied");
+            let h = |name: &str| req.headers.get(name).map(|v| v.to_str().unwrap().to_string());
             (h("x-forwarded-for"), h("x-real-ip"), h("x-forwarded-proto"))
         }
     };
@@ -308,7 +311,7 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
     conf.routes = shop_route(&shop);
     let plain = Gateway::start(&conf).await;
     let resp = http
-        .get(plain.url("/page"))
+        .get(plain.url("/page/plain"))
         .header("x-forwarded-for", "203.0.113.9")
         .header("x-real-ip", "203.0.113.9")
         .header("x-forwarded-proto", "https")
@@ -317,14 +320,14 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     let local = Some("127.0.0.1".to_string());
-    assert_eq!(seen_by_shop(0).await, (local.clone(), local.clone(), Some("http".into())));
+    assert_eq!(seen_by_shop("plain").await, (local.clone(), local.clone(), Some("http".into())));
 
     // Behind a trusted proxy (loopback here): the rightmost untrusted address is the client.
     conf.server_extra = "trusted_proxies = [\"127.0.0.0/8\"]".into();
     conf.campaigns = vec![(campaign.clone(), campaign_toml(&campaign, "[limits]\nip_per_sec = 1"))];
     let behind = Gateway::start(&conf).await;
     let resp = http
-        .get(behind.url("/page"))
+        .get(behind.url("/page/behind"))
         .header("x-forwarded-for", "1.1.1.1, 203.0.113.9")
         .header("x-forwarded-proto", "https")
         .send()
@@ -332,7 +335,7 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(
-        seen_by_shop(1).await,
+        seen_by_shop("behind").await,
         (Some("1.1.1.1, 203.0.113.9, 127.0.0.1".into()), Some("203.0.113.9".into()), Some("https".into()))
     );
 
