@@ -5,8 +5,8 @@
 use anyhow::Context;
 use sqlx::PgPool;
 
-use super::decide::{self, Facts};
-use super::{store, BatchOutcome, Incoming};
+use super::decide::{self, DeadLetter, Facts};
+use super::{retry, store, BatchOutcome, Incoming};
 
 /// A late-locked batch met a change made since it read: the conditional stock update refused it
 /// (another partition's batch sold the same units first), or a reservation it ordered was
@@ -62,7 +62,7 @@ async fn write_batch_with(
     let decoded = decide::decode_batch(records);
     let valid = &decoded.valid;
 
-    let mut tx = pool.begin().await.context("begin")?;
+    let mut tx = pool.begin().await.context(retry::BeginFailed)?;
     let mut out = BatchOutcome { dead: decoded.dead.len(), ..Default::default() };
 
     // 2. Read the campaigns touched; with `Locking::First`, lock them (in id order, so writers
@@ -153,4 +153,31 @@ async fn write_batch_with(
         }
     }
     Ok(out)
+}
+
+/// Dead-letters one record PostgreSQL refused, alone in its own transaction with the next
+/// offset (`offset + 1`), and returns what Redis must be told (see
+/// [`retry::dead_letter_outcome`]).
+pub(super) async fn write_dead_letter(
+    pool: &PgPool,
+    topic: &str,
+    partition: i32,
+    rec: &Incoming,
+    error: &str,
+) -> anyhow::Result<BatchOutcome> {
+    let record = decide::decode(rec.value.as_deref()).ok();
+    let mut tx = pool.begin().await.context(retry::BeginFailed)?;
+    let has_order = match &record {
+        Some(r) => !store::already_ordered(&mut tx, std::slice::from_ref(&r.request_id)).await?.is_empty(),
+        None => false,
+    };
+    let dead = DeadLetter {
+        offset: rec.offset,
+        payload: rec.value.clone().unwrap_or_default(),
+        error: format!("refused by PostgreSQL: {error}"),
+    };
+    store::insert_dead_letters(&mut tx, topic, partition, std::slice::from_ref(&dead)).await?;
+    store::store_offset(&mut tx, topic, partition, rec.offset + 1).await?;
+    tx.commit().await.context("commit")?;
+    Ok(retry::dead_letter_outcome(record, has_order))
 }

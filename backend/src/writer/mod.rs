@@ -9,12 +9,19 @@
 //! produces it again, and the redelivered record settles again (both steps are idempotent).
 //!
 //! Inside: [`decide`] (pure: decoding and the decision for each record), [`store`] (the SQL),
-//! [`batch`] (one batch's transaction), [`fetch`] (the read-ahead task); this module holds the
-//! partition loop and the Redis settlement.
+//! [`batch`] (one batch's transaction), [`fetch`] (the read-ahead task), [`retry`] (pure: what
+//! to do after a failed write) and [`fallback`] (applying it); this module holds the partition
+//! loop and the Redis settlement.
+//!
+//! A batch PostgreSQL keeps refusing does not block its partition: after `writer.batch_retries`
+//! tries it is written one record per transaction, and a record refused that often alone is
+//! dead-lettered alone. An unreachable PostgreSQL is waited for; nothing is dead-lettered then.
 
 mod batch;
 mod decide;
+mod fallback;
 mod fetch;
+mod retry;
 mod store;
 
 use std::collections::{BTreeMap, HashSet};
@@ -67,6 +74,19 @@ pub struct BatchOutcome {
     pub replenish: HashSet<String>,
     /// Records sent to `dead_letters`.
     pub dead: usize,
+}
+
+impl BatchOutcome {
+    /// Adds what a later transaction of the same chunk decided.
+    fn absorb(&mut self, other: BatchOutcome) {
+        for (campaign, ids) in other.ordered {
+            self.ordered.entry(campaign).or_default().extend(ids);
+        }
+        self.inserted += other.inserted;
+        self.refused.extend(other.refused);
+        self.replenish.extend(other.replenish);
+        self.dead += other.dead;
+    }
 }
 
 /// Applies a committed batch to Redis: ack the ordered, release the refused (compensation),
@@ -166,22 +186,16 @@ pub async fn run_partition(
                 continue;
             }
             let t1 = std::time::Instant::now();
-            // Retry a failing batch until it commits (PostgreSQL down) or we are told to stop;
-            // the offset only moves with a commit.
-            let outcome = loop {
-                match write_batch(&ctx.pool, &ctx.topic, partition, chunk).await {
-                    Ok(o) => break o,
-                    Err(e) => {
-                        tracing::warn!(partition, error = %format!("{e:#}"), "batch failed; retrying");
-                        if wait_or_shutdown(&mut shutdown, Duration::from_millis(500)).await {
-                            break 'outer;
-                        }
-                    }
-                }
-            };
-            offset = chunk.last().map(|r| r.offset + 1).unwrap_or(offset);
+            // Retried, split or dead-lettered until every record is committed (see `fallback`),
+            // or we are told to stop; the offset only moves with a commit. What committed is
+            // settled either way.
+            let (outcome, stopped) = fallback::write_chunk(&ctx, partition, chunk, &mut shutdown).await;
             let t2 = std::time::Instant::now();
             settle(&ctx.redis, &ctx.scripts, &outcome).await;
+            if stopped {
+                break 'outer;
+            }
+            offset = chunk.last().map(|r| r.offset + 1).unwrap_or(offset);
             tracing::debug!(
                 partition,
                 n = chunk.len(),
