@@ -249,6 +249,7 @@ async fn leg(
             max_wait_ms: 20,
             fetch_max_bytes: a.fetch_max_bytes,
             idle_wait_ms: 100,
+            batch_retries: 3,
         },
     };
     let start = Instant::now();

@@ -76,6 +76,8 @@ struct RawWriter {
     fetch_max_bytes: Spanned<i32>,
     #[serde(default = "d_idle_wait")]
     idle_wait_ms: Spanned<i32>,
+    #[serde(default = "d_batch_retries")]
+    batch_retries: Spanned<u32>,
 }
 fn d_batch() -> Spanned<usize> {
     Spanned::new(0..0, 1000)
@@ -89,6 +91,9 @@ fn d_fetch_bytes() -> Spanned<i32> {
 fn d_idle_wait() -> Spanned<i32> {
     Spanned::new(0..0, 100)
 }
+fn d_batch_retries() -> Spanned<u32> {
+    Spanned::new(0..0, 3)
+}
 impl Default for RawWriter {
     fn default() -> Self {
         Self {
@@ -96,6 +101,7 @@ impl Default for RawWriter {
             max_wait_ms: d_wait(),
             fetch_max_bytes: d_fetch_bytes(),
             idle_wait_ms: d_idle_wait(),
+            batch_retries: d_batch_retries(),
         }
     }
 }
@@ -169,6 +175,10 @@ pub struct WriterConfig {
     /// Fetch max wait after a fetch that found nothing: an idle partition is polled this often
     /// (Kafka answers as soon as a record arrives; tansu runs a storage query per poll).
     pub idle_wait_ms: i32,
+    /// Tries PostgreSQL may refuse a batch before it is written one record per transaction, and
+    /// a record alone before it is dead-lettered (an unreachable database is waited for, never
+    /// counted).
+    pub batch_retries: u32,
 }
 
 /// The validated configuration.
@@ -308,6 +318,9 @@ impl Config {
                 "must be 1024 or more".into(),
             ));
         }
+        if !(1..=100).contains(w.batch_retries.get_ref()) {
+            return Err(err(w.batch_retries.span(), "writer.batch_retries", "must be 1 to 100".into()));
+        }
         let s = &raw.sweeper;
         protocol::timing::check_sweep_age(Duration::from_secs(*s.age_secs.get_ref()))
             .map_err(|e| err(s.age_secs.span(), "sweeper.age_secs", e))?;
@@ -343,6 +356,7 @@ impl Config {
                 max_wait_ms: *w.max_wait_ms.get_ref(),
                 fetch_max_bytes: *w.fetch_max_bytes.get_ref(),
                 idle_wait_ms: *w.idle_wait_ms.get_ref(),
+                batch_retries: *w.batch_retries.get_ref(),
             },
             sweep_age: Duration::from_secs(*s.age_secs.get_ref()),
             sweep_interval: Duration::from_millis(*s.interval_ms.get_ref()),
@@ -382,6 +396,7 @@ partitions = 4
         assert_eq!(c.kafka.assigned, vec![0, 1, 2, 3]);
         assert_eq!(c.writer.batch_size, 1000);
         assert_eq!((c.writer.max_wait_ms, c.writer.idle_wait_ms), (20, 100));
+        assert_eq!(c.writer.batch_retries, 3);
         assert_eq!(c.campaigns_dir, Path::new("conf/campaigns"));
         assert_eq!(c.gateway_key, b"0123456789abcdef0123");
     }
@@ -418,26 +433,17 @@ partitions = 4
             "writer.idle_wait_ms",
             "writer.max_wait_ms to 5000",
         );
-        // The timing rule with the gateway (protocol::timing), checked on this side.
+        expect(&format!("{}\n[writer]\nbatch_retries = 0\n", good()), 13, "writer.batch_retries", "1 to 100");
         expect(
-            &format!(
-                "{}
-[sweeper]
-age_secs = 5
-",
-                good()
-            ),
-            13,
-            "sweeper.age_secs",
-            "6 s or more",
+            &format!("{}\n[writer]\nbatch_size = 10\nbatch_retries = 101\n", good()),
+            14,
+            "writer.batch_retries",
+            "1 to 100",
         );
-        assert!(parse(&format!(
-            "{}
-[sweeper]
-age_secs = 6
-",
-            good()
-        ))
-        .is_ok());
+        let c = parse(&format!("{}\n[writer]\nbatch_retries = 100\n", good())).unwrap();
+        assert_eq!(c.writer.batch_retries, 100);
+        // The timing rule with the gateway (protocol::timing), checked on this side.
+        expect(&format!("{}\n[sweeper]\nage_secs = 5\n", good()), 13, "sweeper.age_secs", "6 s or more");
+        assert!(parse(&format!("{}\n[sweeper]\nage_secs = 6\n", good())).is_ok());
     }
 }

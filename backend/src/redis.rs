@@ -1,5 +1,6 @@
 //! Redis: the connection, the order writer's own scripts (`lua/ack.lua`, `lua/adopt.lua`,
-//! `lua/claim.lua`, `lua/pause.lua`) next to the shared ones, and the replenish message.
+//! `lua/claim.lua`, `lua/pause.lua`) next to the shared ones. The replenish message is sent by
+//! the scripts themselves (`release.lua`, `pause.lua`).
 
 use std::path::Path;
 use std::time::Duration;
@@ -166,10 +167,4 @@ impl RedisScripts {
             other => anyhow::bail!("adopt.lua answered {other:?}"),
         }
     }
-}
-
-/// Tells every gateway that `campaign` has stock again (clears their sold-out flags).
-pub async fn publish_replenish(client: &Client, campaign: &str) -> anyhow::Result<()> {
-    let _: i64 = client.publish(REPLENISH_CHANNEL, campaign).await?;
-    Ok(())
 }

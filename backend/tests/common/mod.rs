@@ -101,6 +101,7 @@ impl Env {
                 max_wait_ms: 20,
                 fetch_max_bytes: 1 << 20,
                 idle_wait_ms: 50,
+                batch_retries: 3,
             },
             sweep_age: Duration::from_secs(1),
             sweep_interval: Duration::from_millis(200),
@@ -196,6 +197,7 @@ impl Env {
                 max_wait_ms: 20,
                 fetch_max_bytes: 1 << 20,
                 idle_wait_ms: 50,
+                batch_retries: 3,
             },
         };
         let tasks: Vec<_> = (0..self.partitions)

@@ -1,0 +1,180 @@
+//! One batch, one transaction: read the facts ([`super::store`]), decide
+//! ([`super::decide::decide`]), write the orders, ledger rows, refusals, dead letters and the
+//! next offset, and last the conditional stock update.
+
+use anyhow::Context;
+use sqlx::PgPool;
+
+use super::decide::{self, DeadLetter, Facts};
+use super::{retry, store, BatchOutcome, Incoming};
+
+/// A late-locked batch met a change made since it read: the conditional stock update refused it
+/// (another partition's batch sold the same units first), or a reservation it ordered was
+/// refused meanwhile (a reconciliation repair, which locks the campaign row). The batch is
+/// rolled back and written again with the rows locked first.
+#[derive(Debug, thiserror::Error)]
+#[error("late-locked batch conflicted ({0}); rolled back")]
+struct LateConflict(&'static str);
+
+/// How a batch treats the campaign rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Locking {
+    /// Read the rows without a lock, decide, write, and take the lock only for the final
+    /// conditional update just before commit: partitions of one campaign overlap their work.
+    Late,
+    /// Lock the rows (in id order) before deciding: the guard cannot refuse. Used when a late
+    /// batch was refused, i.e. when the campaign is close to selling out.
+    First,
+}
+
+/// Writes one batch of a partition in ONE transaction and returns what Redis must be told.
+/// `records` must be in offset order; the stored next offset becomes `last offset + 1`.
+///
+/// The batch is first written with the campaign rows locked late (see [`Locking`]); if the
+/// conditional stock update refuses it, it is rolled back and written again with the rows locked
+/// first. Either way the stock guard runs in the same transaction as the orders.
+pub async fn write_batch(
+    pool: &PgPool,
+    topic: &str,
+    partition: i32,
+    records: &[Incoming],
+) -> anyhow::Result<BatchOutcome> {
+    match write_batch_with(pool, topic, partition, records, Locking::Late).await {
+        Err(e) if e.downcast_ref::<LateConflict>().is_some() => {
+            tracing::debug!(topic, partition, error = %e, "locking first");
+            write_batch_with(pool, topic, partition, records, Locking::First).await
+        }
+        other => other,
+    }
+}
+
+async fn write_batch_with(
+    pool: &PgPool,
+    topic: &str,
+    partition: i32,
+    records: &[Incoming],
+    locking: Locking,
+) -> anyhow::Result<BatchOutcome> {
+    let Some(last) = records.last() else { return Ok(BatchOutcome::default()) };
+    let next_offset = last.offset + 1;
+
+    // 1. Decode; a record that cannot be decoded is kept as a dead letter, never retried.
+    let decoded = decide::decode_batch(records);
+    let valid = &decoded.valid;
+
+    let mut tx = pool.begin().await.context(retry::BeginFailed)?;
+    let mut out = BatchOutcome { dead: decoded.dead.len(), ..Default::default() };
+
+    // 2. Read the campaigns touched; with `Locking::First`, lock them (in id order, so writers
+    // of other partitions never deadlock).
+    let campaign_ids = decide::campaign_ids(valid);
+    let campaigns = store::read_campaigns(&mut tx, &campaign_ids, locking == Locking::First).await?;
+
+    // 3. What earlier deliveries already decided, and who already holds their one order.
+    let ids: Vec<String> = valid.iter().map(|r| r.request_id.clone()).collect();
+    let already_ordered = store::already_ordered(&mut tx, &ids).await?;
+    let already_refused = store::already_refused(&mut tx, &ids).await?;
+    let candidates = decide::holder_candidates(valid, &campaigns, &already_ordered);
+    let holders = store::holders(&mut tx, &candidates).await?;
+    let facts = Facts { campaigns, already_ordered, already_refused, holders };
+
+    // 4. Decide each new reservation, in offset order, against the stock read in step 2.
+    let decision = decide::decide(valid, &facts);
+    for r in &decision.ordered_before {
+        out.ordered.entry(r.campaign.clone()).or_default().push(r.request_id.clone());
+    }
+    out.refused.extend(decision.refused_before.iter().cloned());
+    let accepted = &decision.accepted;
+
+    // 5. The orders, in one statement, and 6. one ledger row per order.
+    if !accepted.is_empty() {
+        let a = store::OrderArrays::new(accepted, &facts.campaigns);
+        let inserted = store::insert_orders(&mut tx, &a).await?;
+        if inserted.len() != accepted.len() {
+            // A concurrent writer inserted one of these between our checks and the insert (two
+            // instances given the same partition). Roll back; the retry sees its rows.
+            anyhow::bail!(
+                "{} of {} orders conflicted; retrying the batch",
+                accepted.len() - inserted.len(),
+                accepted.len()
+            );
+        }
+        out.inserted = inserted.len();
+        store::insert_ledger(&mut tx, &a).await?;
+        for r in accepted {
+            out.ordered.entry(r.campaign.clone()).or_default().push(r.request_id.clone());
+        }
+    }
+
+    // 7. Refusals, so the result query can answer and a redelivery is refused the same way.
+    store::insert_refusals(&mut tx, &decision.refused_now).await?;
+    out.refused.extend(decision.refused_now.iter().cloned());
+
+    // 8. Dead letters, with their place.
+    store::insert_dead_letters(&mut tx, topic, partition, &decoded.dead).await?;
+    for d in &decoded.dead {
+        tracing::warn!(topic, partition, offset = d.offset, error = %d.error, "dead letter");
+    }
+
+    // 9. The next offset, in the same transaction.
+    store::store_offset(&mut tx, topic, partition, next_offset).await?;
+
+    // 10. The last guard, last: the conditional stock update. Under `Locking::Late` the campaign
+    // rows are locked here (in id order), so they are held only from here to the commit, and a
+    // refusal, or a reservation refused meanwhile, rolls the whole batch back (see
+    // `write_batch`). Under `Locking::First` it cannot refuse.
+    let per = decision.units_per_campaign();
+    if !per.is_empty() {
+        let (pc, pn): (Vec<String>, Vec<i64>) = per.into_iter().unzip();
+        if locking == Locking::Late {
+            store::lock_campaigns_late(&mut tx, &pc).await?;
+            // Under the lock, this statement sees every refusal committed before it: one for a
+            // reservation this batch ordered means a repair decided it first.
+            let accepted_ids: Vec<&str> = accepted.iter().map(|r| r.request_id.as_str()).collect();
+            if store::count_refused(&mut tx, &accepted_ids).await? > 0 {
+                return Err(LateConflict("a reservation was refused meanwhile").into());
+            }
+        }
+        let updated = store::take_stock(&mut tx, &pc, &pn).await?;
+        if updated != pc.len() as u64 {
+            if locking == Locking::First {
+                anyhow::bail!("stock guard refused a locked batch (sold + n > total_stock); rolled back");
+            }
+            return Err(LateConflict("the stock guard refused it").into());
+        }
+    }
+    tx.commit().await.context("commit")?;
+    Ok(out)
+}
+
+/// Dead-letters one record PostgreSQL refused, alone in its own transaction with the next
+/// offset (`offset + 1`), and returns what Redis must be told (see
+/// [`retry::dead_letter_outcome`]).
+pub(super) async fn write_dead_letter(
+    pool: &PgPool,
+    topic: &str,
+    partition: i32,
+    rec: &Incoming,
+    error: &str,
+) -> anyhow::Result<BatchOutcome> {
+    let record = decide::decode(rec.value.as_deref()).ok();
+    let mut tx = pool.begin().await.context(retry::BeginFailed)?;
+    let has_order = match &record {
+        Some(r) => !store::already_ordered(&mut tx, std::slice::from_ref(&r.request_id)).await?.is_empty(),
+        None => false,
+    };
+    let dead = DeadLetter {
+        offset: rec.offset,
+        payload: rec.value.clone().unwrap_or_default(),
+        error: format!("refused by PostgreSQL: {error}"),
+    };
+    let outcome = retry::dead_letter_outcome(record, has_order);
+    store::insert_dead_letters(&mut tx, topic, partition, std::slice::from_ref(&dead)).await?;
+    // The refusal is recorded with the dead letter, so a later copy of the record (the sweeper
+    // may have produced one) is refused the same way instead of becoming an order after Redis
+    // released its units.
+    store::insert_refusals(&mut tx, &outcome.refused).await?;
+    store::store_offset(&mut tx, topic, partition, rec.offset + 1).await?;
+    tx.commit().await.context("commit")?;
+    Ok(outcome)
+}

@@ -1,0 +1,336 @@
+//! The pure part of a batch: decoding its records, then deciding each reservation against what
+//! the database said (the campaign rows, earlier deliveries, the users who already hold their
+//! one order). No I/O here; [`super::batch`] reads the facts and writes the decision.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use protocol::record::Reservation;
+
+use super::{Incoming, Refusal};
+
+/// A campaign row as the batch read it.
+#[derive(Debug, Clone)]
+pub(super) struct CampaignRow {
+    /// `total_stock`.
+    pub total: i64,
+    /// `sold`.
+    pub sold: i64,
+    /// `per_user_limit`.
+    pub limit: i64,
+    /// `pay_window_secs`.
+    pub pay_window_secs: i64,
+}
+
+/// A record that cannot be decoded: kept with its place, never retried.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct DeadLetter {
+    /// Offset in the partition.
+    pub offset: i64,
+    /// The record's value (empty for a tombstone).
+    pub payload: Vec<u8>,
+    /// Why it was dead-lettered.
+    pub error: String,
+}
+
+/// A batch's records, decoded.
+#[derive(Debug, Default)]
+pub(super) struct Decoded {
+    /// The first delivery of each request id, in offset order.
+    pub valid: Vec<Reservation>,
+    /// The records that cannot be decoded.
+    pub dead: Vec<DeadLetter>,
+}
+
+/// Checks what serde cannot: ids usable as keys, a sane quantity.
+pub(super) fn decode(value: Option<&[u8]>) -> Result<Reservation, String> {
+    let bytes = value.ok_or("record has no value")?;
+    let r = Reservation::from_json(bytes).map_err(|e| format!("not a reservation record: {e}"))?;
+    if r.request_id.is_empty() || r.request_id.len() > 128 {
+        return Err("request_id must be 1 to 128 bytes".into());
+    }
+    if !protocol::keys::valid_campaign_id(&r.campaign) {
+        return Err(format!("invalid campaign id {:?}", r.campaign));
+    }
+    if r.user.is_empty() || r.qty < 1 || r.price_cents < 0 {
+        return Err("empty user, qty below 1 or negative price".into());
+    }
+    Ok(r)
+}
+
+/// Decodes every record of a batch; a request id seen twice is kept once (its first delivery).
+pub(super) fn decode_batch(records: &[Incoming]) -> Decoded {
+    let mut out = Decoded::default();
+    let mut seen = HashSet::new();
+    for rec in records {
+        match decode(rec.value.as_deref()) {
+            Ok(r) => {
+                if seen.insert(r.request_id.clone()) {
+                    out.valid.push(r);
+                }
+            }
+            Err(error) => out.dead.push(DeadLetter {
+                offset: rec.offset,
+                payload: rec.value.clone().unwrap_or_default(),
+                error,
+            }),
+        }
+    }
+    out
+}
+
+/// The campaigns a batch touches, sorted (the order their rows are locked in).
+pub(super) fn campaign_ids(valid: &[Reservation]) -> Vec<String> {
+    let mut ids: Vec<String> = valid.iter().map(|r| r.campaign.clone()).collect();
+    ids.sort();
+    ids.dedup();
+    ids
+}
+
+/// The (campaign, user, sku) triples whose current holder must be looked up: new reservations of
+/// limit-1 campaigns.
+pub(super) fn holder_candidates(
+    valid: &[Reservation],
+    campaigns: &HashMap<String, CampaignRow>,
+    already_ordered: &HashSet<String>,
+) -> Vec<(String, String, String)> {
+    valid
+        .iter()
+        .filter(|r| {
+            campaigns.get(&r.campaign).is_some_and(|c| c.limit == 1)
+                && !already_ordered.contains(&r.request_id)
+        })
+        .map(|r| (r.campaign.clone(), r.user.clone(), r.sku.clone()))
+        .collect()
+}
+
+/// What the database said, read in the batch's transaction.
+#[derive(Debug, Default)]
+pub(super) struct Facts {
+    /// The campaign rows touched, by id (a missing id is an unknown campaign).
+    pub campaigns: HashMap<String, CampaignRow>,
+    /// Request ids that already have an order.
+    pub already_ordered: HashSet<String>,
+    /// Request ids already refused: (status, reason).
+    pub already_refused: HashMap<String, (String, String)>,
+    /// (campaign, user, sku) that already hold their one order in a limit-1 campaign.
+    pub holders: HashSet<(String, String, String)>,
+}
+
+/// The decision for every decoded reservation of a batch.
+#[derive(Debug, Default)]
+pub(super) struct Decision {
+    /// Ordered by an earlier delivery: acknowledged again, nothing written.
+    pub ordered_before: Vec<Reservation>,
+    /// Refused by an earlier delivery: released again (idempotent), nothing written.
+    pub refused_before: Vec<Refusal>,
+    /// New orders, in offset order.
+    pub accepted: Vec<Reservation>,
+    /// Refused by this batch (stock, limit, unknown campaign).
+    pub refused_now: Vec<Refusal>,
+    /// Units left per campaign once the accepted ones are taken.
+    pub remaining: HashMap<String, i64>,
+}
+
+impl Decision {
+    /// Units the accepted orders take, per campaign, in id order (the stock update's input).
+    pub fn units_per_campaign(&self) -> BTreeMap<String, i64> {
+        let mut per = BTreeMap::new();
+        for r in &self.accepted {
+            *per.entry(r.campaign.clone()).or_default() += r.qty;
+        }
+        per
+    }
+}
+
+/// Decides each reservation, in offset order, against the stock read: an earlier delivery's
+/// decision stands; otherwise an unknown campaign, a user who already holds their one order,
+/// or too few units left refuse it; anything else is accepted and takes its units.
+pub(super) fn decide(valid: &[Reservation], facts: &Facts) -> Decision {
+    let mut d = Decision {
+        remaining: facts.campaigns.iter().map(|(k, c)| (k.clone(), c.total - c.sold)).collect(),
+        ..Default::default()
+    };
+    let mut holders = facts.holders.clone();
+    for r in valid {
+        if facts.already_ordered.contains(&r.request_id) {
+            d.ordered_before.push(r.clone());
+            continue;
+        }
+        if let Some((status, reason)) = facts.already_refused.get(&r.request_id) {
+            let status = if status == "SOLD_OUT" { "SOLD_OUT" } else { "FAILED" };
+            d.refused_before.push(Refusal { record: r.clone(), status, reason: reason.clone() });
+            continue;
+        }
+        let refuse =
+            |status: &'static str, reason: &str| Refusal { record: r.clone(), status, reason: reason.into() };
+        let Some(c) = facts.campaigns.get(&r.campaign) else {
+            d.refused_now.push(refuse("FAILED", "CAMPAIGN_UNKNOWN"));
+            continue;
+        };
+        if c.limit == 1 && !holders.insert((r.campaign.clone(), r.user.clone(), r.sku.clone())) {
+            d.refused_now.push(refuse("FAILED", "LIMIT_REACHED"));
+            continue;
+        }
+        let left = d.remaining.get_mut(&r.campaign).expect("every campaign has a remaining count");
+        if *left < r.qty {
+            d.refused_now.push(refuse("SOLD_OUT", "SOLD_OUT"));
+            continue;
+        }
+        *left -= r.qty;
+        d.accepted.push(r.clone());
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(id: &str, campaign: &str, user: &str, qty: i64) -> Reservation {
+        Reservation {
+            request_id: id.into(),
+            campaign: campaign.into(),
+            user: user.into(),
+            sku: "s".into(),
+            qty,
+            price_cents: 100,
+            price_version: 1,
+            stock_version: 1,
+            reserved_at_ms: 1,
+        }
+    }
+
+    fn row(total: i64, sold: i64, limit: i64) -> CampaignRow {
+        CampaignRow { total, sold, limit, pay_window_secs: 900 }
+    }
+
+    fn facts(campaigns: &[(&str, CampaignRow)]) -> Facts {
+        Facts {
+            campaigns: campaigns.iter().map(|(id, c)| (id.to_string(), c.clone())).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn ids(rs: &[Reservation]) -> Vec<&str> {
+        rs.iter().map(|r| r.request_id.as_str()).collect()
+    }
+
+    fn why(fs: &[Refusal]) -> Vec<(&str, &str, &str)> {
+        fs.iter().map(|f| (f.record.request_id.as_str(), f.status, f.reason.as_str())).collect()
+    }
+
+    fn incoming(offset: i64, r: &Reservation) -> Incoming {
+        Incoming { offset, value: Some(serde_json::to_vec(r).unwrap()) }
+    }
+
+    #[test]
+    fn undecodable_records_are_dead_letters_with_their_place_and_duplicates_kept_once() {
+        let a = res("a", "c", "u1", 1);
+        let mut bad_qty = res("b", "c", "u2", 1);
+        bad_qty.qty = 0;
+        let records = vec![
+            incoming(10, &a),
+            Incoming { offset: 11, value: Some(b"{not json".to_vec()) },
+            Incoming { offset: 12, value: None },
+            incoming(13, &a),
+            incoming(14, &bad_qty),
+        ];
+        let d = decode_batch(&records);
+        assert_eq!(ids(&d.valid), ["a"]);
+        let dead: Vec<(i64, &[u8])> = d.dead.iter().map(|x| (x.offset, x.payload.as_slice())).collect();
+        assert_eq!(
+            dead,
+            [(11, b"{not json".as_slice()), (12, b"".as_slice()), (14, records[4].value.as_deref().unwrap())]
+        );
+        assert!(d.dead[0].error.contains("not a reservation record"), "{}", d.dead[0].error);
+        assert!(d.dead[1].error.contains("no value"), "{}", d.dead[1].error);
+        assert!(d.dead[2].error.contains("qty"), "{}", d.dead[2].error);
+    }
+
+    #[test]
+    fn ids_and_campaigns_are_checked() {
+        assert!(decode(Some(&serde_json::to_vec(&res("", "c", "u", 1)).unwrap())).is_err());
+        assert!(decode(Some(&serde_json::to_vec(&res("r", "a}b", "u", 1)).unwrap()))
+            .unwrap_err()
+            .contains("campaign"));
+        assert!(decode(Some(&serde_json::to_vec(&res("r", "c", "", 1)).unwrap())).is_err());
+        assert!(decode(Some(&serde_json::to_vec(&res("r", "c", "u", 1)).unwrap())).is_ok());
+    }
+
+    #[test]
+    fn stock_running_out_mid_batch_refuses_the_rest_as_sold_out() {
+        let valid = [res("a", "c", "u1", 1), res("b", "c", "u2", 1), res("x", "c", "u3", 1)];
+        let d = decide(&valid, &facts(&[("c", row(10, 8, 5))]));
+        assert_eq!(ids(&d.accepted), ["a", "b"]);
+        assert_eq!(why(&d.refused_now), [("x", "SOLD_OUT", "SOLD_OUT")]);
+        assert_eq!(d.remaining["c"], 0);
+        assert_eq!(d.units_per_campaign(), BTreeMap::from([("c".to_string(), 2)]));
+    }
+
+    #[test]
+    fn multi_quantity_records_take_their_units_and_a_smaller_later_one_still_fits() {
+        let valid = [res("a", "c", "u1", 3), res("b", "c", "u2", 3), res("x", "c", "u3", 2)];
+        let d = decide(&valid, &facts(&[("c", row(5, 0, 5))]));
+        assert_eq!(ids(&d.accepted), ["a", "x"]);
+        assert_eq!(why(&d.refused_now), [("b", "SOLD_OUT", "SOLD_OUT")]);
+        assert_eq!(d.remaining["c"], 0);
+        assert_eq!(d.units_per_campaign()["c"], 5);
+    }
+
+    #[test]
+    fn one_per_user_refuses_a_current_holder_and_a_second_reservation_in_the_batch() {
+        let valid = [res("a", "c", "holder", 1), res("b", "c", "u2", 1), res("x", "c", "u2", 1)];
+        let mut f = facts(&[("c", row(10, 0, 1))]);
+        f.holders.insert(("c".into(), "holder".into(), "s".into()));
+        let d = decide(&valid, &f);
+        assert_eq!(ids(&d.accepted), ["b"]);
+        assert_eq!(why(&d.refused_now), [("a", "FAILED", "LIMIT_REACHED"), ("x", "FAILED", "LIMIT_REACHED")]);
+        assert_eq!(d.remaining["c"], 9, "a refusal takes no stock");
+        // A larger limit lets the same user order twice (Redis enforces the sum).
+        let d = decide(&valid, &facts(&[("c", row(10, 0, 2))]));
+        assert_eq!(ids(&d.accepted), ["a", "b", "x"]);
+    }
+
+    #[test]
+    fn a_missing_campaign_is_refused_and_the_others_go_on() {
+        let valid = [res("a", "gone", "u1", 1), res("b", "c", "u2", 1)];
+        let d = decide(&valid, &facts(&[("c", row(1, 0, 1))]));
+        assert_eq!(why(&d.refused_now), [("a", "FAILED", "CAMPAIGN_UNKNOWN")]);
+        assert_eq!(ids(&d.accepted), ["b"]);
+        assert_eq!(d.units_per_campaign(), BTreeMap::from([("c".to_string(), 1)]));
+    }
+
+    #[test]
+    fn an_earlier_delivery_decision_stands_and_takes_no_stock() {
+        let valid =
+            [res("a", "c", "u1", 1), res("b", "c", "u2", 1), res("x", "c", "u3", 1), res("y", "c", "u4", 1)];
+        let mut f = facts(&[("c", row(1, 1, 1))]);
+        f.already_ordered.insert("a".into());
+        f.already_refused.insert("b".into(), ("SOLD_OUT".into(), "SOLD_OUT".into()));
+        f.already_refused.insert("x".into(), ("FAILED".into(), "LIMIT_REACHED".into()));
+        let d = decide(&valid, &f);
+        assert_eq!(ids(&d.ordered_before), ["a"]);
+        assert_eq!(why(&d.refused_before), [("b", "SOLD_OUT", "SOLD_OUT"), ("x", "FAILED", "LIMIT_REACHED")]);
+        assert_eq!(why(&d.refused_now), [("y", "SOLD_OUT", "SOLD_OUT")]);
+        assert!(d.accepted.is_empty());
+        assert!(d.units_per_campaign().is_empty());
+    }
+
+    #[test]
+    fn holders_are_looked_up_only_for_new_reservations_of_limit_one_campaigns() {
+        let valid = [
+            res("a", "one", "u1", 1),
+            res("b", "one", "u2", 1),
+            res("x", "many", "u3", 1),
+            res("y", "gone", "u4", 1),
+        ];
+        let campaigns: HashMap<String, CampaignRow> =
+            [("one".to_string(), row(5, 0, 1)), ("many".to_string(), row(5, 0, 3))].into();
+        let ordered: HashSet<String> = ["a".to_string()].into();
+        assert_eq!(
+            holder_candidates(&valid, &campaigns, &ordered),
+            [("one".into(), "u2".into(), "s".into())]
+        );
+        assert_eq!(campaign_ids(&valid), ["gone", "many", "one"]);
+    }
+}

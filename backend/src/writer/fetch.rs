@@ -1,0 +1,84 @@
+//! The read-ahead: a task that fetches a partition's records while the writer writes the
+//! previous ones.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::{wait_or_shutdown, Incoming};
+use crate::config::WriterConfig;
+
+/// Reads a partition ahead of the writer, from `offset` on, into `tx`.
+pub(super) async fn fetch_ahead(
+    pc: rskafka::client::partition::PartitionClient,
+    cfg: WriterConfig,
+    partition: i32,
+    mut offset: i64,
+    tx: tokio::sync::mpsc::Sender<Vec<Incoming>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let deadline = Duration::from_secs(5);
+    // Short waits while records flow; after an empty fetch, the idle wait, so a quiet partition
+    // is not polled tens of times a second (each poll costs the broker a storage query).
+    let mut wait = cfg.max_wait_ms;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let t0 = std::time::Instant::now();
+        let fetch = pc.fetch_records(offset, 1..cfg.fetch_max_bytes, wait);
+        let fetched = tokio::select! {
+            r = tokio::time::timeout(deadline, fetch) => r,
+            _ = shutdown.changed() => return,
+        };
+        let records = match fetched {
+            Ok(Ok((records, _high))) => records,
+            Ok(Err(e)) => {
+                tracing::warn!(partition, offset, error = %e, "fetch failed");
+                if let rskafka::client::error::Error::ServerError {
+                    protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
+                    ..
+                } = e
+                {
+                    // Retention removed what we had not read: continue at the earliest kept.
+                    if let Ok(earliest) = pc.get_offset(rskafka::client::partition::OffsetAt::Earliest).await
+                    {
+                        tracing::error!(
+                            partition,
+                            offset,
+                            earliest,
+                            "records lost to retention before they were written"
+                        );
+                        offset = offset.max(earliest);
+                    }
+                }
+                if wait_or_shutdown(&mut shutdown, Duration::from_millis(500)).await {
+                    return;
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let incoming: Vec<Incoming> = records
+            .into_iter()
+            .filter(|r| r.offset >= offset)
+            .map(|r| Incoming { offset: r.offset, value: r.record.value })
+            .collect();
+        tracing::debug!(
+            partition,
+            offset,
+            n = incoming.len(),
+            ms = t0.elapsed().as_millis() as u64,
+            "fetched"
+        );
+        let Some(last) = incoming.last() else {
+            wait = cfg.idle_wait_ms;
+            continue;
+        };
+        wait = cfg.max_wait_ms;
+        offset = last.offset + 1;
+        if tx.send(incoming).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! The writer: Kafka partitions into PostgreSQL, one transaction per batch, exactly-once effect.
+//!
+//! Read top to bottom: [`run_partition`] fetches from the offset stored in `consumer_offsets`;
+//! [`write_batch`] turns a batch into a handful of set-based statements (UNNEST arrays) inside
+//! one transaction — orders, the conditional stock update, ledger rows, refusals, dead letters and
+//! the next offset — so a crash anywhere replays at most one uncommitted batch, which the unique
+//! keys absorb; [`settle`] then acknowledges the outbox in Redis (ordered) or releases the stock
+//! (refused). If Redis is down at that point nothing is lost: the outbox entry stays, the sweeper
+//! produces it again, and the redelivered record settles again (both steps are idempotent).
+//!
+//! Inside: [`decide`] (pure: decoding and the decision for each record), [`store`] (the SQL),
+//! [`batch`] (one batch's transaction), [`fetch`] (the read-ahead task), [`retry`] (pure: what
+//! to do after a failed write) and [`fallback`] (applying it); this module holds the partition
+//! loop and the Redis settlement.
+//!
+//! A batch PostgreSQL keeps refusing does not block its partition: after `writer.batch_retries`
+//! tries it is written one record per transaction, and a record refused that often alone is
+//! dead-lettered alone. An unreachable PostgreSQL is waited for; nothing is dead-lettered then.
+
+mod batch;
+mod decide;
+mod fallback;
+mod fetch;
+mod retry;
+mod store;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use batch::write_batch;
+pub use store::stored_offset;
+
+use fred::prelude::{Client as RedisClient, HashesInterface};
+use protocol::record::Reservation;
+use rskafka::client::Client as KafkaClient;
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+use crate::config::WriterConfig;
+use crate::kafka;
+use crate::redis::RedisScripts;
+
+/// One fetched Kafka record: its offset and value.
+#[derive(Debug, Clone)]
+pub struct Incoming {
+    /// Offset in the partition.
+    pub offset: i64,
+    /// Record value (`None` for a tombstone, which is dead-lettered).
+    pub value: Option<Vec<u8>>,
+}
+
+/// A reservation the database refused, and why.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    /// The reservation.
+    pub record: Reservation,
+    /// `SOLD_OUT` or `FAILED`.
+    pub status: &'static str,
+    /// Reason code (`SOLD_OUT`, `LIMIT_REACHED`, `CAMPAIGN_UNKNOWN`, ...).
+    pub reason: String,
+}
+
+/// What a committed batch decided; [`settle`] applies it to Redis.
+#[derive(Debug, Default)]
+pub struct BatchOutcome {
+    /// Request ids that have an order (new, or from an earlier delivery), by campaign.
+    pub ordered: BTreeMap<String, Vec<String>>,
+    /// Orders inserted by this batch.
+    pub inserted: usize,
+    /// Reservations refused (now or by an earlier delivery): their stock goes back to Redis.
+    pub refused: Vec<Refusal>,
+    /// Records sent to `dead_letters`.
+    pub dead: usize,
+}
+
+impl BatchOutcome {
+    /// Adds what a later transaction of the same chunk decided.
+    fn absorb(&mut self, other: BatchOutcome) {
+        for (campaign, ids) in other.ordered {
+            self.ordered.entry(campaign).or_default().extend(ids);
+        }
+        self.inserted += other.inserted;
+        self.refused.extend(other.refused);
+        self.dead += other.dead;
+    }
+}
+
+/// Applies a committed batch to Redis: ack the ordered, release the refused (compensation;
+/// `release.lua` tells the gateways when units go back to the sale). Errors are logged, not
+/// returned: what fails here is retried through the sweeper (the outbox entry stays until this
+/// succeeds).
+pub async fn settle(redis: &RedisClient, scripts: &RedisScripts, outcome: &BatchOutcome) {
+    for (campaign, ids) in &outcome.ordered {
+        if let Err(e) = scripts.ack(redis, campaign, ids).await {
+            tracing::warn!(campaign, error = %format!("{e:#}"), "outbox ack failed; the sweeper will redeliver");
+        }
+    }
+    for f in &outcome.refused {
+        let r = &f.record;
+        // Only a reservation still in the outbox holds units in Redis (refused ones are never
+        // acked): a record Redis never reserved (lost data, a forged or replayed record) must not
+        // give stock back. A reservation released before is no longer there either.
+        let keys = protocol::keys::CampaignKeys::new(&r.campaign);
+        match redis.hexists::<bool, _, _>(&keys.outbox, &r.request_id).await {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(e) => {
+                tracing::warn!(request_id = %r.request_id, error = %e, "compensation check failed; the sweeper will redeliver");
+                continue;
+            }
+        }
+        if let Err(e) = scripts.shared.release(redis, &r.campaign, &r.request_id, &r.user, r.qty).await {
+            tracing::warn!(request_id = %r.request_id, error = %e, "compensation failed; the sweeper will redeliver");
+        }
+    }
+}
+
+/// What a partition consumer needs.
+#[derive(Clone)]
+pub struct WriterCtx {
+    /// PostgreSQL.
+    pub pool: PgPool,
+    /// Redis.
+    pub redis: RedisClient,
+    /// Scripts.
+    pub scripts: RedisScripts,
+    /// Kafka client.
+    pub kafka: Arc<KafkaClient>,
+    /// Topic.
+    pub topic: String,
+    /// Batch and fetch settings.
+    pub cfg: WriterConfig,
+}
+
+/// Consumes one partition until `shutdown` turns true. A batch in flight is finished and
+/// committed before returning.
+pub async fn run_partition(
+    ctx: WriterCtx,
+    partition: i32,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let deadline = Duration::from_secs(5);
+    let pc = loop {
+        match kafka::partition(&ctx.kafka, &ctx.topic, partition, deadline).await {
+            Ok(pc) => break pc,
+            Err(e) => {
+                tracing::warn!(partition, error = %format!("{e:#}"), "partition not reachable; retrying");
+                if wait_or_shutdown(&mut shutdown, Duration::from_secs(1)).await {
+                    return Ok(());
+                }
+            }
+        }
+    };
+    let mut offset = loop {
+        match stored_offset(&ctx.pool, &ctx.topic, partition).await {
+            Ok(o) => break o,
+            Err(e) => {
+                tracing::warn!(partition, error = %format!("{e:#}"), "cannot read the stored offset; retrying");
+                if wait_or_shutdown(&mut shutdown, Duration::from_secs(1)).await {
+                    return Ok(());
+                }
+            }
+        }
+    };
+    tracing::info!(partition, offset, "writer started");
+    // The fetch of the next records overlaps the transaction of the current ones: a fetcher task
+    // reads ahead (at most two fetches) while this loop writes.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Incoming>>(2);
+    let fetcher =
+        tokio::spawn(fetch::fetch_ahead(pc, ctx.cfg.clone(), partition, offset, tx, shutdown.clone()));
+    'outer: loop {
+        let incoming = tokio::select! {
+            r = rx.recv() => match r { Some(v) => v, None => break },
+            _ = shutdown.changed() => break,
+        };
+        for chunk in incoming.chunks(ctx.cfg.batch_size) {
+            if chunk.first().is_some_and(|r| r.offset < offset) {
+                continue;
+            }
+            let t1 = std::time::Instant::now();
+            // Retried, split or dead-lettered until every record is committed (see `fallback`),
+            // or we are told to stop; the offset only moves with a commit. What committed is
+            // settled either way.
+            let (outcome, stopped) = fallback::write_chunk(&ctx, partition, chunk, &mut shutdown).await;
+            let t2 = std::time::Instant::now();
+            settle(&ctx.redis, &ctx.scripts, &outcome).await;
+            if stopped {
+                break 'outer;
+            }
+            offset = chunk.last().map(|r| r.offset + 1).unwrap_or(offset);
+            tracing::debug!(
+                partition,
+                n = chunk.len(),
+                write_ms = (t2 - t1).as_millis() as u64,
+                settle_ms = t2.elapsed().as_millis() as u64,
+                "batch committed"
+            );
+            if *shutdown.borrow() {
+                break 'outer;
+            }
+        }
+    }
+    fetcher.abort();
+    tracing::info!(partition, offset, "writer stopped");
+    Ok(())
+}
+
+/// Sleeps `d`; true when shutdown was asked meanwhile.
+pub async fn wait_or_shutdown(shutdown: &mut watch::Receiver<bool>, d: Duration) -> bool {
+    if *shutdown.borrow() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(d) => *shutdown.borrow(),
+        _ = shutdown.changed() => true,
+    }
+}
