@@ -14,7 +14,8 @@ use protocol::codes::Code;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::http::{answer, AppState};
+use crate::reply::answer;
+use crate::state::AppState;
 
 /// Header carrying the provider's hex HMAC of the body.
 pub const PAYMENT_SIGNATURE_HEADER: &str = "x-payment-signature";

@@ -11,7 +11,8 @@ use protocol::codes::Code;
 use protocol::keys::CampaignKeys;
 use serde_json::json;
 
-use crate::http::{answer, with_retry_after, AppState};
+use crate::reply::{answer, with_retry_after};
+use crate::state::AppState;
 
 /// An order as the result query shows it: id, amount, pay-by, status.
 type OrderRow = (i64, i64, DateTime<Utc>, String);

@@ -9,7 +9,8 @@ use protocol::signing::Signer;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::http::{router, AppState};
+use crate::http::router;
+use crate::state::AppState;
 use crate::producer::Producer;
 use crate::redis::RedisScripts;
 use crate::writer::WriterCtx;

@@ -6,7 +6,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend::http::{router, AppState};
+use backend::http::router;
+use backend::state::AppState;
 use backend::producer::Producer;
 use common::{Env, GATEWAY_KEY, PAYMENT_KEY};
 use protocol::signing::{Signer, RESERVATION_HEADER, SIGNATURE_HEADER};

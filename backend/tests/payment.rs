@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backend::closer;
-use backend::http::{router, AppState};
+use backend::http::router;
+use backend::state::AppState;
 use backend::producer::Producer;
 use common::{Env, GATEWAY_KEY, PAYMENT_KEY};
 use fred::prelude::*;
