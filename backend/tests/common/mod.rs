@@ -88,6 +88,8 @@ impl Env {
             migrations_dir: stack::workspace_root().join("sql"),
             gateway_key: GATEWAY_KEY.to_vec(),
             payment_key: PAYMENT_KEY.to_vec(),
+            payment_max_skew_secs: 300,
+            result_pool_size: 2,
             kafka: KafkaConfig {
                 brokers: vec![stack::kafka_broker()],
                 topic: self.topic.clone(),
