@@ -5,7 +5,8 @@
 //! - [`sweeper`]: outbox entries without an order after T → Kafka again;
 //! - [`writer`]: Kafka → PostgreSQL, one transaction per batch, then the Redis ack/compensation;
 //! - [`result`], [`payment`]: the HTTP queries and the payment callback ([`http`] routes them;
-//!   they share [`state`] and answer through [`reply`]);
+//!   they share [`state`] and answer through [`reply`]; [`pay_auth`] checks a callback's
+//!   signature and time);
 //! - [`closer`]: unpaid orders past their pay-by time → CLOSED, stock back;
 //! - [`reconcile`]: the seed's equation and repairs; [`publish`]: campaign file → PG → Redis;
 //! - [`serve`]: all of it in one process; [`bench`]: batched vs one-by-one figures.
@@ -17,6 +18,7 @@ pub mod db;
 pub mod http;
 pub mod intake;
 pub mod kafka;
+pub mod pay_auth;
 pub mod payment;
 pub mod producer;
 pub mod publish;

@@ -10,9 +10,9 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::http::router;
-use crate::state::AppState;
 use crate::producer::Producer;
 use crate::redis::RedisScripts;
+use crate::state::AppState;
 use crate::writer::WriterCtx;
 use crate::{closer, db, kafka, redis, sweeper, writer};
 
@@ -38,6 +38,7 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
         producer: producer.clone(),
         gateway: Arc::new(Signer::new(&cfg.gateway_key)),
         payment: Arc::new(Signer::new(&cfg.payment_key)),
+        payment_max_skew_secs: cfg.payment_max_skew_secs,
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await

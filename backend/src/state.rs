@@ -21,4 +21,6 @@ pub struct AppState {
     pub gateway: Arc<Signer>,
     /// Verifies the payment provider's callbacks.
     pub payment: Arc<Signer>,
+    /// How far (seconds, either way) a payment callback's timestamp may be from server time.
+    pub payment_max_skew_secs: u64,
 }

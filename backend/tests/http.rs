@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backend::http::router;
-use backend::state::AppState;
 use backend::producer::Producer;
+use backend::state::AppState;
 use common::{Env, GATEWAY_KEY, PAYMENT_KEY};
 use protocol::signing::{Signer, RESERVATION_HEADER, SIGNATURE_HEADER};
 use serde_json::Value;
@@ -21,6 +21,7 @@ async fn start(env: &Env, topic: &str) -> String {
         producer,
         gateway: Arc::new(Signer::new(GATEWAY_KEY)),
         payment: Arc::new(Signer::new(PAYMENT_KEY)),
+        payment_max_skew_secs: 300,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
