@@ -11,10 +11,8 @@ use crate::producer::Producer;
 /// The handlers' shared state.
 #[derive(Clone)]
 pub struct AppState {
-    /// PostgreSQL.
+    /// PostgreSQL pool of the order path (the payment callback updates orders on it).
     pub pool: PgPool,
-    /// Redis.
-    pub redis: RedisClient,
     /// Kafka producer.
     pub producer: Producer,
     /// Verifies the gateway's signature on forwarded reservations.
@@ -23,4 +21,17 @@ pub struct AppState {
     pub payment: Arc<Signer>,
     /// How far (seconds, either way) a payment callback's timestamp may be from server time.
     pub payment_max_skew_secs: u64,
+    /// The result query's own connections.
+    pub results: ResultStore,
+}
+
+/// The result query's own small PostgreSQL pool and Redis client, apart from the ones orders
+/// are written with, so that a storm of polls waits on these and never takes the writer's
+/// connections.
+#[derive(Clone)]
+pub struct ResultStore {
+    /// Small pool (`result_pool_size`), read-only queries.
+    pub pool: PgPool,
+    /// Redis client of its own.
+    pub redis: RedisClient,
 }
