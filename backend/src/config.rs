@@ -26,6 +26,10 @@ struct Raw {
     migrations_dir: String,
     gateway_key: Spanned<String>,
     payment_key: Spanned<String>,
+    #[serde(default = "d_payment_skew")]
+    payment_max_skew_secs: Spanned<u64>,
+    #[serde(default = "d_result_pool")]
+    result_pool_size: Spanned<u32>,
     kafka: RawKafka,
     #[serde(default)]
     writer: RawWriter,
@@ -35,6 +39,12 @@ struct Raw {
     closer: RawCloser,
 }
 
+fn d_payment_skew() -> Spanned<u64> {
+    Spanned::new(0..0, 300)
+}
+fn d_result_pool() -> Spanned<u32> {
+    Spanned::new(0..0, 4)
+}
 fn default_campaigns_dir() -> String {
     "campaigns".into()
 }
@@ -200,6 +210,10 @@ pub struct Config {
     pub gateway_key: Vec<u8>,
     /// Payment provider callback HMAC key.
     pub payment_key: Vec<u8>,
+    /// How far (seconds, either way) a payment callback's signed timestamp may be from now.
+    pub payment_max_skew_secs: u64,
+    /// Connections of the result query's own PostgreSQL pool (apart from the writer's).
+    pub result_pool_size: u32,
     /// Kafka settings.
     pub kafka: KafkaConfig,
     /// Writer settings.
@@ -246,6 +260,16 @@ impl Config {
         };
         let gateway_key = secret(&raw.gateway_key, "gateway_key")?;
         let payment_key = secret(&raw.payment_key, "payment_key")?;
+        if !(1..=3600).contains(raw.payment_max_skew_secs.get_ref()) {
+            return Err(err(
+                raw.payment_max_skew_secs.span(),
+                "payment_max_skew_secs",
+                "must be 1 to 3600".into(),
+            ));
+        }
+        if !(1..=64).contains(raw.result_pool_size.get_ref()) {
+            return Err(err(raw.result_pool_size.span(), "result_pool_size", "must be 1 to 64".into()));
+        }
 
         let k = &raw.kafka;
         if k.brokers.get_ref().is_empty() {
@@ -343,6 +367,8 @@ impl Config {
             migrations_dir: base.join(raw.migrations_dir),
             gateway_key,
             payment_key,
+            payment_max_skew_secs: *raw.payment_max_skew_secs.get_ref(),
+            result_pool_size: *raw.result_pool_size.get_ref(),
             kafka: KafkaConfig {
                 brokers: k.brokers.get_ref().clone(),
                 topic: topic.clone(),
@@ -399,6 +425,7 @@ partitions = 4
         assert_eq!(c.writer.batch_retries, 3);
         assert_eq!(c.campaigns_dir, Path::new("conf/campaigns"));
         assert_eq!(c.gateway_key, b"0123456789abcdef0123");
+        assert_eq!((c.payment_max_skew_secs, c.result_pool_size), (300, 4));
     }
 
     fn expect(text: &str, line: usize, field: &str, words: &str) {
@@ -445,5 +472,12 @@ partitions = 4
         // The timing rule with the gateway (protocol::timing), checked on this side.
         expect(&format!("{}\n[sweeper]\nage_secs = 5\n", good()), 13, "sweeper.age_secs", "6 s or more");
         assert!(parse(&format!("{}\n[sweeper]\nage_secs = 6\n", good())).is_ok());
+        let with = |extra: &str| good().replace("\n\n[kafka]", &format!("\n{extra}\n\n[kafka]"));
+        expect(&with("payment_max_skew_secs = 0"), 6, "payment_max_skew_secs", "1 to 3600");
+        expect(&with("payment_max_skew_secs = 86400"), 6, "payment_max_skew_secs", "1 to 3600");
+        expect(&with("result_pool_size = 0"), 6, "result_pool_size", "1 to 64");
+        expect(&with("result_pool_size = 65"), 6, "result_pool_size", "1 to 64");
+        let c = parse(&with("payment_max_skew_secs = 60\nresult_pool_size = 2")).unwrap();
+        assert_eq!((c.payment_max_skew_secs, c.result_pool_size), (60, 2));
     }
 }

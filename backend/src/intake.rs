@@ -12,7 +12,8 @@ use protocol::record::Reservation;
 use protocol::signing::{RESERVATION_HEADER, SIGNATURE_HEADER};
 use serde_json::json;
 
-use crate::http::{answer, AppState};
+use crate::reply::answer;
+use crate::state::AppState;
 
 /// The handler.
 pub async fn handle(State(st): State<AppState>, headers: HeaderMap) -> Response {

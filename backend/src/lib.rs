@@ -4,7 +4,9 @@
 //! - [`intake`]: the gateway's signed forward → Kafka (batched by [`producer`]);
 //! - [`sweeper`]: outbox entries without an order after T → Kafka again;
 //! - [`writer`]: Kafka → PostgreSQL, one transaction per batch, then the Redis ack/compensation;
-//! - [`result`], [`payment`]: the HTTP queries and the payment callback ([`http`] routes them);
+//! - [`result`], [`payment`]: the HTTP queries and the payment callback ([`http`] routes them;
+//!   they share [`state`] and answer through [`reply`]; [`pay_auth`] checks a callback's
+//!   signature and time);
 //! - [`closer`]: unpaid orders past their pay-by time → CLOSED, stock back;
 //! - [`reconcile`]: the seed's equation and repairs; [`publish`]: campaign file → PG → Redis;
 //! - [`serve`]: all of it in one process; [`bench`]: batched vs one-by-one figures.
@@ -16,12 +18,15 @@ pub mod db;
 pub mod http;
 pub mod intake;
 pub mod kafka;
+pub mod pay_auth;
 pub mod payment;
 pub mod producer;
 pub mod publish;
 pub mod reconcile;
 pub mod redis;
+pub mod reply;
 pub mod result;
 pub mod serve;
+pub mod state;
 pub mod sweeper;
 pub mod writer;

@@ -1,23 +1,28 @@
 //! Payment callback: `POST /orders/{id}/pay`, signed by the (simulated) payment provider.
 //!
-//! Header `x-payment-signature` = hex HMAC-SHA256(payment key, body); body
-//! `{"payment_ref": "..."}`. `UPDATE ... WHERE status = 'PENDING_PAYMENT'` decides against a racing
-//! close. Idempotent: the same `payment_ref` again gets the same 200 PAID; a CLOSED order → 409
-//! CLOSED; an order paid with another reference → 409 PAID; a reference that already paid another
-//! order → 409 BAD_REQUEST.
+//! Headers `x-payment-timestamp` (unix seconds) and `x-payment-signature` = hex
+//! HMAC-SHA256(payment key, `METHOD\nPATH\nTIMESTAMP\nhex(SHA-256(body))`), checked by
+//! [`crate::pay_auth`]: missing or wrong → 401 BAD_SIGNATURE (a callback replayed onto another
+//! order fails here, the path is signed), signed but outside ± `payment_max_skew_secs` → 401
+//! STALE_TIMESTAMP. Body `{"payment_ref": "..."}`.
+//!
+//! `UPDATE ... WHERE status = 'PENDING_PAYMENT'` decides against a racing close. Idempotent: the
+//! same `payment_ref` again on the same order gets the same 200 PAID; a CLOSED order → 409
+//! CLOSED; an order paid with another reference → 409 PAID; a reference that already paid
+//! another order (the unique index on `payment_ref`) → 409 PAYMENT_REF_USED.
 
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use protocol::codes::Code;
+use protocol::signing::{PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::http::{answer, AppState};
-
-/// Header carrying the provider's hex HMAC of the body.
-pub const PAYMENT_SIGNATURE_HEADER: &str = "x-payment-signature";
+use crate::pay_auth::{self, Callback};
+use crate::reply::answer;
+use crate::state::AppState;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,15 +34,22 @@ struct Body {
 pub async fn handle(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    method: Method,
+    uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let sig = headers.get(PAYMENT_SIGNATURE_HEADER).and_then(|v| v.to_str().ok());
-    let Some(sig) = sig else {
-        return answer(Code::BadSignature, None, "missing header x-payment-signature", "", json!({}));
+    let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let cb = Callback {
+        timestamp: h(PAYMENT_TIMESTAMP_HEADER),
+        signature: h(PAYMENT_SIGNATURE_HEADER),
+        method: method.as_str(),
+        path: uri.path(),
+        body: &body,
     };
-    if st.payment.verify(&body, sig.trim()).is_err() {
-        return answer(Code::BadSignature, None, "payment signature does not match", "", json!({}));
+    let now = chrono::Utc::now().timestamp();
+    if let Err(refusal) = pay_auth::check(&st.payment, &cb, now, st.payment_max_skew_secs) {
+        return answer(refusal.code(), None, &refusal.to_string(), "", json!({}));
     }
     let Ok(order_id) = id.parse::<i64>() else {
         return answer(Code::BadRequest, None, "order id must be an integer", "", json!({}));
@@ -72,8 +84,8 @@ pub async fn handle(
             json!({"order_id": order_id}),
         ),
         Ok(PayOutcome::RefUsed) => answer(
-            Code::BadRequest,
-            Some(StatusCode::CONFLICT),
+            Code::PaymentRefUsed,
+            None,
             "payment_ref already paid another order",
             "",
             json!({"order_id": order_id}),

@@ -1,9 +1,18 @@
 //! Result query: `GET /seckill/{campaign}/result/{request_id}`.
 //!
-//! PostgreSQL first (an order → SUCCESS, a refusal → SOLD_OUT / FAILED), then the Redis outbox
-//! (still there → QUEUED with `Retry-After`), else NOT_FOUND.
+//! Clients poll this while their reservation is being written, so it is built to be cheap and to
+//! stay off the order path: it runs on its own small PostgreSQL pool and its own Redis client
+//! ([`ResultStore`]), and it asks Redis first. A request id still in the campaign's outbox is
+//! QUEUED (with `Retry-After`), answered without touching PostgreSQL. Otherwise one PostgreSQL
+//! query (an order → SUCCESS, a refusal → SOLD_OUT / FAILED), then the `released` hash (FAILED
+//! with reason RELEASED), else NOT_FOUND.
+//!
+//! Redis first is safe because an outbox entry leaves Redis only after its order or refusal is
+//! committed (`ack.lua`, `release.lua`): a request id missing from the outbox is either in
+//! PostgreSQL already or released, never in between.
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use chrono::{DateTime, Utc};
 use fred::prelude::*;
@@ -11,10 +20,103 @@ use protocol::codes::Code;
 use protocol::keys::CampaignKeys;
 use serde_json::json;
 
-use crate::http::{answer, with_retry_after, AppState};
+use crate::reply::{answer, with_retry_after};
+use crate::state::{AppState, ResultStore};
 
-/// An order as the result query shows it: id, amount, pay-by, status.
-type OrderRow = (i64, i64, DateTime<Utc>, String);
+/// What the result query found for a request id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Still in the outbox: being written.
+    Queued,
+    /// An order.
+    Order {
+        /// Order id.
+        id: i64,
+        /// Amount due.
+        amount_cents: i64,
+        /// Pay-by time.
+        pay_by: DateTime<Utc>,
+        /// `PENDING_PAYMENT`, `PAID` or `CLOSED`.
+        status: String,
+    },
+    /// The database refused it.
+    Refused {
+        /// `SOLD_OUT` or `FAILED`.
+        status: String,
+        /// Why.
+        reason: String,
+    },
+    /// Released from Redis without an order.
+    Released,
+    /// Unknown.
+    Nothing,
+}
+
+/// A row of the one PostgreSQL query: order fields, or refusal status and reason.
+type Row = (Option<i64>, Option<i64>, Option<DateTime<Utc>>, String, Option<String>);
+
+/// Looks `request_id` up: the outbox, then PostgreSQL, then the released hash.
+pub async fn lookup(store: &ResultStore, campaign: &str, request_id: &str) -> Result<Found, String> {
+    let keys = CampaignKeys::new(campaign);
+    let queued: bool = store.redis.hexists(&keys.outbox, request_id).await.map_err(|e| e.to_string())?;
+    if queued {
+        return Ok(Found::Queued);
+    }
+    let row: Option<Row> = sqlx::query_as(
+        "SELECT id, amount_cents, pay_by, status, reason FROM (
+             SELECT 0 AS k, id, amount_cents, pay_by, status, NULL::text AS reason
+               FROM orders WHERE request_id = $1 AND campaign_id = $2
+             UNION ALL
+             SELECT 1, NULL::int8, NULL::int8, NULL::timestamptz, status, reason
+               FROM reservation_results WHERE request_id = $1 AND campaign_id = $2
+         ) r ORDER BY k LIMIT 1",
+    )
+    .bind(request_id)
+    .bind(campaign)
+    .fetch_optional(&store.pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    match row {
+        Some((Some(id), Some(amount_cents), Some(pay_by), status, _)) => {
+            return Ok(Found::Order { id, amount_cents, pay_by, status })
+        }
+        Some((_, _, _, status, reason)) => {
+            return Ok(Found::Refused { status, reason: reason.unwrap_or_default() })
+        }
+        None => {}
+    }
+    let released: bool = store.redis.hexists(&keys.released, request_id).await.map_err(|e| e.to_string())?;
+    Ok(if released { Found::Released } else { Found::Nothing })
+}
+
+/// The answer for what was found.
+pub fn reply(found: Found, request_id: &str) -> Response {
+    match found {
+        Found::Queued => with_retry_after(
+            answer(Code::Queued, None, "still queued; retry later", request_id, json!({})),
+            1,
+        ),
+        Found::Order { id, amount_cents, pay_by, status } => answer(
+            Code::Success,
+            None,
+            "order created",
+            request_id,
+            json!({"order_id": id, "amount_cents": amount_cents, "pay_by": pay_by.to_rfc3339(), "order_status": status}),
+        ),
+        Found::Refused { status, reason } => {
+            let code = if status == "SOLD_OUT" { Code::SoldOut } else { Code::Failed };
+            answer(code, Some(StatusCode::OK), &reason, request_id, json!({"reason": reason}))
+        }
+        Found::Released => answer(
+            Code::Failed,
+            Some(StatusCode::OK),
+            "reservation released without an order",
+            request_id,
+            json!({"reason": "RELEASED"}),
+        ),
+        Found::Nothing => answer(Code::NotFound, None, "no such reservation", request_id, json!({})),
+    }
+}
 
 /// The handler.
 pub async fn handle(
@@ -24,76 +126,43 @@ pub async fn handle(
     if !protocol::keys::valid_campaign_id(&campaign) || request_id.is_empty() || request_id.len() > 128 {
         return answer(Code::BadRequest, None, "bad campaign or request id", &request_id, json!({}));
     }
-    let order: Result<Option<OrderRow>, _> = sqlx::query_as(
-        "SELECT id, amount_cents, pay_by, status FROM orders WHERE request_id = $1 AND campaign_id = $2",
-    )
-    .bind(&request_id)
-    .bind(&campaign)
-    .fetch_optional(&st.pool)
-    .await;
-    match order {
-        Ok(Some((id, amount, pay_by, status))) => {
-            return answer(
-                Code::Success,
-                None,
-                "order created",
-                &request_id,
-                json!({"order_id": id, "amount_cents": amount, "pay_by": pay_by.to_rfc3339(), "order_status": status}),
+    match lookup(&st.results, &campaign, &request_id).await {
+        Ok(found) => reply(found, &request_id),
+        Err(detail) => {
+            tracing::warn!(request_id, detail, "result query degraded");
+            with_retry_after(
+                answer(
+                    Code::ServiceDegraded,
+                    None,
+                    "result store unavailable; retry later",
+                    &request_id,
+                    json!({}),
+                ),
+                2,
             )
         }
-        Ok(None) => {}
-        Err(e) => return degraded(&request_id, &e.to_string()),
-    }
-    let refusal: Result<Option<(String, String)>, _> = sqlx::query_as(
-        "SELECT status, reason FROM reservation_results WHERE request_id = $1 AND campaign_id = $2",
-    )
-    .bind(&request_id)
-    .bind(&campaign)
-    .fetch_optional(&st.pool)
-    .await;
-    match refusal {
-        Ok(Some((status, reason))) => {
-            let code = if status == "SOLD_OUT" { Code::SoldOut } else { Code::Failed };
-            return answer(
-                code,
-                Some(axum::http::StatusCode::OK),
-                &reason,
-                &request_id,
-                json!({"reason": reason}),
-            );
-        }
-        Ok(None) => {}
-        Err(e) => return degraded(&request_id, &e.to_string()),
-    }
-    let keys = CampaignKeys::new(&campaign);
-    let queued: Result<bool, _> = st.redis.hexists(&keys.outbox, &request_id).await;
-    match queued {
-        Ok(true) => with_retry_after(
-            answer(Code::Queued, None, "still queued; retry later", &request_id, json!({})),
-            1,
-        ),
-        Ok(false) => {
-            let released: Result<bool, _> = st.redis.hexists(&keys.released, &request_id).await;
-            match released {
-                Ok(true) => answer(
-                    Code::Failed,
-                    Some(axum::http::StatusCode::OK),
-                    "reservation released without an order",
-                    &request_id,
-                    json!({"reason": "RELEASED"}),
-                ),
-                Ok(false) => answer(Code::NotFound, None, "no such reservation", &request_id, json!({})),
-                Err(e) => degraded(&request_id, &e.to_string()),
-            }
-        }
-        Err(e) => degraded(&request_id, &e.to_string()),
     }
 }
 
-fn degraded(request_id: &str, detail: &str) -> Response {
-    tracing::warn!(request_id, detail, "result query degraded");
-    with_retry_after(
-        answer(Code::ServiceDegraded, None, "result store unavailable; retry later", request_id, json!({})),
-        2,
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_and_retry(found: Found) -> (u16, Option<String>) {
+        let r = reply(found, "r1");
+        let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+        (r.status().as_u16(), retry)
+    }
+
+    #[test]
+    fn each_finding_has_its_status() {
+        assert_eq!(status_and_retry(Found::Queued), (202, Some("1".into())));
+        let pay_by = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let order = Found::Order { id: 1, amount_cents: 1999, pay_by, status: "PENDING_PAYMENT".into() };
+        assert_eq!(status_and_retry(order), (200, None));
+        let refused = Found::Refused { status: "SOLD_OUT".into(), reason: "stock".into() };
+        assert_eq!(status_and_retry(refused), (200, None));
+        assert_eq!(status_and_retry(Found::Released), (200, None));
+        assert_eq!(status_and_retry(Found::Nothing), (404, None));
+    }
 }

@@ -9,9 +9,10 @@ use protocol::signing::Signer;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::http::{router, AppState};
+use crate::http::router;
 use crate::producer::Producer;
 use crate::redis::RedisScripts;
+use crate::state::{AppState, ResultStore};
 use crate::writer::WriterCtx;
 use crate::{closer, db, kafka, redis, sweeper, writer};
 
@@ -31,12 +32,19 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
         cfg.kafka.produce_timeout,
     );
 
+    // The result query's own small pool and Redis client: a polling storm queues on these,
+    // never on the connections orders are written with.
+    let results = ResultStore {
+        pool: db::connect(&cfg.postgres_url, cfg.result_pool_size).await?,
+        redis: redis::connect(&cfg.redis_url).await?,
+    };
     let state = AppState {
         pool: pool.clone(),
-        redis: redis.clone(),
         producer: producer.clone(),
         gateway: Arc::new(Signer::new(&cfg.gateway_key)),
         payment: Arc::new(Signer::new(&cfg.payment_key)),
+        payment_max_skew_secs: cfg.payment_max_skew_secs,
+        results,
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await

@@ -1,25 +1,40 @@
 //! The HTTP surface against the real stack: intake signature and body checks, the result query
-//! through its states, the payment signature.
+//! through its states (QUEUED from Redis alone, on the result query's own connections).
 
 mod common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use backend::http::{router, AppState};
+use backend::http::router;
 use backend::producer::Producer;
+use backend::state::{AppState, ResultStore};
 use common::{Env, GATEWAY_KEY, PAYMENT_KEY};
+use e2e::stack;
 use protocol::signing::{Signer, RESERVATION_HEADER, SIGNATURE_HEADER};
 use serde_json::Value;
 
+/// The result query's own connections to `env`'s database and Redis, as `serve` makes them.
+async fn result_store(env: &Env) -> ResultStore {
+    ResultStore {
+        pool: backend::db::connect(&env.pg_url, 2).await.unwrap(),
+        redis: backend::redis::connect(&stack::redis_url()).await.unwrap(),
+    }
+}
+
 async fn start(env: &Env, topic: &str) -> String {
+    start_with(env, topic, result_store(env).await).await
+}
+
+async fn start_with(env: &Env, topic: &str, results: ResultStore) -> String {
     let producer = Producer::start(env.kafka.clone(), topic, env.partitions, 100, Duration::from_secs(2));
     let state = AppState {
         pool: env.pool.clone(),
-        redis: env.redis.clone(),
         producer,
         gateway: Arc::new(Signer::new(GATEWAY_KEY)),
         payment: Arc::new(Signer::new(PAYMENT_KEY)),
+        payment_max_skew_secs: 300,
+        results,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -100,6 +115,40 @@ async fn intake_refuses_unsigned_forged_and_bad_records_and_queues_good_ones() {
         .await
         .unwrap();
     assert_eq!(b["code"], "SOLD_OUT", "{b}");
+    assert!(b["reason"].as_str().is_some_and(|r| !r.is_empty()), "{b}");
+
+    // A reservation released without an order reads FAILED, reason RELEASED.
+    let gone = env.reserve("gina", 1).await;
+    let gone_id = protocol::record::Reservation::from_json(&gone).unwrap().request_id;
+    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &gone_id).await.unwrap();
+    assert!(matches!(out, protocol::scripts::ReleaseOutcome::Released { .. }), "{out:?}");
+    let resp = reqwest::get(format!("{base}/seckill/{}/result/{gone_id}", env.campaign)).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!((b["code"].as_str(), b["reason"].as_str()), (Some("FAILED"), Some("RELEASED")), "{b}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_queued_result_is_answered_from_redis_without_postgresql() {
+    let env = Env::new(10, 1, 1).await;
+    // The result query's pool is closed: any answer that needs PostgreSQL fails.
+    let pool = backend::db::connect(&env.pg_url, 1).await.unwrap();
+    pool.close().await;
+    let redis = backend::redis::connect(&stack::redis_url()).await.unwrap();
+    let base = start_with(&env, &env.topic, ResultStore { pool, redis }).await;
+
+    let rid = protocol::record::Reservation::from_json(&env.reserve("hana", 1).await).unwrap().request_id;
+    let resp = reqwest::get(format!("{base}/seckill/{}/result/{rid}", env.campaign)).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!((b["code"].as_str(), b["request_id"].as_str()), (Some("QUEUED"), Some(rid.as_str())), "{b}");
+
+    // Not in the outbox: PostgreSQL is needed, and its pool is closed → 503, not a wrong answer.
+    let resp = reqwest::get(format!("{base}/seckill/{}/result/unknown-id", env.campaign)).await.unwrap();
+    assert_eq!(resp.status().as_u16(), 503);
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!(b["code"], "SERVICE_DEGRADED", "{b}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -7,41 +7,10 @@ mod common;
 use std::time::Duration;
 
 use backend::reconcile::reconcile;
-use common::{campaign_toml, Env};
+use common::{campaign_toml, Env, Replenish};
 use fred::prelude::*;
-use protocol::keys::REPLENISH_CHANNEL;
 use protocol::record::Reservation;
 use protocol::scripts::{ReleaseOutcome, ReserveOutcome};
-
-/// Subscribes to the replenish channel; `heard` waits (bounded) for a message naming `campaign`.
-struct Replenish {
-    messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
-    _client: Client,
-}
-
-impl Replenish {
-    async fn listen() -> Replenish {
-        let client = backend::redis::connect(&e2e::stack::redis_url()).await.unwrap();
-        let messages = client.message_rx();
-        client.subscribe(REPLENISH_CHANNEL).await.unwrap();
-        Replenish { messages, _client: client }
-    }
-
-    /// Whether a message for `campaign` arrives within `within`.
-    async fn heard(&mut self, campaign: &str, within: Duration) -> bool {
-        tokio::time::timeout(within, async {
-            loop {
-                match self.messages.recv().await {
-                    Ok(m) if m.value.as_string().as_deref() == Some(campaign) => return,
-                    Ok(_) => {}
-                    Err(e) => panic!("replenish subscription: {e}"),
-                }
-            }
-        })
-        .await
-        .is_ok()
-    }
-}
 
 /// Publishes the environment's campaign again with `pause_replenish` set as given.
 async fn set_pause(env: &Env, paused: bool) {

@@ -50,6 +50,10 @@ pub enum Code {
     Paid,
     /// The order was closed (unpaid at its pay-by time); it cannot be paid any more.
     Closed,
+    /// A signed callback whose timestamp is outside the accepted window (too old or ahead).
+    StaleTimestamp,
+    /// The payment reference already paid another order: a callback replayed onto this one.
+    PaymentRefUsed,
     /// An unexpected error on our side.
     Internal,
 }
@@ -78,6 +82,8 @@ impl Code {
             Code::NotFound => "NOT_FOUND",
             Code::Paid => "PAID",
             Code::Closed => "CLOSED",
+            Code::StaleTimestamp => "STALE_TIMESTAMP",
+            Code::PaymentRefUsed => "PAYMENT_REF_USED",
             Code::Internal => "INTERNAL",
         }
     }
@@ -87,13 +93,13 @@ impl Code {
         match self {
             Code::Queued => 202,
             Code::SoldOut | Code::Ended => 410,
-            Code::LimitReached | Code::CampaignNotReady => 409,
+            Code::LimitReached | Code::CampaignNotReady | Code::PaymentRefUsed => 409,
             Code::NotStarted => 425,
             Code::CampaignUnknown | Code::RouteNotFound | Code::NotFound => 404,
             Code::CampaignClosed | Code::ServiceDegraded => 503,
             Code::TryLater | Code::RateLimited => 429,
             Code::BadRequest => 400,
-            Code::BadSignature => 401,
+            Code::BadSignature | Code::StaleTimestamp => 401,
             Code::UpstreamUnavailable => 502,
             Code::Success | Code::Failed | Code::Paid | Code::Closed => 200,
             Code::Internal => 500,
@@ -131,7 +137,14 @@ mod tests {
 
     #[test]
     fn serde_name_matches_as_str() {
-        for code in [Code::Queued, Code::SoldOut, Code::LimitReached, Code::ServiceDegraded] {
+        for code in [
+            Code::Queued,
+            Code::SoldOut,
+            Code::LimitReached,
+            Code::ServiceDegraded,
+            Code::StaleTimestamp,
+            Code::PaymentRefUsed,
+        ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
         }
@@ -145,5 +158,7 @@ mod tests {
         assert_eq!(v["request_id"], "r");
         assert_eq!(Code::SoldOut.status(), 410);
         assert_eq!(Code::Queued.status(), 202);
+        assert_eq!(Code::StaleTimestamp.status(), 401);
+        assert_eq!(Code::PaymentRefUsed.status(), 409);
     }
 }

@@ -5,14 +5,39 @@
 //! `hex(HMAC-SHA256(key, record bytes))`. The gateway strips client-sent copies of both, so the
 //! order writer accepts only reservations the gateway made. The key is shared by the two and
 //! nobody else.
+//!
+//! The payment provider's callbacks (`POST /orders/{id}/pay` on the order writer) carry
+//! [`PAYMENT_TIMESTAMP_HEADER`] (unix seconds) and [`PAYMENT_SIGNATURE_HEADER`] =
+//! `hex(HMAC-SHA256(payment key, canonical))`, where [`payment_canonical`] builds
+//!
+//! ```text
+//! METHOD "\n" PATH "\n" TIMESTAMP "\n" hex(SHA-256(body))
+//! ```
+//!
+//! so the signature covers the action (method and path with the order id), its time and its
+//! body: a callback cannot be replayed onto another order or, past the order writer's window,
+//! at all.
 
 use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
-use ring::hmac;
+use ring::{digest, hmac};
 
 /// Header carrying the base64url reservation record.
 pub const RESERVATION_HEADER: &str = "x-seckill-reservation";
 /// Header carrying the hex HMAC-SHA256 of the record bytes.
 pub const SIGNATURE_HEADER: &str = "x-seckill-signature";
+
+/// Header carrying the unix time (seconds) at which the payment provider signed a callback.
+pub const PAYMENT_TIMESTAMP_HEADER: &str = "x-payment-timestamp";
+/// Header carrying the hex HMAC-SHA256 of a callback's canonical string.
+pub const PAYMENT_SIGNATURE_HEADER: &str = "x-payment-signature";
+
+/// The string a payment callback's signature covers:
+/// `METHOD\nPATH\nTIMESTAMP\nhex(SHA-256(body))`, with the method in upper case, the path as
+/// sent (no query string) and the timestamp in decimal unix seconds.
+pub fn payment_canonical(method: &str, path: &str, timestamp: i64, body: &[u8]) -> String {
+    let body_hash = hex::encode(digest::digest(&digest::SHA256, body).as_ref());
+    format!("{}\n{path}\n{timestamp}\n{body_hash}", method.to_ascii_uppercase())
+}
 
 /// Why a signed reservation was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -62,6 +87,12 @@ impl Signer {
         (URL_SAFE_NO_PAD.encode(record), self.sign(record))
     }
 
+    /// The [`PAYMENT_SIGNATURE_HEADER`] value of a callback: the hex HMAC of its
+    /// [`payment_canonical`] string.
+    pub fn sign_payment(&self, method: &str, path: &str, timestamp: i64, body: &[u8]) -> String {
+        self.sign(payment_canonical(method, path, timestamp, body).as_bytes())
+    }
+
     /// Verifies the two header values and returns the record bytes.
     pub fn open(
         &self,
@@ -101,5 +132,30 @@ mod tests {
         let (_, good_sig) = s.seal(b"record");
         let (tampered, _) = s.seal(b"recorD");
         assert_eq!(s.open(Some(&tampered), Some(&good_sig)), Err(SignatureError::Mismatch));
+    }
+
+    #[test]
+    fn payment_canonical_names_method_path_time_and_body_hash() {
+        let c = payment_canonical("post", "/orders/7/pay", 1_700_000_000, b"");
+        assert_eq!(
+            c,
+            "POST\n/orders/7/pay\n1700000000\n\
+             e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn payment_signature_changes_with_every_signed_part() {
+        let s = Signer::new(b"0123456789abcdef0123");
+        let base = s.sign_payment("POST", "/orders/7/pay", 100, b"{}");
+        assert!(s.verify(payment_canonical("POST", "/orders/7/pay", 100, b"{}").as_bytes(), &base).is_ok());
+        for other in [
+            s.sign_payment("PUT", "/orders/7/pay", 100, b"{}"),
+            s.sign_payment("POST", "/orders/8/pay", 100, b"{}"),
+            s.sign_payment("POST", "/orders/7/pay", 101, b"{}"),
+            s.sign_payment("POST", "/orders/7/pay", 100, b"{ }"),
+        ] {
+            assert_ne!(other, base);
+        }
     }
 }

@@ -88,6 +88,8 @@ impl Env {
             migrations_dir: stack::workspace_root().join("sql"),
             gateway_key: GATEWAY_KEY.to_vec(),
             payment_key: PAYMENT_KEY.to_vec(),
+            payment_max_skew_secs: 300,
+            result_pool_size: 2,
             kafka: KafkaConfig {
                 brokers: vec![stack::kafka_broker()],
                 topic: self.topic.clone(),
@@ -257,5 +259,45 @@ impl Env {
     pub async fn outbox_len(&self) -> i64 {
         use fred::prelude::*;
         self.redis.hlen(&self.keys().outbox).await.unwrap()
+    }
+}
+
+/// Subscribes to the replenish channel; `heard` waits (bounded) for a message naming `campaign`.
+/// A subscriber client that resubscribes after a reconnect (a loaded machine can time one out).
+pub struct Replenish {
+    messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
+    _client: fred::clients::SubscriberClient,
+    _resubscribe: tokio::task::JoinHandle<()>,
+}
+
+impl Replenish {
+    /// Subscribed when it returns.
+    pub async fn listen() -> Replenish {
+        use fred::prelude::*;
+        let config = Config::from_url(&e2e::stack::redis_url()).unwrap();
+        let client = Builder::from_config(config)
+            .set_policy(ReconnectPolicy::new_constant(0, 100))
+            .build_subscriber_client()
+            .unwrap();
+        let messages = client.message_rx();
+        client.init().await.unwrap();
+        let resubscribe = client.manage_subscriptions();
+        client.subscribe(protocol::keys::REPLENISH_CHANNEL).await.unwrap();
+        Replenish { messages, _client: client, _resubscribe: resubscribe }
+    }
+
+    /// Whether a message for `campaign` arrives within `within` (other campaigns' are skipped).
+    pub async fn heard(&mut self, campaign: &str, within: Duration) -> bool {
+        tokio::time::timeout(within, async {
+            loop {
+                match self.messages.recv().await {
+                    Ok(m) if m.value.as_string().as_deref() == Some(campaign) => return,
+                    Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(e) => panic!("replenish subscription: {e}"),
+                }
+            }
+        })
+        .await
+        .is_ok()
     }
 }
