@@ -28,8 +28,8 @@ fi
 RECORDS=${1:-100000}
 ONE_BY_ONE=${2:-3000}
 
-cargo build --release -p backend --bin order-writer
-exec timeout 900 target/release/order-writer bench \
+cargo build --release -p e2e --bin seckill-writer-bench
+exec timeout 900 target/release/seckill-writer-bench \
   --records "$RECORDS" --one-by-one "$ONE_BY_ONE" \
   --partitions "${BENCH_PARTITIONS:-4}" --batch "${BENCH_BATCH:-1000}" \
   --fetch-max-bytes "${BENCH_FETCH_BYTES:-1048576}" \
