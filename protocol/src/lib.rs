@@ -9,12 +9,14 @@
 //! - [`scripts`]: the Lua scripts under `lua/`, loaded from disk and called by SHA;
 //! - [`secret`]: secrets referenced from configuration (`env:NAME` or `file:PATH`), never inline;
 //! - [`conf`]: TOML parsing whose errors name the file, line, column and field;
-//! - [`campaign`]: the per-campaign file both binaries read.
+//! - [`campaign`]: the per-campaign file both binaries read;
+//! - [`logging`]: the log output every binary sets up the same way.
 
 pub mod campaign;
 pub mod codes;
 pub mod conf;
 pub mod keys;
+pub mod logging;
 pub mod record;
 pub mod scripts;
 pub mod secret;

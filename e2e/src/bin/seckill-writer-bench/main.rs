@@ -63,12 +63,7 @@ pub struct BenchArgs {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    protocol::logging::init();
     let args = BenchArgs::parse();
     match run(&args).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
