@@ -30,11 +30,9 @@ bash e2e/stack.sh up
 . .stack/env
 
 log "building $PROFILE binaries"
-if [[ "$PROFILE" == release ]]; then
-  cargo build --release -p gateway -p backend -p e2e
-else
-  cargo build -p gateway -p backend -p e2e --bins
-fi
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+build_all "$PROFILE"
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$( [[ "$PROFILE" == release ]] && echo release || echo debug )"
 
 RUN="$ROOT/.stack/demo"

@@ -9,9 +9,8 @@
 //!   signature and time);
 //! - [`closer`]: unpaid orders past their pay-by time → CLOSED, stock back;
 //! - [`reconcile`]: the seed's equation and repairs; [`publish`]: campaign file → PG → Redis;
-//! - [`serve`]: all of it in one process; [`bench`]: batched vs one-by-one figures.
+//! - [`serve`]: all of it in one process.
 
-pub mod bench;
 pub mod closer;
 pub mod config;
 pub mod db;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use backend::config::Config;
-use backend::{bench, db, kafka, publish, reconcile, redis, serve};
+use backend::{db, kafka, publish, reconcile, redis, serve};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
@@ -50,8 +50,6 @@ enum Command {
         #[arg(long)]
         repair: bool,
     },
-    /// Batched vs one-order-per-transaction throughput, and the drain time of a backlog.
-    Bench(bench::BenchArgs),
 }
 
 #[derive(Subcommand)]
@@ -70,12 +68,7 @@ enum CampaignCommand {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    protocol::logging::init();
     let cli = Cli::parse();
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     match rt.block_on(run(cli)) {
@@ -88,9 +81,6 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    if let Command::Bench(args) = &cli.command {
-        return bench::run(args).await;
-    }
     let mut cfg = Config::load(&cli.config)?;
     match cli.command {
         Command::Serve { partitions } => {
@@ -160,6 +150,5 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             print!("{}", rep.text);
             Ok(())
         }
-        Command::Bench(_) => unreachable!("handled above"),
     }
 }

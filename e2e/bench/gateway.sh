@@ -42,7 +42,9 @@ for tool in wrk nginx redis-benchmark redis-cli python3; do
 done
 "${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $REDIS_URL (e2e/stack.sh up)" >&2; exit 1; }
 
-cargo build --release -p gateway --bin gateway --example pingora_floor
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+build_all release
 
 WORK=$(mktemp -d -t gw-bench.XXXXXX)
 GW_PID=""

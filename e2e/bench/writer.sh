@@ -28,8 +28,10 @@ fi
 RECORDS=${1:-100000}
 ONE_BY_ONE=${2:-3000}
 
-cargo build --release -p backend --bin order-writer
-exec timeout 900 target/release/order-writer bench \
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+build_all release
+exec timeout 900 target/release/seckill-writer-bench \
   --records "$RECORDS" --one-by-one "$ONE_BY_ONE" \
   --partitions "${BENCH_PARTITIONS:-4}" --batch "${BENCH_BATCH:-1000}" \
   --fetch-max-bytes "${BENCH_FETCH_BYTES:-1048576}" \

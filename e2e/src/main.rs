@@ -46,6 +46,7 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    protocol::logging::init();
     let args = Args::parse();
     load::require_loopback(&args.gateway)?;
     let crowd = Crowd {

@@ -31,11 +31,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    protocol::logging::init();
     let cli = Cli::parse();
     let opts = gateway::server::Options {
         lua_dir: cli.lua_dir.clone().unwrap_or_else(|| gateway::server::default_lua_dir(&cli.conf)),

@@ -22,7 +22,7 @@ use protocol::signing::Signer;
 
 use crate::conf::{self, Loaded, ServerConf};
 use crate::routes::RouteTable;
-use crate::upstreams::Pool;
+use crate::upstreams::{Pool, PoolSet};
 
 /// A campaign with its process-wide state (kept across reloads).
 #[derive(Debug)]
@@ -52,10 +52,10 @@ pub struct Active {
     pub signer: Signer,
 }
 
-impl Active {
-    /// Every pool of this conf.
-    pub fn pools(&self) -> impl Iterator<Item = &Pool> {
-        std::iter::once(&self.order_writer).chain(self.shop_pools.iter())
+impl PoolSet for Active {
+    /// The order writer's pool, then the shop pools.
+    fn pools(&self) -> Vec<&Pool> {
+        std::iter::once(&self.order_writer).chain(self.shop_pools.iter()).collect()
     }
 }
 

@@ -88,7 +88,8 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let pool = control.block_on(connect_redis(&server_conf.redis, &scripts))?;
     control.spawn(reload::watch_sighup(Arc::clone(&shared)));
     control.spawn(replenish::run(server_conf.redis.url.clone(), Arc::clone(&shared)));
-    control.spawn(upstreams::run_health_checks(Arc::clone(&shared)));
+    let health = Arc::clone(&shared);
+    control.spawn(upstreams::run_health_checks(move || health.active()));
 
     let pingora_conf = PingoraConf {
         threads: server_conf.threads,

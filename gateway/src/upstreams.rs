@@ -2,7 +2,8 @@
 //! (TCP connect, or `GET health_check_path` expecting a 2xx) and per-pool timeouts.
 //!
 //! Pools are rebuilt on every reload; one health-check task ([`run_health_checks`]) checks the
-//! pools of the conf that is active at each tick, each at its own interval.
+//! pools of the conf that is active at each tick, each at its own interval. This module knows
+//! nothing of the configuration: whatever holds the pools implements [`PoolSet`].
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,7 +16,6 @@ use pingora_load_balancing::selection::RoundRobin;
 use pingora_load_balancing::LoadBalancer;
 
 use crate::conf::PoolConf;
-use crate::reload::SharedState;
 
 /// One pool of upstream addresses.
 pub struct Pool {
@@ -87,16 +87,26 @@ impl Pool {
     }
 }
 
-/// Checks the active pools forever, each at its own interval. Pools of a replaced conf stop
-/// being checked at the next tick.
-pub async fn run_health_checks(shared: Arc<SharedState>) {
+/// Whatever holds pools (the active configuration): the health checks need only its pools.
+pub trait PoolSet {
+    /// Every pool it holds.
+    fn pools(&self) -> Vec<&Pool>;
+}
+
+/// Checks the pools of `current()` forever, each at its own interval. `current` is called at
+/// every tick, so pools of a replaced conf stop being checked at the next tick.
+pub async fn run_health_checks<S, F>(current: F)
+where
+    S: PoolSet,
+    F: Fn() -> Arc<S>,
+{
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let active = shared.active();
+        let set = current();
         let now = plugins::sold_out::now_ms();
-        let checks = active.pools().map(|p| p.check_if_due(now));
+        let checks = set.pools().into_iter().map(|p| p.check_if_due(now));
         futures::future::join_all(checks).await;
     }
 }

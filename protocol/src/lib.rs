@@ -10,12 +10,14 @@
 //! - [`secret`]: secrets referenced from configuration (`env:NAME` or `file:PATH`), never inline;
 //! - [`conf`]: TOML parsing whose errors name the file, line, column and field;
 //! - [`campaign`]: the per-campaign file both binaries read;
-//! - [`timing`]: the one timing rule between the gateway's undo and the order writer's sweeper.
+//! - [`timing`]: the one timing rule between the gateway's undo and the order writer's sweeper;
+//! - [`logging`]: the log output every binary sets up the same way.
 
 pub mod campaign;
 pub mod codes;
 pub mod conf;
 pub mod keys;
+pub mod logging;
 pub mod record;
 pub mod scripts;
 pub mod secret;

@@ -1,133 +1,20 @@
-//! `order-writer bench`: orders/s from Kafka into PostgreSQL with the writer's batching against
-//! one order per transaction (the peer), in one run, and the time to drain a backlog.
-//!
-//! It works on its own throwaway database (created from the admin URL, dropped at the end) and
-//! its own topics, so it never touches a real campaign. The backlog is produced first; the clock
-//! runs from the writers' start until every partition's committed offset reaches the end.
-//! Beside them, the ceiling of the consume side: the same backlog read back from the broker and
-//! decoded, with the writer's fetch settings and no database.
+//! The timed legs of the writer bench and their ceilings: a backlog produced to Kafka and
+//! drained by the writer's partition tasks, the same batches through the writer's code straight
+//! from memory, and the broker's read alone.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use clap::Args;
+use backend::config::WriterConfig;
+use backend::kafka;
+use backend::redis::RedisScripts;
+use backend::writer::{run_partition, settle, write_batch, Incoming, WriterCtx};
 use rskafka::client::partition::{Compression, OffsetAt};
 use rskafka::record::Record;
-use sqlx::{Connection, Executor};
 use tokio::sync::watch;
 
-use crate::config::WriterConfig;
-use crate::redis::RedisScripts;
-use crate::writer::{run_partition, settle, write_batch, Incoming, WriterCtx};
-use crate::{db, kafka, redis};
-
-/// Arguments of `order-writer bench`.
-#[derive(Debug, Clone, Args)]
-pub struct BenchArgs {
-    /// PostgreSQL admin URL (a throwaway database is created and dropped there).
-    #[arg(long, env = "SECKILL_PG_ADMIN_URL", default_value = "postgres://postgres@127.0.0.1:5440/postgres")]
-    pub pg_admin_url: String,
-    /// Redis URL (the writer acks there after each commit, as in production).
-    #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6390")]
-    pub redis_url: String,
-    /// Kafka broker.
-    #[arg(long, env = "SECKILL_KAFKA_BROKER", default_value = "127.0.0.1:19092")]
-    pub kafka: String,
-    /// Reservations in the batched run (the backlog to drain).
-    #[arg(long, default_value_t = 100_000)]
-    pub records: usize,
-    /// Reservations in the one-order-per-transaction run.
-    #[arg(long, default_value_t = 3_000)]
-    pub one_by_one: usize,
-    /// Partitions of each topic (one writer task each).
-    #[arg(long, default_value_t = 4)]
-    pub partitions: i32,
-    /// Orders per transaction in the batched run.
-    #[arg(long, default_value_t = 1000)]
-    pub batch: usize,
-    /// Most bytes per fetch, for the writers and the read ceiling alike.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub fetch_max_bytes: i32,
-    /// Folder of the Lua scripts.
-    #[arg(long, default_value = "lua")]
-    pub lua_dir: PathBuf,
-    /// Folder of the migrations.
-    #[arg(long, default_value = "sql")]
-    pub migrations_dir: PathBuf,
-}
-
-/// Runs the benchmark and prints its figures.
-pub async fn run(a: &BenchArgs) -> anyhow::Result<()> {
-    anyhow::ensure!(a.records >= 1 && a.records <= 1_000_000, "--records must be 1 to 1000000");
-    anyhow::ensure!(a.one_by_one >= 1 && a.one_by_one <= 100_000, "--one-by-one must be 1 to 100000");
-    let tag = &uuid::Uuid::new_v4().simple().to_string()[..10];
-    let dbname = format!("bench_{tag}");
-    let mut admin = sqlx::PgConnection::connect(&a.pg_admin_url).await.context("PostgreSQL admin")?;
-    admin.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {dbname}"))).await?;
-    let base = a.pg_admin_url.rsplit_once('/').map(|(b, _)| b).unwrap_or(&a.pg_admin_url);
-    let url = format!("{base}/{dbname}");
-    let result = run_in(a, &url, tag).await;
-    let _ =
-        admin.execute(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {dbname} WITH (FORCE)"))).await;
-    result
-}
-
-async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
-    let pool = db::connect(url, 4 + a.partitions as u32).await?;
-    db::migrate(&pool, &a.migrations_dir).await?;
-    let redis = redis::connect(&a.redis_url).await?;
-    let scripts = RedisScripts::load(&a.lua_dir)?;
-    let kc = Arc::new(kafka::client(std::slice::from_ref(&a.kafka), Duration::from_secs(10)).await?);
-
-    println!(
-        "order-writer bench: {} partitions, batch {}, per-user limit 1 (unique index active)",
-        a.partitions, a.batch
-    );
-    let batched = leg(a, &pool, &redis, &scripts, &kc, &format!("bench-b-{tag}"), a.records, a.batch).await?;
-    let single = leg(a, &pool, &redis, &scripts, &kc, &format!("bench-s-{tag}"), a.one_by_one, 1).await?;
-    let ceiling = read_ceiling(a, &kc, &format!("bench-b-{tag}")).await?;
-    let stage = database_stage(a, &pool, &redis, &scripts, &format!("bench-m-{tag}")).await?;
-    let rb = a.records as f64 / batched.as_secs_f64();
-    let rs = a.one_by_one as f64 / single.as_secs_f64();
-    println!(
-        "batched ({} per tx): {} orders in {:.2} s = {:.0} orders/s",
-        a.batch,
-        a.records,
-        batched.as_secs_f64(),
-        rb
-    );
-    println!(
-        "one order per tx (peer): {} orders in {:.2} s = {:.0} orders/s",
-        a.one_by_one,
-        single.as_secs_f64(),
-        rs
-    );
-    let rc = a.records as f64 / ceiling.as_secs_f64();
-    println!(
-        "Kafka read ceiling (fetch + decode, no database): {} records in {:.2} s = {:.0} records/s",
-        a.records,
-        ceiling.as_secs_f64(),
-        rc
-    );
-    let rm = a.records as f64 / stage.as_secs_f64();
-    println!(
-        "database stage alone (same batches from memory, no broker): {} orders in {:.2} s = {:.0} orders/s",
-        a.records,
-        stage.as_secs_f64(),
-        rm
-    );
-    // Both stages are mostly CPU on the same cores: with no overlap at all their times add up.
-    let bound = 1.0 / (1.0 / rc + 1.0 / rm);
-    println!("the two stages back to back, 1 / (1/read + 1/database): {bound:.0} orders/s");
-    println!("ratio batched / one-by-one: {:.1}x", rb / rs);
-    println!("ratio batched / read ceiling: {:.2}", rb / rc);
-    println!("ratio batched / stages back to back: {:.2}", rb / bound);
-    println!("ratio database stage / one-by-one: {:.1}x", rm / rs);
-    println!("drain of {} queued reservations: {:.2} s", a.records, batched.as_secs_f64());
-    Ok(())
-}
+use crate::BenchArgs;
 
 /// Creates the campaign `name` with stock `n` and returns its backlog: `n` reservations of
 /// distinct users, spread over the partitions by user as the intake does.
@@ -173,7 +60,7 @@ async fn backlog(
 /// The database stage alone: the same backlog handed to the writer's own batch code
 /// ([`write_batch`] then [`settle`], one task per partition) straight from memory, no broker.
 /// What the writer could do if the broker fed it for free: the ceiling of the batched leg.
-async fn database_stage(
+pub async fn database_stage(
     a: &BenchArgs,
     pool: &sqlx::PgPool,
     redis: &fred::prelude::Client,
@@ -210,8 +97,11 @@ async fn database_stage(
     Ok(took)
 }
 
+/// One timed run: produces a backlog of `n` reservations to a new topic `name`, then times the
+/// writer's partition tasks (`batch` orders per transaction) until every committed offset
+/// reaches the end.
 #[allow(clippy::too_many_arguments)]
-async fn leg(
+pub async fn leg(
     a: &BenchArgs,
     pool: &sqlx::PgPool,
     redis: &fred::prelude::Client,
@@ -290,7 +180,7 @@ async fn ensure_orders(pool: &sqlx::PgPool, name: &str, n: usize) -> anyhow::Res
 
 /// Reads every partition of `topic` from offset 0 to its end, in parallel, with the writer's
 /// fetch settings, and decodes each record: how fast the broker alone can feed the writers.
-async fn read_ceiling(
+pub async fn read_ceiling(
     a: &BenchArgs,
     kc: &Arc<rskafka::client::Client>,
     topic: &str,
