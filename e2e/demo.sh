@@ -57,6 +57,9 @@ pay_window_secs = 900
 
 [limits]
 max_inflight = 4096
+# The simulated crowd comes from one loopback address: a per-address polling limit sized for
+# one buyer would throttle all of them (real buyers each have their own).
+result_per_sec = 0
 TOML
 
 # The repository's conf files, pointed at this run's ports, database, topic and folders.
