@@ -37,6 +37,18 @@ impl Reservation {
     }
 }
 
+/// The partition of a user's records: FNV-1a of the user id modulo the partition count. Stable
+/// across processes and versions, so the gateway and the sweeper agree and one user's records stay
+/// in one partition, in order.
+pub fn partition_for(user: &str, partitions: i32) -> i32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in user.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % partitions.max(1) as u64) as i32
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,6 +26,11 @@ pub const RESERVATION_HEADER: &str = "x-seckill-reservation";
 /// Header carrying the hex HMAC-SHA256 of the record bytes.
 pub const SIGNATURE_HEADER: &str = "x-seckill-signature";
 
+/// Kafka record header carrying the hex HMAC-SHA256 (gateway key) of a reservation record's
+/// value. The gateway and the order writer's sweeper sign every record they produce; the order
+/// writer dead-letters a record without a valid one.
+pub const RECORD_SIGNATURE_HEADER: &str = "seckill-signature";
+
 /// Header carrying the unix time (seconds) at which the payment provider signed a callback.
 pub const PAYMENT_TIMESTAMP_HEADER: &str = "x-payment-timestamp";
 /// Header carrying the hex HMAC-SHA256 of a callback's canonical string.

@@ -2,7 +2,11 @@
 //!
 //! After a reservation call, a gateway may still act on its outbox entry for a while: when the
 //! call's answer does not come back within the reservation timeout, the gateway undoes it, and the
-//! undo may take [`undo_timeout`] more. That span is the gateway's *hold*, [`gateway_hold`].
+//! undo may take [`undo_timeout`] more. That span is the gateway's *hold*, [`gateway_hold`]. When
+//! the call reserved, the gateway produces the record to Kafka itself within its batch linger
+//! plus its produce deadline, also bounded by the hold ([`LINGER_MAX_MS`],
+//! [`PRODUCE_TIMEOUT_MAX_MS`]), so the sweeper never produces a needless copy of a record the
+//! gateway is still sending.
 //! The sweeper produces an outbox entry again only once it is older than the sweep age. The
 //! undo and the sweeper's claim exclude each other in Redis (`lua/claim.lua`), so the order
 //! cannot go wrong either way; the rule keeps the two apart in time, so that a slow answer is
@@ -24,6 +28,13 @@ pub const GATEWAY_HOLD_MAX: Duration = Duration::from_secs(3);
 /// The longest reservation timeout a gateway configuration may have (`redis.timeout_ms`): its
 /// hold, the timeout plus the undo's, is [`GATEWAY_HOLD_MAX`].
 pub const RESERVE_TIMEOUT_MAX_MS: i64 = 1000;
+
+/// The longest linger of a gateway's Kafka batches (`kafka.linger_ms`).
+pub const LINGER_MAX_MS: i64 = 500;
+
+/// The longest deadline of a gateway's Kafka produce (`kafka.produce_timeout_ms`): with the
+/// longest linger, a record the gateway still produces itself is within [`GATEWAY_HOLD_MAX`].
+pub const PRODUCE_TIMEOUT_MAX_MS: i64 = 2500;
 
 /// The shortest sweep age an order writer configuration may have: twice [`GATEWAY_HOLD_MAX`].
 pub const SWEEP_AGE_MIN: Duration = Duration::from_secs(6);
@@ -71,6 +82,12 @@ mod tests {
         }
         assert!(gateway_hold(Duration::from_millis(1001)) > GATEWAY_HOLD_MAX);
         assert_eq!(gateway_hold(Duration::from_millis(200)), Duration::from_millis(1200));
+    }
+
+    #[test]
+    fn the_gateways_own_produce_fits_the_hold() {
+        let produce = Duration::from_millis((LINGER_MAX_MS + PRODUCE_TIMEOUT_MAX_MS) as u64);
+        assert!(produce <= GATEWAY_HOLD_MAX);
     }
 
     #[test]
