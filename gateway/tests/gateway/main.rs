@@ -6,5 +6,6 @@ mod support;
 
 mod conf;
 mod orders;
+mod polling;
 mod routes;
 mod sold_out;
