@@ -1,9 +1,13 @@
 //! The order writer: reservations through Kafka into PostgreSQL exactly once, the result query,
 //! payment and unpaid-timeout close, and reconciliation.
 //!
-//! - [`intake`]: the gateway's signed forward → Kafka (batched by [`producer`]);
-//! - [`sweeper`]: outbox entries without an order after T → Kafka again;
+//! The gateway produces each reservation to Kafka itself, signed with the gateway key; the order
+//! writer has no reservation intake over HTTP.
+//!
 //! - [`writer`]: Kafka → PostgreSQL, one transaction per batch, then the Redis ack/compensation;
+//!   a record without the gateway key's signature is dead-lettered;
+//! - [`sweeper`]: outbox entries without an order after T → Kafka again, signed (through
+//!   [`producer`]);
 //! - [`result`], [`payment`]: the HTTP queries and the payment callback ([`http`] routes them;
 //!   they share [`state`] and answer through [`reply`]; [`pay_auth`] checks a callback's
 //!   signature and time);
@@ -15,7 +19,6 @@ pub mod closer;
 pub mod config;
 pub mod db;
 pub mod http;
-pub mod intake;
 pub mod kafka;
 pub mod pay_auth;
 pub mod payment;
