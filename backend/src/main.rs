@@ -44,7 +44,7 @@ enum Command {
         command: CampaignCommand,
     },
     /// Produces signed test reservations to the topic, so the writer runs without a gateway
-    /// (the record format: `backend::produce`).
+    /// (the record format is documented in backend/src/produce.rs).
     #[command(group(ArgGroup::new("source").required(true).args(["file", "generate"])))]
     Produce {
         /// JSON lines, one reservation record per line, produced as written (signed). A bad
