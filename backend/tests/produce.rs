@@ -116,7 +116,7 @@ async fn a_file_of_reservations_is_produced_as_written_and_a_bad_file_not_at_all
         "{}",
         text(&out.stderr)
     );
-    // Neither is a source and a campaign without --generate.
+    // A campaign alone (no --file, no --generate) is refused by the command line.
     let out = run(&conf, &["produce", "--campaign", &env.campaign]);
     assert!(!out.status.success());
     assert_eq!(env.end_offsets().await, ends, "nothing produced from a bad file");
