@@ -169,7 +169,7 @@ pub struct KafkaConfig {
     pub assigned: Vec<i32>,
     /// Deadline of one produce, retries included.
     pub produce_timeout: Duration,
-    /// Most records the intake puts in one produce request.
+    /// Most records the sweeper (or `order-writer produce`) puts in one produce request.
     pub produce_batch: usize,
 }
 
@@ -194,7 +194,7 @@ pub struct WriterConfig {
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// HTTP listen address (intake, result query, payment).
+    /// HTTP listen address (result query, payment callback, health check).
     pub listen: SocketAddr,
     /// Redis URL.
     pub redis_url: String,
@@ -206,7 +206,8 @@ pub struct Config {
     pub lua_dir: PathBuf,
     /// Folder of the SQL migrations.
     pub migrations_dir: PathBuf,
-    /// Gateway ↔ order writer HMAC key.
+    /// The gateway's HMAC key: every record on the topic carries its signature (checked by the
+    /// writer, made by the gateway, the sweeper and `order-writer produce`).
     pub gateway_key: Vec<u8>,
     /// Payment provider callback HMAC key.
     pub payment_key: Vec<u8>,

@@ -9,20 +9,19 @@ use serde_json::json;
 
 use crate::state::AppState;
 
-/// The router: intake, result query, payment callback, and the health check the gateway's
-/// load balancer polls.
+/// The router: result query, payment callback, and the health check the gateway's load balancer
+/// polls. Reservations do not come in over HTTP: the gateway produces them to Kafka itself.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
-        .route("/internal/reservations", post(crate::intake::handle))
         .route("/seckill/{campaign}/result/{request_id}", get(crate::result::handle))
         .route("/orders/{id}/pay", post(crate::payment::handle))
         .with_state(state)
 }
 
-/// `GET /healthz`: 200 while this process serves HTTP. Intake needs only Kafka, and a Kafka
-/// outage is answered per request (503, the record waits in the outbox), so this stays a
-/// liveness check rather than flapping with a dependency.
+/// `GET /healthz`: 200 while this process serves HTTP. A liveness check, not flapping with a
+/// dependency: the result query and the payment callback answer a dependency's outage per
+/// request (503).
 async fn healthz() -> Response {
     (StatusCode::OK, axum::Json(json!({"status": "ok"}))).into_response()
 }

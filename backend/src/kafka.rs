@@ -1,5 +1,5 @@
-//! Kafka plumbing shared by the intake, the sweeper and the writer: clients with deadlines, topic
-//! creation, and the user → partition hash.
+//! Kafka plumbing shared by the sweeper, `order-writer produce` and the writer: clients with
+//! deadlines, topic creation, and the user → partition hash.
 
 use std::time::Duration;
 

@@ -1,9 +1,15 @@
 //! The order writer: reservations through Kafka into PostgreSQL exactly once, the result query,
 //! payment and unpaid-timeout close, and reconciliation.
 //!
-//! - [`intake`]: the gateway's signed forward → Kafka (batched by [`producer`]);
-//! - [`sweeper`]: outbox entries without an order after T → Kafka again;
+//! The gateway produces each reservation to Kafka itself, signed (the record format is in
+//! [`produce`]); the order writer has no reservation intake over HTTP.
+//!
 //! - [`writer`]: Kafka → PostgreSQL, one transaction per batch, then the Redis ack/compensation;
+//!   a record without the gateway key's signature is dead-lettered;
+//! - [`sweeper`]: outbox entries without an order after T → Kafka again, signed (through
+//!   [`producer`]);
+//! - [`produce`]: `order-writer produce`, signed test reservations from a file or generated
+//!   through `lua/reserve.lua`, so the writer runs without a gateway;
 //! - [`result`], [`payment`]: the HTTP queries and the payment callback ([`http`] routes them;
 //!   they share [`state`] and answer through [`reply`]; [`pay_auth`] checks a callback's
 //!   signature and time);
@@ -15,10 +21,10 @@ pub mod closer;
 pub mod config;
 pub mod db;
 pub mod http;
-pub mod intake;
 pub mod kafka;
 pub mod pay_auth;
 pub mod payment;
+pub mod produce;
 pub mod producer;
 pub mod publish;
 pub mod reconcile;

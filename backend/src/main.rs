@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use backend::config::Config;
-use backend::{db, kafka, publish, reconcile, redis, serve};
-use clap::{Parser, Subcommand};
+use backend::{db, kafka, produce, publish, reconcile, redis, serve};
+use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Intake HTTP, sweeper, writers and close worker (applies migrations first).
+    /// HTTP (result query, payment callback, health), sweeper, writers and close worker
+    /// (applies migrations first).
     Serve {
         /// Partitions this instance consumes, e.g. `0,1` (default: all, or `kafka.assigned`).
         #[arg(long, value_delimiter = ',')]
@@ -41,6 +42,24 @@ enum Command {
     Campaign {
         #[command(subcommand)]
         command: CampaignCommand,
+    },
+    /// Produces signed test reservations to the topic, so the writer runs without a gateway
+    /// (the record format is documented in backend/src/produce.rs).
+    #[command(group(ArgGroup::new("source").required(true).args(["file", "generate"])))]
+    Produce {
+        /// JSON lines, one reservation record per line, produced as written (signed). A bad
+        /// line refuses the whole file.
+        #[arg(long, value_name = "PATH")]
+        file: Option<PathBuf>,
+        /// Reserves N units through lua/reserve.lua (as the gateway does), then produces them.
+        #[arg(long, value_name = "N", requires = "campaign")]
+        generate: Option<u64>,
+        /// The published campaign to reserve from (with --generate).
+        #[arg(long, requires = "generate")]
+        campaign: Option<String>,
+        /// New users the N units are spread over, round robin (default: N, one unit each).
+        #[arg(long, value_name = "M", requires = "generate")]
+        users: Option<u64>,
     },
     /// Prints the stock equation of a campaign and every request id that differs.
     Reconcile {
@@ -120,6 +139,44 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let scripts = redis::RedisScripts::load(&cfg.lua_dir)?;
             let out = publish::publish(&pool, &r, &scripts, &cfg.campaigns_dir, &id).await?;
             println!("campaign {id}: {out}");
+            Ok(())
+        }
+        Command::Produce { file, generate, campaign, users } => {
+            let (records, stopped) = match (file, generate) {
+                (Some(path), _) => (produce::read_file(&path)?, None),
+                (None, Some(n)) => {
+                    let campaign = campaign.unwrap_or_default();
+                    let users = users.unwrap_or(n);
+                    if !(1..=produce::GENERATE_MAX).contains(&n) || !(1..=n).contains(&users) {
+                        anyhow::bail!(
+                            "--generate must be 1 to {} and --users 1 to --generate",
+                            produce::GENERATE_MAX
+                        );
+                    }
+                    if !protocol::keys::valid_campaign_id(&campaign) {
+                        anyhow::bail!(
+                            "--campaign {campaign:?} is not a campaign id (1 to 64 of A-Z a-z 0-9 _ -)"
+                        );
+                    }
+                    let r = redis::connect(&cfg.redis_url).await?;
+                    let scripts = protocol::scripts::Scripts::load(&cfg.lua_dir)?;
+                    let g = produce::generate(&r, &scripts, &campaign, n, users).await?;
+                    if g.records.is_empty() {
+                        anyhow::bail!("nothing reserved: {}", g.stopped.unwrap_or_default());
+                    }
+                    println!(
+                        "reserved {} of {n} units of campaign {campaign} (over {users} users)",
+                        g.records.len()
+                    );
+                    (g.records, g.stopped)
+                }
+                (None, None) => anyhow::bail!("give --file PATH or --generate N --campaign ID"),
+            };
+            let per = produce::produce(&cfg, records).await?;
+            println!("{}", produce::summary(&cfg.kafka.topic, &per));
+            if let Some(why) = stopped {
+                anyhow::bail!("stopped early: {why}");
+            }
             Ok(())
         }
         Command::Reconcile { campaign, repair } => {

@@ -1,14 +1,19 @@
 //! A small batching producer: one task per partition, fed by a channel.
 //!
-//! Concurrent intake requests for the same partition are grouped into one produce request while
-//! the previous one is in flight, so throughput is not one broker round trip per reservation.
-//! One task per partition keeps a user's records in order (key = user, partition = hash(user)).
+//! Concurrent sends for the same partition (the sweeper's pass, `order-writer produce`) are
+//! grouped into one produce request while the previous one is in flight, so throughput is not one
+//! broker round trip per reservation. One task per partition keeps a user's records in order
+//! (key = user, partition = [`protocol::record::partition_for`]). Every record carries the
+//! gateway key's signature of its value in the [`RECORD_SIGNATURE_HEADER`] header, as the
+//! gateway's own records do: the writer dead-letters anything else (see [`crate::produce`] for
+//! the record format).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 use rskafka::client::partition::{Compression, PartitionClient};
 use rskafka::client::Client;
 use rskafka::record::Record;
@@ -17,8 +22,9 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use crate::kafka;
 
 struct Item {
-    key: Vec<u8>,
+    user: String,
     value: Vec<u8>,
+    signature: String,
     done: oneshot::Sender<Result<i64, String>>,
 }
 
@@ -39,17 +45,57 @@ pub struct Producer {
     lanes: Arc<Vec<mpsc::Sender<Item>>>,
     partitions: i32,
     timeout: Duration,
+    signer: Arc<Signer>,
+}
+
+/// A record handed to its partition's task, waiting for the broker's ack
+/// ([`Producer::submit`]).
+pub struct Pending {
+    partition: i32,
+    timeout: Duration,
+    rx: oneshot::Receiver<Result<i64, String>>,
+}
+
+impl Pending {
+    /// Waits for the broker's ack. Returns (partition, offset).
+    pub async fn acked(self) -> Result<(i32, i64), ProduceError> {
+        // The lane answers within its own deadline; this outer one only guards against a bug.
+        match tokio::time::timeout(self.timeout * 2, self.rx).await {
+            Ok(Ok(Ok(offset))) => Ok((self.partition, offset)),
+            Ok(Ok(Err(e))) => Err(ProduceError::Kafka(e)),
+            Ok(Err(_)) => Err(ProduceError::Closed),
+            Err(_) => Err(ProduceError::Kafka("no ack within the deadline".into())),
+        }
+    }
+}
+
+/// The Kafka record of a reservation: key = `user`, the value as given, and its signature in
+/// the [`RECORD_SIGNATURE_HEADER`] header.
+pub fn signed_record(
+    user: &str,
+    value: Vec<u8>,
+    signature: String,
+    timestamp: chrono::DateTime<chrono::Utc>,
+) -> Record {
+    Record {
+        key: Some(user.as_bytes().to_vec()),
+        value: Some(value),
+        headers: BTreeMap::from([(RECORD_SIGNATURE_HEADER.to_string(), signature.into_bytes())]),
+        timestamp,
+    }
 }
 
 impl Producer {
-    /// Starts one task per partition of `topic`. Partition clients connect lazily, so a broker
-    /// that is down at start only fails the produces (503), not the process.
+    /// Starts one task per partition of `topic`; every record is signed by `signer` (the
+    /// gateway key). Partition clients connect lazily, so a broker that is down at start only
+    /// fails the produces, not the process.
     pub fn start(
         client: Arc<Client>,
         topic: &str,
         partitions: i32,
         max_batch: usize,
         timeout: Duration,
+        signer: Arc<Signer>,
     ) -> Self {
         let mut lanes = Vec::new();
         for p in 0..partitions {
@@ -64,27 +110,28 @@ impl Producer {
             tokio::spawn(lane.run(rx, max_batch));
             lanes.push(tx);
         }
-        Self { lanes: Arc::new(lanes), partitions, timeout }
+        Self { lanes: Arc::new(lanes), partitions, timeout, signer }
     }
 
-    /// Produces `value` keyed by `user` to the user's partition and waits for the broker's ack.
-    /// Returns (partition, offset).
+    /// Produces `value` keyed by `user`, signed, to the user's partition and waits for the
+    /// broker's ack. Returns (partition, offset).
     pub async fn send(&self, user: &str, value: Vec<u8>) -> Result<(i32, i64), ProduceError> {
+        self.submit(user, value).await?.acked().await
+    }
+
+    /// Hands `value` (keyed by `user`, signed) to the user's partition task and returns without
+    /// waiting for the broker: records submitted one after the other are produced in that order.
+    pub async fn submit(&self, user: &str, value: Vec<u8>) -> Result<Pending, ProduceError> {
         let p = kafka::partition_for(user, self.partitions);
         let (done, rx) = oneshot::channel();
-        let item = Item { key: user.as_bytes().to_vec(), value, done };
+        let signature = self.signer.sign(&value);
+        let item = Item { user: user.to_string(), value, signature, done };
         let lane = &self.lanes[p as usize];
         tokio::time::timeout(self.timeout, lane.send(item))
             .await
             .map_err(|_| ProduceError::Kafka("producer queue full".into()))?
             .map_err(|_| ProduceError::Closed)?;
-        // The lane answers within its own deadline; this outer one only guards against a bug.
-        match tokio::time::timeout(self.timeout * 2, rx).await {
-            Ok(Ok(Ok(offset))) => Ok((p, offset)),
-            Ok(Ok(Err(e))) => Err(ProduceError::Kafka(e)),
-            Ok(Err(_)) => Err(ProduceError::Closed),
-            Err(_) => Err(ProduceError::Kafka("no ack within the deadline".into())),
-        }
+        Ok(Pending { partition: p, timeout: self.timeout, rx })
     }
 }
 
@@ -105,12 +152,7 @@ impl Lane {
             let mut records = Vec::with_capacity(items.len());
             let mut waiters = Vec::with_capacity(items.len());
             for it in items {
-                records.push(Record {
-                    key: Some(it.key),
-                    value: Some(it.value),
-                    headers: BTreeMap::new(),
-                    timestamp: now,
-                });
+                records.push(signed_record(&it.user, it.value, it.signature, now));
                 waiters.push(it.done);
             }
             match self.produce(records).await {
@@ -149,5 +191,22 @@ impl Lane {
             .await
             .map_err(|_| anyhow::anyhow!("no ack within {:?}", self.timeout))?
             .context("produce")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_keyed_by_its_user_and_carries_the_signature_of_its_value() {
+        let signer = Signer::new(b"producer-test-key");
+        let value = br#"{"request_id":"r1"}"#.to_vec();
+        let r = signed_record("u7", value.clone(), signer.sign(&value), chrono::Utc::now());
+        assert_eq!(r.key.as_deref(), Some(b"u7".as_slice()));
+        assert_eq!(r.value.as_deref(), Some(value.as_slice()));
+        let sig = std::str::from_utf8(&r.headers[RECORD_SIGNATURE_HEADER]).unwrap();
+        assert!(signer.verify(&value, sig).is_ok());
+        assert_eq!(r.headers.len(), 1);
     }
 }

@@ -1,6 +1,6 @@
-//! `order-writer serve`: intake HTTP, sweeper, writers and close worker in one process, with a
-//! graceful shutdown (SIGTERM / ctrl-c): stop taking requests, let each writer commit the batch
-//! in flight, exit.
+//! `order-writer serve`: the HTTP server (result query, payment callback, health check), the
+//! sweeper, the partition writers and the close worker in one process, with a graceful shutdown
+//! (SIGTERM / ctrl-c): stop taking requests, let each writer commit the batch in flight, exit.
 
 use std::sync::Arc;
 
@@ -24,12 +24,15 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
     let scripts = RedisScripts::load(&cfg.lua_dir)?;
     let kc = Arc::new(kafka::client(&cfg.kafka.brokers, cfg.kafka.produce_timeout).await?);
     kafka::create_topic(&kc, &cfg.kafka.topic, cfg.kafka.partitions).await?;
+    // The gateway key: the writers verify every record with it, the sweeper signs with it.
+    let gateway = Arc::new(Signer::new(&cfg.gateway_key));
     let producer = Producer::start(
         kc.clone(),
         &cfg.kafka.topic,
         cfg.kafka.partitions,
         cfg.kafka.produce_batch,
         cfg.kafka.produce_timeout,
+        gateway.clone(),
     );
 
     // The result query's own small pool and Redis client: a polling storm queues on these,
@@ -40,8 +43,6 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
     };
     let state = AppState {
         pool: pool.clone(),
-        producer: producer.clone(),
-        gateway: Arc::new(Signer::new(&cfg.gateway_key)),
         payment: Arc::new(Signer::new(&cfg.payment_key)),
         payment_max_skew_secs: cfg.payment_max_skew_secs,
         results,
@@ -72,6 +73,7 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
         scripts: scripts.clone(),
         kafka: kc.clone(),
         topic: cfg.kafka.topic.clone(),
+        signer: gateway,
         cfg: cfg.writer.clone(),
     };
     for &p in &cfg.kafka.assigned {

@@ -6,17 +6,11 @@ use fred::prelude::Client as RedisClient;
 use protocol::signing::Signer;
 use sqlx::PgPool;
 
-use crate::producer::Producer;
-
 /// The handlers' shared state.
 #[derive(Clone)]
 pub struct AppState {
     /// PostgreSQL pool of the order path (the payment callback updates orders on it).
     pub pool: PgPool,
-    /// Kafka producer.
-    pub producer: Producer,
-    /// Verifies the gateway's signature on forwarded reservations.
-    pub gateway: Arc<Signer>,
     /// Verifies the payment provider's callbacks.
     pub payment: Arc<Signer>,
     /// How far (seconds, either way) a payment callback's timestamp may be from server time.

@@ -1,6 +1,8 @@
-//! The sweeper: every reservation still in a campaign's outbox after T (the gateway could not
-//! reach us, the produce failed, a process was killed, Redis was down when the writer settled) is
-//! produced again. Duplicates are harmless downstream: the writer's unique keys absorb them.
+//! The sweeper: every reservation still in a campaign's outbox after T (the gateway's produce
+//! failed or timed out, a process was killed, Redis was down when the writer settled) is
+//! produced again, signed with the gateway key and keyed by its user like the gateway's own
+//! record (see [`crate::producer`]). Duplicates are harmless downstream: the writer's unique
+//! keys absorb them.
 //!
 //! The sweeper claims each entry in Redis before producing it (`lua/claim.lua`), with Redis'
 //! own clock: the gateway's undo of a late reservation leaves a claimed entry alone, and an

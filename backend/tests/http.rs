@@ -1,5 +1,6 @@
-//! The HTTP surface against the real stack: intake signature and body checks, the result query
-//! through its states (QUEUED from Redis alone, on the result query's own connections).
+//! The HTTP surface against the real stack: the result query through its states (QUEUED from
+//! Redis alone, on the result query's own connections), no reservation intake; and the sweeper,
+//! whose signed records the writer orders.
 
 mod common;
 
@@ -11,7 +12,7 @@ use backend::producer::Producer;
 use backend::state::{AppState, ResultStore};
 use common::{Env, GATEWAY_KEY, PAYMENT_KEY};
 use e2e::stack;
-use protocol::signing::{Signer, RESERVATION_HEADER, SIGNATURE_HEADER};
+use protocol::signing::Signer;
 use serde_json::Value;
 
 /// The result query's own connections to `env`'s database and Redis, as `serve` makes them.
@@ -22,16 +23,13 @@ async fn result_store(env: &Env) -> ResultStore {
     }
 }
 
-async fn start(env: &Env, topic: &str) -> String {
-    start_with(env, topic, result_store(env).await).await
+async fn start(env: &Env) -> String {
+    start_with(env, result_store(env).await).await
 }
 
-async fn start_with(env: &Env, topic: &str, results: ResultStore) -> String {
-    let producer = Producer::start(env.kafka.clone(), topic, env.partitions, 100, Duration::from_secs(2));
+async fn start_with(env: &Env, results: ResultStore) -> String {
     let state = AppState {
         pool: env.pool.clone(),
-        producer,
-        gateway: Arc::new(Signer::new(GATEWAY_KEY)),
         payment: Arc::new(Signer::new(PAYMENT_KEY)),
         payment_max_skew_secs: 300,
         results,
@@ -42,52 +40,30 @@ async fn start_with(env: &Env, topic: &str, results: ResultStore) -> String {
     format!("http://{addr}")
 }
 
-async fn post(base: &str, headers: &[(&str, String)]) -> (u16, Value) {
-    let mut req = reqwest::Client::new().post(format!("{base}/internal/reservations"));
-    for (k, v) in headers {
-        req = req.header(*k, v);
-    }
-    let resp = req.send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn intake_refuses_unsigned_forged_and_bad_records_and_queues_good_ones() {
+async fn the_result_query_follows_a_reservation_from_queued_to_its_outcome() {
     let env = Env::new(10, 1, 2).await;
-    let base = start(&env, &env.topic).await;
+    let base = start(&env).await;
     let record = env.reserve("dave", 1).await;
-    let good = Signer::new(GATEWAY_KEY);
-    let forged = Signer::new(b"some-other-key-0123456789");
 
     // The health check the gateway's load balancer polls answers 200.
     let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
     assert_eq!(health.status().as_u16(), 200);
-
-    let (s, b) = post(&base, &[]).await;
-    assert_eq!((s, b["code"].as_str()), (401, Some("BAD_SIGNATURE")), "{b}");
-    let (r, sig) = forged.seal(&record);
-    let (s, b) = post(&base, &[(RESERVATION_HEADER, r), (SIGNATURE_HEADER, sig)]).await;
-    assert_eq!((s, b["code"].as_str()), (401, Some("BAD_SIGNATURE")), "{b}");
-    let (r, sig) = good.seal(b"{\"not\": \"a record\"}");
-    let (s, b) = post(&base, &[(RESERVATION_HEADER, r), (SIGNATURE_HEADER, sig)]).await;
-    assert_eq!((s, b["code"].as_str()), (400, Some("BAD_REQUEST")), "{b}");
-    let (r, sig) = good.seal(b"not json at all");
-    let (s, _) = post(&base, &[(RESERVATION_HEADER, r), (SIGNATURE_HEADER, sig)]).await;
-    assert_eq!(s, 400);
+    // Reservations do not come in over HTTP any more: the gateway produces them to Kafka.
+    let resp = reqwest::Client::new().post(format!("{base}/internal/reservations")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 404);
 
     let rid = protocol::record::Reservation::from_json(&record).unwrap().request_id;
-    // Before the intake: queued (it is in the outbox), with a Retry-After hint.
+    // Before it is produced: queued (it is in the outbox), with a Retry-After hint.
     let url = format!("{base}/seckill/{}/result/{rid}", env.campaign);
     let resp = reqwest::get(&url).await.unwrap();
     assert_eq!(resp.status().as_u16(), 202);
     assert_eq!(resp.headers()["retry-after"], "1");
-    let (r, sig) = good.seal(&record);
-    let (s, b) = post(&base, &[(RESERVATION_HEADER, r), (SIGNATURE_HEADER, sig)]).await;
-    assert_eq!((s, b["code"].as_str()), (202, Some("QUEUED")), "{b}");
-    assert_eq!(b["request_id"], rid.as_str());
-    assert_eq!(b["poll_url"], format!("/seckill/{}/result/{rid}", env.campaign));
+    let b: Value = resp.json().await.unwrap();
+    assert_eq!((b["code"].as_str(), b["request_id"].as_str()), (Some("QUEUED"), Some(rid.as_str())), "{b}");
 
-    // The record went to Kafka: the writer makes the order, and the result says so.
+    // The signed record on the topic: the writer makes the order, and the result says so.
+    env.produce_records(vec![record]).await;
     env.drain(10).await;
     let b: Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
     assert_eq!(b["code"], "SUCCESS", "{b}");
@@ -135,7 +111,7 @@ async fn a_queued_result_is_answered_from_redis_without_postgresql() {
     let pool = backend::db::connect(&env.pg_url, 1).await.unwrap();
     pool.close().await;
     let redis = backend::redis::connect(&stack::redis_url()).await.unwrap();
-    let base = start_with(&env, &env.topic, ResultStore { pool, redis }).await;
+    let base = start_with(&env, ResultStore { pool, redis }).await;
 
     let rid = protocol::record::Reservation::from_json(&env.reserve("hana", 1).await).unwrap().request_id;
     let resp = reqwest::get(format!("{base}/seckill/{}/result/{rid}", env.campaign)).await.unwrap();
@@ -152,22 +128,17 @@ async fn a_queued_result_is_answered_from_redis_without_postgresql() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn intake_answers_503_when_kafka_refuses_and_the_record_stays_in_the_outbox() {
-    let env = Env::new(10, 1, 1).await;
-    // A topic that does not exist: every produce fails, as with a broker that is down.
-    let base = start(&env, "no-such-topic-for-this-test").await;
-    let record = env.reserve("frank", 1).await;
-    let (r, sig) = Signer::new(GATEWAY_KEY).seal(&record);
-    let (s, b) = post(&base, &[(RESERVATION_HEADER, r), (SIGNATURE_HEADER, sig)]).await;
-    assert_eq!((s, b["code"].as_str()), (503, Some("SERVICE_DEGRADED")), "{b}");
-    assert_eq!(env.outbox_len().await, 1, "the reservation is kept for the sweeper");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sweeper_produces_outbox_entries_older_than_t() {
     let env = Env::new(10, 1, 2).await;
-    let producer =
-        Producer::start(env.kafka.clone(), &env.topic, env.partitions, 100, Duration::from_secs(3));
+    // Signed with the gateway key, as the writers of `drain` expect.
+    let producer = Producer::start(
+        env.kafka.clone(),
+        &env.topic,
+        env.partitions,
+        100,
+        Duration::from_secs(3),
+        Arc::new(Signer::new(GATEWAY_KEY)),
+    );
     for i in 0..3 {
         env.reserve(&format!("s{i}"), 1).await;
     }

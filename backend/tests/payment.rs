@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use backend::closer;
 use backend::http::router;
-use backend::producer::Producer;
 use backend::state::{AppState, ResultStore};
-use common::{Env, GATEWAY_KEY, PAYMENT_KEY};
+use common::{Env, PAYMENT_KEY};
 use protocol::signing::{Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 use serde_json::Value;
 
@@ -19,8 +18,6 @@ use serde_json::Value;
 async fn start(env: &Env) -> String {
     let state = AppState {
         pool: env.pool.clone(),
-        producer: Producer::start(env.kafka.clone(), &env.topic, env.partitions, 10, Duration::from_secs(2)),
-        gateway: Arc::new(Signer::new(GATEWAY_KEY)),
         payment: Arc::new(Signer::new(PAYMENT_KEY)),
         payment_max_skew_secs: 300,
         results: ResultStore { pool: env.pool.clone(), redis: env.redis.clone() },

@@ -3,74 +3,14 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::bin::{command, spawn, write_conf};
 use common::Env;
 
-const BIN: &str = env!("CARGO_BIN_EXE_order-writer");
-
-fn write_conf(env: &Env, batch: usize) -> std::path::PathBuf {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let root = e2e::stack::workspace_root();
-    let text = format!(
-        r#"listen = "127.0.0.1:{port}"
-redis_url = "{redis}"
-postgres_url = "{pg}"
-campaigns_dir = "campaigns"
-lua_dir = "{lua}"
-migrations_dir = "{sql}"
-gateway_key = "env:OW_TEST_GATEWAY_KEY"
-payment_key = "env:OW_TEST_PAYMENT_KEY"
-
-[kafka]
-brokers = ["{kafka}"]
-topic = "{topic}"
-partitions = {partitions}
-
-[writer]
-batch_size = {batch}
-
-[sweeper]
-age_secs = 6
-interval_ms = 200
-"#,
-        redis = e2e::stack::redis_url(),
-        pg = env.pg_url,
-        lua = root.join("lua").display(),
-        sql = root.join("sql").display(),
-        kafka = e2e::stack::kafka_broker(),
-        topic = env.topic,
-        partitions = env.partitions,
-    );
-    let path = env.dir.join("order-writer.toml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// `order-writer --config <conf> <args>`, with the keys the conf refers to in its environment.
-fn command(conf: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--config")
-        .arg(conf)
-        .args(args)
-        .env("OW_TEST_GATEWAY_KEY", String::from_utf8_lossy(common::GATEWAY_KEY).to_string())
-        .env("OW_TEST_PAYMENT_KEY", String::from_utf8_lossy(common::PAYMENT_KEY).to_string());
-    cmd
-}
-
-fn spawn(conf: &Path, args: &[&str]) -> Child {
-    command(conf, args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
-}
-
 /// Reserves one unit for each of `n` users named `{prefix}{i}`, and returns the records grouped
-/// by partition, as the intake would produce them.
+/// by partition, as the gateway would produce them.
 async fn reserved_by_partition(env: &Env, n: i64, prefix: &str) -> Vec<Vec<Vec<u8>>> {
     let mut per: Vec<Vec<Vec<u8>>> = vec![Vec::new(); env.partitions as usize];
     for i in 0..n {

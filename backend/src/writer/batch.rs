@@ -3,6 +3,7 @@
 //! next offset, and last the conditional stock update.
 
 use anyhow::Context;
+use protocol::signing::Signer;
 use sqlx::PgPool;
 
 use super::decide::{self, DeadLetter, Facts};
@@ -28,7 +29,9 @@ enum Locking {
 }
 
 /// Writes one batch of a partition in ONE transaction and returns what Redis must be told.
-/// `records` must be in offset order; the stored next offset becomes `last offset + 1`.
+/// `records` must be in offset order; the stored next offset becomes `last offset + 1`. A record
+/// whose signature is not `signer`'s (the gateway key's) is dead-lettered, like one that cannot
+/// be decoded.
 ///
 /// The batch is first written with the campaign rows locked late (see [`Locking`]); if the
 /// conditional stock update refuses it, it is rolled back and written again with the rows locked
@@ -38,11 +41,15 @@ pub async fn write_batch(
     topic: &str,
     partition: i32,
     records: &[Incoming],
+    signer: &Signer,
 ) -> anyhow::Result<BatchOutcome> {
-    match write_batch_with(pool, topic, partition, records, Locking::Late).await {
+    // 1. Verify and decode; a record that is not signed or cannot be decoded is kept as a dead
+    // letter, never retried.
+    let decoded = decide::decode_batch(records, signer);
+    match write_batch_with(pool, topic, partition, records, &decoded, Locking::Late).await {
         Err(e) if e.downcast_ref::<LateConflict>().is_some() => {
             tracing::debug!(topic, partition, error = %e, "locking first");
-            write_batch_with(pool, topic, partition, records, Locking::First).await
+            write_batch_with(pool, topic, partition, records, &decoded, Locking::First).await
         }
         other => other,
     }
@@ -53,13 +60,11 @@ async fn write_batch_with(
     topic: &str,
     partition: i32,
     records: &[Incoming],
+    decoded: &decide::Decoded,
     locking: Locking,
 ) -> anyhow::Result<BatchOutcome> {
     let Some(last) = records.last() else { return Ok(BatchOutcome::default()) };
     let next_offset = last.offset + 1;
-
-    // 1. Decode; a record that cannot be decoded is kept as a dead letter, never retried.
-    let decoded = decide::decode_batch(records);
     let valid = &decoded.valid;
 
     let mut tx = pool.begin().await.context(retry::BeginFailed)?;
@@ -156,8 +161,11 @@ pub(super) async fn write_dead_letter(
     partition: i32,
     rec: &Incoming,
     error: &str,
+    signer: &Signer,
 ) -> anyhow::Result<BatchOutcome> {
-    let record = decide::decode(rec.value.as_deref()).ok();
+    // An unsigned or forged record never reaches PostgreSQL (it is a dead letter of the batch);
+    // checked again so that only a signed record can release units.
+    let record = decide::decode(rec.value.as_deref(), rec.signature.as_deref(), signer).ok();
     let mut tx = pool.begin().await.context(retry::BeginFailed)?;
     let has_order = match &record {
         Some(r) => !store::already_ordered(&mut tx, std::slice::from_ref(&r.request_id)).await?.is_empty(),

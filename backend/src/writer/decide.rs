@@ -1,12 +1,18 @@
-//! The pure part of a batch: decoding its records, then deciding each reservation against what
+//! The pure part of a batch: verifying and decoding its records, then deciding each reservation against what
 //! the database said (the campaign rows, earlier deliveries, the users who already hold their
 //! one order). No I/O here; [`super::batch`] reads the facts and writes the decision.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use protocol::record::Reservation;
+use protocol::signing::Signer;
 
 use super::{Incoming, Refusal};
+
+/// The dead letter's error of a record without a signature header.
+pub(super) const UNSIGNED: &str = "unsigned record";
+/// The dead letter's error of a record whose signature is not the gateway key's of its value.
+pub(super) const MISMATCH: &str = "signature does not match";
 
 /// A campaign row as the batch read it.
 #[derive(Debug, Clone)]
@@ -21,7 +27,7 @@ pub(super) struct CampaignRow {
     pub pay_window_secs: i64,
 }
 
-/// A record that cannot be decoded: kept with its place, never retried.
+/// A record that is not signed or cannot be decoded: kept with its place, never retried.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct DeadLetter {
     /// Offset in the partition.
@@ -37,13 +43,21 @@ pub(super) struct DeadLetter {
 pub(super) struct Decoded {
     /// The first delivery of each request id, in offset order.
     pub valid: Vec<Reservation>,
-    /// The records that cannot be decoded.
+    /// The records that are not signed or cannot be decoded.
     pub dead: Vec<DeadLetter>,
 }
 
-/// Checks what serde cannot: ids usable as keys, a sane quantity.
-pub(super) fn decode(value: Option<&[u8]>) -> Result<Reservation, String> {
+/// Checks that `signature` (the record's header, if any) is `signer`'s HMAC of `value`, then
+/// decodes the value and checks what serde cannot: ids usable as keys, a sane quantity.
+pub(super) fn decode(
+    value: Option<&[u8]>,
+    signature: Option<&[u8]>,
+    signer: &Signer,
+) -> Result<Reservation, String> {
+    let signature = signature.ok_or(UNSIGNED)?;
     let bytes = value.ok_or("record has no value")?;
+    let signature = std::str::from_utf8(signature).map_err(|_| MISMATCH)?;
+    signer.verify(bytes, signature.trim()).map_err(|_| MISMATCH)?;
     let r = Reservation::from_json(bytes).map_err(|e| format!("not a reservation record: {e}"))?;
     if r.request_id.is_empty() || r.request_id.len() > 128 {
         return Err("request_id must be 1 to 128 bytes".into());
@@ -57,12 +71,13 @@ pub(super) fn decode(value: Option<&[u8]>) -> Result<Reservation, String> {
     Ok(r)
 }
 
-/// Decodes every record of a batch; a request id seen twice is kept once (its first delivery).
-pub(super) fn decode_batch(records: &[Incoming]) -> Decoded {
+/// Verifies and decodes every record of a batch; a request id seen twice is kept once (its
+/// first delivery).
+pub(super) fn decode_batch(records: &[Incoming], signer: &Signer) -> Decoded {
     let mut out = Decoded::default();
     let mut seen = HashSet::new();
     for rec in records {
-        match decode(rec.value.as_deref()) {
+        match decode(rec.value.as_deref(), rec.signature.as_deref(), signer) {
             Ok(r) => {
                 if seen.insert(r.request_id.clone()) {
                     out.valid.push(r);
@@ -219,8 +234,18 @@ mod tests {
         fs.iter().map(|f| (f.record.request_id.as_str(), f.status, f.reason.as_str())).collect()
     }
 
+    fn key() -> Signer {
+        Signer::new(b"decide-test-gateway-key")
+    }
+
     fn incoming(offset: i64, r: &Reservation) -> Incoming {
-        Incoming { offset, value: Some(serde_json::to_vec(r).unwrap()) }
+        Incoming::signed(offset, serde_json::to_vec(r).unwrap(), &key())
+    }
+
+    /// `decode` of a record signed with the test key.
+    fn decode_signed(r: &Reservation) -> Result<Reservation, String> {
+        let value = serde_json::to_vec(r).unwrap();
+        decode(Some(&value), Some(key().sign(&value).as_bytes()), &key())
     }
 
     #[test]
@@ -230,12 +255,12 @@ mod tests {
         bad_qty.qty = 0;
         let records = vec![
             incoming(10, &a),
-            Incoming { offset: 11, value: Some(b"{not json".to_vec()) },
-            Incoming { offset: 12, value: None },
+            Incoming::signed(11, b"{not json".to_vec(), &key()),
+            Incoming { offset: 12, value: None, signature: Some(key().sign(b"").into_bytes()) },
             incoming(13, &a),
             incoming(14, &bad_qty),
         ];
-        let d = decode_batch(&records);
+        let d = decode_batch(&records, &key());
         assert_eq!(ids(&d.valid), ["a"]);
         let dead: Vec<(i64, &[u8])> = d.dead.iter().map(|x| (x.offset, x.payload.as_slice())).collect();
         assert_eq!(
@@ -249,12 +274,53 @@ mod tests {
 
     #[test]
     fn ids_and_campaigns_are_checked() {
-        assert!(decode(Some(&serde_json::to_vec(&res("", "c", "u", 1)).unwrap())).is_err());
-        assert!(decode(Some(&serde_json::to_vec(&res("r", "a}b", "u", 1)).unwrap()))
-            .unwrap_err()
-            .contains("campaign"));
-        assert!(decode(Some(&serde_json::to_vec(&res("r", "c", "", 1)).unwrap())).is_err());
-        assert!(decode(Some(&serde_json::to_vec(&res("r", "c", "u", 1)).unwrap())).is_ok());
+        assert!(decode_signed(&res("", "c", "u", 1)).is_err());
+        assert!(decode_signed(&res("r", "a}b", "u", 1)).unwrap_err().contains("campaign"));
+        assert!(decode_signed(&res("r", "c", "", 1)).is_err());
+        assert!(decode_signed(&res("r", "c", "u", 1)).is_ok());
+    }
+
+    #[test]
+    fn only_a_value_signed_with_the_gateway_key_is_decoded() {
+        let value = serde_json::to_vec(&res("r", "c", "u", 1)).unwrap();
+        let good = key().sign(&value);
+        assert_eq!(decode(Some(&value), Some(good.as_bytes()), &key()).unwrap().request_id, "r");
+        // No header at all.
+        assert_eq!(decode(Some(&value), None, &key()).unwrap_err(), UNSIGNED);
+        // Another key's signature, a signature of other bytes, garbage, not UTF-8, empty.
+        let forged = Signer::new(b"someone else's key").sign(&value);
+        let mut tampered = value.clone();
+        tampered[2] ^= 1;
+        let of_tampered = key().sign(&tampered);
+        let sigs: [&[u8]; 5] = [forged.as_bytes(), of_tampered.as_bytes(), b"zz", b"\xff\xfe", b""];
+        for sig in sigs {
+            assert_eq!(decode(Some(&value), Some(sig), &key()).unwrap_err(), MISMATCH, "{sig:?}");
+        }
+        // The tampered value with the original signature.
+        assert_eq!(decode(Some(&tampered), Some(good.as_bytes()), &key()).unwrap_err(), MISMATCH);
+        // A tombstone is unsigned or has no value.
+        assert_eq!(decode(None, None, &key()).unwrap_err(), UNSIGNED);
+        assert!(decode(None, Some(good.as_bytes()), &key()).unwrap_err().contains("no value"));
+    }
+
+    #[test]
+    fn unsigned_and_forged_records_are_dead_letters_and_the_valid_ones_after_them_stand() {
+        let (a, b, c) = (res("a", "c", "u1", 1), res("b", "c", "u2", 1), res("x", "c", "u3", 1));
+        let forged_value = serde_json::to_vec(&b).unwrap();
+        let forged_sig = Signer::new(b"not the gateway key").sign(&forged_value).into_bytes();
+        let records = vec![
+            Incoming { offset: 0, value: Some(serde_json::to_vec(&a).unwrap()), signature: None },
+            Incoming { offset: 1, value: Some(forged_value.clone()), signature: Some(forged_sig) },
+            incoming(2, &c),
+        ];
+        let d = decode_batch(&records, &key());
+        assert_eq!(ids(&d.valid), ["x"]);
+        let dead: Vec<(i64, &str)> = d.dead.iter().map(|x| (x.offset, x.error.as_str())).collect();
+        assert_eq!(dead, [(0, UNSIGNED), (1, MISMATCH)]);
+        assert_eq!(d.dead[1].payload, forged_value, "the payload is kept as it came");
+        // A forged copy does not shadow the genuine record of the same request id after it.
+        let records = vec![records[1].clone(), incoming(3, &b)];
+        assert_eq!(ids(&decode_batch(&records, &key()).valid), ["b"]);
     }
 
     #[test]

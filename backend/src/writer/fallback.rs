@@ -79,7 +79,7 @@ async fn tries(
     let offset = records.first().map(|r| r.offset);
     let mut rejected = 0;
     loop {
-        let e = match write_batch(&ctx.pool, &ctx.topic, partition, records).await {
+        let e = match write_batch(&ctx.pool, &ctx.topic, partition, records, &ctx.signer).await {
             Ok(o) => return Tries::Written(o),
             Err(e) => e,
         };
@@ -124,7 +124,7 @@ async fn dead_letter(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Option<BatchOutcome> {
     loop {
-        match batch::write_dead_letter(&ctx.pool, &ctx.topic, partition, rec, error).await {
+        match batch::write_dead_letter(&ctx.pool, &ctx.topic, partition, rec, error, &ctx.signer).await {
             Ok(o) => {
                 tracing::error!(
                     partition,

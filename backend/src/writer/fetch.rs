@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use protocol::signing::RECORD_SIGNATURE_HEADER;
 use tokio::sync::watch;
 
 use super::{wait_or_shutdown, Incoming};
@@ -62,7 +63,11 @@ pub(super) async fn fetch_ahead(
         let incoming: Vec<Incoming> = records
             .into_iter()
             .filter(|r| r.offset >= offset)
-            .map(|r| Incoming { offset: r.offset, value: r.record.value })
+            .map(|mut r| Incoming {
+                offset: r.offset,
+                signature: r.record.headers.remove(RECORD_SIGNATURE_HEADER),
+                value: r.record.value,
+            })
             .collect();
         tracing::debug!(
             partition,

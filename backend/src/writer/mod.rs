@@ -8,7 +8,12 @@
 //! (refused). If Redis is down at that point nothing is lost: the outbox entry stays, the sweeper
 //! produces it again, and the redelivered record settles again (both steps are idempotent).
 //!
-//! Inside: [`decide`] (pure: decoding and the decision for each record), [`store`] (the SQL),
+//! Every record must carry the gateway key's signature of its value (Kafka header
+//! [`protocol::signing::RECORD_SIGNATURE_HEADER`], see [`crate::produce`] for the record format): one without it,
+//! or with one that does not match, is dead-lettered with its offset and never becomes an order,
+//! so only what the gateway, the sweeper or `order-writer produce` signed can take stock.
+//!
+//! Inside: [`decide`] (pure: verifying and decoding records, and the decision for each), [`store`] (the SQL),
 //! [`batch`] (one batch's transaction), [`fetch`] (the read-ahead task), [`retry`] (pure: what
 //! to do after a failed write) and [`fallback`] (applying it); this module holds the partition
 //! loop and the Redis settlement.
@@ -33,6 +38,7 @@ pub use store::stored_offset;
 
 use fred::prelude::{Client as RedisClient, HashesInterface};
 use protocol::record::Reservation;
+use protocol::signing::Signer;
 use rskafka::client::Client as KafkaClient;
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -41,13 +47,26 @@ use crate::config::WriterConfig;
 use crate::kafka;
 use crate::redis::RedisScripts;
 
-/// One fetched Kafka record: its offset and value.
+/// One fetched Kafka record: its offset, value and signature header.
 #[derive(Debug, Clone)]
 pub struct Incoming {
     /// Offset in the partition.
     pub offset: i64,
     /// Record value (`None` for a tombstone, which is dead-lettered).
     pub value: Option<Vec<u8>>,
+    /// The record's [`protocol::signing::RECORD_SIGNATURE_HEADER`] value, if it has one: the hex HMAC-SHA256 of the
+    /// value under the gateway key. A record without a valid one is dead-lettered, never
+    /// ordered.
+    pub signature: Option<Vec<u8>>,
+}
+
+impl Incoming {
+    /// A record as the gateway, the sweeper or `order-writer produce` write it: `value` with its
+    /// signature by `signer`.
+    pub fn signed(offset: i64, value: Vec<u8>, signer: &Signer) -> Self {
+        let signature = Some(signer.sign(&value).into_bytes());
+        Self { offset, value: Some(value), signature }
+    }
 }
 
 /// A reservation the database refused, and why.
@@ -129,6 +148,8 @@ pub struct WriterCtx {
     pub kafka: Arc<KafkaClient>,
     /// Topic.
     pub topic: String,
+    /// Verifies each record's signature (the config's `gateway_key`).
+    pub signer: Arc<Signer>,
     /// Batch and fetch settings.
     pub cfg: WriterConfig,
 }

@@ -2,6 +2,8 @@
 //! the real servers of the local stack.
 #![allow(dead_code)]
 
+pub mod bin;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use backend::{db, kafka, publish, redis};
 use e2e::stack;
 use protocol::record::Reservation;
 use protocol::scripts::ReserveOutcome;
+use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 use rskafka::client::partition::{Compression, OffsetAt};
 use rskafka::record::Record;
 use sqlx::PgPool;
@@ -150,23 +153,59 @@ impl Env {
             .unwrap();
     }
 
-    /// Produces raw values to a partition.
+    /// Produces values to a partition, each signed with [`GATEWAY_KEY`] as the gateway does.
     pub async fn produce(&self, partition: i32, values: Vec<Vec<u8>>) {
+        self.produce_signed_by(partition, values, Some(&Signer::new(GATEWAY_KEY))).await;
+    }
+
+    /// Produces values to a partition without a signature header.
+    pub async fn produce_unsigned(&self, partition: i32, values: Vec<Vec<u8>>) {
+        self.produce_signed_by(partition, values, None).await;
+    }
+
+    /// Produces values to a partition, each with the signature header of `signer` (none
+    /// without one).
+    pub async fn produce_signed_by(&self, partition: i32, values: Vec<Vec<u8>>, signer: Option<&Signer>) {
+        let raw = values
+            .into_iter()
+            .map(|v| {
+                let sig = signer.map(|s| s.sign(&v).into_bytes());
+                (v, sig)
+            })
+            .collect();
+        self.produce_raw(partition, raw).await;
+    }
+
+    /// Produces (value, signature header) pairs to a partition as given, in one produce request.
+    pub async fn produce_raw(&self, partition: i32, records: Vec<(Vec<u8>, Option<Vec<u8>>)>) {
         let pc =
             kafka::partition(&self.kafka, &self.topic, partition, Duration::from_secs(10)).await.unwrap();
-        let records = values
+        let records = records
             .into_iter()
-            .map(|v| Record {
+            .map(|(v, sig)| Record {
                 key: None,
+                headers: sig.map(|s| [(RECORD_SIGNATURE_HEADER.to_string(), s)].into()).unwrap_or_default(),
                 value: Some(v),
-                headers: Default::default(),
                 timestamp: chrono::Utc::now(),
             })
             .collect();
         pc.produce(records, Compression::NoCompression).await.unwrap();
     }
 
-    /// Produces reservation records to their users' partitions.
+    /// The dead letters of this environment's topic: (partition, offset, payload, error), in
+    /// offset order.
+    pub async fn dead_letters(&self) -> Vec<(i32, i64, Vec<u8>, String)> {
+        sqlx::query_as(
+            "SELECT partition, \"offset\", payload, error FROM dead_letters WHERE topic = $1 \
+             ORDER BY partition, \"offset\"",
+        )
+        .bind(&self.topic)
+        .fetch_all(&self.pool)
+        .await
+        .unwrap()
+    }
+
+    /// Produces reservation records to their users' partitions, signed.
     pub async fn produce_records(&self, values: Vec<Vec<u8>>) {
         for v in values {
             let r = Reservation::from_json(&v).unwrap();
@@ -194,6 +233,7 @@ impl Env {
             scripts: self.scripts.clone(),
             kafka: self.kafka.clone(),
             topic: self.topic.clone(),
+            signer: Arc::new(Signer::new(GATEWAY_KEY)),
             cfg: WriterConfig {
                 batch_size: batch,
                 max_wait_ms: 20,

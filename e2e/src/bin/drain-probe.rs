@@ -1,8 +1,8 @@
 //! `drain-probe`: the order writer's drain rate, for `e2e/bench/polling.sh`.
 //!
 //! Reserves `--count` units of a published campaign through the real reservation script (one
-//! user each), produces the records to the writer's topic (round robin over its partitions,
-//! batches of 500), and times from the first produce until PostgreSQL holds that many orders of
+//! user each), produces the records to the writer's topic as the gateway does (key = user, the
+//! user's partition, signed with the gateway key; batches of 500), and times from the first produce until PostgreSQL holds that many orders of
 //! the campaign. Prints the figures and a last line `RATE <orders per second>`.
 
 use std::time::{Duration, Instant};
@@ -11,6 +11,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use e2e::stack;
 use protocol::scripts::{ReserveOutcome, Scripts};
+use protocol::signing::Signer;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::record::Record;
 
@@ -32,6 +33,10 @@ struct Args {
     /// The writer's database URL (orders are counted there).
     #[arg(long)]
     pg_url: String,
+    /// The gateway key the writer verifies records with, as a secret reference (`env:NAME` or
+    /// `file:PATH`), like the writer's `gateway_key`.
+    #[arg(long, default_value = "env:SECKILL_GATEWAY_KEY")]
+    gateway_key: String,
     /// Most seconds to wait for the drain.
     #[arg(long, default_value_t = 300)]
     timeout_secs: u64,
@@ -43,6 +48,9 @@ async fn main() -> anyhow::Result<()> {
     if !(1..=1_000_000).contains(&a.count) || !(1..=1024).contains(&a.partitions) {
         bail!("--count must be 1 to 1000000 and --partitions 1 to 1024");
     }
+    let key = protocol::secret::resolve(&a.gateway_key, std::path::Path::new("."))
+        .map_err(|e| anyhow::anyhow!("--gateway-key: {e}"))?;
+    let signer = Signer::new(&key);
     let redis = stack::redis_client(&stack::redis_url()).await?;
     let scripts = Scripts::load(&stack::workspace_root().join("lua"))?;
     let tag = stack::unique("");
@@ -54,12 +62,9 @@ async fn main() -> anyhow::Result<()> {
             ReserveOutcome::Reserved { record, .. } => record.into_bytes(),
             other => bail!("reservation {i} of {}: {other:?}", a.count),
         };
-        per_partition[i % a.partitions as usize].push(Record {
-            key: Some(user.into_bytes()),
-            value: Some(record),
-            headers: Default::default(),
-            timestamp: chrono::Utc::now(),
-        });
+        let p = protocol::record::partition_for(&user, a.partitions) as usize;
+        let signature = signer.sign(&record);
+        per_partition[p].push(backend::producer::signed_record(&user, record, signature, chrono::Utc::now()));
     }
     let kafka = stack::kafka_client(&stack::kafka_broker()).await?;
     let mut conn = stack::pg_connect(&a.pg_url).await?;

@@ -8,16 +8,24 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use backend::config::WriterConfig;
 use backend::kafka;
+use backend::producer::signed_record;
 use backend::redis::RedisScripts;
 use backend::writer::{run_partition, settle, write_batch, Incoming, WriterCtx};
+use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 use rskafka::client::partition::{Compression, OffsetAt};
 use rskafka::record::Record;
 use tokio::sync::watch;
 
 use crate::BenchArgs;
 
+/// The gateway key of the bench: it signs the backlog's records and the writers verify them, as
+/// the gateway and the order writer share theirs.
+fn signer() -> Signer {
+    Signer::new(b"seckill-writer-bench-gateway-key")
+}
+
 /// Creates the campaign `name` with stock `n` and returns its backlog: `n` reservations of
-/// distinct users, spread over the partitions by user as the intake does.
+/// distinct users, spread over the partitions by user and signed, as the gateway produces them.
 async fn backlog(
     a: &BenchArgs,
     pool: &sqlx::PgPool,
@@ -34,6 +42,7 @@ async fn backlog(
     .await?;
     let mut per: Vec<Vec<Record>> = (0..a.partitions).map(|_| Vec::new()).collect();
     let now = chrono::Utc::now();
+    let signer = signer();
     for i in 0..n {
         let user = format!("user-{i}");
         let rec = protocol::record::Reservation {
@@ -47,12 +56,10 @@ async fn backlog(
             stock_version: 1,
             reserved_at_ms: now.timestamp_millis(),
         };
-        per[kafka::partition_for(&user, a.partitions) as usize].push(Record {
-            key: Some(user.into_bytes()),
-            value: Some(serde_json::to_vec(&rec)?),
-            headers: Default::default(),
-            timestamp: now,
-        });
+        let value = serde_json::to_vec(&rec)?;
+        let signature = signer.sign(&value);
+        per[kafka::partition_for(&user, a.partitions) as usize]
+            .push(signed_record(&user, value, signature, now));
     }
     Ok(per)
 }
@@ -79,10 +86,15 @@ pub async fn database_stage(
                 let incoming: Vec<Incoming> = recs
                     .into_iter()
                     .enumerate()
-                    .map(|(i, r)| Incoming { offset: i as i64, value: r.value })
+                    .map(|(i, mut r)| Incoming {
+                        offset: i as i64,
+                        signature: r.headers.remove(RECORD_SIGNATURE_HEADER),
+                        value: r.value,
+                    })
                     .collect();
+                let signer = signer();
                 for chunk in incoming.chunks(batch) {
-                    let outcome = write_batch(&pool, &name, p as i32, chunk).await?;
+                    let outcome = write_batch(&pool, &name, p as i32, chunk, &signer).await?;
                     settle(&redis, &scripts, &outcome).await;
                 }
                 anyhow::Ok(())
@@ -134,6 +146,7 @@ pub async fn leg(
         scripts: scripts.clone(),
         kafka: kc.clone(),
         topic: name.to_string(),
+        signer: Arc::new(signer()),
         cfg: WriterConfig {
             batch_size: batch,
             max_wait_ms: 20,
@@ -179,7 +192,8 @@ async fn ensure_orders(pool: &sqlx::PgPool, name: &str, n: usize) -> anyhow::Res
 }
 
 /// Reads every partition of `topic` from offset 0 to its end, in parallel, with the writer's
-/// fetch settings, and decodes each record: how fast the broker alone can feed the writers.
+/// fetch settings, and verifies and decodes each record as the writer does: how fast the broker
+/// alone can feed the writers.
 pub async fn read_ceiling(
     a: &BenchArgs,
     kc: &Arc<rskafka::client::Client>,
@@ -197,6 +211,7 @@ pub async fn read_ceiling(
         .into_iter()
         .map(|(pc, end)| {
             tokio::spawn(async move {
+                let signer = signer();
                 let mut offset = 0;
                 let limit = Instant::now() + Duration::from_secs(300);
                 while offset < end {
@@ -210,6 +225,8 @@ pub async fn read_ceiling(
                     let from = offset;
                     for r in records.iter().filter(|r| r.offset >= from) {
                         let value = r.record.value.as_deref().unwrap_or_default();
+                        let sig = r.record.headers.get(RECORD_SIGNATURE_HEADER).context("unsigned record")?;
+                        signer.verify(value, std::str::from_utf8(sig)?)?;
                         protocol::record::Reservation::from_json(value)?;
                         offset = r.offset + 1;
                     }

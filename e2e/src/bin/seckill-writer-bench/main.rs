@@ -4,8 +4,8 @@
 //! It works on its own throwaway database (created from the admin URL, dropped at the end) and
 //! its own topics, so it never touches a real campaign. The backlog is produced first; the clock
 //! runs from the writers' start until every partition's committed offset reaches the end.
-//! Beside them, the ceiling of the consume side: the same backlog read back from the broker and
-//! decoded, with the writer's fetch settings and no database, and the database stage alone.
+//! Beside them, the ceiling of the consume side: the same backlog read back from the broker,
+//! verified (the gateway key's signature) and decoded, with the writer's fetch settings and no database, and the database stage alone.
 //!
 //! It drives the order writer's own code (`backend::writer`) through the library's public API;
 //! `e2e/bench/writer.sh` runs it.
@@ -124,7 +124,7 @@ async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
     );
     let rc = a.records as f64 / ceiling.as_secs_f64();
     println!(
-        "Kafka read ceiling (fetch + decode, no database): {} records in {:.2} s = {:.0} records/s",
+        "Kafka read ceiling (fetch + verify + decode, no database): {} records in {:.2} s = {:.0} records/s",
         a.records,
         ceiling.as_secs_f64(),
         rc

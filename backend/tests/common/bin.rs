@@ -1,0 +1,71 @@
+//! Running the `order-writer` binary of this build against an [`Env`]: its configuration file
+//! and its command line.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use super::Env;
+
+/// The `order-writer` binary of this build.
+pub const BIN: &str = env!("CARGO_BIN_EXE_order-writer");
+
+/// Writes an `order-writer.toml` for `env` (a free listen port, writer batches of `batch`)
+/// and returns its path.
+pub fn write_conf(env: &Env, batch: usize) -> std::path::PathBuf {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let root = e2e::stack::workspace_root();
+    let text = format!(
+        r#"listen = "127.0.0.1:{port}"
+redis_url = "{redis}"
+postgres_url = "{pg}"
+campaigns_dir = "campaigns"
+lua_dir = "{lua}"
+migrations_dir = "{sql}"
+gateway_key = "env:OW_TEST_GATEWAY_KEY"
+payment_key = "env:OW_TEST_PAYMENT_KEY"
+
+[kafka]
+brokers = ["{kafka}"]
+topic = "{topic}"
+partitions = {partitions}
+
+[writer]
+batch_size = {batch}
+
+[sweeper]
+age_secs = 6
+interval_ms = 200
+"#,
+        redis = e2e::stack::redis_url(),
+        pg = env.pg_url,
+        lua = root.join("lua").display(),
+        sql = root.join("sql").display(),
+        kafka = e2e::stack::kafka_broker(),
+        topic = env.topic,
+        partitions = env.partitions,
+    );
+    let path = env.dir.join("order-writer.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// `order-writer --config <conf> <args>`, with the keys the conf refers to in its environment.
+pub fn command(conf: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--config")
+        .arg(conf)
+        .args(args)
+        .env("OW_TEST_GATEWAY_KEY", String::from_utf8_lossy(super::GATEWAY_KEY).to_string())
+        .env("OW_TEST_PAYMENT_KEY", String::from_utf8_lossy(super::PAYMENT_KEY).to_string());
+    cmd
+}
+
+/// Starts `order-writer --config <conf> <args>` (warnings on stderr).
+pub fn spawn(conf: &Path, args: &[&str]) -> Child {
+    command(conf, args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
