@@ -55,7 +55,7 @@ OPEN="bench-open-$RUN"
 SOLD="bench-sold-$RUN"
 RB="bench-rb-$RUN"
 
-keys() { local c=$1; for k in meta stock bought outbox pending released stats; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
+keys() { local c=$1; for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
   [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
@@ -203,7 +203,7 @@ SHA=$("${RCLI[@]}" script load "$(cat lua/reserve.lua)")
 C_N=$(python3 -c "print(max(100000, int(float('$A_RPS') * 3 * ${DURATION%s})))")
 # shellcheck disable=SC2046
 C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --threads "$THREADS" -n "$C_N" \
-  -r 100000000000 -q evalsha "$SHA" 7 $(keys "$RB") "$RB" __rand_int__ __rand_int__ 1 |
+  -r 100000000000 -q evalsha "$SHA" 8 $(keys "$RB") "$RB" __rand_int__ __rand_int__ 1 |
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
 read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"
