@@ -30,37 +30,67 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 #[derive(Debug)]
 pub(super) struct Shared {
     conf: QueueConf,
-    client: Mutex<Option<Arc<Client>>>,
+    client: Mutex<ClientState>,
     stats: Arc<QueueStats>,
     down_log: Throttle,
 }
 
+/// The process's one Kafka client, or when the lanes may try to build it again.
+#[derive(Debug)]
+struct ClientState {
+    client: Option<Arc<Client>>,
+    retry_at: Instant,
+    backoff: Duration,
+    last_error: String,
+}
+
 impl Shared {
     pub(super) fn new(conf: QueueConf, stats: Arc<QueueStats>) -> Arc<Self> {
-        Arc::new(Self { conf, client: Mutex::new(None), stats, down_log: Throttle::default() })
+        let state = ClientState {
+            client: None,
+            retry_at: Instant::now(),
+            backoff: BACKOFF_MIN,
+            last_error: String::new(),
+        };
+        Arc::new(Self { conf, client: Mutex::new(state), stats, down_log: Throttle::default() })
     }
 
-    /// The process's Kafka client, built on first use (bounded by the produce timeout).
+    /// The process's Kafka client, built on first use (bounded by the produce timeout). While
+    /// the brokers cannot be reached, one attempt per backoff for all lanes together.
     async fn client(&self) -> Result<Arc<Client>, String> {
-        let mut guard = self.client.lock().await;
-        if let Some(c) = guard.as_ref() {
+        let mut state = self.client.lock().await;
+        if let Some(c) = state.client.as_ref() {
             return Ok(Arc::clone(c));
+        }
+        if Instant::now() < state.retry_at {
+            return Err(state.last_error.clone());
         }
         let deadline = self.conf.produce_timeout;
         let backoff = BackoffConfig {
-            init_backoff: Duration::from_millis(10),
-            max_backoff: Duration::from_millis(200),
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(500),
             base: 2.0,
             deadline: Some(deadline),
         };
         let build = ClientBuilder::new(self.conf.brokers.clone()).backoff_config(backoff).build();
-        let client = match tokio::time::timeout(deadline, build).await {
-            Ok(Ok(c)) => Arc::new(c),
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => return Err(format!("no answer within {deadline:?}")),
+        let result = match tokio::time::timeout(deadline, build).await {
+            Ok(Ok(c)) => Ok(Arc::new(c)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no answer within {deadline:?}")),
         };
-        *guard = Some(Arc::clone(&client));
-        Ok(client)
+        match result {
+            Ok(client) => {
+                state.client = Some(Arc::clone(&client));
+                state.backoff = BACKOFF_MIN;
+                Ok(client)
+            }
+            Err(e) => {
+                state.retry_at = Instant::now() + state.backoff;
+                state.backoff = (state.backoff * 2).min(BACKOFF_MAX);
+                state.last_error = e.clone();
+                Err(e)
+            }
+        }
     }
 
     /// A batch producer for `partition`.
