@@ -9,9 +9,9 @@
 //!
 //! A reservation is answered `202 QUEUED` (with its `poll_url`) at once: the record the script
 //! wrote to the Redis outbox is the promise. The record, signed, is handed to the background
-//! Kafka producer without waiting ([`ReservationQueue::enqueue`]); if that queue is full or Kafka
-//! is down, the order writer's sweeper produces it from the outbox later. Nothing of the answer
-//! waits on Kafka, the order writer or PostgreSQL. Nothing is ever reserved twice: the script
+//! Kafka producer without waiting (`plugins::sale`, `plugins::queue`); if that queue is full or
+//! Kafka is down, the order writer's sweeper produces it from the outbox later. Nothing of the
+//! answer waits on Kafka, the order writer or PostgreSQL. Nothing is ever reserved twice: the script
 //! runs once per request and is never retried. Client copies of the signature headers are
 //! stripped from every proxied request (result queries and shop routes).
 
@@ -29,14 +29,12 @@ use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use plugins::budget::Permit;
 use plugins::client_ip;
 use plugins::input::{self, DEVICE_HEADER, USER_HEADER};
-use plugins::queue::ReservationQueue;
 use plugins::rate_limit::RateLimiter;
-use plugins::reserve::{self, ReserveError, Reserver};
+use plugins::sale::{Order, Place, Sale};
 use plugins::sold_out::now_ms;
 use plugins::{switches, window, Denial};
 use protocol::campaign::Window;
 use protocol::codes::{Answer, Code};
-use protocol::scripts::ReserveOutcome;
 use protocol::signing::{RESERVATION_HEADER, SIGNATURE_HEADER};
 
 use crate::reload::{Active, CampaignEntry, SharedState};
@@ -49,15 +47,14 @@ const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 /// The gateway's proxy logic.
 pub struct Gateway {
     shared: Arc<SharedState>,
-    reserver: Reserver,
-    queue: ReservationQueue,
+    sale: Sale,
     limiter: RateLimiter,
 }
 
 impl Gateway {
-    /// A gateway over the shared conf, a Redis reserver and the Kafka queue of reserved records.
-    pub fn new(shared: Arc<SharedState>, reserver: Reserver, queue: ReservationQueue) -> Self {
-        Self { shared, reserver, queue, limiter: RateLimiter::new() }
+    /// A gateway over the shared conf and the sale (Redis reserver, Kafka queue).
+    pub fn new(shared: Arc<SharedState>, sale: Sale) -> Self {
+        Self { shared, sale, limiter: RateLimiter::new() }
     }
 }
 
@@ -160,7 +157,7 @@ impl ProxyHttp for Gateway {
                 ctx.request_id = new_request_id();
                 let checked = self.admit(session, ctx, &active, &campaign);
                 let reserved = match checked {
-                    Ok(input) => self.reserve(ctx, &active, campaign.clone(), input).await,
+                    Ok(input) => self.reserve(ctx, &active, &campaign, input).await,
                     Err(d) => Err(d),
                 };
                 match reserved {
@@ -255,39 +252,22 @@ impl ProxyHttp for Gateway {
 
 impl Gateway {
     /// The reservation, after every other check passed: one round trip, bounded (the nonce
-    /// check will join the script). `Ok` means reserved: the record, signed, is handed to the
-    /// Kafka queue without waiting (the outbox keeps it whatever becomes of that).
+    /// check will join the script). `Ok` means reserved: answer QUEUED.
     async fn reserve(
         &self,
-        ctx: &mut Ctx,
+        ctx: &Ctx,
         active: &Active,
-        campaign: String,
+        campaign: &str,
         input: OrderInput,
     ) -> std::result::Result<(), Denial> {
-        let entry = active.campaigns.get(&campaign).ok_or_else(unknown_campaign)?;
-        let asked = now_ms();
-        let outcome = match self.reserver.reserve(&campaign, &ctx.request_id, &input.user, input.qty).await {
-            Ok(outcome) => outcome,
-            Err(ReserveError::Claimed(cause)) => {
-                tracing::info!(request_id = %ctx.request_id, cause, "late reservation already swept: QUEUED");
-                return Ok(());
-            }
-            Err(e) => return Err(reserve::degraded(&e, &campaign, &ctx.request_id)),
+        let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
+        let order = Order { campaign, request_id: &ctx.request_id, user: &input.user, qty: input.qty };
+        let place = Place {
+            sold_out: &entry.sold_out,
+            sold_out_ttl: active.server.sold_out_ttl,
+            signer: &active.signer,
         };
-        if reserve::sets_sold_out_flag(&outcome) {
-            entry.sold_out.mark(asked, now_ms(), active.server.sold_out_ttl);
-        }
-        if let Some(d) = reserve::denial(&outcome) {
-            return Err(d);
-        }
-        match outcome {
-            ReserveOutcome::Reserved { record, .. } => {
-                let signature = active.signer.sign(record.as_bytes());
-                self.queue.enqueue(&input.user, record, signature);
-                Ok(())
-            }
-            _ => Err(Denial::new(Code::Internal, "unexpected reservation outcome")),
-        }
+        self.sale.reserve(order, place).await
     }
 
     /// Every check before Redis, in the order they run. Add new checks here, at their place

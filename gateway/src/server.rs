@@ -12,6 +12,7 @@ use pingora_core::server::configuration::ServerConf as PingoraConf;
 use pingora_core::server::Server;
 use plugins::queue::ReservationQueue;
 use plugins::reserve::{self, Reserver};
+use plugins::sale::Sale;
 use protocol::scripts::Scripts;
 
 use crate::conf::RedisConf;
@@ -113,7 +114,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(None, pingora_conf);
     server.bootstrap();
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
-    let gateway = Gateway::new(shared, reserver, queue);
+    let gateway = Gateway::new(shared, Sale::new(reserver, queue));
     let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, gateway);
     proxy.add_tcp(&server_conf.listen.to_string());
     server.add_service(proxy);

@@ -10,6 +10,8 @@
 //! 7. [`reserve`]: the one Redis round trip of `lua/reserve.lua`, with a bounded timeout;
 //! 8. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
 //!
+//! [`sale::Sale::reserve`] is steps 7 and 8 as one call from a proxy's `request_filter`.
+//!
 //! Every check answers `Ok` or a [`Denial`]: the code, the message and, for "try later" answers,
 //! a `Retry-After` hint. The gateway turns a denial into the JSON answer.
 
@@ -23,6 +25,7 @@ pub mod input;
 pub mod queue;
 pub mod rate_limit;
 pub mod reserve;
+pub mod sale;
 pub mod sold_out;
 pub mod switches;
 pub mod window;
