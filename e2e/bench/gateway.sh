@@ -2,7 +2,8 @@
 # Gateway benchmark, in one run, same load tool (wrk), threads, connections and duration:
 #
 #   (a) reservations/s: POST /seckill/<c>/order, stock larger than the run, every request a
-#       distinct x-user-id, forwarded to an upstream (nginx `return 202`);
+#       distinct x-user-id, answered 202 QUEUED by the gateway itself (its Kafka topic does not
+#       exist, so the records stay in the outbox and no produce is measured);
 #   (b) sold-out short circuit/s: the same request on a sold-out campaign (local flag, no Redis);
 #   (c) the ceiling of (a)'s Redis step: redis-benchmark EVALSHA of lua/reserve.lua;
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
