@@ -90,6 +90,9 @@ impl Sale {
             std::fs::read_to_string(self.dir.join("campaigns").join(format!("{}.toml", self.campaign)));
         let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &self.campaign, "");
         conf.campaigns = vec![(self.campaign.clone(), text.unwrap())];
+        // The longest reservation bound the conf allows: three bursts of 2,000 and an order writer
+        // share two cores with Redis, and a slow answer would be undone (SERVICE_DEGRADED).
+        conf.redis_timeout_ms = 1000;
         conf.kafka_brokers = vec![brokers.into()];
         conf.kafka_extra = format!("topic = \"{}\"\npartitions = {PARTITIONS}\n{kafka_extra}", self.topic);
         conf

@@ -161,6 +161,8 @@ pub struct GatewayConf {
     pub sold_out_ttl_ms: u64,
     /// Extra `[server]` lines (none keeps the line numbers the conf tests expect).
     pub server_extra: String,
+    /// `redis.timeout_ms`.
+    pub redis_timeout_ms: u64,
     /// `kafka.brokers`.
     pub kafka_brokers: Vec<String>,
     /// Extra `[kafka]` lines (topic, partitions, batching).
@@ -180,6 +182,7 @@ impl GatewayConf {
             routes: String::new(),
             sold_out_ttl_ms: 1000,
             server_extra: String::new(),
+            redis_timeout_ms: 200,
             kafka_brokers: vec![format!("127.0.0.1:{}", free_port())],
             kafka_extra: String::new(),
         }
@@ -206,12 +209,13 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     let brokers: Vec<String> = conf.kafka_brokers.iter().map(|a| format!("{a:?}")).collect();
     let server = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n{}\n\
-         [redis]\nurl = \"{}\"\ntimeout_ms = 200\npool_size = 4\n\n\
+         [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
          [kafka]\nbrokers = [{}]\n{}\n\n{}\n",
         conf.sold_out_ttl_ms,
         conf.server_extra,
         conf.redis_url,
+        conf.redis_timeout_ms,
         upstreams.join(", "),
         conf.order_writer_extra,
         brokers.join(", "),
