@@ -66,6 +66,8 @@ TOML
 sed -e "s#^listen = .*#listen = \"127.0.0.1:$GATEWAY_PORT\"#" \
     -e "s#^url = \"redis://.*#url = \"$SECKILL_REDIS_URL\"#" \
     -e "s#^upstreams = \\[\"127.0.0.1:8081\"\\]#upstreams = [\"127.0.0.1:$WRITER_PORT\"]#" \
+    -e "s#^brokers = .*#brokers = [\"$SECKILL_KAFKA_BROKER\"]#" \
+    -e "s#^topic = .*#topic = \"reservations.$ID\"#" \
     conf/server.toml >"$RUN/server.toml"
 sed -e "s#^listen = .*#listen = \"127.0.0.1:$WRITER_PORT\"#" \
     -e "s#^redis_url = .*#redis_url = \"$SECKILL_REDIS_URL\"#" \

@@ -1,7 +1,7 @@
 //! The gateway's server file (`conf/server.toml`) and the campaign files it points at.
 //!
 //! The server file reads like an Nginx `server` block: where to listen, where Redis is, the
-//! order-writer pool, and `[[route]]`s (host + path prefix → upstream pool) for the rest of the
+//! order-writer pool, where reserved records are produced (`[kafka]`, in [`kafka`]), and `[[route]]`s (host + path prefix → upstream pool) for the rest of the
 //! shop. Every value is checked at load; an error names the file, the line and the field.
 //! See `conf/server.toml` for a commented example.
 
@@ -11,10 +11,13 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use plugins::client_ip::TrustedProxies;
+use plugins::queue::QueueConf;
 use protocol::campaign::Campaign;
 use protocol::conf::{self, ConfError};
 use serde::Deserialize;
 use toml::Spanned;
+
+mod kafka;
 
 type S<T> = Spanned<T>;
 
@@ -28,6 +31,7 @@ struct Raw {
     server: RawServer,
     redis: RawRedis,
     order_writer: RawPool,
+    kafka: kafka::RawKafka,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
 }
@@ -174,8 +178,10 @@ pub struct ServerConf {
     pub trusted_proxies: TrustedProxies,
     /// Redis (restart to change).
     pub redis: RedisConf,
-    /// The order writer's pool.
+    /// The order writer's pool (result queries).
     pub order_writer: PoolConf,
+    /// Where reserved records are produced (restart to change).
+    pub kafka: QueueConf,
     /// Shop routes, in file order.
     pub routes: Vec<RouteConf>,
 }
@@ -192,6 +198,7 @@ impl std::fmt::Debug for ServerConf {
             .field("trusted_proxies", &self.trusted_proxies)
             .field("redis", &self.redis)
             .field("order_writer", &self.order_writer)
+            .field("kafka", &self.kafka)
             .field("routes", &self.routes)
             .finish()
     }
@@ -329,6 +336,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         &o.health_check_path,
     )?;
 
+    let kafka = kafka::check(&c, &raw.kafka)?;
+
     let mut routes = Vec::with_capacity(raw.routes.len());
     for (i, r) in raw.routes.iter().enumerate() {
         let prefix = format!("route[{i}]");
@@ -371,6 +380,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         trusted_proxies: TrustedProxies::new(trusted),
         redis,
         order_writer,
+        kafka,
         routes,
     })
 }
@@ -388,7 +398,7 @@ pub fn load(file: &Path) -> Result<Loaded, ConfError> {
 mod tests {
     use super::*;
 
-    const GOOD: &str = r#"
+    pub(super) const GOOD: &str = r#"
 [server]
 listen = "127.0.0.1:8080"
 signing_key = "env:GATEWAY_CONF_TEST_KEY"
@@ -405,9 +415,12 @@ name = "shop"
 host = "Shop.Example"
 path_prefix = "/"
 upstreams = ["127.0.0.1:9000", "127.0.0.1:9001"]
+
+[kafka]
+brokers = ["127.0.0.1:19092"]
 "#;
 
-    fn parse(text: &str) -> Result<ServerConf, ConfError> {
+    pub(super) fn parse(text: &str) -> Result<ServerConf, ConfError> {
         // SAFETY of the env var: this test module is the only user of this variable's name.
         std::env::set_var("GATEWAY_CONF_TEST_KEY", "0123456789abcdef0123");
         parse_server(Path::new("conf/server.toml"), text)
@@ -424,6 +437,13 @@ upstreams = ["127.0.0.1:9000", "127.0.0.1:9001"]
         assert_eq!(c.routes[0].host.as_deref(), Some("shop.example"));
         assert_eq!(c.routes[0].pool.upstreams.len(), 2);
         assert_eq!(c.signing_key, b"0123456789abcdef0123");
+        let k = &c.kafka;
+        assert_eq!(
+            (k.brokers.as_slice(), k.topic.as_str()),
+            (&["127.0.0.1:19092".to_string()][..], "seckill.reservations")
+        );
+        assert_eq!((k.partitions, k.batch_max, k.capacity), (4, 500, 100_000));
+        assert_eq!((k.linger, k.produce_timeout), (Duration::from_millis(5), Duration::from_millis(1000)));
         assert!(!format!("{c:?}").contains("0123456789abcdef"), "the key is not printed");
         assert_eq!(c.trusted_proxies, TrustedProxies::default(), "nobody's X-Forwarded-For by default");
         let lb =
@@ -434,7 +454,7 @@ upstreams = ["127.0.0.1:9000", "127.0.0.1:9001"]
         assert!(!lb.trusted_proxies.contains(&"192.0.2.8".parse().unwrap()));
     }
 
-    fn expect_err(text: &str, line: usize, field: &str, words: &str) {
+    pub(super) fn expect_err(text: &str, line: usize, field: &str, words: &str) {
         let err = parse(text).unwrap_err();
         assert_eq!((err.line, err.field.as_deref()), (line, Some(field)), "{err}");
         assert!(err.to_string().starts_with(&format!("conf/server.toml:{line}:")), "{err}");

@@ -5,14 +5,15 @@
 //! 1. route: a campaign path (`/seckill/{c}/order|info|result/{id}`) or a shop route; none → 404;
 //! 2. for `order`: the campaign exists → its window is open (server time) → its switches →
 //!    its concurrency budget → the local sold-out flag → the inputs (user, qty) → the rate
-//!    limits → `reserve.lua` in Redis (bounded timeout). Anything but a reservation is answered
-//!    here; only a reservation goes on to the order writer.
+//!    limits → `reserve.lua` in Redis (bounded timeout). Every order is answered here.
 //!
-//! A forwarded reservation carries the record the script wrote to the outbox, signed; client
-//! copies of the signature headers are stripped from every request. If the order writer is
-//! down, slow or refuses, the client still gets `202 QUEUED`: the record is in the Redis outbox
-//! and the order writer's sweeper produces it later. Nothing is ever reserved twice: the script
-//! runs once per request, before any upstream is chosen, and is never retried.
+//! A reservation is answered `202 QUEUED` (with its `poll_url`) at once: the record the script
+//! wrote to the Redis outbox is the promise. The record, signed, is handed to the background
+//! Kafka producer without waiting (`plugins::sale`, `plugins::queue`); if that queue is full or
+//! Kafka is down, the order writer's sweeper produces it from the outbox later. Nothing of the
+//! answer waits on Kafka, the order writer or PostgreSQL. Nothing is ever reserved twice: the script
+//! runs once per request and is never retried. Client copies of the signature headers are
+//! stripped from every proxied request (result queries and shop routes).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{SecondsFormat, Utc};
-use http::{Method, Uri};
+use http::Method;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
@@ -29,19 +30,15 @@ use plugins::budget::Permit;
 use plugins::client_ip;
 use plugins::input::{self, DEVICE_HEADER, USER_HEADER};
 use plugins::rate_limit::RateLimiter;
-use plugins::reserve::{self, ReserveError, Reserver};
+use plugins::sale::{Order, Place, Sale};
 use plugins::sold_out::now_ms;
 use plugins::{switches, window, Denial};
 use protocol::campaign::Window;
 use protocol::codes::{Answer, Code};
-use protocol::scripts::ReserveOutcome;
 use protocol::signing::{RESERVATION_HEADER, SIGNATURE_HEADER};
 
 use crate::reload::{Active, CampaignEntry, SharedState};
 use crate::routes::{self, CampaignPath};
-
-/// Path of the order writer's intake.
-pub const INTAKE_PATH: &str = "/internal/reservations";
 
 const X_FORWARDED_FOR: &str = "x-forwarded-for";
 const X_REAL_IP: &str = "x-real-ip";
@@ -50,14 +47,14 @@ const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 /// The gateway's proxy logic.
 pub struct Gateway {
     shared: Arc<SharedState>,
-    reserver: Reserver,
+    sale: Sale,
     limiter: RateLimiter,
 }
 
 impl Gateway {
-    /// A gateway over the shared conf and a Redis reserver.
-    pub fn new(shared: Arc<SharedState>, reserver: Reserver) -> Self {
-        Self { shared, reserver, limiter: RateLimiter::new() }
+    /// A gateway over the shared conf and the sale (Redis reserver, Kafka queue).
+    pub fn new(shared: Arc<SharedState>, sale: Sale) -> Self {
+        Self { shared, sale, limiter: RateLimiter::new() }
     }
 }
 
@@ -67,17 +64,10 @@ pub enum Upstream {
     /// Nowhere (answered by the gateway).
     #[default]
     None,
-    /// The order writer pool (reservations and result queries).
+    /// The order writer pool (result queries).
     OrderWriter,
     /// A shop route's pool (index into the conf's routes).
     Shop(usize),
-}
-
-/// A reservation taken in Redis, on its way to the order writer.
-#[derive(Debug)]
-pub struct Reserved {
-    campaign: String,
-    record: String,
 }
 
 /// Per-request state.
@@ -89,8 +79,6 @@ pub struct Ctx {
     request_id: String,
     /// Where it goes.
     upstream: Upstream,
-    /// Set when `reserve.lua` reserved: the record to forward.
-    reserved: Option<Reserved>,
     /// The campaign's concurrency budget place, given back in `logging`.
     permit: Option<Permit>,
 }
@@ -102,15 +90,6 @@ enum Route {
     Result(String),
     Shop(usize),
     NotFound,
-}
-
-/// A reservation taken in Redis, and what the gateway does with it.
-enum Reservation {
-    /// Reserved with its record: forward it, signed, to the order writer.
-    Forward,
-    /// Reserved, but the call's answer came late and the sweeper already produced the record:
-    /// answer QUEUED here, nothing to forward.
-    Queued,
 }
 
 /// The inputs of an order request, checked.
@@ -178,36 +157,17 @@ impl ProxyHttp for Gateway {
                 ctx.request_id = new_request_id();
                 let checked = self.admit(session, ctx, &active, &campaign);
                 let reserved = match checked {
-                    Ok(input) => self.reserve(ctx, &active, campaign.clone(), input).await,
+                    Ok(input) => self.reserve(ctx, &active, &campaign, input).await,
                     Err(d) => Err(d),
                 };
                 match reserved {
-                    Ok(Reservation::Forward) => {
-                        ctx.upstream = Upstream::OrderWriter;
-                        Ok(false)
-                    }
-                    Ok(Reservation::Queued) => {
-                        let body = queued(&campaign, &ctx.request_id);
-                        respond(session, 202, body, None, "no-store").await
+                    Ok(()) => {
+                        respond(session, 202, queued(&campaign, &ctx.request_id), None, "no-store").await
                     }
                     Err(d) => deny(session, &ctx.request_id, &d).await,
                 }
             }
         }
-    }
-
-    async fn request_body_filter(
-        &self,
-        _session: &mut Session,
-        body: &mut Option<Bytes>,
-        _end_of_stream: bool,
-        ctx: &mut Ctx,
-    ) -> Result<()> {
-        // A forwarded reservation has no body: the signed record is all the order writer gets.
-        if ctx.reserved.is_some() {
-            *body = None;
-        }
-        Ok(())
     }
 
     async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
@@ -231,7 +191,8 @@ impl ProxyHttp for Gateway {
         upstream_request: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        // Only the gateway signs reservations: client-sent copies go, on every route.
+        // Only the gateway signs reservations: client-sent copies of the old forwarding headers
+        // go, on every proxied route.
         upstream_request.remove_header(RESERVATION_HEADER);
         upstream_request.remove_header(SIGNATURE_HEADER);
         // Who the client is, for the upstream (like Nginx's proxy_set_header trio); a client's
@@ -253,34 +214,6 @@ impl ProxyHttp for Gateway {
         if !proxy_says_proto {
             upstream_request.insert_header(X_FORWARDED_PROTO, "http")?;
         }
-        if let (Some(reserved), Some(active)) = (&ctx.reserved, &ctx.active) {
-            let (record, signature) = active.signer.seal(reserved.record.as_bytes());
-            upstream_request.set_method(Method::POST);
-            upstream_request.set_uri(Uri::from_static(INTAKE_PATH));
-            upstream_request.insert_header(RESERVATION_HEADER, record)?;
-            upstream_request.insert_header(SIGNATURE_HEADER, signature)?;
-            upstream_request.insert_header("x-request-id", ctx.request_id.as_str())?;
-            upstream_request.remove_header("transfer-encoding");
-            upstream_request.insert_header("content-length", "0")?;
-        }
-        Ok(())
-    }
-
-    async fn upstream_response_filter(
-        &self,
-        _session: &mut Session,
-        upstream_response: &mut ResponseHeader,
-        ctx: &mut Ctx,
-    ) -> Result<()> {
-        // The order writer refused or failed: the reservation is safe in the outbox, so the
-        // client is answered QUEUED by `fail_to_proxy` rather than shown the upstream's error.
-        let status = upstream_response.status;
-        if ctx.reserved.is_some() && !status.is_success() {
-            return Err(Error::explain(
-                ErrorType::HTTPStatus(status.as_u16()),
-                format!("order writer answered {status}"),
-            ));
-        }
         Ok(())
     }
 
@@ -288,15 +221,6 @@ impl ProxyHttp for Gateway {
     where
         Ctx: Send + Sync,
     {
-        if let Some(reserved) = &ctx.reserved {
-            tracing::warn!(
-                request_id = %ctx.request_id, campaign = %reserved.campaign, error = %e,
-                "order writer not reached: the reservation stays in the outbox for the sweeper"
-            );
-            let body = queued(&reserved.campaign, &ctx.request_id);
-            let _ = respond_and_close(session, 202, body).await;
-            return FailToProxy { error_code: 202, can_reuse_downstream: false };
-        }
         let (code, answer) = match (e.etype(), e.esource()) {
             (ErrorType::HTTPStatus(code), _) => (*code, Code::Internal),
             // No healthy address in the pool: as unreachable as a refused connect.
@@ -328,38 +252,22 @@ impl ProxyHttp for Gateway {
 
 impl Gateway {
     /// The reservation, after every other check passed: one round trip, bounded (the nonce
-    /// check will join the script). `Ok` means reserved; with [`Reservation::Forward`],
-    /// `ctx.reserved` holds the record.
+    /// check will join the script). `Ok` means reserved: answer QUEUED.
     async fn reserve(
         &self,
-        ctx: &mut Ctx,
+        ctx: &Ctx,
         active: &Active,
-        campaign: String,
+        campaign: &str,
         input: OrderInput,
-    ) -> std::result::Result<Reservation, Denial> {
-        let entry = active.campaigns.get(&campaign).ok_or_else(unknown_campaign)?;
-        let asked = now_ms();
-        let outcome = match self.reserver.reserve(&campaign, &ctx.request_id, &input.user, input.qty).await {
-            Ok(outcome) => outcome,
-            Err(ReserveError::Claimed(cause)) => {
-                tracing::info!(request_id = %ctx.request_id, cause, "late reservation already swept: QUEUED");
-                return Ok(Reservation::Queued);
-            }
-            Err(e) => return Err(reserve::degraded(&e, &campaign, &ctx.request_id)),
+    ) -> std::result::Result<(), Denial> {
+        let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
+        let order = Order { campaign, request_id: &ctx.request_id, user: &input.user, qty: input.qty };
+        let place = Place {
+            sold_out: &entry.sold_out,
+            sold_out_ttl: active.server.sold_out_ttl,
+            signer: &active.signer,
         };
-        if reserve::sets_sold_out_flag(&outcome) {
-            entry.sold_out.mark(asked, now_ms(), active.server.sold_out_ttl);
-        }
-        if let Some(d) = reserve::denial(&outcome) {
-            return Err(d);
-        }
-        match outcome {
-            ReserveOutcome::Reserved { record, .. } => {
-                ctx.reserved = Some(Reserved { campaign, record });
-                Ok(Reservation::Forward)
-            }
-            _ => Err(Denial::new(Code::Internal, "unexpected reservation outcome")),
-        }
+        self.sale.reserve(order, place).await
     }
 
     /// Every check before Redis, in the order they run. Add new checks here, at their place
@@ -413,7 +321,7 @@ fn host(req: &RequestHeader) -> Option<&str> {
     req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host())
 }
 
-/// The 202 body of a reservation, whether or not the order writer was reached.
+/// The 202 body of a reservation.
 fn queued(campaign: &str, request_id: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "code": Code::Queued,

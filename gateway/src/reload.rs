@@ -6,7 +6,7 @@
 //! again; an invalid conf is refused, the old one stays, and the error says file:line:field.
 //! `SIGHUP` calls it ([`watch_sighup`]); tests call it directly.
 //!
-//! The listening address, the thread count and the Redis settings are read once at start:
+//! The listening address, the thread count, the Redis and the Kafka settings are read once at start:
 //! changing them needs a restart, and a reload that changes them says so in the log.
 
 use std::collections::HashMap;
@@ -48,7 +48,7 @@ pub struct Active {
     pub shop_pools: Vec<Pool>,
     /// The order writer's pool.
     pub order_writer: Pool,
-    /// Signs forwarded reservations.
+    /// Signs the reserved records the gateway produces.
     pub signer: Signer,
 }
 
@@ -136,8 +136,8 @@ pub fn reload(shared: &SharedState) -> Result<Arc<Active>, ConfError> {
     };
     let old = shared.active();
     let (o, n) = (&old.server, &new.server);
-    if o.listen != n.listen || o.threads != n.threads || o.redis != n.redis {
-        tracing::warn!("server.listen, server.threads and [redis] take effect only after a restart");
+    if o.listen != n.listen || o.threads != n.threads || o.redis != n.redis || o.kafka != n.kafka {
+        tracing::warn!("server.listen, server.threads, [redis] and [kafka] take effect only after a restart");
     }
     shared.active.store(Arc::clone(&new));
     tracing::info!(campaigns = new.campaigns.len(), routes = new.shop_pools.len(), "configuration reloaded");
@@ -176,6 +176,8 @@ signing_key = "file:key"
 url = "redis://127.0.0.1:1"
 [order_writer]
 upstreams = ["127.0.0.1:1"]
+[kafka]
+brokers = ["127.0.0.1:1"]
 "#,
         )
         .unwrap();

@@ -1,5 +1,6 @@
 //! Wires the gateway into a Pingora server: the Redis pool, the control tasks (reload on
-//! `SIGHUP`, replenish subscription, health checks) and the proxy service.
+//! `SIGHUP`, replenish subscription, health checks), the Kafka queue of reserved records and the
+//! proxy service.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -9,7 +10,9 @@ use anyhow::Context;
 use fred::prelude::*;
 use pingora_core::server::configuration::ServerConf as PingoraConf;
 use pingora_core::server::Server;
+use plugins::queue::ReservationQueue;
 use plugins::reserve::{self, Reserver};
+use plugins::sale::Sale;
 use protocol::scripts::Scripts;
 
 use crate::conf::RedisConf;
@@ -90,6 +93,15 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     control.spawn(replenish::run(server_conf.redis.url.clone(), Arc::clone(&shared)));
     let health = Arc::clone(&shared);
     control.spawn(upstreams::run_health_checks(move || health.active()));
+    // Reserved records to Kafka, on their own runtime so a slow broker never delays the control
+    // tasks; the lanes connect in the background (a broker that is down is logged and retried).
+    let kafka = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("gw-kafka")
+        .enable_all()
+        .build()?;
+    let queue = ReservationQueue::start(server_conf.kafka.clone(), kafka.handle());
+    tracing::info!(brokers = ?server_conf.kafka.brokers, topic = %server_conf.kafka.topic, "kafka producer started");
 
     let pingora_conf = PingoraConf {
         threads: server_conf.threads,
@@ -102,11 +114,12 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(None, pingora_conf);
     server.bootstrap();
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
-    let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, Gateway::new(shared, reserver));
+    let gateway = Gateway::new(shared, Sale::new(reserver, queue));
+    let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, gateway);
     proxy.add_tcp(&server_conf.listen.to_string());
     server.add_service(proxy);
     tracing::info!(listen = %server_conf.listen, conf = %opts.conf.display(), "gateway starting");
-    let _control = control;
+    let (_control, _kafka) = (control, kafka);
     server.run_forever()
 }
 

@@ -7,7 +7,10 @@
 //! 4. [`sold_out`]: the per-process sold-out flag (cleared by pub/sub and by a short TTL);
 //! 5. [`input`]: the buyer (`x-user-id`) and the quantity (`?qty=`);
 //! 6. [`rate_limit`]: per IP / device / account request rates, the IP by [`client_ip`];
-//! 7. [`reserve`]: the one Redis round trip of `lua/reserve.lua`, with a bounded timeout.
+//! 7. [`reserve`]: the one Redis round trip of `lua/reserve.lua`, with a bounded timeout;
+//! 8. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
+//!
+//! [`sale::Sale::reserve`] is steps 7 and 8 as one call from a proxy's `request_filter`.
 //!
 //! Every check answers `Ok` or a [`Denial`]: the code, the message and, for "try later" answers,
 //! a `Retry-After` hint. The gateway turns a denial into the JSON answer.
@@ -19,8 +22,10 @@ use protocol::codes::Code;
 pub mod budget;
 pub mod client_ip;
 pub mod input;
+pub mod queue;
 pub mod rate_limit;
 pub mod reserve;
+pub mod sale;
 pub mod sold_out;
 pub mod switches;
 pub mod window;

@@ -1,6 +1,7 @@
 //! End-to-end tests of the gateway binary: each test starts its own gateway process(es) on free
 //! loopback ports against real Redis (the stack's, or a private `redis-server` where a test
-//! must count commands or kill Redis), with wiremock as the upstream.
+//! must count commands or kill Redis), with wiremock as the shop's and the result query's
+//! upstream; `sale` adds the stack's Kafka and PostgreSQL and the real order writer.
 
 mod support;
 
@@ -8,4 +9,5 @@ mod conf;
 mod orders;
 mod polling;
 mod routes;
+mod sale;
 mod sold_out;

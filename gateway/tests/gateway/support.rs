@@ -6,12 +6,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use protocol::record::Reservation;
 use protocol::scripts::{PublishOutcome, PublishSpec, Scripts};
-use protocol::signing::{Signer, RESERVATION_HEADER, SIGNATURE_HEADER};
-use wiremock::{Request, Respond, ResponseTemplate};
 
-/// The HMAC key the test gateways and the fake order writer share.
+/// The HMAC key the test gateways and the order writer share.
 pub const KEY: &str = "test-signing-key-0123456789";
 
 /// A free loopback port (bound, then released).
@@ -164,10 +161,18 @@ pub struct GatewayConf {
     pub sold_out_ttl_ms: u64,
     /// Extra `[server]` lines (none keeps the line numbers the conf tests expect).
     pub server_extra: String,
+    /// `redis.timeout_ms`.
+    pub redis_timeout_ms: u64,
+    /// `kafka.brokers`.
+    pub kafka_brokers: Vec<String>,
+    /// Extra `[kafka]` lines (topic, partitions, batching).
+    pub kafka_extra: String,
 }
 
 impl GatewayConf {
-    /// One campaign, open now, the given Redis, one order writer.
+    /// One campaign, open now, the given Redis, one order writer. Kafka is a closed loopback
+    /// port: tests that do not follow records to orders sell with Kafka down (the outbox holds
+    /// every record), and nothing lands in the stack's broker; `sale.rs` sets a real one.
     pub fn new(redis_url: &str, order_writer: &str, campaign: &str, extra: &str) -> Self {
         Self {
             redis_url: redis_url.into(),
@@ -177,6 +182,9 @@ impl GatewayConf {
             routes: String::new(),
             sold_out_ttl_ms: 1000,
             server_extra: String::new(),
+            redis_timeout_ms: 200,
+            kafka_brokers: vec![format!("127.0.0.1:{}", free_port())],
+            kafka_extra: String::new(),
         }
     }
 }
@@ -198,15 +206,20 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         std::fs::write(dir.join("campaigns").join(format!("{id}.toml")), text).unwrap();
     }
     let upstreams: Vec<String> = conf.order_writer.iter().map(|a| format!("{a:?}")).collect();
+    let brokers: Vec<String> = conf.kafka_brokers.iter().map(|a| format!("{a:?}")).collect();
     let server = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n{}\n\
-         [redis]\nurl = \"{}\"\ntimeout_ms = 200\npool_size = 4\n\n\
-         [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n{}\n",
+         [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
+         [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
+         [kafka]\nbrokers = [{}]\n{}\n\n{}\n",
         conf.sold_out_ttl_ms,
         conf.server_extra,
         conf.redis_url,
+        conf.redis_timeout_ms,
         upstreams.join(", "),
         conf.order_writer_extra,
+        brokers.join(", "),
+        conf.kafka_extra,
         conf.routes
     );
     let file = dir.join("server.toml");
@@ -272,6 +285,12 @@ impl Gateway {
         std::fs::write(self.dir.join("campaigns").join(format!("{id}.toml")), text).unwrap();
     }
 
+    /// Kills it with SIGKILL now (nothing of its memory survives).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Sends SIGHUP (reload).
     pub fn hup(&self) {
         let ok =
@@ -302,34 +321,4 @@ pub async fn order(
         .expect("gateway answers");
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(serde_json::Value::Null))
-}
-
-/// The order writer's intake, faked: verifies the gateway's signature like the real one and
-/// answers 202 with the record's request id (401 when the signature does not verify).
-pub struct Intake;
-
-impl Respond for Intake {
-    fn respond(&self, req: &Request) -> ResponseTemplate {
-        let header = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
-        match Signer::new(KEY.as_bytes()).open(header(RESERVATION_HEADER), header(SIGNATURE_HEADER)) {
-            Ok(record) => {
-                let r = Reservation::from_json(&record).unwrap();
-                ResponseTemplate::new(202).set_body_json(serde_json::json!({
-                    "code": "QUEUED",
-                    "request_id": r.request_id,
-                    "poll_url": format!("/seckill/{}/result/{}", r.campaign, r.request_id),
-                    "via": "order-writer",
-                }))
-            }
-            Err(_) => ResponseTemplate::new(401),
-        }
-    }
-}
-
-/// Opens a request the fake intake received: the record, if the signature verifies.
-pub fn opened(req: &Request) -> Option<Reservation> {
-    let header = |name: &str| req.headers.get(name).and_then(|v| v.to_str().ok());
-    let record =
-        Signer::new(KEY.as_bytes()).open(header(RESERVATION_HEADER), header(SIGNATURE_HEADER)).ok()?;
-    Reservation::from_json(&record).ok()
 }

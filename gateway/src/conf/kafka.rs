@@ -1,0 +1,115 @@
+//! The `[kafka]` table of the server file: where the gateway produces reserved records.
+
+use plugins::queue::QueueConf;
+use protocol::conf::ConfError;
+use protocol::timing::{LINGER_MAX_MS, PRODUCE_TIMEOUT_MAX_MS};
+use serde::Deserialize;
+
+use super::{spanned, Checker, S};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKafka {
+    brokers: S<Vec<S<String>>>,
+    #[serde(default = "d_topic")]
+    topic: S<String>,
+    #[serde(default = "d_partitions")]
+    partitions: S<i64>,
+    #[serde(default = "d_batch_max")]
+    batch_max: S<i64>,
+    #[serde(default = "d_linger")]
+    linger_ms: S<i64>,
+    #[serde(default = "d_produce_timeout")]
+    produce_timeout_ms: S<i64>,
+    #[serde(default = "d_queue_capacity")]
+    queue_capacity: S<i64>,
+}
+
+fn d_topic() -> S<String> {
+    spanned("seckill.reservations".into())
+}
+fn d_partitions() -> S<i64> {
+    spanned(4)
+}
+fn d_batch_max() -> S<i64> {
+    spanned(500)
+}
+fn d_linger() -> S<i64> {
+    spanned(5)
+}
+fn d_produce_timeout() -> S<i64> {
+    spanned(1000)
+}
+fn d_queue_capacity() -> S<i64> {
+    spanned(100_000)
+}
+
+/// Whether `topic` is a legal Kafka topic name.
+fn topic_ok(topic: &str) -> bool {
+    !topic.is_empty()
+        && topic.len() <= 249
+        && topic != "."
+        && topic != ".."
+        && topic.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// Validates the table.
+pub(super) fn check(c: &Checker<'_>, k: &RawKafka) -> Result<QueueConf, ConfError> {
+    if k.brokers.get_ref().is_empty() {
+        return Err(c.err(k.brokers.span(), "kafka.brokers", "must list at least one address"));
+    }
+    let brokers = k
+        .brokers
+        .get_ref()
+        .iter()
+        .map(|b| c.addr(b, "kafka.brokers").map(|a| a.to_string()))
+        .collect::<Result<_, _>>()?;
+    if !topic_ok(k.topic.get_ref()) {
+        return Err(c.err(
+            k.topic.span(),
+            "kafka.topic",
+            "must be 1 to 249 characters of a-z, A-Z, 0-9, '.', '_', '-'",
+        ));
+    }
+    Ok(QueueConf {
+        brokers,
+        topic: k.topic.get_ref().clone(),
+        partitions: c.int(&k.partitions, "kafka.partitions", 1, 1024)? as i32,
+        batch_max: c.int(&k.batch_max, "kafka.batch_max", 1, 10_000)?,
+        linger: c.ms(&k.linger_ms, "kafka.linger_ms", 0, LINGER_MAX_MS)?,
+        produce_timeout: c.ms(
+            &k.produce_timeout_ms,
+            "kafka.produce_timeout_ms",
+            10,
+            PRODUCE_TIMEOUT_MAX_MS,
+        )?,
+        capacity: c.int(&k.queue_capacity, "kafka.queue_capacity", 1, 10_000_000)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{expect_err, parse, GOOD};
+
+    #[test]
+    fn bad_kafka_values_are_refused_with_line_and_field() {
+        let with = |extra: &str| GOOD.replace("brokers = [\"127.0.0.1:19092\"]", extra);
+        expect_err(&with("brokers = []"), 20, "kafka.brokers", "at least one");
+        expect_err(&with("brokers = [\"kafka:9092\"]"), 20, "kafka.brokers", "IP:port");
+        let line = |key: &str| with(&format!("brokers = [\"127.0.0.1:19092\"]\n{key}"));
+        expect_err(&line("topic = \"a b\""), 21, "kafka.topic", "1 to 249");
+        expect_err(&line("topic = \"\""), 21, "kafka.topic", "1 to 249");
+        expect_err(&line("partitions = 0"), 21, "kafka.partitions", "between 1 and 1024");
+        expect_err(&line("batch_max = 0"), 21, "kafka.batch_max", "between 1 and 10000");
+        expect_err(&line("linger_ms = -1"), 21, "kafka.linger_ms", "between 0 and 500");
+        expect_err(&line("linger_ms = 501"), 21, "kafka.linger_ms", "between 0 and 500");
+        expect_err(&line("produce_timeout_ms = 9"), 21, "kafka.produce_timeout_ms", "between 10 and 2500");
+        expect_err(&line("produce_timeout_ms = 2501"), 21, "kafka.produce_timeout_ms", "between 10 and 2500");
+        expect_err(&line("queue_capacity = 0"), 21, "kafka.queue_capacity", "between 1 and 10000000");
+        expect_err(&line("lingr_ms = 5"), 21, "lingr_ms", "unknown field");
+        let bounds = parse(&line("linger_ms = 500\nproduce_timeout_ms = 2500\nbatch_max = 1")).unwrap();
+        assert_eq!(bounds.kafka.linger + bounds.kafka.produce_timeout, protocol::timing::GATEWAY_HOLD_MAX);
+        let no_table = GOOD.replace("[kafka]\nbrokers = [\"127.0.0.1:19092\"]\n", "");
+        assert!(parse(&no_table).unwrap_err().message.contains("kafka"), "the table is required");
+    }
+}

@@ -1,0 +1,300 @@
+//! A sale followed to its orders, on the stack's Redis, Kafka and PostgreSQL with the real order
+//! writer in this process: the gateway answers QUEUED alone, produces its records to Kafka in the
+//! background, and when it cannot (Kafka down, the process killed) the order writer's sweeper
+//! produces them from the outbox. Every QUEUED answer becomes an order, and nothing else does.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use backend::config::{Config, KafkaConfig, WriterConfig};
+use backend::publish::Published;
+use backend::redis::RedisScripts;
+use fred::prelude::*;
+use protocol::keys::CampaignKeys;
+use protocol::record::{partition_for, Reservation};
+use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
+use rskafka::client::partition::OffsetAt;
+use sqlx::PgPool;
+use tokio::sync::watch;
+
+use crate::support::*;
+
+const PARTITIONS: i32 = 4;
+
+/// One sale's world: a fresh database (migrated), a topic of its own, a campaign of `stock`
+/// (limit 1) published from its file, and the same file in the gateway's conf.
+struct Sale {
+    pg_url: String,
+    pool: PgPool,
+    redis: Client,
+    kafka: Arc<rskafka::client::Client>,
+    topic: String,
+    campaign: String,
+    dir: PathBuf,
+}
+
+/// The order writer running in this process, stopped when dropped.
+struct Writer {
+    shutdown: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Writer {
+    async fn stop(mut self) {
+        let _ = self.shutdown.send(true);
+        if let Some(task) = self.task.take() {
+            task.await.unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl Sale {
+    async fn new(stock: i64) -> Sale {
+        let root = e2e::stack::workspace_root();
+        let pg_url = e2e::stack::fresh_database().await.expect("PostgreSQL of the stack");
+        let pool = backend::db::connect(&pg_url, 4).await.unwrap();
+        backend::db::migrate(&pool, &root.join("sql")).await.unwrap();
+        let redis = client(&e2e::stack::redis_url()).await.expect("Redis of the stack");
+        let kafka = Arc::new(
+            backend::kafka::client(&[e2e::stack::kafka_broker()], Duration::from_secs(10))
+                .await
+                .expect("Kafka of the stack"),
+        );
+        let topic = e2e::stack::unique("gw-t-");
+        assert!(backend::kafka::create_topic(&kafka, &topic, PARTITIONS).await.unwrap());
+        let campaign = e2e::stack::unique("gw");
+        let dir = std::env::temp_dir().join(e2e::stack::unique("gw-sale-"));
+        std::fs::create_dir_all(dir.join("campaigns")).unwrap();
+        let text = campaign_toml(&campaign, "[limits]\nmax_inflight = 5000")
+            .replace("stock = 100", &format!("stock = {stock}"));
+        std::fs::write(dir.join("campaigns").join(format!("{campaign}.toml")), text).unwrap();
+        let scripts = RedisScripts::load(&root.join("lua")).unwrap();
+        let out = backend::publish::publish(&pool, &redis, &scripts, &dir.join("campaigns"), &campaign)
+            .await
+            .unwrap();
+        assert!(matches!(out, Published::Ready { .. }), "{out:?}");
+        Sale { pg_url, pool, redis, kafka, topic, campaign, dir }
+    }
+
+    /// A gateway conf selling this campaign, producing to this topic at `brokers`.
+    fn gateway_conf(&self, brokers: &str, kafka_extra: &str) -> GatewayConf {
+        let text =
+            std::fs::read_to_string(self.dir.join("campaigns").join(format!("{}.toml", self.campaign)));
+        let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &self.campaign, "");
+        conf.campaigns = vec![(self.campaign.clone(), text.unwrap())];
+        // The longest reservation bound the conf allows: three bursts of 2,000 and an order writer
+        // share two cores with Redis, and a slow answer would be undone (SERVICE_DEGRADED).
+        conf.redis_timeout_ms = 1000;
+        conf.kafka_brokers = vec![brokers.into()];
+        conf.kafka_extra = format!("topic = \"{}\"\npartitions = {PARTITIONS}\n{kafka_extra}", self.topic);
+        conf
+    }
+
+    /// Starts the order writer on this sale (the stack's broker) with `sweep_age`.
+    async fn start_writer(&self, sweep_age: Duration) -> Writer {
+        let root = e2e::stack::workspace_root();
+        let cfg = Config {
+            listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            redis_url: e2e::stack::redis_url(),
+            postgres_url: self.pg_url.clone(),
+            campaigns_dir: self.dir.join("campaigns"),
+            lua_dir: root.join("lua"),
+            migrations_dir: root.join("sql"),
+            gateway_key: KEY.as_bytes().to_vec(),
+            payment_key: b"test-payment-key-0123456789".to_vec(),
+            payment_max_skew_secs: 300,
+            result_pool_size: 2,
+            kafka: KafkaConfig {
+                brokers: vec![e2e::stack::kafka_broker()],
+                topic: self.topic.clone(),
+                partitions: PARTITIONS,
+                assigned: (0..PARTITIONS).collect(),
+                produce_timeout: Duration::from_secs(3),
+                produce_batch: 200,
+            },
+            writer: WriterConfig {
+                batch_size: 100,
+                max_wait_ms: 20,
+                fetch_max_bytes: 1 << 20,
+                idle_wait_ms: 50,
+                batch_retries: 3,
+            },
+            sweep_age,
+            sweep_interval: Duration::from_millis(200),
+            close_interval: Duration::from_secs(60),
+            close_batch: 50,
+        };
+        let (shutdown, _) = watch::channel(false);
+        let task = tokio::spawn(backend::serve::serve(cfg, shutdown.clone(), false));
+        Writer { shutdown, task: Some(task) }
+    }
+
+    /// The request ids of this campaign's orders.
+    async fn orders(&self) -> HashSet<String> {
+        let ids: Vec<String> = sqlx::query_scalar("SELECT request_id FROM orders WHERE campaign_id = $1")
+            .bind(&self.campaign)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap();
+        ids.into_iter().collect()
+    }
+
+    /// Waits (at most 90 s) until the orders are exactly `expected`; returns what they are.
+    async fn wait_orders(&self, expected: &HashSet<String>) -> HashSet<String> {
+        let start = Instant::now();
+        loop {
+            let orders = self.orders().await;
+            if &orders == expected || start.elapsed() > Duration::from_secs(90) {
+                return orders;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Every record in the topic, read until the end offsets are `count` in all (at most 30 s).
+    async fn records_in_topic(&self, count: usize) -> Vec<(i32, rskafka::record::Record)> {
+        let start = Instant::now();
+        loop {
+            let mut total = 0;
+            for p in 0..PARTITIONS {
+                let pc = self.partition(p).await;
+                total += pc.get_offset(OffsetAt::Latest).await.unwrap() as usize;
+            }
+            if total >= count || start.elapsed() > Duration::from_secs(30) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut out = Vec::new();
+        for p in 0..PARTITIONS {
+            let pc = self.partition(p).await;
+            let end = pc.get_offset(OffsetAt::Latest).await.unwrap();
+            let mut at = 0;
+            for _ in 0..1000 {
+                if at >= end {
+                    break;
+                }
+                let (records, _) = pc.fetch_records(at, 1..1_000_000, 100).await.unwrap();
+                for r in records {
+                    at = r.offset + 1;
+                    out.push((p, r.record));
+                }
+            }
+        }
+        out
+    }
+
+    async fn partition(&self, p: i32) -> rskafka::client::partition::PartitionClient {
+        backend::kafka::partition(&self.kafka, &self.topic, p, Duration::from_secs(10)).await.unwrap()
+    }
+
+    /// The outbox's request ids.
+    async fn outbox(&self) -> HashSet<String> {
+        let ids: Vec<String> = self.redis.hkeys(CampaignKeys::new(&self.campaign).outbox).await.unwrap();
+        ids.into_iter().collect()
+    }
+}
+
+/// 2,000 order requests from 500 users at once; returns the request ids answered QUEUED, after
+/// checking that every other answer is SOLD_OUT or LIMIT_REACHED and no user got two.
+async fn burst(gw: &Gateway, campaign: &str) -> HashSet<String> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(2000).build().unwrap();
+    let requests = (0..2000).map(|i| {
+        let (http, gw) = (&http, gw);
+        async move {
+            let user = format!("user-{}", i % 500);
+            let (status, body) = order(http, gw, campaign, &user).await;
+            (user, status, body)
+        }
+    });
+    let mut queued = Vec::new();
+    for (user, status, body) in futures::future::join_all(requests).await {
+        match body["code"].as_str() {
+            Some("QUEUED") => {
+                assert_eq!(status, 202);
+                let id = body["request_id"].as_str().unwrap().to_string();
+                assert_eq!(body["poll_url"], format!("/seckill/{campaign}/result/{id}"));
+                queued.push((user, id));
+            }
+            Some("SOLD_OUT") => assert_eq!(status, 410),
+            Some("LIMIT_REACHED") => assert_eq!(status, 409),
+            other => panic!("unexpected answer {status} {other:?}: {body}"),
+        }
+    }
+    let users: HashSet<_> = queued.iter().map(|(u, _)| u.clone()).collect();
+    assert_eq!(users.len(), queued.len(), "no user bought twice");
+    queued.into_iter().map(|(_, id)| id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gateway_answers_queued_alone_and_produces_every_record_signed() {
+    let sale = Sale::new(100).await;
+    let gw = Gateway::start(&sale.gateway_conf(&e2e::stack::kafka_broker(), "")).await;
+    let queued = burst(&gw, &sale.campaign).await;
+    assert_eq!(queued.len(), 100, "exactly the stock is sold");
+    let stock: i64 = sale.redis.get(CampaignKeys::new(&sale.campaign).stock).await.unwrap();
+    assert_eq!(stock, 0);
+    assert_eq!(sale.outbox().await, queued, "the outbox holds exactly the 100 (no order writer yet)");
+
+    // The gateway produced each record itself: key = user, on the user's partition, the value as
+    // the script wrote it, signed with the gateway's key.
+    let signer = Signer::new(KEY.as_bytes());
+    let records = sale.records_in_topic(100).await;
+    let mut produced = HashSet::new();
+    for (p, record) in &records {
+        let value = record.value.as_deref().unwrap();
+        let r = Reservation::from_json(value).unwrap();
+        assert_eq!(record.key.as_deref(), Some(r.user.as_bytes()));
+        assert_eq!(*p, partition_for(&r.user, PARTITIONS), "{r:?}");
+        let sig = std::str::from_utf8(&record.headers[RECORD_SIGNATURE_HEADER]).unwrap();
+        signer.verify(value, sig).expect("the gateway's signature verifies");
+        produced.insert(r.request_id);
+    }
+    assert_eq!(produced, queued, "the topic holds exactly the 100");
+
+    // The order writer, started only now and with a sweep age past the test, writes them all.
+    let writer = sale.start_writer(Duration::from_secs(600)).await;
+    assert_eq!(sale.wait_orders(&queued).await, queued, "exactly the QUEUED requests are orders");
+    writer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kafka_down_during_the_sale_still_sells_exactly_the_stock_and_the_sweeper_brings_it() {
+    let sale = Sale::new(100).await;
+    let closed = format!("127.0.0.1:{}", free_port());
+    let gw = Gateway::start(&sale.gateway_conf(&closed, "")).await;
+    let queued = burst(&gw, &sale.campaign).await;
+    assert_eq!(queued.len(), 100, "exactly the stock is sold with Kafka down");
+    assert_eq!(sale.outbox().await, queued);
+    let logged = eventually(Duration::from_secs(5), || async {
+        gw.log().lines().any(|l| l.contains("kafka not reachable") && l.contains(&closed))
+    })
+    .await;
+    assert!(logged, "the unreachable broker is named in the log:\n{}", gw.log());
+    assert!(sale.records_in_topic(0).await.is_empty(), "nothing reached the topic");
+
+    let writer = sale.start_writer(Duration::from_secs(1)).await;
+    assert_eq!(sale.wait_orders(&queued).await, queued, "the sweeper brought every QUEUED request");
+    writer.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_killed_before_its_queue_is_flushed_loses_no_queued_answer() {
+    let sale = Sale::new(100).await;
+    let mut gw = Gateway::start(&sale.gateway_conf(&e2e::stack::kafka_broker(), "linger_ms = 500")).await;
+    let queued = burst(&gw, &sale.campaign).await;
+    gw.kill();
+    assert_eq!(queued.len(), 100);
+
+    let writer = sale.start_writer(Duration::from_secs(1)).await;
+    assert_eq!(sale.wait_orders(&queued).await, queued, "every QUEUED answer became an order");
+    writer.stop().await;
+}

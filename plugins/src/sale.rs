@@ -1,0 +1,84 @@
+//! The reservation step of an order, as one call from a proxy's `request_filter`: run
+//! `reserve.lua` once ([`Reserver`]), learn "sold out" for the local flag, turn the outcome into
+//! `Ok` (reserved: answer `202 QUEUED`) or a [`Denial`], and hand the reserved record, signed, to
+//! the Kafka queue without waiting ([`ReservationQueue`]). The record in the Redis outbox is the
+//! promise behind the `Ok`; nothing of it waits on Kafka.
+
+use std::time::Duration;
+
+use protocol::codes::Code;
+use protocol::scripts::ReserveOutcome;
+use protocol::signing::Signer;
+
+use crate::queue::ReservationQueue;
+use crate::reserve::{self, ReserveError, Reserver};
+use crate::sold_out::{now_ms, SoldOutFlag};
+use crate::Denial;
+
+/// One order, checked, ready to reserve.
+#[derive(Debug, Clone, Copy)]
+pub struct Order<'a> {
+    /// The campaign id.
+    pub campaign: &'a str,
+    /// The id the proxy gave the request.
+    pub request_id: &'a str,
+    /// The buyer.
+    pub user: &'a str,
+    /// The quantity asked.
+    pub qty: i64,
+}
+
+/// What a reservation needs of the campaign's conf and process state.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    /// The campaign's local sold-out flag.
+    pub sold_out: &'a SoldOutFlag,
+    /// How long the flag lives without a replenish message.
+    pub sold_out_ttl: Duration,
+    /// Signs the record for Kafka (the order writer's gateway key).
+    pub signer: &'a Signer,
+}
+
+/// The reserver and the Kafka queue of one process.
+#[derive(Debug, Clone)]
+pub struct Sale {
+    reserver: Reserver,
+    queue: ReservationQueue,
+}
+
+impl Sale {
+    /// A sale over a Redis reserver and a started queue.
+    pub fn new(reserver: Reserver, queue: ReservationQueue) -> Self {
+        Self { reserver, queue }
+    }
+
+    /// Reserves `order`. `Ok` means reserved (answer `202 QUEUED`): the record is in the outbox
+    /// and on its way to Kafka. Never retried (a timeout may hide a reservation; see
+    /// [`Reserver::reserve`]).
+    pub async fn reserve(&self, order: Order<'_>, place: Place<'_>) -> Result<(), Denial> {
+        let Order { campaign, request_id, user, qty } = order;
+        let asked = now_ms();
+        let outcome = match self.reserver.reserve(campaign, request_id, user, qty).await {
+            Ok(outcome) => outcome,
+            Err(ReserveError::Claimed(cause)) => {
+                tracing::info!(request_id, cause, "late reservation already swept: QUEUED");
+                return Ok(());
+            }
+            Err(e) => return Err(reserve::degraded(&e, campaign, request_id)),
+        };
+        if reserve::sets_sold_out_flag(&outcome) {
+            place.sold_out.mark(asked, now_ms(), place.sold_out_ttl);
+        }
+        if let Some(d) = reserve::denial(&outcome) {
+            return Err(d);
+        }
+        match outcome {
+            ReserveOutcome::Reserved { record, .. } => {
+                let signature = place.signer.sign(record.as_bytes());
+                self.queue.enqueue(user, record, signature);
+                Ok(())
+            }
+            _ => Err(Denial::new(Code::Internal, "unexpected reservation outcome")),
+        }
+    }
+}
