@@ -35,7 +35,6 @@ use plugins::sold_out::now_ms;
 use plugins::{switches, window, Denial};
 use protocol::campaign::Window;
 use protocol::codes::{Answer, Code};
-use protocol::signing::{RESERVATION_HEADER, SIGNATURE_HEADER};
 
 use crate::reload::{Active, CampaignEntry, SharedState};
 use crate::routes::{self, CampaignPath};
@@ -191,10 +190,6 @@ impl ProxyHttp for Gateway {
         upstream_request: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        // Only the gateway signs reservations: client-sent copies of the old forwarding headers
-        // go, on every proxied route.
-        upstream_request.remove_header(RESERVATION_HEADER);
-        upstream_request.remove_header(SIGNATURE_HEADER);
         // Who the client is, for the upstream (like Nginx's proxy_set_header trio); a client's
         // own X-Forwarded-For survives only behind a trusted proxy.
         // A trusted proxy's X-Forwarded-Proto (it terminated TLS) is kept; otherwise "http".

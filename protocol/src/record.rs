@@ -2,8 +2,9 @@
 //!
 //! The reservation script (`lua/reserve.lua`) builds this record from the campaign's published
 //! metadata (server-side price, stock version) and stores it in the campaign's outbox in the same
-//! atomic step as the decrement. The gateway forwards exactly those bytes, signed, to the order
-//! writer, which produces them to Kafka. The sweeper re-produces records left in the outbox.
+//! atomic step as the decrement. The gateway produces exactly those bytes to the reservations
+//! topic (key = user, partition = [`partition_for`], signed: see [`crate::signing`]); the order
+//! writer's sweeper re-produces records left in the outbox the same way.
 
 use serde::{Deserialize, Serialize};
 

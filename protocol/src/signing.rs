@@ -1,10 +1,9 @@
-//! The gateway's signature on forwarded reservations.
+//! Signatures: the gateway's on reservation records, and the payment provider's on callbacks.
 //!
-//! The gateway forwards a reservation to the order writer in two headers: [`RESERVATION_HEADER`]
-//! carries the record (base64url, no padding) and [`SIGNATURE_HEADER`] carries
-//! `hex(HMAC-SHA256(key, record bytes))`. The gateway strips client-sent copies of both, so the
-//! order writer accepts only reservations the gateway made. The key is shared by the two and
-//! nobody else.
+//! Every reservation record on the Kafka topic carries [`RECORD_SIGNATURE_HEADER`] =
+//! `hex(HMAC-SHA256(gateway key, record value))`. The gateway, the order writer's sweeper and
+//! `order-writer produce` sign; the order writer dead-letters a record without a valid one. The
+//! key is shared by the two and nobody else.
 //!
 //! The payment provider's callbacks (`POST /orders/{id}/pay` on the order writer) carry
 //! [`PAYMENT_TIMESTAMP_HEADER`] (unix seconds) and [`PAYMENT_SIGNATURE_HEADER`] =
@@ -18,13 +17,7 @@
 //! body: a callback cannot be replayed onto another order or, past the order writer's window,
 //! at all.
 
-use base64::{engine::general_purpose::URL_SAFE_NO_PAD, Engine};
 use ring::{digest, hmac};
-
-/// Header carrying the base64url reservation record.
-pub const RESERVATION_HEADER: &str = "x-seckill-reservation";
-/// Header carrying the hex HMAC-SHA256 of the record bytes.
-pub const SIGNATURE_HEADER: &str = "x-seckill-signature";
 
 /// Kafka record header carrying the hex HMAC-SHA256 (gateway key) of a reservation record's
 /// value. The gateway and the order writer's sweeper sign every record they produce; the order
@@ -44,16 +37,10 @@ pub fn payment_canonical(method: &str, path: &str, timestamp: i64, body: &[u8]) 
     format!("{}\n{path}\n{timestamp}\n{body_hash}", method.to_ascii_uppercase())
 }
 
-/// Why a signed reservation was refused.
+/// Why a signature was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SignatureError {
-    /// A header is absent.
-    #[error("missing header {0}")]
-    Missing(&'static str),
-    /// The record header is not base64url.
-    #[error("header {RESERVATION_HEADER} is not base64url")]
-    BadEncoding,
-    /// The signature header is not hex or does not match.
+    /// The signature is not hex or does not match.
     #[error("signature does not match")]
     Mismatch,
 }
@@ -87,28 +74,10 @@ impl Signer {
         hmac::verify(&self.key, data, &tag).map_err(|_| SignatureError::Mismatch)
     }
 
-    /// The two header values that carry `record`: (reservation, signature).
-    pub fn seal(&self, record: &[u8]) -> (String, String) {
-        (URL_SAFE_NO_PAD.encode(record), self.sign(record))
-    }
-
     /// The [`PAYMENT_SIGNATURE_HEADER`] value of a callback: the hex HMAC of its
     /// [`payment_canonical`] string.
     pub fn sign_payment(&self, method: &str, path: &str, timestamp: i64, body: &[u8]) -> String {
         self.sign(payment_canonical(method, path, timestamp, body).as_bytes())
-    }
-
-    /// Verifies the two header values and returns the record bytes.
-    pub fn open(
-        &self,
-        reservation: Option<&str>,
-        signature: Option<&str>,
-    ) -> Result<Vec<u8>, SignatureError> {
-        let reservation = reservation.ok_or(SignatureError::Missing(RESERVATION_HEADER))?;
-        let signature = signature.ok_or(SignatureError::Missing(SIGNATURE_HEADER))?;
-        let record = URL_SAFE_NO_PAD.decode(reservation.trim()).map_err(|_| SignatureError::BadEncoding)?;
-        self.verify(&record, signature.trim())?;
-        Ok(record)
     }
 }
 
@@ -117,26 +86,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seal_then_open_round_trips() {
-        let s = Signer::new(b"0123456789abcdef0123");
-        let (r, sig) = s.seal(br#"{"a":1}"#);
-        assert_eq!(s.open(Some(&r), Some(&sig)).unwrap(), br#"{"a":1}"#);
-    }
-
-    #[test]
-    fn forged_or_missing_is_refused() {
+    fn a_record_signature_verifies_only_with_its_key_and_value() {
         let s = Signer::new(b"0123456789abcdef0123");
         let other = Signer::new(b"another key of some length");
-        let (r, sig) = other.seal(b"record");
-        assert_eq!(s.open(Some(&r), Some(&sig)), Err(SignatureError::Mismatch));
-        assert_eq!(s.open(None, Some(&sig)), Err(SignatureError::Missing(RESERVATION_HEADER)));
-        assert_eq!(s.open(Some(&r), None), Err(SignatureError::Missing(SIGNATURE_HEADER)));
-        assert_eq!(s.open(Some("!!"), Some(&sig)), Err(SignatureError::BadEncoding));
-        assert_eq!(s.open(Some(&r), Some("zz")), Err(SignatureError::Mismatch));
-        // A tampered record with the original signature.
-        let (_, good_sig) = s.seal(b"record");
-        let (tampered, _) = s.seal(b"recorD");
-        assert_eq!(s.open(Some(&tampered), Some(&good_sig)), Err(SignatureError::Mismatch));
+        let sig = s.sign(b"record");
+        assert!(s.verify(b"record", &sig).is_ok());
+        assert_eq!(s.verify(b"recorD", &sig), Err(SignatureError::Mismatch), "a tampered value");
+        assert_eq!(other.verify(b"record", &sig), Err(SignatureError::Mismatch), "another key");
+        assert_eq!(s.verify(b"record", "zz"), Err(SignatureError::Mismatch), "not hex");
     }
 
     #[test]
