@@ -38,7 +38,9 @@ for tool in wrk psql curl python3; do
   command -v "$tool" >/dev/null || { echo "missing: $tool (bash e2e/stack.sh up installs it)" >&2; exit 1; }
 done
 
-cargo build --release -p backend --bin order-writer -p e2e --bin drain-probe
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+build_all release
 OW=target/release/order-writer
 PROBE=target/release/drain-probe
 
