@@ -105,23 +105,8 @@ async fn a_reservation_whose_answer_is_late_is_undone() {
     let (private, redis, campaign, _upstream, gw, http) = over_private_redis("on-time").await;
 
     // A script that keeps Redis busy for 800 ms (the gateway's bound is 200 ms, its undo's 1 s).
-    let staller = client(&private.url()).await.unwrap();
-    let probe = client(&private.url()).await.unwrap();
-    let stall = tokio::spawn(async move {
-        let busy = "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
-                    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > 800000 return 1";
-        staller.eval::<i64, _, _, _>(busy, Vec::<String>::new(), Vec::<String>::new()).await
-    });
-    // The order goes out only once Redis is busy: a PING no longer answers within 50 ms.
-    let busy =
-        eventually(Duration::from_secs(5), || {
-            let probe = probe.clone();
-            async move {
-                tokio::time::timeout(Duration::from_millis(50), probe.ping::<String>(None)).await.is_err()
-            }
-        })
-        .await;
-    assert!(busy, "the stalling script did not start");
+    // The order goes out only once Redis is busy.
+    let stall = stall_redis(&private.url(), 800).await;
     let (status, body) = order(&http, &gw, &campaign, "late").await;
     assert_eq!((status, body["code"].as_str()), (503, Some("SERVICE_DEGRADED")), "{body}");
     assert!(body["message"].as_str().unwrap().contains("nothing was reserved"), "{body}");

@@ -1,9 +1,7 @@
 //! Answers of the edge itself, shop routes, header stripping, isolation of a flooded campaign.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use fred::prelude::*;
 use wiremock::matchers::{method, path_regex};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -152,21 +150,8 @@ async fn a_flooded_campaign_does_not_take_the_shop_down() {
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
 
-    let (staller, probe) = (client(&private.url()).await.unwrap(), client(&private.url()).await.unwrap());
-    let stall = tokio::spawn(async move {
-        let busy = "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
-                    repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > 1500000 return 1";
-        staller.eval::<i64, _, _, _>(busy, Vec::<String>::new(), Vec::<String>::new()).await
-    });
-    let busy =
-        eventually(Duration::from_secs(5), || {
-            let probe = probe.clone();
-            async move {
-                tokio::time::timeout(Duration::from_millis(50), probe.ping::<String>(None)).await.is_err()
-            }
-        })
-        .await;
-    assert!(busy, "the stalling script did not start");
+    // The order goes out only once Redis is busy.
+    let stall = stall_redis(&private.url(), 1500).await;
 
     let flood = futures::future::join_all((0..300).map(|i| {
         let (http, gw, campaign) = (&http, &gw, &campaign);

@@ -322,3 +322,27 @@ pub async fn order(
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(serde_json::Value::Null))
 }
+
+/// Keeps the Redis at `url` busy with a script for `busy_ms`, and returns once it is busy (a
+/// PING no longer answers within 50 ms; at most 5 s), with the script's task to await.
+pub async fn stall_redis(url: &str, busy_ms: u64) -> tokio::task::JoinHandle<FredResult<i64>> {
+    let (staller, probe) = (client(url).await.unwrap(), client(url).await.unwrap());
+    let script = format!(
+        "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
+         repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > {} return 1",
+        busy_ms * 1000
+    );
+    let stall = tokio::spawn(async move {
+        staller.eval::<i64, _, _, _>(script, Vec::<String>::new(), Vec::<String>::new()).await
+    });
+    let busy =
+        eventually(Duration::from_secs(5), || {
+            let probe = probe.clone();
+            async move {
+                tokio::time::timeout(Duration::from_millis(50), probe.ping::<String>(None)).await.is_err()
+            }
+        })
+        .await;
+    assert!(busy, "the stalling script did not start");
+    stall
+}
