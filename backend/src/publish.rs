@@ -77,7 +77,7 @@ pub async fn publish(
 
     // 1. PostgreSQL, one upsert: a new row is inserted as DRAFT; a DRAFT row takes the whole
     // file (new stock and price versions when they changed); READY/LIVE/ENDED rows take only the
-    // switch the workers read (pause_replenish).
+    // pause_replenish switch (kept for the record; what acts on it is Redis, see apply_pause).
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO campaigns (id, sku, total_stock, per_user_limit, price_cents, starts_at, ends_at,

@@ -5,5 +5,6 @@
 //! per test, a new topic per test, campaign ids that are unique per test.
 
 pub mod load;
+pub mod order_writer;
 pub mod report;
 pub mod stack;

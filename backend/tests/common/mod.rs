@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend::config::{Config, KafkaConfig, WriterConfig};
+use backend::config::Config;
 use backend::redis::RedisScripts;
 use backend::writer::{run_partition, WriterCtx};
 use backend::{db, kafka, publish, redis};
@@ -82,37 +82,15 @@ impl Env {
 
     /// A configuration pointing at this environment.
     pub fn config(&self, listen: std::net::SocketAddr) -> Config {
-        Config {
+        e2e::order_writer::config(e2e::order_writer::Place {
             listen,
-            redis_url: stack::redis_url(),
-            postgres_url: self.pg_url.clone(),
-            campaigns_dir: self.dir.join("campaigns"),
-            lua_dir: stack::workspace_root().join("lua"),
-            migrations_dir: stack::workspace_root().join("sql"),
-            gateway_key: GATEWAY_KEY.to_vec(),
-            payment_key: PAYMENT_KEY.to_vec(),
-            payment_max_skew_secs: 300,
-            result_pool_size: 2,
-            kafka: KafkaConfig {
-                brokers: vec![stack::kafka_broker()],
-                topic: self.topic.clone(),
-                partitions: self.partitions,
-                assigned: (0..self.partitions).collect(),
-                produce_timeout: Duration::from_secs(3),
-                produce_batch: 200,
-            },
-            writer: WriterConfig {
-                batch_size: 100,
-                max_wait_ms: 20,
-                fetch_max_bytes: 1 << 20,
-                idle_wait_ms: 50,
-                batch_retries: 3,
-            },
-            sweep_age: Duration::from_secs(1),
-            sweep_interval: Duration::from_millis(200),
-            close_interval: Duration::from_millis(100),
-            close_batch: 50,
-        }
+            postgres_url: &self.pg_url,
+            campaigns_dir: &self.dir.join("campaigns"),
+            topic: &self.topic,
+            partitions: self.partitions,
+            gateway_key: GATEWAY_KEY,
+            payment_key: PAYMENT_KEY,
+        })
     }
 
     /// Reserves through the real reservation script; returns the record bytes.
@@ -234,13 +212,7 @@ impl Env {
             kafka: self.kafka.clone(),
             topic: self.topic.clone(),
             signer: Arc::new(Signer::new(GATEWAY_KEY)),
-            cfg: WriterConfig {
-                batch_size: batch,
-                max_wait_ms: 20,
-                fetch_max_bytes: 1 << 20,
-                idle_wait_ms: 50,
-                batch_retries: 3,
-            },
+            cfg: e2e::order_writer::writer_config(batch),
         };
         let tasks: Vec<_> = (0..self.partitions)
             .map(|p| tokio::spawn(run_partition(ctx.clone(), p, tx.subscribe())))

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend::config::{Config, KafkaConfig, WriterConfig};
+use backend::config::Config;
 use backend::publish::Published;
 use backend::redis::RedisScripts;
 use fred::prelude::*;
@@ -100,38 +100,16 @@ impl Sale {
 
     /// Starts the order writer on this sale (the stack's broker) with `sweep_age`.
     async fn start_writer(&self, sweep_age: Duration) -> Writer {
-        let root = e2e::stack::workspace_root();
-        let cfg = Config {
+        let base = e2e::order_writer::config(e2e::order_writer::Place {
             listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
-            redis_url: e2e::stack::redis_url(),
-            postgres_url: self.pg_url.clone(),
-            campaigns_dir: self.dir.join("campaigns"),
-            lua_dir: root.join("lua"),
-            migrations_dir: root.join("sql"),
-            gateway_key: KEY.as_bytes().to_vec(),
-            payment_key: b"test-payment-key-0123456789".to_vec(),
-            payment_max_skew_secs: 300,
-            result_pool_size: 2,
-            kafka: KafkaConfig {
-                brokers: vec![e2e::stack::kafka_broker()],
-                topic: self.topic.clone(),
-                partitions: PARTITIONS,
-                assigned: (0..PARTITIONS).collect(),
-                produce_timeout: Duration::from_secs(3),
-                produce_batch: 200,
-            },
-            writer: WriterConfig {
-                batch_size: 100,
-                max_wait_ms: 20,
-                fetch_max_bytes: 1 << 20,
-                idle_wait_ms: 50,
-                batch_retries: 3,
-            },
-            sweep_age,
-            sweep_interval: Duration::from_millis(200),
-            close_interval: Duration::from_secs(60),
-            close_batch: 50,
-        };
+            postgres_url: &self.pg_url,
+            campaigns_dir: &self.dir.join("campaigns"),
+            topic: &self.topic,
+            partitions: PARTITIONS,
+            gateway_key: KEY.as_bytes(),
+            payment_key: b"test-payment-key-0123456789",
+        });
+        let cfg = Config { sweep_age, close_interval: Duration::from_secs(60), ..base };
         let (shutdown, _) = watch::channel(false);
         let task = tokio::spawn(backend::serve::serve(cfg, shutdown.clone(), false));
         Writer { shutdown, task: Some(task) }

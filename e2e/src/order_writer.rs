@@ -1,0 +1,64 @@
+//! An order writer configuration on the local stack, for tests that run the order writer
+//! in-process (the order writer's own tests, and the gateway's end-to-end sale tests).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use backend::config::{Config, KafkaConfig, WriterConfig};
+
+use crate::stack;
+
+/// The writer's batch and fetch settings of the tests: small batches, short waits.
+pub fn writer_config(batch_size: usize) -> WriterConfig {
+    WriterConfig { batch_size, max_wait_ms: 20, fetch_max_bytes: 1 << 20, idle_wait_ms: 50, batch_retries: 3 }
+}
+
+/// What a test order writer needs of its environment.
+pub struct Place<'a> {
+    /// Where its HTTP server listens.
+    pub listen: SocketAddr,
+    /// Its database (fresh, from [`stack::fresh_database`]).
+    pub postgres_url: &'a str,
+    /// The folder of its campaign files.
+    pub campaigns_dir: &'a Path,
+    /// Its topic, and the topic's partition count.
+    pub topic: &'a str,
+    /// Partitions of `topic` (all assigned to this writer).
+    pub partitions: i32,
+    /// The key records are signed with.
+    pub gateway_key: &'a [u8],
+    /// The payment provider's key.
+    pub payment_key: &'a [u8],
+}
+
+/// A configuration on the stack's servers, with the workspace's scripts and migrations, a
+/// sweeper of age 1 s every 200 ms and a closer every 100 ms (override fields as a test needs).
+pub fn config(place: Place<'_>) -> Config {
+    let root = stack::workspace_root();
+    Config {
+        listen: place.listen,
+        redis_url: stack::redis_url(),
+        postgres_url: place.postgres_url.to_string(),
+        campaigns_dir: place.campaigns_dir.to_path_buf(),
+        lua_dir: root.join("lua"),
+        migrations_dir: root.join("sql"),
+        gateway_key: place.gateway_key.to_vec(),
+        payment_key: place.payment_key.to_vec(),
+        payment_max_skew_secs: 300,
+        result_pool_size: 2,
+        kafka: KafkaConfig {
+            brokers: vec![stack::kafka_broker()],
+            topic: place.topic.to_string(),
+            partitions: place.partitions,
+            assigned: (0..place.partitions).collect(),
+            produce_timeout: Duration::from_secs(3),
+            produce_batch: 200,
+        },
+        writer: writer_config(100),
+        sweep_age: Duration::from_secs(1),
+        sweep_interval: Duration::from_millis(200),
+        close_interval: Duration::from_millis(100),
+        close_batch: 50,
+    }
+}
