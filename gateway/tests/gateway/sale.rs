@@ -276,3 +276,62 @@ async fn a_gateway_killed_before_its_queue_is_flushed_loses_no_queued_answer() {
     assert_eq!(sale.wait_orders(&queued).await, queued, "every QUEUED answer became an order");
     writer.stop().await;
 }
+
+/// A loopback TCP relay to `target` on `port`, opened only when called: a broker address that
+/// cannot be reached until the test says so.
+fn open_relay(port: u16, target: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else { return };
+            let target = target.clone();
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_unreachable_at_start_is_reached_on_its_own_once_it_is_up() {
+    let sale = Sale::new(100).await;
+    let port = free_port();
+    let gw = Gateway::start(&sale.gateway_conf(&format!("127.0.0.1:{port}"), "")).await;
+    let http = reqwest::Client::new();
+    let (status, body) = order(&http, &gw, &sale.campaign, "early-user").await;
+    assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "sells with no broker: {body}");
+    let early = body["request_id"].as_str().unwrap().to_string();
+    let logged = eventually(Duration::from_secs(5), || async {
+        gw.log().lines().any(|l| l.contains("kafka not reachable") && l.contains(&port.to_string()))
+    })
+    .await;
+    assert!(logged, "the unreachable broker is named in the log:\n{}", gw.log());
+
+    // The broker comes up at that address; no restart of the gateway. Orders go on, one a
+    // second, until the gateway's own lanes have produced one of them (bounded: 30 orders).
+    let relay = open_relay(port, e2e::stack::kafka_broker());
+    let mut later = HashSet::new();
+    let mut in_topic = HashSet::new();
+    for i in 0..30 {
+        let (status, body) = order(&http, &gw, &sale.campaign, &format!("later-user-{i}")).await;
+        assert_eq!(status, 202, "{body}");
+        later.insert(body["request_id"].as_str().unwrap().to_string());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        in_topic = sale
+            .records_in_topic(0)
+            .await
+            .into_iter()
+            .map(|(_, r)| Reservation::from_json(&r.value.unwrap()).unwrap().request_id)
+            .collect();
+        if !in_topic.is_empty() {
+            break;
+        }
+    }
+    relay.abort();
+    assert!(!in_topic.is_empty(), "the gateway reconnected and produced on its own:\n{}", gw.log());
+    assert!(in_topic.is_subset(&later), "only orders after the broker came up were produced");
+    assert!(!in_topic.contains(&early), "the early record was left to the sweeper");
+    assert!(sale.outbox().await.contains(&early), "and it is still in the outbox");
+}

@@ -122,10 +122,17 @@ impl Shared {
     }
 }
 
-/// One record's produce: its producer's generation and the outcome.
-type Produce = Pin<Box<dyn Future<Output = (u64, Result<(), String>)> + Send>>;
+/// One record's produce and its outcome.
+type Produce = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 /// The lane of `partition`: until every sender is gone.
+///
+/// The lane's producer, once built, is kept for the life of the process: rskafka's partition
+/// client reconnects to the broker on its own, and dropping a `BatchProducer` would abort its
+/// batches still being flushed, losing every record in them from the gateway's side (they stay
+/// in the outbox, but each one lost here is a record the sweeper has to produce again). A
+/// record whose ack does not come within its budget is only *counted* as left to the sweeper:
+/// its batch goes on in the background.
 pub(super) async fn run(shared: Arc<Shared>, partition: i32, mut rx: mpsc::Receiver<Item>) {
     let mut conn = Connection::default();
     conn.connect(&shared, partition).await;
@@ -133,14 +140,11 @@ pub(super) async fn run(shared: Arc<Shared>, partition: i32, mut rx: mpsc::Recei
     let mut inflight: FuturesUnordered<Produce> = FuturesUnordered::new();
     loop {
         tokio::select! {
-            Some((generation, result)) = inflight.next(), if !inflight.is_empty() => match result {
+            Some(result) = inflight.next(), if !inflight.is_empty() => match result {
                 Ok(()) => {
                     shared.stats.produced.fetch_add(1, Ordering::Relaxed);
                 }
-                Err(e) => {
-                    shared.dropped(partition, &e);
-                    conn.failed(generation);
-                }
+                Err(e) => shared.dropped(partition, &e),
             },
             item = rx.recv(), if inflight.len() < limit => {
                 let Some(item) = item else { break };
@@ -151,14 +155,13 @@ pub(super) async fn run(shared: Arc<Shared>, partition: i32, mut rx: mpsc::Recei
                 let budget = produce_budget(item.at.elapsed(), conf.linger, conf.produce_timeout);
                 match (&conn.producer, budget) {
                     (Some(p), Some(budget)) => {
-                        let (p, generation) = (Arc::clone(p), conn.generation);
+                        let p = Arc::clone(p);
                         inflight.push(Box::pin(async move {
-                            let result = match tokio::time::timeout(budget, p.produce(record(item))).await {
+                            match tokio::time::timeout(budget, p.produce(record(item))).await {
                                 Ok(Ok(_offset)) => Ok(()),
                                 Ok(Err(e)) => Err(e.to_string()),
                                 Err(_) => Err(format!("no ack within {budget:?}")),
-                            };
-                            (generation, result)
+                            }
                         }));
                     }
                     (Some(_), None) => shared.dropped(partition, "waited past the gateway's hold"),
@@ -167,18 +170,16 @@ pub(super) async fn run(shared: Arc<Shared>, partition: i32, mut rx: mpsc::Recei
             }
         }
     }
-    while let Some((_, result)) = inflight.next().await {
+    while let Some(result) = inflight.next().await {
         if result.is_ok() {
             shared.stats.produced.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
 
-/// A lane's producer, and when to try again after a failure.
+/// A lane's producer (built once, then kept), and when to try building it again until then.
 struct Connection {
     producer: Option<Arc<BatchProducer<Batch>>>,
-    /// Bumped at every new producer, so a late failure of an old one does not drop a new one.
-    generation: u64,
     retry_at: Instant,
     backoff: Duration,
     last_error: String,
@@ -188,7 +189,6 @@ impl Default for Connection {
     fn default() -> Self {
         Self {
             producer: None,
-            generation: 0,
             retry_at: Instant::now(),
             backoff: BACKOFF_MIN,
             last_error: "not connected yet".into(),
@@ -200,11 +200,10 @@ impl Connection {
     async fn connect(&mut self, shared: &Shared, partition: i32) {
         match shared.producer(partition).await {
             Ok(p) => {
-                if self.generation > 0 {
-                    tracing::info!(brokers = ?shared.conf.brokers, partition, "kafka reachable again");
+                if self.backoff > BACKOFF_MIN {
+                    tracing::info!(brokers = ?shared.conf.brokers, partition, "kafka reachable");
                 }
                 self.producer = Some(p);
-                self.generation += 1;
                 self.backoff = BACKOFF_MIN;
             }
             Err(e) => {
@@ -215,21 +214,10 @@ impl Connection {
                     );
                 }
                 self.last_error = e;
-                self.wait();
+                self.retry_at = Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
             }
         }
-    }
-
-    /// A produce of `generation` failed: drop that producer and connect again after a while.
-    fn failed(&mut self, generation: u64) {
-        if generation == self.generation && self.producer.take().is_some() {
-            self.wait();
-        }
-    }
-
-    fn wait(&mut self) {
-        self.retry_at = Instant::now() + self.backoff;
-        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
     }
 }
 
