@@ -64,6 +64,7 @@ install_missing() {
   command -v cmake >/dev/null 2>&1 || pkgs+=(cmake) # pingora's zlib-ng build
   command -v wrk >/dev/null 2>&1 || pkgs+=(wrk)     # benchmarks: outside load tool
   command -v nginx >/dev/null 2>&1 || pkgs+=(nginx-light) # benchmarks: the peer
+  command -v sqlite3 >/dev/null 2>&1 || pkgs+=(sqlite3)   # the broker's index (up_kafka)
   if ((${#pkgs[@]})); then
     [[ $(id -u) == 0 ]] || die "missing ${pkgs[*]}: run as root, or: sudo apt-get install -y ${pkgs[*]}"
     log "installing ${pkgs[*]} (apt-get)"
@@ -253,6 +254,21 @@ up_kafka() {
   ) &
   echo $! >"$dir/tansu.pid"
   wait_ready kafka kafka_ready
+  index_kafka "$dir/tansu.db"
+}
+
+# tansu 0.6 reads a fetched record's headers with one query per record on its `header` table,
+# which has no index: every record fetched scans every header ever written. Our records all carry
+# one (the gateway's signature), so a fetch slowed down with the broker's age, down to ~100
+# records/s after a few hundred thousand records (e2e/src/bin/broker-probe.rs measures it: about
+# 40,000 records/s read back with the index). The index is only added, never changes an answer.
+index_kafka() { # db
+  local sql="CREATE INDEX IF NOT EXISTS seckill_header_record ON header (topition, offset_id);"
+  for _ in $(seq 1 50); do # tansu creates its tables when it starts
+    if sqlite3 -cmd ".timeout 10000" "$1" "$sql" 2>/dev/null; then return 0; fi
+    sleep 0.2
+  done
+  die "could not add the header index to $1 (sqlite3)"
 }
 
 # ---------------------------------------------------------------------------------------------
