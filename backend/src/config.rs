@@ -352,6 +352,11 @@ impl Config {
         if *s.interval_ms.get_ref() < 10 {
             return Err(err(s.interval_ms.span(), "sweeper.interval_ms", "must be 10 or more".into()));
         }
+        protocol::timing::check_sweep_interval(
+            Duration::from_secs(*s.age_secs.get_ref()),
+            Duration::from_millis(*s.interval_ms.get_ref()),
+        )
+        .map_err(|e| err(s.interval_ms.span(), "sweeper.interval_ms", e))?;
         let c = &raw.closer;
         if *c.interval_ms.get_ref() < 10 {
             return Err(err(c.interval_ms.span(), "closer.interval_ms", "must be 10 or more".into()));
@@ -473,6 +478,8 @@ partitions = 4
         // The timing rule with the gateway (protocol::timing), checked on this side.
         expect(&format!("{}\n[sweeper]\nage_secs = 5\n", good()), 13, "sweeper.age_secs", "6 s or more");
         assert!(parse(&format!("{}\n[sweeper]\nage_secs = 6\n", good())).is_ok());
+        let late = format!("{}\n[sweeper]\nage_secs = 6\ninterval_ms = 3500\n", good());
+        expect(&late, 14, "sweeper.interval_ms", "3000 ms here");
         let with = |extra: &str| good().replace("\n\n[kafka]", &format!("\n{extra}\n\n[kafka]"));
         expect(&with("payment_max_skew_secs = 0"), 6, "payment_max_skew_secs", "1 to 3600");
         expect(&with("payment_max_skew_secs = 86400"), 6, "payment_max_skew_secs", "1 to 3600");

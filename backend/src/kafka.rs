@@ -50,6 +50,37 @@ pub async fn create_topic(client: &Client, topic: &str, partitions: i32) -> anyh
 
 pub use protocol::record::partition_for;
 
+/// The reservations topic, for proving that a record is not waiting in it (reconcile) and for
+/// holding the sweep back while the writer is behind (the sweeper).
+#[derive(Clone, Copy)]
+pub struct Topic<'a> {
+    /// Kafka client.
+    pub kafka: &'a Client,
+    /// Topic name.
+    pub name: &'a str,
+    /// Its partition count (users are hashed over it).
+    pub partitions: i32,
+}
+
+impl Topic<'_> {
+    /// The end offset of every partition, in partition order.
+    pub async fn end_offsets(&self, deadline: Duration) -> anyhow::Result<Vec<i64>> {
+        let mut ends = Vec::with_capacity(self.partitions as usize);
+        for p in 0..self.partitions {
+            let pc = partition(self.kafka, self.name, p, deadline).await?;
+            let end =
+                tokio::time::timeout(deadline, pc.get_offset(rskafka::client::partition::OffsetAt::Latest))
+                    .await
+                    .map_err(|_| {
+                        anyhow::anyhow!("partition {}/{p}: no end offset within {deadline:?}", self.name)
+                    })?
+                    .with_context(|| format!("end offset of {}/{p}", self.name))?;
+            ends.push(end);
+        }
+        Ok(ends)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,15 +79,16 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
     for &p in &cfg.kafka.assigned {
         tasks.push(tokio::spawn(writer::run_partition(ctx.clone(), p, shutdown_tx.subscribe())));
     }
-    let sw = tokio::spawn(sweeper::run(
-        pool.clone(),
-        redis.clone(),
-        scripts.clone(),
-        producer.clone(),
-        cfg.sweep_age,
-        cfg.sweep_interval,
-        shutdown_tx.subscribe(),
-    ));
+    let sweep = sweeper::Sweeper {
+        pool: pool.clone(),
+        redis: redis.clone(),
+        scripts: scripts.clone(),
+        producer: producer.clone(),
+        kafka: kc.clone(),
+        topic: cfg.kafka.topic.clone(),
+        partitions: cfg.kafka.partitions,
+    };
+    let sw = tokio::spawn(sweeper::run(sweep, cfg.sweep_age, cfg.sweep_interval, shutdown_tx.subscribe()));
     let cl = tokio::spawn(closer::run(
         pool.clone(),
         redis.clone(),

@@ -9,6 +9,14 @@
 //! undone entry can no longer be claimed, so the two never both act on one reservation. T is at
 //! least [`protocol::timing::SWEEP_AGE_MIN`], so a gateway has always decided its own entries
 //! long before the sweeper looks at them.
+//!
+//! While the writer is behind its topic, an old entry may just be a record waiting in Kafka:
+//! producing it again would only lengthen the backlog the writer is working through (a slow
+//! broker made the sweeper re-produce thousands of records already on their way). So a pass runs
+//! only once the writer has read every partition up to the end offsets seen one pass earlier
+//! ([`writer_past`]); `protocol::timing::check_sweep_interval` makes that earlier look include
+//! every record a gateway produced for the entries the pass takes. When the topic cannot be read
+//! (Kafka down), passes run as before: their produces fail and are retried.
 
 use std::time::Duration;
 
@@ -17,6 +25,7 @@ use protocol::record::Reservation;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
+use crate::kafka::Topic;
 use crate::producer::Producer;
 use crate::redis::RedisScripts;
 
@@ -65,21 +74,66 @@ pub async fn sweep_once(
     Ok(produced)
 }
 
-/// Runs [`sweep_once`] every `interval` until shutdown.
-pub async fn run(
-    pool: PgPool,
-    redis: Client,
-    scripts: RedisScripts,
-    producer: Producer,
-    age: Duration,
-    interval: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// Whether the writer has read every partition up to `seen_end` (the end offsets one pass
+/// earlier): then no entry older than the sweep age can be a record still waiting in the topic.
+/// Offsets of another partition count mean the topic changed: not held back.
+pub fn writer_past(seen_end: &[i64], committed: &[i64]) -> bool {
+    seen_end.len() != committed.len() || seen_end.iter().zip(committed).all(|(end, c)| c >= end)
+}
+
+/// The writer's committed offset of every partition, in partition order.
+async fn committed_offsets(pool: &PgPool, topic: &str, partitions: i32) -> anyhow::Result<Vec<i64>> {
+    let mut out = Vec::with_capacity(partitions as usize);
+    for p in 0..partitions {
+        out.push(crate::writer::stored_offset(pool, topic, p).await?);
+    }
+    Ok(out)
+}
+
+/// What the sweeper reads and writes.
+pub struct Sweeper {
+    /// PostgreSQL (campaigns, the writer's offsets).
+    pub pool: PgPool,
+    /// Redis (the outboxes).
+    pub redis: Client,
+    /// The order writer's scripts.
+    pub scripts: RedisScripts,
+    /// Produces swept records, signed.
+    pub producer: Producer,
+    /// Kafka client, for the topic's end offsets.
+    pub kafka: std::sync::Arc<rskafka::client::Client>,
+    /// The reservations topic.
+    pub topic: String,
+    /// Its partition count.
+    pub partitions: i32,
+}
+
+/// Runs [`sweep_once`] every `interval` until shutdown, each pass held back while the writer is
+/// behind (see the module doc).
+pub async fn run(sw: Sweeper, age: Duration, interval: Duration, mut shutdown: watch::Receiver<bool>) {
+    let topic = Topic { kafka: &sw.kafka, name: &sw.topic, partitions: sw.partitions };
+    let mut seen_end: Option<Vec<i64>> = None;
+    let mut holding = false;
     loop {
-        match sweep_once(&pool, &redis, &scripts, &producer, age).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(n, "sweeper produced outbox entries again"),
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "sweep failed"),
+        let end = topic.end_offsets(Duration::from_secs(2)).await.ok();
+        let committed = committed_offsets(&sw.pool, &sw.topic, sw.partitions).await.ok();
+        let reference = seen_end.take().or_else(|| end.clone());
+        let behind = matches!((&reference, &committed), (Some(r), Some(c)) if !writer_past(r, c));
+        seen_end = end;
+        if behind != holding {
+            holding = behind;
+            if behind {
+                tracing::info!(committed = ?committed, end = ?reference, "writer behind its topic: sweeps wait");
+            } else {
+                tracing::info!("writer caught up: sweeps go on");
+            }
+        }
+        if !behind {
+            match sweep_once(&sw.pool, &sw.redis, &sw.scripts, &sw.producer, age).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(n, "sweeper produced outbox entries again"),
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "sweep failed"),
+            }
         }
         if crate::writer::wait_or_shutdown(&mut shutdown, interval).await {
             return;
@@ -90,6 +144,14 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_waits_until_the_writer_has_read_what_the_topic_held_a_pass_earlier() {
+        assert!(writer_past(&[10, 20], &[10, 25]), "read up to the earlier end everywhere");
+        assert!(!writer_past(&[10, 20], &[10, 19]), "one partition behind holds the pass");
+        assert!(writer_past(&[], &[]), "no partitions");
+        assert!(writer_past(&[10, 20], &[0]), "another partition count: not held");
+    }
 
     #[test]
     fn a_swept_record_is_keyed_by_its_user_or_by_itself() {

@@ -15,6 +15,15 @@
 //!
 //! > sweep age ≥ 2 × [`GATEWAY_HOLD_MAX`]
 //!
+//! While the order writer is behind its topic, an old outbox entry may just be a record waiting
+//! in Kafka, and producing it again would only add to the backlog. So the sweeper holds a pass
+//! back until the writer has read every partition up to the end offsets it saw one pass earlier
+//! (`backend::sweeper`). A record the gateway produced for an entry the sweeper is about to take
+//! (older than the sweep age) was produced within the hold of its reservation, so before that
+//! earlier look as long as
+//!
+//! > sweep interval ≤ sweep age − [`GATEWAY_HOLD_MAX`] ([`check_sweep_interval`])
+//!
 //! Each binary checks its own file against the shared bound when its configuration loads (the
 //! gateway: `redis.timeout_ms` at most [`RESERVE_TIMEOUT_MAX_MS`], whose hold is within
 //! [`GATEWAY_HOLD_MAX`]; the order writer: [`check_sweep_age`]), so the two files can never break
@@ -64,9 +73,33 @@ pub fn check_sweep_age(age: Duration) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks an order writer's sweep interval against its sweep age; the error says why.
+pub fn check_sweep_interval(age: Duration, interval: Duration) -> Result<(), String> {
+    let most = age.saturating_sub(GATEWAY_HOLD_MAX);
+    if interval > most {
+        return Err(format!(
+            "must be at most the sweep age minus {} ms ({} ms here): the sweeper waits for the \
+             writer to read what the topic held one pass earlier, which must include every record \
+             a gateway produced for the entries it sweeps (protocol::timing)",
+            GATEWAY_HOLD_MAX.as_millis(),
+            most.as_millis()
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_interval_fits_within_the_age_less_the_hold() {
+        let s = Duration::from_secs;
+        assert!(check_sweep_interval(s(10), s(2)).is_ok());
+        assert!(check_sweep_interval(s(10), s(7)).is_ok(), "the bound itself");
+        assert!(check_sweep_interval(s(10), s(8)).unwrap_err().contains("7000 ms here"));
+        assert!(check_sweep_interval(SWEEP_AGE_MIN, s(4)).is_err());
+    }
 
     #[test]
     fn the_bounds_agree_with_each_other() {

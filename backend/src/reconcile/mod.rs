@@ -42,16 +42,7 @@ pub use self::find::{Difference, Kind};
 use self::find::{PgOrder, Snapshot};
 use crate::redis::{RedisScripts, RepairClaim};
 
-/// The reservations topic, for proving that a record is not waiting in it.
-#[derive(Clone, Copy)]
-pub struct Topic<'a> {
-    /// Kafka client.
-    pub kafka: &'a rskafka::client::Client,
-    /// Topic name.
-    pub name: &'a str,
-    /// Its partition count (users are hashed over it).
-    pub partitions: i32,
-}
+pub use crate::kafka::Topic;
 
 /// Everything a reconciliation reads and writes.
 #[derive(Clone, Copy)]

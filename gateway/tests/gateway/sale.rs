@@ -245,6 +245,23 @@ async fn the_gateway_answers_queued_alone_and_produces_every_record_signed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sweeper_waits_for_a_writer_behind_its_topic_instead_of_producing_copies() {
+    let sale = Sale::new(100).await;
+    let gw = Gateway::start(&sale.gateway_conf(&e2e::stack::kafka_broker(), "")).await;
+    let queued = burst(&gw, &sale.campaign).await;
+    assert_eq!(sale.records_in_topic(100).await.len(), 100, "the gateway produced every record");
+    // Every outbox entry is now older than a 1 s sweep age, and every one is a record waiting in
+    // Kafka: a sweeper that did not wait for the writer would produce them all again.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let writer = sale.start_writer(Duration::from_secs(1)).await;
+    assert_eq!(sale.wait_orders(&queued).await, queued);
+    tokio::time::sleep(Duration::from_secs(1)).await; // five more sweep intervals
+    writer.stop().await;
+    let topic = sale.records_in_topic(0).await;
+    assert_eq!(topic.len(), 100, "the sweeper produced no copy of a record waiting in the topic");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kafka_down_during_the_sale_still_sells_exactly_the_stock_and_the_sweeper_brings_it() {
     let sale = Sale::new(100).await;
     let closed = format!("127.0.0.1:{}", free_port());
