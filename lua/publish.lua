@@ -9,11 +9,13 @@
 --    0  already published with this stock version and untouched: nothing changed
 --   -1  refused: the campaign is LIVE or has reservations; nothing changed
 
-local meta, stock_key, stats = KEYS[1], KEYS[2], KEYS[7]
+local meta, stock_key, bought, outbox, released = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
 local version = ARGV[1]
 
 local cur = redis.call('HMGET', meta, 'state', 'stock_version')
-local reserved = tonumber(redis.call('HGET', stats, 'reserved_count') or '0')
+-- A reservation makes the campaign LIVE, and leaves a buyer in `bought`, an entry in `outbox`
+-- or (once released) one in the `released` ledger.
+local reserved = redis.call('EXISTS', bought, outbox, released)
 if cur[1] == 'LIVE' or reserved > 0 then
   return {-1, cur[1] or '', cur[2] or ''}
 end

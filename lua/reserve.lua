@@ -3,6 +3,16 @@
 --
 -- KEYS (all share the campaign's hash tag, see protocol/src/keys.rs):
 --   1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
+--   (6, 7 and 8 are not touched here; every script takes the same eight keys)
+--
+-- Writes, each paid for on every reservation (Redis CPU per call, INFO commandstats, same run:
+-- 22.8 us with all of them; without the pending ZADD 18.7 us):
+--   stock DECRBY, bought HINCRBY  the sale itself (stock and the per-user limit)
+--   outbox HSET                   the promise behind a QUEUED answer (the record)
+--   pending ZADD                  the sweeper's index by age: without it every sweep pass would
+--                                 scan the whole outbox
+-- No counters: reconciliation derives what was reserved from `bought` (Σ bought = reserved -
+-- released + re-taken); two stats HINCRBYs cost 2.4 us a call (about 10%).
 -- ARGV:
 --   1 campaign id  2 request id  3 user id  4 quantity
 -- Returns {code, remaining, record}:
@@ -13,7 +23,7 @@
 --   -3  campaign not published (or not READY/LIVE): 0
 --   -4  bad quantity (below 1 or above the per-user limit): the limit
 
-local meta, stock_key, bought, outbox, pending, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[7]
+local meta, stock_key, bought, outbox, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local campaign, request_id, user = ARGV[1], ARGV[2], ARGV[3]
 local qty = tonumber(ARGV[4])
 
@@ -58,8 +68,6 @@ local remaining = redis.call('DECRBY', stock_key, qty)
 redis.call('HINCRBY', bought, user, qty)
 redis.call('HSET', outbox, request_id, record)
 redis.call('ZADD', pending, now_ms, request_id)
-redis.call('HINCRBY', stats, 'reserved_count', 1)
-redis.call('HINCRBY', stats, 'reserved_qty', qty)
 if state == 'READY' then
   redis.call('HSET', meta, 'state', 'LIVE')
 end

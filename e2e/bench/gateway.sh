@@ -213,7 +213,7 @@ NGINX_PIDS="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"
 read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
 read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT/seckill/$OPEN/order")"
 read -r A_CPU_GW A_CPU_REDIS A_CPU_NGINX <<<"$(cpu_per_request a "$g" "$r" "$n")"
-reserved=$("${RCLI[@]}" hget "sk:{$OPEN}:stats" reserved_count)
+reserved=$("${RCLI[@]}" hlen "sk:{$OPEN}:bought") # buyers holding a unit (limit 1)
 read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
 read -r B_RPS B_P50 B_P99 B_NON <<<"$(run_wrk b "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order")"
 read -r B_CPU_GW B_CPU_REDIS B_CPU_NGINX <<<"$(cpu_per_request b "$g" "$r" "$n")"

@@ -28,8 +28,8 @@ pub struct Checks {
     pub redis_stock: i64,
     /// Reservations still in the outbox (no order, no release yet).
     pub outbox: i64,
-    /// Reservations the Redis script counted.
-    pub reserved_qty: i64,
+    /// Units buyers hold in Redis (Σ `bought`: reserved, less released, plus re-taken).
+    pub held_qty: i64,
     /// Units Redis gave back (into the stock, or aside while replenishment is paused).
     pub released_qty: i64,
     /// Units released while replenishment is paused, not yet back in the stock.
@@ -101,7 +101,8 @@ pub async fn check(
     c.redis_stock = redis.get::<Option<i64>, _>(&keys.stock).await?.unwrap_or(0);
     c.outbox = redis.hlen(&keys.outbox).await?;
     c.per_user_limit = redis.hget::<Option<i64>, _, _>(&keys.meta, "limit").await?.unwrap_or(0);
-    c.reserved_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "reserved_qty").await?.unwrap_or(0);
+    let bought: std::collections::HashMap<String, i64> = redis.hgetall(&keys.bought).await?;
+    c.held_qty = bought.values().sum();
     c.released_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "released_qty").await?.unwrap_or(0);
     c.aside_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "aside_qty").await?.unwrap_or(0);
     c.redis_initial = redis.hget::<Option<i64>, _, _>(&keys.meta, "total").await?.unwrap_or(0);
@@ -207,19 +208,19 @@ impl Report {
             },
             Verdict {
                 name: "Redis and PostgreSQL agree",
-                // initial - reserved + released - aside = remaining, and every net reservation is
-                // an order or still in the outbox.
-                ok: c.total_stock - c.reserved_qty + c.released_qty - c.aside_qty == c.redis_stock
-                    && c.reserved_qty - c.released_qty == c.units_held + c.outbox,
+                // initial - held by buyers - aside = remaining, and every unit a buyer holds is an
+                // order or still in the outbox.
+                ok: c.total_stock - c.held_qty - c.aside_qty == c.redis_stock
+                    && c.held_qty == c.units_held + c.outbox,
                 detail: format!(
-                    "stock {} - reserved {} + released {} - aside {} = {} (Redis has {}); net reserved {} = orders {} + outbox {}",
+                    "stock {} - held by buyers {} - aside {} = {} (Redis has {}; {} released); held {} = orders {} + outbox {}",
                     c.total_stock,
-                    c.reserved_qty,
-                    c.released_qty,
+                    c.held_qty,
                     c.aside_qty,
-                    c.total_stock - c.reserved_qty + c.released_qty - c.aside_qty,
+                    c.total_stock - c.held_qty - c.aside_qty,
                     c.redis_stock,
-                    c.reserved_qty - c.released_qty,
+                    c.released_qty,
+                    c.held_qty,
                     c.units_held,
                     c.outbox
                 ),

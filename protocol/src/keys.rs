@@ -25,8 +25,8 @@ pub struct CampaignKeys {
     pub pending: String,
     /// HASH: request id -> released quantity. Makes release idempotent and auditable.
     pub released: String,
-    /// HASH: counters for reconciliation: `reserved_count`, `reserved_qty`, `released_count`,
-    /// `released_qty` (cumulative), `aside_qty` (released while `pause_replenish` is on, not yet
+    /// HASH: counters for reconciliation, none written by a reservation (what was reserved is
+    /// derived from `bought`): `released_count`, `released_qty` (cumulative), `aside_qty` (released while `pause_replenish` is on, not yet
     /// back in the stock), `returned_qty`, `acked_count`, `adopted_count`, `adopted_qty`.
     pub stats: String,
     /// HASH: request id -> who claimed the outbox entry as its producer of last resort: `sweep`

@@ -148,12 +148,10 @@ pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::
     let _ = writeln!(t, "campaign {campaign}");
     let _ = writeln!(
         t,
-        "  Redis: initial {} - reserved {} + released {} - set aside {} - re-taken by repair {} = {}; remaining stock {} => {}",
+        "  Redis: initial {} - held by buyers {} - set aside {} = {}; remaining stock {} => {}",
         s.initial,
-        stat("reserved_qty"),
-        stat("released_qty"),
+        b.held,
         stat("aside_qty"),
-        stat("adopted_qty"),
         b.redis_expected,
         b.redis_stock,
         word(rep.redis_balanced)
@@ -170,7 +168,7 @@ pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::
     );
     let _ = writeln!(
         t,
-        "  across: held in Redis (reserved - released + re-taken) {} = live orders {} + queued without order {} => {}",
+        "  across: held by buyers in Redis {} = live orders {} + queued without order {} => {}",
         b.held,
         b.live_qty,
         b.queued_qty,
@@ -178,10 +176,12 @@ pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::
     );
     let _ = writeln!(
         t,
-        "  counts: reserved {} acked {} released {} in outbox {} refused in PG {}",
-        stat("reserved_count"),
+        "  counts: reserved {} (held + released - re-taken) acked {} released {} ({} units) re-taken {} in outbox {} refused in PG {}",
+        b.held + stat("released_qty") - stat("adopted_qty"),
         stat("acked_count"),
         stat("released_count"),
+        stat("released_qty"),
+        stat("adopted_qty"),
         s.outbox.len(),
         s.refused.len()
     );

@@ -60,12 +60,41 @@ pub fn command(conf: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-/// Starts `order-writer --config <conf> <args>` (warnings on stderr).
-pub fn spawn(conf: &Path, args: &[&str]) -> Child {
-    command(conf, args)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap()
+/// Starts `order-writer --config <conf> <args>` (warnings on stderr). The process is killed
+/// when the handle is dropped, so a failing test leaves no writer behind.
+pub fn spawn(conf: &Path, args: &[&str]) -> Running {
+    Running(
+        command(conf, args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// A started `order-writer`, killed (SIGKILL) and reaped on drop unless it already ended.
+pub struct Running(Child);
+
+impl std::ops::Deref for Running {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // std sends no signal to a child it has already reaped.
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
