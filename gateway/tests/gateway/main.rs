@@ -6,6 +6,7 @@
 mod support;
 
 mod conf;
+mod limits;
 mod orders;
 mod polling;
 mod routes;
