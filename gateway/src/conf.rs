@@ -21,6 +21,7 @@ mod kafka;
 pub mod limits;
 mod route;
 pub mod shutdown;
+pub mod tls;
 
 type S<T> = Spanned<T>;
 
@@ -39,6 +40,8 @@ struct Raw {
     limits: limits::RawLimits,
     #[serde(default)]
     shutdown: shutdown::RawShutdown,
+    #[serde(default)]
+    tls: Option<tls::RawTls>,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
 }
@@ -203,6 +206,8 @@ pub struct ServerConf {
     pub limits: crate::limits::Limits,
     /// Graceful shutdown and upgrade (restart to change).
     pub shutdown: shutdown::ShutdownConf,
+    /// TLS termination, when configured (certificates reload on `SIGHUP`).
+    pub tls: Option<tls::TlsConf>,
 }
 
 impl std::fmt::Debug for ServerConf {
@@ -221,6 +226,7 @@ impl std::fmt::Debug for ServerConf {
             .field("routes", &self.routes)
             .field("limits", &self.limits)
             .field("shutdown", &self.shutdown)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -408,6 +414,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         routes,
         limits: limits::check(&c, &raw.limits)?,
         shutdown: shutdown::check(&c, &raw.shutdown)?,
+        tls: raw.tls.as_ref().map(|t| tls::check(&c, t, base)).transpose()?,
     })
 }
 

@@ -20,7 +20,7 @@ use crate::conf::RedisConf;
 use crate::frontdoor::FrontDoor;
 use crate::proxy::Gateway;
 use crate::reload::{self, SharedState};
-use crate::{replenish, upstreams};
+use crate::{replenish, tls, upstreams};
 
 /// What the binary was asked to run.
 #[derive(Debug, Clone)]
@@ -125,10 +125,21 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(Some(opt), pingora_conf);
     server.bootstrap();
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
-    let gateway = Gateway::new(shared, Sale::new(reserver, queue));
+    let gateway = Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue));
     let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
     let mut service = Service::new("gateway".to_string(), FrontDoor::new(proxy, server_conf.limits.clone()));
     service.add_tcp(&server_conf.listen.to_string());
+    if let Some(tls) = &server_conf.tls {
+        let settings = tls::settings(Arc::clone(&shared), tls.http2)?;
+        service.add_tls_with_settings(&tls.listen.to_string(), None, settings);
+        tracing::info!(listen = %tls.listen, http2 = tls.http2, certs = tls.certs.entries.len(), "TLS listener");
+        if let Some(plain) = tls.redirect_listen {
+            let mut redirect =
+                Service::new("https redirect".to_string(), tls::Redirect { https_port: tls.listen.port() });
+            redirect.add_tcp(&plain.to_string());
+            server.add_service(redirect);
+        }
+    }
     server.add_service(service);
     tracing::info!(listen = %server_conf.listen, conf = %opts.conf.display(), "gateway starting");
     let (_control, _kafka) = (control, kafka);

@@ -12,3 +12,4 @@ mod polling;
 mod routes;
 mod sale;
 mod sold_out;
+mod tls;
