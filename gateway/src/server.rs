@@ -108,14 +108,15 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let queue = ReservationQueue::start(server_conf.kafka.clone(), kafka.handle());
     tracing::info!(brokers = ?server_conf.kafka.brokers, topic = %server_conf.kafka.topic, "kafka producer started");
 
-    // SIGTERM: stop accepting after the grace period, let in-flight requests finish within the
-    // drain timeout, exit. SIGQUIT: the same, after handing the listening sockets to a new
-    // process started with --upgrade (it accepts on them from then on).
+    // SIGTERM: stop accepting, let requests in flight finish within the drain bound (Pingora's
+    // grace period), exit. SIGQUIT: first hand the listening sockets to a new process started
+    // with --upgrade (both accept for Pingora's 5 s hand-over), then the same.
     let shutdown = &server_conf.shutdown;
     let pingora_conf = PingoraConf {
         threads: server_conf.threads,
-        grace_period_seconds: Some(shutdown.grace_period.as_secs()),
-        graceful_shutdown_timeout_seconds: Some(shutdown.drain_timeout.as_secs()),
+        grace_period_seconds: Some(shutdown.drain.as_secs()),
+        // After the drain, what is left is cancelled; this bounds only blocking threads.
+        graceful_shutdown_timeout_seconds: Some(1),
         upgrade_sock: shutdown.upgrade_sock.to_string_lossy().into_owned(),
         max_retries: 2,
         work_stealing: false,

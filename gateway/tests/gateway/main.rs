@@ -13,3 +13,4 @@ mod routes;
 mod sale;
 mod sold_out;
 mod tls;
+mod upgrade;

@@ -291,6 +291,16 @@ impl Gateway {
         let _ = self.child.wait();
     }
 
+    /// Its process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it has exited, and how.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
     /// Sends SIGHUP (reload).
     pub fn hup(&self) {
         let ok =
