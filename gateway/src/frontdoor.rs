@@ -30,6 +30,7 @@ use pingora_core::modules::http::compression::ResponseCompression;
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::{Stream, ALPN};
 use pingora_core::server::ShutdownWatch;
+use pingora_core::upstreams::peer::HttpPeer;
 use pingora_proxy::Session;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at, Instant};
@@ -215,5 +216,16 @@ pub fn compression(session: &mut Session, active: &Active) {
         if let Some(c) = session.downstream_modules_ctx.get_mut::<ResponseCompression>() {
             c.adjust_level(level);
         }
+    }
+}
+
+/// An upgrade request (WebSocket) to a shop route: the connection may stay idle for
+/// `upgrade_idle_timeout` on both sides, in place of the route's read timeout and the body
+/// timeout. Other requests keep the pool's peer as it is.
+pub fn upgrade_timeouts(session: &mut Session, peer: &mut HttpPeer, active: &Active) {
+    if session.as_downstream().is_upgrade_req() {
+        let idle = active.server.limits.upgrade_idle_timeout;
+        peer.options.read_timeout = Some(idle);
+        session.as_downstream_mut().set_read_timeout(Some(idle));
     }
 }

@@ -28,6 +28,9 @@ pub struct Limits {
     pub keepalive_timeout: Duration,
     /// Requests served on one connection before it is closed (at least 1).
     pub keepalive_requests: u32,
+    /// An upgraded connection (WebSocket) is closed after this long without a byte either way,
+    /// in place of the route's read timeout and the body timeout.
+    pub upgrade_idle_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -40,6 +43,7 @@ impl Default for Limits {
             client_body_timeout: Duration::from_secs(10),
             keepalive_timeout: Duration::from_secs(60),
             keepalive_requests: 1000,
+            upgrade_idle_timeout: Duration::from_secs(300),
         }
     }
 }

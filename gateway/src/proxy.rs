@@ -203,7 +203,7 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+    async fn upstream_peer(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let active =
             ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
         let pool = match ctx.upstream {
@@ -213,9 +213,11 @@ impl ProxyHttp for Gateway {
                 return Err(Error::explain(ErrorType::InternalError, "request has no upstream"))
             }
         };
-        pool.peer().ok_or_else(|| {
+        let mut peer = pool.peer().ok_or_else(|| {
             Error::explain(ErrorType::ConnectNoRoute, format!("no healthy upstream in pool {}", pool.name()))
-        })
+        })?;
+        frontdoor::upgrade_timeouts(session, &mut peer, active);
+        Ok(peer)
     }
 
     async fn upstream_request_filter(

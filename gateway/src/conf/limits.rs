@@ -22,6 +22,7 @@ pub(super) struct RawLimits {
     client_body_timeout_ms: Option<S<i64>>,
     keepalive_timeout_ms: Option<S<i64>>,
     keepalive_requests: Option<S<i64>>,
+    upgrade_idle_timeout_ms: Option<S<i64>>,
 }
 
 /// The largest `client_max_body_size` accepted (1 GiB).
@@ -82,6 +83,13 @@ pub(super) fn check(c: &Checker<'_>, raw: &RawLimits) -> Result<Limits, ConfErro
             1_000_000,
             d.keepalive_requests as usize,
         )? as u32,
+        upgrade_idle_timeout: ms(
+            &raw.upgrade_idle_timeout_ms,
+            "limits.upgrade_idle_timeout_ms",
+            1000,
+            86_400_000,
+            d.upgrade_idle_timeout,
+        )?,
     })
 }
 

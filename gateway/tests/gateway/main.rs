@@ -14,3 +14,4 @@ mod sale;
 mod sold_out;
 mod tls;
 mod upgrade;
+mod websocket;
