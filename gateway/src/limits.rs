@@ -149,7 +149,9 @@ pub fn check_fields(req: &RequestHeader, limits: &Limits) -> Result<(), Refusal>
         return Err(Refusal::new(Code::HeadersTooLarge, "too many header fields"));
     }
     let size: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum();
-    if size + req.uri.to_string().len() > limits.max_header_bytes {
+    let uri = req.uri.path_and_query().map_or(0, |p| p.as_str().len())
+        + req.uri.authority().map_or(0, |a| a.as_str().len());
+    if size + uri > limits.max_header_bytes {
         return Err(HEAD_TOO_LARGE);
     }
     if headers.contains_key(CONTENT_LENGTH) && headers.contains_key(TRANSFER_ENCODING) {
