@@ -18,6 +18,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 mod kafka;
+pub mod limits;
+mod route;
+pub mod shutdown;
+pub mod tls;
 
 type S<T> = Spanned<T>;
 
@@ -32,6 +36,12 @@ struct Raw {
     redis: RawRedis,
     order_writer: RawPool,
     kafka: kafka::RawKafka,
+    #[serde(default)]
+    limits: limits::RawLimits,
+    #[serde(default)]
+    shutdown: shutdown::RawShutdown,
+    #[serde(default)]
+    tls: Option<tls::RawTls>,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
 }
@@ -108,6 +118,10 @@ struct RawRoute {
     health_check_interval_ms: S<i64>,
     #[serde(default)]
     health_check_path: Option<S<String>>,
+    #[serde(default)]
+    client_max_body_size: Option<S<i64>>,
+    #[serde(default)]
+    compression_level: Option<S<i64>>,
 }
 
 fn d_connect() -> S<i64> {
@@ -157,6 +171,10 @@ pub struct RouteConf {
     pub path_prefix: String,
     /// Where matching requests go.
     pub pool: PoolConf,
+    /// Largest request body on this route; `None`: `[limits] client_max_body_size`.
+    pub client_max_body_size: Option<u64>,
+    /// Response compression level (gzip, brotli, zstd as the client accepts); 0: off.
+    pub compression_level: u32,
 }
 
 /// The validated server file.
@@ -184,6 +202,12 @@ pub struct ServerConf {
     pub kafka: QueueConf,
     /// Shop routes, in file order.
     pub routes: Vec<RouteConf>,
+    /// The front door's limits and timeouts (restart to change).
+    pub limits: crate::limits::Limits,
+    /// Graceful shutdown and upgrade (restart to change).
+    pub shutdown: shutdown::ShutdownConf,
+    /// TLS termination, when configured (certificates reload on `SIGHUP`).
+    pub tls: Option<tls::TlsConf>,
 }
 
 impl std::fmt::Debug for ServerConf {
@@ -200,6 +224,9 @@ impl std::fmt::Debug for ServerConf {
             .field("order_writer", &self.order_writer)
             .field("kafka", &self.kafka)
             .field("routes", &self.routes)
+            .field("limits", &self.limits)
+            .field("shutdown", &self.shutdown)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -362,11 +389,14 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
             &r.health_check_interval_ms,
             &r.health_check_path,
         )?;
+        let (client_max_body_size, compression_level) = route::check(&c, &prefix, r)?;
         routes.push(RouteConf {
             name: r.name.get_ref().clone(),
             host,
             path_prefix: r.path_prefix.get_ref().clone(),
             pool,
+            client_max_body_size,
+            compression_level,
         });
     }
 
@@ -382,6 +412,9 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         order_writer,
         kafka,
         routes,
+        limits: limits::check(&c, &raw.limits)?,
+        shutdown: shutdown::check(&c, &raw.shutdown)?,
+        tls: raw.tls.as_ref().map(|t| tls::check(&c, t, base)).transpose()?,
     })
 }
 

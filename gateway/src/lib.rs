@@ -6,12 +6,18 @@
 //! - [`upstreams`]: health-checked round-robin pools;
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
 //! - [`replenish`]: the pub/sub listener that clears sold-out flags;
+//! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
+//! - [`limits`]: those limits as pure decisions;
+//! - [`tls`]: certificates by SNI from the active conf, HTTP/2 by ALPN, the HTTPS redirect;
 //! - [`server`]: wires it all into a Pingora server.
 
 pub mod conf;
+pub mod frontdoor;
+pub mod limits;
 pub mod proxy;
 pub mod reload;
 pub mod replenish;
 pub mod routes;
 pub mod server;
+pub mod tls;
 pub mod upstreams;

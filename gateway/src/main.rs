@@ -17,6 +17,10 @@ struct Cli {
     /// Validate the conf and the scripts, print a summary and exit.
     #[arg(long)]
     check: bool,
+    /// Zero-downtime upgrade: take the listening sockets of the running gateway over the
+    /// upgrade socket (`[shutdown] upgrade_sock`), then send the old one SIGQUIT.
+    #[arg(long)]
+    upgrade: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,6 +40,7 @@ fn run() -> anyhow::Result<()> {
     let opts = gateway::server::Options {
         lua_dir: cli.lua_dir.clone().unwrap_or_else(|| gateway::server::default_lua_dir(&cli.conf)),
         conf: cli.conf,
+        upgrade: cli.upgrade,
     };
     if cli.check {
         println!("{}", gateway::server::check(&opts)?);

@@ -36,6 +36,8 @@ use plugins::{switches, window, Denial};
 use protocol::campaign::Window;
 use protocol::codes::{Answer, Code};
 
+use crate::frontdoor;
+use crate::limits::{BodyCount, Refusal, BODY_TIMEOUT};
 use crate::reload::{Active, CampaignEntry, SharedState};
 use crate::routes::{self, CampaignPath};
 
@@ -80,6 +82,8 @@ pub struct Ctx {
     upstream: Upstream,
     /// The campaign's concurrency budget place, given back in `logging`.
     permit: Option<Permit>,
+    /// The request body's bytes against its route's limit.
+    body: BodyCount,
 }
 
 /// What `request_filter` decided from the request line and headers.
@@ -105,6 +109,12 @@ impl ProxyHttp for Gateway {
         Ctx::default()
     }
 
+    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut Ctx) -> Result<()> {
+        // Response compression is set before Pingora's module reads Accept-Encoding.
+        frontdoor::compression(session, &self.shared.active());
+        Ok(())
+    }
+
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let active = self.shared.active();
         ctx.active = Some(Arc::clone(&active));
@@ -119,6 +129,16 @@ impl ProxyHttp for Gateway {
                 None => active.routes.find(host(req), req.uri.path()).map_or(Route::NotFound, Route::Shop),
             }
         };
+
+        // The front door's limits: header fields, smuggling, declared body size (413).
+        let shop = if let Route::Shop(i) = route { Some(i) } else { None };
+        match frontdoor::admit(session, &active, shop) {
+            Ok(body) => ctx.body = body,
+            Err(r) => {
+                ctx.request_id = new_request_id();
+                return refuse(session, &ctx.request_id, &r).await;
+            }
+        }
 
         match route {
             Route::Shop(i) => {
@@ -169,7 +189,21 @@ impl ProxyHttp for Gateway {
         }
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        _end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        // A body without a declared length is counted as it arrives (413 past the limit).
+        if let Some(chunk) = body {
+            ctx.body.add(chunk.len()).map_err(|r| Error::explain(ErrorType::HTTPStatus(413), r.message))?;
+        }
+        Ok(())
+    }
+
+    async fn upstream_peer(&self, session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         let active =
             ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
         let pool = match ctx.upstream {
@@ -179,9 +213,11 @@ impl ProxyHttp for Gateway {
                 return Err(Error::explain(ErrorType::InternalError, "request has no upstream"))
             }
         };
-        pool.peer().ok_or_else(|| {
+        let mut peer = pool.peer().ok_or_else(|| {
             Error::explain(ErrorType::ConnectNoRoute, format!("no healthy upstream in pool {}", pool.name()))
-        })
+        })?;
+        frontdoor::upgrade_timeouts(session, &mut peer, active);
+        Ok(peer)
     }
 
     async fn upstream_request_filter(
@@ -192,7 +228,8 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         // Who the client is, for the upstream (like Nginx's proxy_set_header trio); a client's
         // own X-Forwarded-For survives only behind a trusted proxy.
-        // A trusted proxy's X-Forwarded-Proto (it terminated TLS) is kept; otherwise "http".
+        // A trusted proxy's X-Forwarded-Proto (it terminated TLS) is kept; otherwise the gateway's own
+        // scheme: "https" when it terminated TLS, else "http".
         upstream_request.remove_header(X_FORWARDED_FOR);
         upstream_request.remove_header(X_REAL_IP);
         let mut proxy_says_proto = false;
@@ -207,7 +244,7 @@ impl ProxyHttp for Gateway {
                 trusted.contains(&peer) && upstream_request.headers.contains_key(X_FORWARDED_PROTO);
         }
         if !proxy_says_proto {
-            upstream_request.insert_header(X_FORWARDED_PROTO, "http")?;
+            upstream_request.insert_header(X_FORWARDED_PROTO, frontdoor::scheme(session))?;
         }
         Ok(())
     }
@@ -217,6 +254,8 @@ impl ProxyHttp for Gateway {
         Ctx: Send + Sync,
     {
         let (code, answer) = match (e.etype(), e.esource()) {
+            (ErrorType::HTTPStatus(413), _) => (413, Code::BodyTooLarge),
+            (ErrorType::ReadTimedout, ErrorSource::Downstream) => (408, Code::RequestTimeout),
             (ErrorType::HTTPStatus(code), _) => (*code, Code::Internal),
             // No healthy address in the pool: as unreachable as a refused connect.
             (ErrorType::ConnectNoRoute, _) | (_, ErrorSource::Upstream) => (502, Code::UpstreamUnavailable),
@@ -229,6 +268,8 @@ impl ProxyHttp for Gateway {
         };
         if code > 0 {
             let message = match answer {
+                Code::BodyTooLarge => crate::limits::BODY_TOO_LARGE.message,
+                Code::RequestTimeout => BODY_TIMEOUT.message,
                 Code::UpstreamUnavailable => "the upstream could not be reached",
                 Code::BadRequest => "the request could not be read",
                 _ => "unexpected error",
@@ -366,6 +407,15 @@ async fn write_json(
     }
     session.write_response_header(Box::new(header), false).await?;
     session.write_response_body(Some(Bytes::from(body)), true).await?;
+    Ok(true)
+}
+
+/// Answers a front-door refusal and closes the connection, after reading what is left of the
+/// body for a bounded time (the client then reads the answer, not a reset).
+async fn refuse(session: &mut Session, request_id: &str, r: &Refusal) -> Result<bool> {
+    let body = Answer { code: r.code, message: r.message, request_id }.to_json();
+    respond_and_close(session, r.code.status(), body).await?;
+    frontdoor::drain(session).await;
     Ok(true)
 }
 

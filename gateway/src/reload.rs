@@ -136,8 +136,20 @@ pub fn reload(shared: &SharedState) -> Result<Arc<Active>, ConfError> {
     };
     let old = shared.active();
     let (o, n) = (&old.server, &new.server);
-    if o.listen != n.listen || o.threads != n.threads || o.redis != n.redis || o.kafka != n.kafka {
-        tracing::warn!("server.listen, server.threads, [redis] and [kafka] take effect only after a restart");
+    let tls_listeners =
+        |t: &Option<crate::conf::tls::TlsConf>| t.as_ref().map(|t| (t.listen, t.http2, t.redirect_listen));
+    if o.listen != n.listen
+        || o.threads != n.threads
+        || o.redis != n.redis
+        || o.kafka != n.kafka
+        || o.limits != n.limits
+        || o.shutdown != n.shutdown
+        || tls_listeners(&o.tls) != tls_listeners(&n.tls)
+    {
+        tracing::warn!(
+            "server.listen, server.threads, [redis], [kafka], [limits], [shutdown] and the [tls] listeners \
+             take effect only after a restart (certificates are reloaded now)"
+        );
     }
     shared.active.store(Arc::clone(&new));
     tracing::info!(campaigns = new.campaigns.len(), routes = new.shop_pools.len(), "configuration reloaded");

@@ -99,6 +99,8 @@ mod tests {
                 health_check_interval: Duration::from_millis(100),
                 health_check_path: None,
             },
+            client_max_body_size: None,
+            compression_level: 0,
         }
     }
 

@@ -8,17 +8,19 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fred::prelude::*;
-use pingora_core::server::configuration::ServerConf as PingoraConf;
+use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
+use pingora_core::services::listening::Service;
 use plugins::queue::ReservationQueue;
 use plugins::reserve::{self, Reserver};
 use plugins::sale::Sale;
 use protocol::scripts::Scripts;
 
 use crate::conf::RedisConf;
+use crate::frontdoor::FrontDoor;
 use crate::proxy::Gateway;
 use crate::reload::{self, SharedState};
-use crate::{replenish, upstreams};
+use crate::{replenish, tls, upstreams};
 
 /// What the binary was asked to run.
 #[derive(Debug, Clone)]
@@ -27,6 +29,9 @@ pub struct Options {
     pub conf: PathBuf,
     /// Folder of the Lua scripts.
     pub lua_dir: PathBuf,
+    /// Take the listening sockets from a running gateway over the upgrade socket (Pingora's
+    /// zero-downtime upgrade; the old process is then sent `SIGQUIT`).
+    pub upgrade: bool,
 }
 
 /// Validates the conf and the scripts; returns a one-line summary.
@@ -103,21 +108,40 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let queue = ReservationQueue::start(server_conf.kafka.clone(), kafka.handle());
     tracing::info!(brokers = ?server_conf.kafka.brokers, topic = %server_conf.kafka.topic, "kafka producer started");
 
+    // SIGTERM: stop accepting, let requests in flight finish within the drain bound (Pingora's
+    // grace period), exit. SIGQUIT: first hand the listening sockets to a new process started
+    // with --upgrade (both accept for Pingora's 5 s hand-over), then the same.
+    let shutdown = &server_conf.shutdown;
     let pingora_conf = PingoraConf {
         threads: server_conf.threads,
-        grace_period_seconds: Some(1),
-        graceful_shutdown_timeout_seconds: Some(5),
+        grace_period_seconds: Some(shutdown.drain.as_secs()),
+        // After the drain, what is left is cancelled; this bounds only blocking threads.
+        graceful_shutdown_timeout_seconds: Some(1),
+        upgrade_sock: shutdown.upgrade_sock.to_string_lossy().into_owned(),
         max_retries: 2,
         work_stealing: false,
         ..PingoraConf::default()
     };
-    let mut server = Server::new_with_opt_and_conf(None, pingora_conf);
+    let opt = Opt { upgrade: opts.upgrade, ..Opt::default() };
+    let mut server = Server::new_with_opt_and_conf(Some(opt), pingora_conf);
     server.bootstrap();
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
-    let gateway = Gateway::new(shared, Sale::new(reserver, queue));
-    let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, gateway);
-    proxy.add_tcp(&server_conf.listen.to_string());
-    server.add_service(proxy);
+    let gateway = Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue));
+    let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
+    let mut service = Service::new("gateway".to_string(), FrontDoor::new(proxy, server_conf.limits.clone()));
+    service.add_tcp(&server_conf.listen.to_string());
+    if let Some(tls) = &server_conf.tls {
+        let settings = tls::settings(Arc::clone(&shared), tls.http2)?;
+        service.add_tls_with_settings(&tls.listen.to_string(), None, settings);
+        tracing::info!(listen = %tls.listen, http2 = tls.http2, certs = tls.certs.entries.len(), "TLS listener");
+        if let Some(plain) = tls.redirect_listen {
+            let mut redirect =
+                Service::new("https redirect".to_string(), tls::Redirect { https_port: tls.listen.port() });
+            redirect.add_tcp(&plain.to_string());
+            server.add_service(redirect);
+        }
+    }
+    server.add_service(service);
     tracing::info!(listen = %server_conf.listen, conf = %opts.conf.display(), "gateway starting");
     let (_control, _kafka) = (control, kafka);
     server.run_forever()

@@ -54,6 +54,12 @@ pub enum Code {
     StaleTimestamp,
     /// The payment reference already paid another order: a callback replayed onto this one.
     PaymentRefUsed,
+    /// The request body is larger than the route's `client_max_body_size`.
+    BodyTooLarge,
+    /// The request's header section is larger, or has more fields, than the front door allows.
+    HeadersTooLarge,
+    /// The client did not send its request header or body in time.
+    RequestTimeout,
     /// An unexpected error on our side.
     Internal,
 }
@@ -84,6 +90,9 @@ impl Code {
             Code::Closed => "CLOSED",
             Code::StaleTimestamp => "STALE_TIMESTAMP",
             Code::PaymentRefUsed => "PAYMENT_REF_USED",
+            Code::BodyTooLarge => "BODY_TOO_LARGE",
+            Code::HeadersTooLarge => "HEADERS_TOO_LARGE",
+            Code::RequestTimeout => "REQUEST_TIMEOUT",
             Code::Internal => "INTERNAL",
         }
     }
@@ -102,6 +111,9 @@ impl Code {
             Code::BadSignature | Code::StaleTimestamp => 401,
             Code::UpstreamUnavailable => 502,
             Code::Success | Code::Failed | Code::Paid | Code::Closed => 200,
+            Code::BodyTooLarge => 413,
+            Code::HeadersTooLarge => 431,
+            Code::RequestTimeout => 408,
             Code::Internal => 500,
         }
     }
@@ -144,6 +156,9 @@ mod tests {
             Code::ServiceDegraded,
             Code::StaleTimestamp,
             Code::PaymentRefUsed,
+            Code::BodyTooLarge,
+            Code::HeadersTooLarge,
+            Code::RequestTimeout,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
@@ -160,5 +175,9 @@ mod tests {
         assert_eq!(Code::Queued.status(), 202);
         assert_eq!(Code::StaleTimestamp.status(), 401);
         assert_eq!(Code::PaymentRefUsed.status(), 409);
+        assert_eq!(
+            (Code::BodyTooLarge.status(), Code::HeadersTooLarge.status(), Code::RequestTimeout.status()),
+            (413, 431, 408)
+        );
     }
 }

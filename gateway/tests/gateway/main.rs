@@ -6,8 +6,12 @@
 mod support;
 
 mod conf;
+mod limits;
 mod orders;
 mod polling;
 mod routes;
 mod sale;
 mod sold_out;
+mod tls;
+mod upgrade;
+mod websocket;

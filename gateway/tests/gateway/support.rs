@@ -291,6 +291,16 @@ impl Gateway {
         let _ = self.child.wait();
     }
 
+    /// Its process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether it has exited, and how.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
     /// Sends SIGHUP (reload).
     pub fn hup(&self) {
         let ok =
@@ -313,12 +323,13 @@ pub async fn order(
     campaign: &str,
     user: &str,
 ) -> (u16, serde_json::Value) {
-    let resp = http
-        .post(gw.url(&format!("/seckill/{campaign}/order")))
-        .header("x-user-id", user)
-        .send()
-        .await
-        .expect("gateway answers");
+    order_at(http, &gw.url(&format!("/seckill/{campaign}/order")), user).await
+}
+
+/// An order request to a full order URL (another scheme or host: HTTPS, HTTP/2); returns
+/// (status, JSON body).
+pub async fn order_at(http: &reqwest::Client, url: &str, user: &str) -> (u16, serde_json::Value) {
+    let resp = http.post(url).header("x-user-id", user).send().await.expect("gateway answers");
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(serde_json::Value::Null))
 }

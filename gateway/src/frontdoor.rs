@@ -1,0 +1,231 @@
+//! The front door: every HTTP/1 connection is read here before Pingora parses it, so the
+//! limits answer with their own status and a JSON body instead of a bare close.
+//!
+//! Pingora 0.9 bounds a request head at 1 MiB and 256 fields (a bare 400 past them), waits 60 s
+//! per read of a head, and passes a request carrying both `Content-Length` and
+//! `Transfer-Encoding` on after dropping the length. So each HTTP/1 request head is read
+//! here, whole, under the conf's deadline and size ([`crate::limits`]), checked, and then
+//! handed to Pingora's proxy as the session's first bytes (its pipelined-prefix entry point):
+//!
+//! - nothing sent within `client_header_timeout` on a new connection, or within
+//!   `keepalive_timeout` between two requests: closed silently, as Nginx does;
+//! - a head started but not finished within `client_header_timeout`: 408;
+//! - a head past `max_header_bytes`, or with more than `max_headers` fields: 431;
+//! - control characters, a bad field name, line folding, or `Content-Length` together with
+//!   `Transfer-Encoding`: 400;
+//! - at most `keepalive_requests` requests per connection.
+//!
+//! HTTP/2 connections (ALPN `h2`) go to Pingora directly: the h2 layer bounds the header list
+//! (431) and the proxy checks fields and body per request ([`admit`]). After a refusal the
+//! connection is closed after a bounded lingering read, so the client reads the answer rather
+//! than a reset.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::BytesMut;
+use pingora_core::apps::{HttpServerApp, ServerApp};
+use pingora_core::modules::http::compression::ResponseCompression;
+use pingora_core::protocols::http::ServerSession;
+use pingora_core::protocols::{Stream, ALPN};
+use pingora_core::server::ShutdownWatch;
+use pingora_core::upstreams::peer::HttpPeer;
+use pingora_proxy::Session;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::{timeout, timeout_at, Instant};
+
+use crate::limits::{self, BodyCount, Limits, Refusal};
+use crate::reload::Active;
+
+/// How long a refused connection is still read (and the bytes dropped) before it is closed.
+pub const LINGER: Duration = Duration::from_secs(1);
+/// At most this many bytes are read and dropped while lingering.
+const LINGER_BYTES: usize = 4 * 1024 * 1024;
+
+/// A Pingora application behind the front door's HTTP/1 head reader.
+pub struct FrontDoor<A> {
+    app: Arc<A>,
+    limits: Limits,
+}
+
+impl<A> FrontDoor<A> {
+    /// Puts `app` (the proxy) behind the front door with these limits (a restart applies a
+    /// change of them).
+    pub fn new(app: A, limits: Limits) -> Self {
+        Self { app: Arc::new(app), limits }
+    }
+}
+
+/// What reading one request head gave.
+enum Head {
+    /// A complete, valid head (with whatever followed it).
+    Ready(BytesMut),
+    /// The client closed, went idle, or the server is shutting down: close silently.
+    Closed,
+    /// Answer this and close.
+    Refused(Refusal),
+}
+
+#[async_trait]
+impl<A> ServerApp for FrontDoor<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    async fn process_new(self: &Arc<Self>, mut stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+        if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
+            return self.app.process_new(stream, shutdown).await;
+        }
+        let mut watch = shutdown.clone();
+        let mut served: u32 = 0;
+        loop {
+            let head = match read_head(&mut stream, &self.limits, served == 0, &mut watch).await {
+                Head::Ready(head) => head,
+                Head::Closed => return None,
+                Head::Refused(refusal) => {
+                    let request_id = uuid::Uuid::now_v7().to_string();
+                    let _ = stream.write_all(&limits::raw_answer(&refusal, &request_id)).await;
+                    linger(&mut stream).await;
+                    return None;
+                }
+            };
+            let mut session = ServerSession::new_http1(stream);
+            served += 1;
+            let last = served >= self.limits.keepalive_requests || *shutdown.borrow();
+            if last {
+                session.set_keepalive(None);
+            } else {
+                session.set_keepalive(Some(self.limits.keepalive_timeout.as_secs().max(1)));
+                session.set_keepalive_reuses_remaining(Some(self.limits.keepalive_requests - served));
+            }
+            session.set_read_timeout(Some(self.limits.client_body_timeout));
+            session.set_pipelined_prefix(head);
+            let reused = self.app.process_new_http(session, shutdown).await?;
+            // What Pingora keeps across requests (keep-alive values) is set again above.
+            stream = reused.consume().0;
+        }
+    }
+
+    async fn cleanup(&self) {
+        self.app.http_cleanup().await;
+    }
+}
+
+/// Resolves once the server is shutting down.
+async fn shutting_down(watch: &mut ShutdownWatch) {
+    while !*watch.borrow_and_update() {
+        if watch.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Reads one request head under the limits (see the module doc).
+async fn read_head(stream: &mut Stream, limits: &Limits, first: bool, watch: &mut ShutdownWatch) -> Head {
+    let mut buf = BytesMut::with_capacity(4096);
+    let idle = if first { limits.client_header_timeout } else { limits.keepalive_timeout };
+    tokio::select! {
+        read = timeout(idle, stream.read_buf(&mut buf)) => match read {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Head::Closed,
+        },
+        _ = shutting_down(watch), if !first => return Head::Closed,
+    }
+    let deadline = Instant::now() + limits.client_header_timeout;
+    loop {
+        if let Some(end) = limits::head_end(&buf) {
+            if end > limits.max_header_bytes {
+                return Head::Refused(limits::HEAD_TOO_LARGE);
+            }
+            return match limits::check_head(&buf[..end], limits.max_headers) {
+                Ok(()) => Head::Ready(buf),
+                Err(refusal) => Head::Refused(refusal),
+            };
+        }
+        if buf.len() > limits.max_header_bytes {
+            return Head::Refused(limits::HEAD_TOO_LARGE);
+        }
+        buf.reserve(4096);
+        match timeout_at(deadline, stream.read_buf(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            Ok(_) => return Head::Closed,
+            Err(_) => return Head::Refused(limits::HEAD_TIMEOUT),
+        }
+    }
+}
+
+/// Closes the write side, then reads and drops what the client still sends, for at most
+/// [`LINGER`] and [`LINGER_BYTES`], so it reads the answer instead of a reset.
+async fn linger(stream: &mut Stream) {
+    let _ = stream.flush().await;
+    let _ = stream.shutdown().await;
+    let mut sink = vec![0u8; 16 * 1024];
+    let mut dropped = 0;
+    let deadline = Instant::now() + LINGER;
+    while dropped < LINGER_BYTES {
+        match timeout_at(deadline, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => dropped += n,
+            _ => break,
+        }
+    }
+}
+
+/// The per-request checks of the proxy: the fields (count, size, smuggling) and the declared
+/// body size against the route's `client_max_body_size` (`route`: the shop route's index,
+/// `None` for the gateway's own paths). Returns the body counter for a body without a
+/// declared length.
+pub fn admit(session: &Session, active: &Active, route: Option<usize>) -> Result<BodyCount, Refusal> {
+    let limits = &active.server.limits;
+    let max = route
+        .and_then(|i| active.server.routes.get(i))
+        .and_then(|r| r.client_max_body_size)
+        .unwrap_or(limits.client_max_body_size);
+    let req = session.req_header();
+    limits::check_fields(req, limits)?;
+    limits::check_content_length(req, max)?;
+    Ok(BodyCount { max, seen: 0 })
+}
+
+/// After a refusal answered by the proxy: reads and drops what is left of the request body,
+/// for at most [`LINGER`], so the client reads the answer rather than a reset.
+pub async fn drain(session: &mut Session) {
+    let _ = timeout(LINGER, session.as_downstream_mut().drain_request_body()).await;
+}
+
+/// `https` when the gateway terminated TLS on this connection, else `http`.
+pub fn scheme(session: &Session) -> &'static str {
+    let tls = session.as_downstream().digest().and_then(|d| d.ssl_digest.as_ref()).is_some();
+    if tls {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// Sets the response compression of a shop route (`compression_level`, off by default) on
+/// Pingora's compression module; the gateway's own answers are never compressed.
+pub fn compression(session: &mut Session, active: &Active) {
+    let req = session.req_header();
+    let host = req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host());
+    let level = active
+        .routes
+        .find(host, req.uri.path())
+        .and_then(|i| active.server.routes.get(i))
+        .map_or(0, |r| r.compression_level);
+    if level > 0 && crate::routes::campaign_path(req.uri.path()).is_none() {
+        if let Some(c) = session.downstream_modules_ctx.get_mut::<ResponseCompression>() {
+            c.adjust_level(level);
+        }
+    }
+}
+
+/// An upgrade request (WebSocket) to a shop route: the connection may stay idle for
+/// `upgrade_idle_timeout` on both sides, in place of the route's read timeout and the body
+/// timeout. Other requests keep the pool's peer as it is.
+pub fn upgrade_timeouts(session: &mut Session, peer: &mut HttpPeer, active: &Active) {
+    if session.as_downstream().is_upgrade_req() {
+        let idle = active.server.limits.upgrade_idle_timeout;
+        peer.options.read_timeout = Some(idle);
+        session.as_downstream_mut().set_read_timeout(Some(idle));
+    }
+}

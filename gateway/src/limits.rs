@@ -1,0 +1,213 @@
+//! The front door's limits as pure decisions: what a request head, its header fields and its
+//! body size are allowed to be, and which answer a request past a limit gets.
+//!
+//! The I/O that applies them lives in [`crate::frontdoor`] (the HTTP/1 head, read under a
+//! deadline before Pingora parses it) and in the proxy's filters (body size, HTTP/2 fields).
+
+use std::time::Duration;
+
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use pingora_http::RequestHeader;
+use protocol::codes::Code;
+
+/// The limits of the front door (`[limits]` of the server file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest request head (request line and header fields), in bytes; past it: 431.
+    pub max_header_bytes: usize,
+    /// Most header fields in one request; past it: 431.
+    pub max_headers: usize,
+    /// Largest request body, in bytes, for routes without their own `client_max_body_size`
+    /// and for campaign paths; past it: 413.
+    pub client_max_body_size: u64,
+    /// Time a client has to send its whole request head once it started; past it: 408.
+    pub client_header_timeout: Duration,
+    /// Longest wait between two reads of a request body; past it: 408.
+    pub client_body_timeout: Duration,
+    /// How long an idle keep-alive connection is kept open (closed silently, like Nginx).
+    pub keepalive_timeout: Duration,
+    /// Requests served on one connection before it is closed (at least 1).
+    pub keepalive_requests: u32,
+    /// An upgraded connection (WebSocket) is closed after this long without a byte either way,
+    /// in place of the route's read timeout and the body timeout.
+    pub upgrade_idle_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_header_bytes: 32 * 1024,
+            max_headers: 100,
+            client_max_body_size: 1024 * 1024,
+            client_header_timeout: Duration::from_secs(10),
+            client_body_timeout: Duration::from_secs(10),
+            keepalive_timeout: Duration::from_secs(60),
+            keepalive_requests: 1000,
+            upgrade_idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Why a request is refused at the front door: the answer's code and message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// The answer code (its HTTP status comes with it).
+    pub code: Code,
+    /// What is wrong, for the client.
+    pub message: &'static str,
+}
+
+impl Refusal {
+    const fn new(code: Code, message: &'static str) -> Self {
+        Self { code, message }
+    }
+}
+
+/// The refusal of a head that is not complete within `max_header_bytes`.
+pub const HEAD_TOO_LARGE: Refusal = Refusal::new(Code::HeadersTooLarge, "the request head is too large");
+/// The refusal of a head not received within the header timeout.
+pub const HEAD_TIMEOUT: Refusal =
+    Refusal::new(Code::RequestTimeout, "the request head was not received in time");
+/// The refusal of a body not received within the body timeout.
+pub const BODY_TIMEOUT: Refusal =
+    Refusal::new(Code::RequestTimeout, "the request body was not received in time");
+/// The refusal of a body past the route's limit.
+pub const BODY_TOO_LARGE: Refusal =
+    Refusal::new(Code::BodyTooLarge, "the request body is larger than this route allows");
+
+/// Where the head in `buf` ends (the index just past its blank line), if it is complete.
+/// Lines may end in CRLF or a bare LF, as Pingora's parser accepts both.
+pub fn head_end(buf: &[u8]) -> Option<usize> {
+    // Empty lines before the request line are ignored (RFC 9112 section 2.2).
+    let mut i = buf.iter().position(|&b| b != b'\r' && b != b'\n')?;
+    while let Some(nl) = buf[i..].iter().position(|&b| b == b'\n') {
+        let next = i + nl + 1;
+        match (buf.get(next), buf.get(next + 1)) {
+            (Some(b'\n'), _) => return Some(next + 1),
+            (Some(b'\r'), Some(b'\n')) => return Some(next + 2),
+            _ => i = next,
+        }
+    }
+    None
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A control character other than horizontal tab (RFC 9110 forbids them in field values).
+fn is_ctl(b: u8) -> bool {
+    (b < 0x20 && b != b'\t') || b == 0x7f
+}
+
+/// Checks a complete HTTP/1 request head (as [`head_end`] delimits it): no control characters
+/// in the request line, header names that are tokens, values without control characters, no
+/// obsolete line folding, at most `max_headers` fields, and never both `Content-Length` and
+/// `Transfer-Encoding` (request smuggling: Nginx refuses it with 400 as well).
+pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
+    let bad = |m| Err(Refusal::new(Code::BadRequest, m));
+    let start = head.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(head.len());
+    let mut lines = head[start..].split(|&b| b == b'\n').map(|l| l.strip_suffix(b"\r").unwrap_or(l));
+    let request_line = lines.next().unwrap_or_default();
+    if request_line.iter().any(|&b| is_ctl(b)) {
+        return bad("control character in the request line");
+    }
+    let (mut fields, mut content_length, mut transfer_encoding) = (0usize, false, false);
+    for line in lines.filter(|l| !l.is_empty()) {
+        if line[0] == b' ' || line[0] == b'\t' {
+            return bad("obsolete line folding in a header field");
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return bad("a header line without a colon");
+        };
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        if name.is_empty() || !name.iter().all(|&b| is_tchar(b)) {
+            return bad("invalid character in a header name");
+        }
+        if value.iter().any(|&b| is_ctl(b)) {
+            return bad("control character in a header value");
+        }
+        content_length |= name.eq_ignore_ascii_case(b"content-length");
+        transfer_encoding |= name.eq_ignore_ascii_case(b"transfer-encoding");
+        fields += 1;
+        if fields > max_headers {
+            return Err(Refusal::new(Code::HeadersTooLarge, "too many header fields"));
+        }
+    }
+    if content_length && transfer_encoding {
+        return bad("both Content-Length and Transfer-Encoding (request smuggling)");
+    }
+    Ok(())
+}
+
+/// Checks a parsed request's fields against the limits: the count, and their size counted as
+/// HTTP/2 does (name + value + 32 per field). HTTP/1 heads were checked whole already; this is
+/// what bounds HTTP/2 requests. Also refuses `Content-Length` with `Transfer-Encoding`.
+pub fn check_fields(req: &RequestHeader, limits: &Limits) -> Result<(), Refusal> {
+    let headers = &req.headers;
+    if headers.len() > limits.max_headers {
+        return Err(Refusal::new(Code::HeadersTooLarge, "too many header fields"));
+    }
+    let size: usize = headers.iter().map(|(n, v)| n.as_str().len() + v.len() + 32).sum();
+    let uri = req.uri.path_and_query().map_or(0, |p| p.as_str().len())
+        + req.uri.authority().map_or(0, |a| a.as_str().len());
+    if size + uri > limits.max_header_bytes {
+        return Err(HEAD_TOO_LARGE);
+    }
+    if headers.contains_key(CONTENT_LENGTH) && headers.contains_key(TRANSFER_ENCODING) {
+        return Err(Refusal::new(
+            Code::BadRequest,
+            "both Content-Length and Transfer-Encoding (request smuggling)",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a declared `Content-Length` against `max` (a body without one is counted as it
+/// arrives, by [`BodyCount`]).
+pub fn check_content_length(req: &RequestHeader, max: u64) -> Result<(), Refusal> {
+    let declared = req.headers.get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    match declared {
+        Some(n) if n > max => Err(BODY_TOO_LARGE),
+        _ => Ok(()),
+    }
+}
+
+/// Counts the body bytes of one request against its limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BodyCount {
+    /// The limit, in bytes.
+    pub max: u64,
+    /// Bytes seen so far.
+    pub seen: u64,
+}
+
+impl BodyCount {
+    /// Adds a chunk; `Err` once the body is past the limit.
+    pub fn add(&mut self, chunk: usize) -> Result<(), Refusal> {
+        self.seen = self.seen.saturating_add(chunk as u64);
+        if self.seen > self.max {
+            return Err(BODY_TOO_LARGE);
+        }
+        Ok(())
+    }
+}
+
+/// The raw HTTP/1.1 answer of a refusal made before Pingora parsed the request (the connection
+/// closes after it): the usual JSON body `{code, message, request_id}`.
+pub fn raw_answer(refusal: &Refusal, request_id: &str) -> Vec<u8> {
+    let body = protocol::codes::Answer { code: refusal.code, message: refusal.message, request_id }.to_json();
+    let status = refusal.code.status();
+    let reason = http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Cache-Control: no-store\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+#[cfg(test)]
+mod tests;

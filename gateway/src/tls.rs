@@ -1,0 +1,180 @@
+//! TLS termination with Pingora's rustls support: certificates per host name (SNI), HTTP/2 by
+//! ALPN, and the plain-HTTP listener that redirects to HTTPS.
+//!
+//! Pingora's rustls listener takes one certificate, or a rustls certificate resolver: the
+//! gateway's resolver ([`SniResolver`]) picks the certificate from the table of the conf that is
+//! active now, so a `SIGHUP` that reloads the conf also reloads the certificates (a bad
+//! certificate file refuses the whole reload and the old ones stay). A client without SNI, or
+//! with a name no entry lists, gets the first entry's certificate (Nginx's default server).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use http::Response;
+use pingora_core::apps::http_app::ServeHttp;
+use pingora_core::listeners::tls::TlsSettings;
+use pingora_core::protocols::http::ServerSession;
+use pingora_rustls::sign::CertifiedKey;
+use pingora_rustls::{ClientHello, CryptoProvider, ResolvesServerCert};
+
+use crate::reload::SharedState;
+
+/// The certificates of the conf, by host name.
+pub struct CertTable {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// `*.example.com` is stored as `example.com`.
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    default: Arc<CertifiedKey>,
+}
+
+impl std::fmt::Debug for CertTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertTable")
+            .field("exact", &self.exact.keys().collect::<Vec<_>>())
+            .field("wildcard", &self.wildcard.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Reads a PEM certificate chain and its PEM private key, and checks that they belong together.
+pub fn load_pair(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, String> {
+    pingora_rustls::install_default_crypto_provider();
+    for p in [cert, key] {
+        std::fs::metadata(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    }
+    let (chain, key_der) =
+        pingora_rustls::load_certs_and_key_files(&cert.to_string_lossy(), &key.to_string_lossy())
+            .map_err(|e| format!("cannot read the PEM files: {e}"))?
+            .ok_or_else(|| {
+                format!(
+                    "{} must hold a PEM certificate chain and {} a PEM private key",
+                    cert.display(),
+                    key.display()
+                )
+            })?;
+    let provider = CryptoProvider::get_default().ok_or("no TLS crypto provider")?;
+    let pair = CertifiedKey::from_der(chain, key_der, provider)
+        .map_err(|e| format!("the certificate and the key do not make a pair: {e}"))?;
+    Ok(Arc::new(pair))
+}
+
+impl CertTable {
+    /// A table of `(host names, certificate)` entries; the first entry is the default.
+    /// Names are matched without case; `*.example.com` matches one label under it.
+    pub fn new(entries: Vec<(Vec<String>, Arc<CertifiedKey>)>) -> Option<Self> {
+        let default = Arc::clone(&entries.first()?.1);
+        let (mut exact, mut wildcard) = (HashMap::new(), HashMap::new());
+        for (hosts, pair) in entries {
+            for host in hosts {
+                let host = host.to_ascii_lowercase();
+                match host.strip_prefix("*.") {
+                    Some(parent) => wildcard.entry(parent.to_string()).or_insert_with(|| Arc::clone(&pair)),
+                    None => exact.entry(host).or_insert_with(|| Arc::clone(&pair)),
+                };
+            }
+        }
+        Some(Self { exact, wildcard, default })
+    }
+
+    /// The certificate for a client's SNI name (the default when none matches).
+    pub fn pick(&self, sni: Option<&str>) -> Arc<CertifiedKey> {
+        let Some(name) = sni.map(|s| s.trim_end_matches('.').to_ascii_lowercase()) else {
+            return Arc::clone(&self.default);
+        };
+        let parent = name.split_once('.').map(|(_, p)| p);
+        self.exact
+            .get(&name)
+            .or_else(|| parent.and_then(|p| self.wildcard.get(p)))
+            .map_or_else(|| Arc::clone(&self.default), Arc::clone)
+    }
+}
+
+/// The rustls resolver: the active conf's table, looked up per handshake.
+#[derive(Debug)]
+pub struct SniResolver {
+    shared: Arc<SharedState>,
+}
+
+impl ResolvesServerCert for SniResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let active = self.shared.active();
+        let tls = active.server.tls.as_ref()?;
+        Some(tls.certs.table().pick(hello.server_name()))
+    }
+}
+
+/// The TLS settings of the HTTPS listener: the SNI resolver, and `h2` then `http/1.1` by ALPN
+/// when `http2` is on (else HTTP/1.1 only).
+pub fn settings(shared: Arc<SharedState>, http2: bool) -> pingora_core::Result<TlsSettings> {
+    pingora_rustls::install_default_crypto_provider();
+    let mut settings = TlsSettings::intermediate("", "")?;
+    settings.set_cert_resolver(Arc::new(SniResolver { shared }));
+    if http2 {
+        settings.enable_h2();
+    }
+    Ok(settings)
+}
+
+/// The plain-HTTP listener that sends every request to HTTPS (308, so a POST stays a POST).
+pub struct Redirect {
+    /// The HTTPS listener's port (left out of the location when it is 443).
+    pub https_port: u16,
+}
+
+/// Where a plain-HTTP request is sent: `https://host[:port]/path?query`; `None` when the
+/// host is missing or not a plain host name (no location is built from it).
+pub fn https_location(host: Option<&str>, path_and_query: &str, https_port: u16) -> Option<String> {
+    let host = host?;
+    let name = match host.rsplit_once(':') {
+        Some((name, port))
+            if (name.ends_with(']') || !name.contains(':')) && port.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            name
+        }
+        _ => host,
+    };
+    let ok = !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'[' | b']' | b':'));
+    if !ok || !path_and_query.starts_with('/') {
+        return None;
+    }
+    let port = if https_port == 443 { String::new() } else { format!(":{https_port}") };
+    Some(format!("https://{name}{port}{path_and_query}"))
+}
+
+#[async_trait]
+impl ServeHttp for Redirect {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        let req = session.req_header();
+        let host = req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or(req.uri.host());
+        let path = req.uri.path_and_query().map_or("/", |p| p.as_str());
+        let built = match https_location(host, path, self.https_port) {
+            Some(location) => Response::builder().status(308).header(http::header::LOCATION, location),
+            None => Response::builder().status(400),
+        };
+        built
+            .header(http::header::CONTENT_LENGTH, 0)
+            .header(http::header::CONNECTION, "close")
+            .body(Vec::new())
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_location_keeps_host_path_and_query_and_refuses_odd_hosts() {
+        let loc = |h, p, port| https_location(h, p, port);
+        assert_eq!(loc(Some("shop.example"), "/a?b=1", 443).as_deref(), Some("https://shop.example/a?b=1"));
+        assert_eq!(loc(Some("shop.example:8080"), "/", 8443).as_deref(), Some("https://shop.example:8443/"));
+        assert_eq!(loc(Some("[::1]:80"), "/", 443).as_deref(), Some("https://[::1]/"));
+        assert_eq!(loc(None, "/", 443), None);
+        assert_eq!(loc(Some("evil.example/x"), "/", 443), None);
+        assert_eq!(loc(Some("a@b"), "/", 443), None);
+        assert_eq!(loc(Some("shop"), "*", 443), None);
+    }
+}
