@@ -18,6 +18,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 mod kafka;
+mod observe;
+
+pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
 
 type S<T> = Spanned<T>;
 
@@ -34,6 +37,10 @@ struct Raw {
     kafka: kafka::RawKafka,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
+    #[serde(default)]
+    admin: Option<observe::RawAdmin>,
+    #[serde(default)]
+    access_log: Option<observe::RawAccessLog>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -184,6 +191,10 @@ pub struct ServerConf {
     pub kafka: QueueConf,
     /// Shop routes, in file order.
     pub routes: Vec<RouteConf>,
+    /// The admin listener (`/metrics`, `/healthz`, `/readyz`); off when `None` (restart to change).
+    pub admin: Option<AdminConf>,
+    /// The access log; off when `None` (restart to change).
+    pub access_log: Option<AccessLogConf>,
 }
 
 impl std::fmt::Debug for ServerConf {
@@ -200,6 +211,8 @@ impl std::fmt::Debug for ServerConf {
             .field("order_writer", &self.order_writer)
             .field("kafka", &self.kafka)
             .field("routes", &self.routes)
+            .field("admin", &self.admin)
+            .field("access_log", &self.access_log)
             .finish()
     }
 }
@@ -337,6 +350,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     )?;
 
     let kafka = kafka::check(&c, &raw.kafka)?;
+    let admin = observe::admin(&c, &raw.admin)?;
+    let access_log = observe::access_log(&c, &raw.access_log, base)?;
 
     let mut routes = Vec::with_capacity(raw.routes.len());
     for (i, r) in raw.routes.iter().enumerate() {
@@ -382,6 +397,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         order_writer,
         kafka,
         routes,
+        admin,
+        access_log,
     })
 }
 

@@ -6,9 +6,17 @@
 //! - [`upstreams`]: health-checked round-robin pools;
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
 //! - [`replenish`]: the pub/sub listener that clears sold-out flags;
+//! - [`metrics`]: the Prometheus metrics of the request path; [`admin`]: the admin listener
+//!   (`/metrics`, `/healthz`, `/readyz`) and what is read at scrape time;
+//! - [`access_log`]: one line per request, written by a thread of its own, reopened on `SIGUSR1`;
+//! - [`observe`]: the logging phase's metrics and access line, turned on by the server file;
 //! - [`server`]: wires it all into a Pingora server.
 
+pub mod access_log;
+pub mod admin;
 pub mod conf;
+pub mod metrics;
+pub mod observe;
 pub mod proxy;
 pub mod reload;
 pub mod replenish;

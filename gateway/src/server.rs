@@ -18,7 +18,7 @@ use protocol::scripts::Scripts;
 use crate::conf::RedisConf;
 use crate::proxy::Gateway;
 use crate::reload::{self, SharedState};
-use crate::{replenish, upstreams};
+use crate::{observe, replenish, upstreams};
 
 /// What the binary was asked to run.
 #[derive(Debug, Clone)]
@@ -113,8 +113,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     };
     let mut server = Server::new_with_opt_and_conf(None, pingora_conf);
     server.bootstrap();
+    let observer = observe::install(&mut server, &server_conf, &shared, &queue, &pool, control.handle())?;
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
-    let gateway = Gateway::new(shared, Sale::new(reserver, queue));
+    let gateway = Gateway::new(shared, Sale::new(reserver, queue)).with_observer(observer);
     let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, gateway);
     proxy.add_tcp(&server_conf.listen.to_string());
     server.add_service(proxy);
