@@ -17,6 +17,7 @@ use protocol::record::Reservation;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
+use crate::metrics::WriterMetrics;
 use crate::producer::Producer;
 use crate::redis::RedisScripts;
 
@@ -65,7 +66,8 @@ pub async fn sweep_once(
     Ok(produced)
 }
 
-/// Runs [`sweep_once`] every `interval` until shutdown.
+/// Runs [`sweep_once`] every `interval` until shutdown, counting in `metrics`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     pool: PgPool,
     redis: Client,
@@ -73,13 +75,20 @@ pub async fn run(
     producer: Producer,
     age: Duration,
     interval: Duration,
+    metrics: std::sync::Arc<WriterMetrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
         match sweep_once(&pool, &redis, &scripts, &producer, age).await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(n, "sweeper produced outbox entries again"),
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "sweep failed"),
+            Ok(n) => {
+                metrics.sweeper_produced.inc_by(n as u64);
+                tracing::info!(n, "sweeper produced outbox entries again")
+            }
+            Err(e) => {
+                metrics.sweeper_errors.inc();
+                tracing::warn!(error = %format!("{e:#}"), "sweep failed")
+            }
         }
         if crate::writer::wait_or_shutdown(&mut shutdown, interval).await {
             return;
