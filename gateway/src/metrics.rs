@@ -200,6 +200,12 @@ impl Metrics {
         self.upstream_errors.with_label_values(&[pool]).inc();
     }
 
+    /// Gives `pool` its upstream-error series (at 0) when the conf loads, so a dashboard reads
+    /// 0 rather than nothing.
+    pub fn pool_loaded(&self, pool: &str) {
+        self.upstream_errors.with_label_values(&[pool]);
+    }
+
     fn collectors(&self) -> Vec<Box<dyn Collector>> {
         vec![
             Box::new(self.answers.clone()),

@@ -85,6 +85,9 @@ fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<A
         .map(|r| Pool::new(&r.name, &r.pool))
         .collect::<Result<Vec<_>, _>>()
         .map_err(pool_err)?;
+    for pool in std::iter::once(&order_writer).chain(&shop_pools) {
+        metrics().pool_loaded(pool.name());
+    }
     let campaigns = loaded
         .campaigns
         .into_iter()

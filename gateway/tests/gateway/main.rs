@@ -11,4 +11,5 @@ mod orders;
 mod polling;
 mod routes;
 mod sale;
+mod scrape;
 mod sold_out;
