@@ -248,7 +248,7 @@ fn log_outcome(partition: i32, outcome: &BatchOutcome) {
     if tracing::enabled!(tracing::Level::DEBUG) {
         for (campaign, ids) in &outcome.ordered {
             for request_id in ids {
-                tracing::debug!(partition, campaign, request_id, "order written");
+                tracing::debug!(partition, %campaign, %request_id, "order written");
             }
         }
     }
