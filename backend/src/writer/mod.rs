@@ -256,10 +256,10 @@ fn log_outcome(partition: i32, outcome: &BatchOutcome) {
         let r = &f.record;
         tracing::info!(
             partition,
-            campaign = r.campaign,
-            request_id = r.request_id,
+            campaign = %r.campaign,
+            request_id = %r.request_id,
             status = f.status,
-            reason = f.reason,
+            reason = %f.reason,
             "reservation refused"
         );
     }
