@@ -1,10 +1,10 @@
 //! The access log: one line per request, like Nginx's `access_log`, written off the request
 //! path.
 //!
-//! A request formats its line in its logging phase (one `String`) and hands it to a bounded
-//! channel without waiting ([`AccessLog::log`]); one thread of its own writes the lines through
-//! a buffered writer, flushing whenever the channel is empty. When the channel is full the line
-//! is dropped and counted ([`LogStats::dropped`], exported as
+//! A request formats its line in its logging phase (one `String`) and pushes it onto a bounded
+//! queue under a short lock, with no I/O and no wake-up ([`AccessLog::log`]); one thread of its
+//! own takes the queued lines every [`FLUSH_INTERVAL`] (swapping buffers) and writes them through
+//! a buffered writer, one flush per turn. When the queue is full the line is dropped and counted ([`LogStats::dropped`], exported as
 //! `seckill_gateway_access_log_dropped_total`): a slow disk never slows an answer.
 //!
 //! The file is opened for appending and reopened on `SIGUSR1` ([`watch_sigusr1`]), logrotate's
@@ -40,11 +40,10 @@ use std::io::{self, BufWriter, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TryRecvError, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Datelike, Timelike, Utc};
 use protocol::codes::Code;
 
 use crate::conf::{AccessLogConf, LogFormat, LogOutput};
@@ -98,11 +97,29 @@ fn push_escaped(out: &mut String, s: &str) {
     }
 }
 
+/// Appends `t` as RFC 3339 UTC with milliseconds (`2026-05-01T10:00:00.123Z`), without
+/// parsing a format string per line.
+fn push_time(out: &mut String, t: DateTime<Utc>) {
+    use std::fmt::Write as _;
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.timestamp_subsec_millis().min(999)
+    );
+}
+
 /// The text line of `e` (without the newline).
 pub fn text_line(e: &Entry<'_>) -> String {
     use std::fmt::Write as _;
     let mut s = String::with_capacity(160 + e.uri.len());
-    let _ = write!(s, "{} ", e.time.format("%Y-%m-%dT%H:%M:%S%.3fZ"));
+    push_time(&mut s, e.time);
+    s.push(' ');
     match e.client {
         Some(ip) => {
             let _ = write!(s, "{ip} \"");
@@ -139,8 +156,10 @@ pub fn text_line(e: &Entry<'_>) -> String {
 
 /// The JSON line of `e` (without the newline).
 pub fn json_line(e: &Entry<'_>) -> String {
+    let mut time = String::with_capacity(24);
+    push_time(&mut time, e.time);
     serde_json::json!({
-        "time": e.time.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        "time": time,
         "client": e.client.map(|ip| ip.to_string()),
         "method": e.method,
         "uri": e.uri,
@@ -156,18 +175,24 @@ pub fn json_line(e: &Entry<'_>) -> String {
     .to_string()
 }
 
-enum Msg {
-    Line(String),
-    Reopen,
+/// How often the writer takes the queued lines and writes them (Nginx's `flush=`): a line
+/// reaches the file at most this late, and a request never wakes the writer.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What the requests and the writer share: the lines waiting, and the reopen flag.
+struct Queue {
+    lines: Mutex<Vec<String>>,
+    capacity: usize,
+    reopen: AtomicBool,
+    stats: Arc<LogStats>,
 }
 
 /// The handle requests log through; cheap to clone.
 #[derive(Clone)]
 pub struct AccessLog {
-    tx: SyncSender<Msg>,
+    queue: Arc<Queue>,
     format: LogFormat,
-    stats: Arc<LogStats>,
-    reopen: Arc<AtomicBool>,
+    writer: std::thread::Thread,
 }
 
 impl std::fmt::Debug for AccessLog {
@@ -181,38 +206,44 @@ impl AccessLog {
     /// starts the writer thread.
     pub fn start(conf: &AccessLogConf) -> io::Result<Self> {
         let out = Output::open(&conf.output)?;
-        let (tx, rx) = sync_channel(conf.queue);
-        let stats = Arc::new(LogStats::default());
-        let reopen = Arc::new(AtomicBool::new(false));
-        let (s, r) = (Arc::clone(&stats), Arc::clone(&reopen));
-        std::thread::Builder::new()
-            .name("gw-access-log".into())
-            .spawn(move || write_lines(rx, out, &s, &r))?;
-        Ok(Self { tx, format: conf.format, stats, reopen })
+        let queue = Arc::new(Queue {
+            lines: Mutex::new(Vec::with_capacity(conf.queue.min(65_536))),
+            capacity: conf.queue,
+            reopen: AtomicBool::new(false),
+            stats: Arc::new(LogStats::default()),
+        });
+        let q = Arc::clone(&queue);
+        let writer =
+            std::thread::Builder::new().name("gw-access-log".into()).spawn(move || write_lines(&q, out))?;
+        Ok(Self { queue, format: conf.format, writer: writer.thread().clone() })
     }
 
-    /// Formats `e` and hands it to the writer without waiting; a full queue drops it (counted).
+    /// Formats `e` and queues it without waiting for any I/O (a short lock, no wake-up); a full
+    /// queue drops it (counted).
     pub fn log(&self, e: &Entry<'_>) {
         let line = match self.format {
             LogFormat::Text => text_line(e),
             LogFormat::Json => json_line(e),
         };
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = self.tx.try_send(Msg::Line(line))
-        {
-            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        let mut lines = self.queue.lines.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() < self.queue.capacity {
+            lines.push(line);
+        } else {
+            drop(lines);
+            self.queue.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// Asks the writer to reopen its file (after a rename); lines already queued go first.
+    /// Asks the writer to reopen its file (after a rename) now; lines already queued go to the
+    /// renamed file first.
     pub fn reopen(&self) {
-        self.reopen.store(true, Ordering::Release);
-        // Wakes an idle writer; when the queue is full the writer is busy and sees the flag.
-        let _ = self.tx.try_send(Msg::Reopen);
+        self.queue.reopen.store(true, Ordering::Release);
+        self.writer.unpark();
     }
 
     /// The counters.
     pub fn stats(&self) -> Arc<LogStats> {
-        Arc::clone(&self.stats)
+        Arc::clone(&self.queue.stats)
     }
 }
 
@@ -240,42 +271,40 @@ fn open_append(path: &Path) -> io::Result<File> {
         .map_err(|e| io::Error::new(e.kind(), format!("access log {}: {e}", path.display())))
 }
 
-/// Writes one message's line; a failed write drops the line (counted), logged once until a
-/// reopen.
-fn write_msg(out: &mut Output, msg: Msg, stats: &LogStats, failed: &mut bool) {
-    let Msg::Line(line) = msg else { return };
-    match out.writer.write_all(line.as_bytes()).and_then(|()| out.writer.write_all(b"\n")) {
-        Ok(()) => {
-            stats.written.fetch_add(1, Ordering::Relaxed);
-        }
-        Err(e) => {
-            stats.dropped.fetch_add(1, Ordering::Relaxed);
-            if !*failed {
-                tracing::error!(error = %e, "access log write failed; lines are dropped until it works");
-                *failed = true;
+/// Writes `lines`; a failed write drops the rest (counted), logged once until a reopen.
+fn write_batch(out: &mut Output, lines: &mut Vec<String>, stats: &LogStats, failed: &mut bool) {
+    let n = lines.len() as u64;
+    let mut written = 0;
+    let mut result = Ok(());
+    for line in lines.drain(..) {
+        if result.is_ok() {
+            result = out.writer.write_all(line.as_bytes()).and_then(|()| out.writer.write_all(b"\n"));
+            if result.is_ok() {
+                written += 1;
             }
+        }
+    }
+    let result = result.and_then(|()| out.writer.flush());
+    stats.written.fetch_add(written, Ordering::Relaxed);
+    stats.dropped.fetch_add(n - written, Ordering::Relaxed);
+    if let Err(e) = result {
+        if !*failed {
+            tracing::error!(error = %e, "access log write failed; lines are dropped until it works");
+            *failed = true;
         }
     }
 }
 
-/// The writer thread: until every handle is gone.
-fn write_lines(rx: Receiver<Msg>, mut out: Output, stats: &LogStats, reopen: &AtomicBool) {
+/// The writer thread: every [`FLUSH_INTERVAL`] (or at once when asked to reopen), takes the
+/// queued lines by swapping buffers and writes them; ends when every handle is gone.
+fn write_lines(queue: &Arc<Queue>, mut out: Output) {
     let mut failed = false;
-    while let Ok(first) = rx.recv() {
-        write_msg(&mut out, first, stats, &mut failed);
-        // Everything queued meanwhile, then one flush: one write per burst, not per line.
-        loop {
-            match rx.try_recv() {
-                Ok(msg) => write_msg(&mut out, msg, stats, &mut failed),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    let _ = out.writer.flush();
-                    return;
-                }
-            }
-        }
-        let _ = out.writer.flush();
-        if reopen.swap(false, Ordering::AcqRel) && matches!(out.target, LogOutput::File(_)) {
+    let mut batch: Vec<String> = Vec::new();
+    loop {
+        std::thread::park_timeout(FLUSH_INTERVAL);
+        std::mem::swap(&mut *queue.lines.lock().unwrap_or_else(|p| p.into_inner()), &mut batch);
+        write_batch(&mut out, &mut batch, &queue.stats, &mut failed);
+        if queue.reopen.swap(false, Ordering::AcqRel) && matches!(out.target, LogOutput::File(_)) {
             match Output::open(&out.target) {
                 Ok(new) => {
                     out = new;
@@ -285,8 +314,11 @@ fn write_lines(rx: Receiver<Msg>, mut out: Output, stats: &LogStats, reopen: &At
                 Err(e) => tracing::error!(error = %e, "access log not reopened; writing to the old file"),
             }
         }
+        // Only this thread holds the queue: every handle is gone, and what they queued is written.
+        if Arc::strong_count(queue) == 1 && queue.lines.lock().map_or(true, |l| l.is_empty()) {
+            return;
+        }
     }
-    let _ = out.writer.flush();
 }
 
 /// Reopens the access log on every `SIGUSR1`, forever.
