@@ -3,6 +3,7 @@
 //! along the way ([`Trace`], kept in the request's context). [`install`] turns both on as the
 //! server file says (`[admin]`, `[access_log]`); with both off, [`Observer::done`] does nothing.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use pingora_core::server::Server;
 use pingora_proxy::Session;
 use plugins::client_ip;
 use plugins::queue::ReservationQueue;
+use plugins::Denial;
 use protocol::codes::Code;
 
 use crate::access_log::{self, AccessLog, Entry};
@@ -66,6 +68,19 @@ impl Observer {
     /// Whether request metrics are counted (the admin listener is on).
     pub fn metrics_on(&self) -> bool {
         self.metrics
+    }
+
+    /// Runs the reservation step `step`, timing it (and counting Redis failures) when metrics
+    /// are on.
+    pub async fn reserve(&self, step: impl Future<Output = Result<(), Denial>>) -> Result<(), Denial> {
+        if !self.metrics {
+            return step.await;
+        }
+        let started = Instant::now();
+        let reserved = step.await;
+        let redis_failed = matches!(&reserved, Err(d) if d.code == Code::ServiceDegraded);
+        metrics().reserved(started.elapsed(), redis_failed);
+        reserved
     }
 
     /// The request is answered: count it and write its access line.

@@ -303,14 +303,7 @@ impl Gateway {
             sold_out_ttl: active.server.sold_out_ttl,
             signer: &active.signer,
         };
-        if !self.observer.metrics_on() {
-            return self.sale.reserve(order, place).await;
-        }
-        let started = std::time::Instant::now();
-        let reserved = self.sale.reserve(order, place).await;
-        let redis_failed = matches!(&reserved, Err(d) if d.code == Code::ServiceDegraded);
-        metrics().reserved(started.elapsed(), redis_failed);
-        reserved
+        self.observer.reserve(self.sale.reserve(order, place)).await
     }
 
     /// Every check before Redis, in the order they run. Add new checks here, at their place
