@@ -14,6 +14,7 @@ use fred::prelude::Client as RedisClient;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
+use crate::metrics::WriterMetrics;
 use crate::redis::RedisScripts;
 
 /// Closes at most `limit` overdue orders in one transaction. Returns how many it closed.
@@ -105,18 +106,23 @@ pub async fn release_closed(
     Ok(done.len())
 }
 
-/// Runs the close worker every `interval` until shutdown.
+/// Runs the close worker every `interval` until shutdown, counting in `metrics`.
 pub async fn run(
     pool: PgPool,
     redis: RedisClient,
     scripts: RedisScripts,
     batch: i64,
     interval: Duration,
+    metrics: std::sync::Arc<WriterMetrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
         loop {
-            match close_due(&pool, batch).await {
+            let closed = close_due(&pool, batch).await;
+            if let Ok(n) = closed {
+                metrics.closer_closed.inc_by(n as u64);
+            }
+            match closed {
                 Ok(n) if n as i64 == batch => continue,
                 Ok(_) => break,
                 Err(e) => {
@@ -125,8 +131,9 @@ pub async fn run(
                 }
             }
         }
-        if let Err(e) = release_closed(&pool, &redis, &scripts, batch).await {
-            tracing::warn!(error = %format!("{e:#}"), "release pass failed");
+        match release_closed(&pool, &redis, &scripts, batch).await {
+            Ok(n) => metrics.closer_released.inc_by(n as u64),
+            Err(e) => tracing::warn!(error = %format!("{e:#}"), "release pass failed"),
         }
         if crate::writer::wait_or_shutdown(&mut shutdown, interval).await {
             return;

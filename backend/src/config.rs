@@ -37,6 +37,14 @@ struct Raw {
     sweeper: RawSweeper,
     #[serde(default)]
     closer: RawCloser,
+    #[serde(default)]
+    admin: Option<RawAdmin>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAdmin {
+    listen: Spanned<String>,
 }
 
 fn d_payment_skew() -> Spanned<u64> {
@@ -227,6 +235,8 @@ pub struct Config {
     pub close_interval: Duration,
     /// Orders closed per close transaction.
     pub close_batch: i64,
+    /// The admin listener (`/metrics`, `/healthz`, `/readyz`); off when `None`.
+    pub admin_listen: Option<SocketAddr>,
 }
 
 impl Config {
@@ -364,7 +374,15 @@ impl Config {
         if !(1..=10_000).contains(c.batch_size.get_ref()) {
             return Err(err(c.batch_size.span(), "closer.batch_size", "must be 1 to 10000".into()));
         }
+        let admin_listen =
+            match &raw.admin {
+                None => None,
+                Some(a) => Some(a.listen.get_ref().parse().map_err(|e| {
+                    err(a.listen.span(), "admin.listen", format!("not an address IP:port: {e}"))
+                })?),
+            };
         Ok(Config {
+            admin_listen,
             listen,
             redis_url: raw.redis_url.into_inner(),
             postgres_url: raw.postgres_url.into_inner(),
@@ -487,5 +505,10 @@ partitions = 4
         expect(&with("result_pool_size = 65"), 6, "result_pool_size", "1 to 64");
         let c = parse(&with("payment_max_skew_secs = 60\nresult_pool_size = 2")).unwrap();
         assert_eq!((c.payment_max_skew_secs, c.result_pool_size), (60, 2));
+        assert_eq!(parse(&good()).unwrap().admin_listen, None, "no admin listener unless asked");
+        let admin = parse(&format!("{}\n[admin]\nlisten = \"127.0.0.1:9181\"\n", good())).unwrap();
+        assert_eq!(admin.admin_listen, Some("127.0.0.1:9181".parse().unwrap()));
+        expect(&format!("{}\n[admin]\nlisten = \"localhost\"\n", good()), 13, "admin.listen", "IP:port");
+        expect(&format!("{}\n[admin]\nport = 1\n", good()), 13, "port", "unknown field");
     }
 }

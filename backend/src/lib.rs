@@ -15,13 +15,17 @@
 //!   signature and time);
 //! - [`closer`]: unpaid orders past their pay-by time → CLOSED, stock back;
 //! - [`reconcile`]: the seed's equation and repairs; [`publish`]: campaign file → PG → Redis;
+//! - [`metrics`]: what the process counts; [`admin`]: `/metrics`, `/healthz`, `/readyz` on the
+//!   admin listener;
 //! - [`serve`]: all of it in one process.
 
+pub mod admin;
 pub mod closer;
 pub mod config;
 pub mod db;
 pub mod http;
 pub mod kafka;
+pub mod metrics;
 pub mod pay_auth;
 pub mod payment;
 pub mod produce;

@@ -8,8 +8,10 @@ use anyhow::Context;
 use protocol::signing::Signer;
 use tokio::sync::watch;
 
+use crate::admin::{self, AdminState};
 use crate::config::Config;
 use crate::http::router;
+use crate::metrics::WriterMetrics;
 use crate::producer::Producer;
 use crate::redis::RedisScripts;
 use crate::state::{AppState, ResultStore};
@@ -66,6 +68,29 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
         });
     }
 
+    let metrics = Arc::new(WriterMetrics::new());
+    let admin_task = match cfg.admin_listen {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (admin)"))?;
+            tracing::info!(listen = %addr, "admin listener: /metrics, /healthz, /readyz");
+            let state = AdminState {
+                metrics: metrics.clone(),
+                pool: pool.clone(),
+                assigned: cfg.kafka.assigned.clone(),
+            };
+            let mut rx = shutdown_tx.subscribe();
+            Some(tokio::spawn(async move {
+                let stop = async move {
+                    let _ = rx.wait_for(|v| *v).await;
+                };
+                axum::serve(listener, admin::router(state)).with_graceful_shutdown(stop).await
+            }))
+        }
+        None => None,
+    };
+
     let mut tasks = Vec::new();
     let ctx = WriterCtx {
         pool: pool.clone(),
@@ -75,6 +100,7 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
         topic: cfg.kafka.topic.clone(),
         signer: gateway,
         cfg: cfg.writer.clone(),
+        metrics: metrics.clone(),
     };
     for &p in &cfg.kafka.assigned {
         tasks.push(tokio::spawn(writer::run_partition(ctx.clone(), p, shutdown_tx.subscribe())));
@@ -87,6 +113,7 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
         kafka: kc.clone(),
         topic: cfg.kafka.topic.clone(),
         partitions: cfg.kafka.partitions,
+        metrics: metrics.clone(),
     };
     let sw = tokio::spawn(sweeper::run(sweep, cfg.sweep_age, cfg.sweep_interval, shutdown_tx.subscribe()));
     let cl = tokio::spawn(closer::run(
@@ -95,6 +122,7 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
         scripts.clone(),
         cfg.close_batch,
         cfg.close_interval,
+        metrics.clone(),
         shutdown_tx.subscribe(),
     ));
 
@@ -111,6 +139,9 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
     }
     let _ = sw.await;
     let _ = cl.await;
+    if let Some(t) = admin_task {
+        let _ = t.await;
+    }
     tracing::info!("order writer stopped");
     Ok(())
 }

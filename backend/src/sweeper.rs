@@ -26,6 +26,7 @@ use sqlx::PgPool;
 use tokio::sync::watch;
 
 use crate::kafka::Topic;
+use crate::metrics::WriterMetrics;
 use crate::producer::Producer;
 use crate::redis::RedisScripts;
 
@@ -106,6 +107,8 @@ pub struct Sweeper {
     pub topic: String,
     /// Its partition count.
     pub partitions: i32,
+    /// The order writer's metrics (re-produces, failed passes).
+    pub metrics: std::sync::Arc<WriterMetrics>,
 }
 
 /// Runs [`sweep_once`] every `interval` until shutdown, each pass held back while the writer is
@@ -131,8 +134,14 @@ pub async fn run(sw: Sweeper, age: Duration, interval: Duration, mut shutdown: w
         if !behind {
             match sweep_once(&sw.pool, &sw.redis, &sw.scripts, &sw.producer, age).await {
                 Ok(0) => {}
-                Ok(n) => tracing::info!(n, "sweeper produced outbox entries again"),
-                Err(e) => tracing::warn!(error = %format!("{e:#}"), "sweep failed"),
+                Ok(n) => {
+                    sw.metrics.sweeper_produced.inc_by(n as u64);
+                    tracing::info!(n, "sweeper produced outbox entries again")
+                }
+                Err(e) => {
+                    sw.metrics.sweeper_errors.inc();
+                    tracing::warn!(error = %format!("{e:#}"), "sweep failed")
+                }
             }
         }
         if crate::writer::wait_or_shutdown(&mut shutdown, interval).await {

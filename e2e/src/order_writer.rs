@@ -60,5 +60,6 @@ pub fn config(place: Place<'_>) -> Config {
         sweep_interval: Duration::from_millis(200),
         close_interval: Duration::from_millis(100),
         close_batch: 50,
+        admin_listen: None,
     }
 }

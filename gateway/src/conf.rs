@@ -19,9 +19,12 @@ use toml::Spanned;
 
 mod kafka;
 pub mod limits;
+mod observe;
 mod route;
 pub mod shutdown;
 pub mod tls;
+
+pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
 
 type S<T> = Spanned<T>;
 
@@ -44,6 +47,10 @@ struct Raw {
     tls: Option<tls::RawTls>,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
+    #[serde(default)]
+    admin: Option<observe::RawAdmin>,
+    #[serde(default)]
+    access_log: Option<observe::RawAccessLog>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -208,6 +215,10 @@ pub struct ServerConf {
     pub shutdown: shutdown::ShutdownConf,
     /// TLS termination, when configured (certificates reload on `SIGHUP`).
     pub tls: Option<tls::TlsConf>,
+    /// The admin listener (`/metrics`, `/healthz`, `/readyz`); off when `None` (restart to change).
+    pub admin: Option<AdminConf>,
+    /// The access log; off when `None` (restart to change).
+    pub access_log: Option<AccessLogConf>,
 }
 
 impl std::fmt::Debug for ServerConf {
@@ -227,6 +238,8 @@ impl std::fmt::Debug for ServerConf {
             .field("limits", &self.limits)
             .field("shutdown", &self.shutdown)
             .field("tls", &self.tls)
+            .field("admin", &self.admin)
+            .field("access_log", &self.access_log)
             .finish()
     }
 }
@@ -364,6 +377,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     )?;
 
     let kafka = kafka::check(&c, &raw.kafka)?;
+    let admin = observe::admin(&c, &raw.admin)?;
+    let access_log = observe::access_log(&c, &raw.access_log, base)?;
 
     let mut routes = Vec::with_capacity(raw.routes.len());
     for (i, r) in raw.routes.iter().enumerate() {
@@ -415,6 +430,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         limits: limits::check(&c, &raw.limits)?,
         shutdown: shutdown::check(&c, &raw.shutdown)?,
         tls: raw.tls.as_ref().map(|t| tls::check(&c, t, base)).transpose()?,
+        admin,
+        access_log,
     })
 }
 

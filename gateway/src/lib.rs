@@ -9,11 +9,19 @@
 //! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
 //! - [`limits`]: those limits as pure decisions;
 //! - [`tls`]: certificates by SNI from the active conf, HTTP/2 by ALPN, the HTTPS redirect;
+//! - [`metrics`]: the Prometheus metrics of the request path; [`admin`]: the admin listener
+//!   (`/metrics`, `/healthz`, `/readyz`) and what is read at scrape time;
+//! - [`access_log`]: one line per request, written by a thread of its own, reopened on `SIGUSR1`;
+//! - [`observe`]: the logging phase's metrics and access line, turned on by the server file;
 //! - [`server`]: wires it all into a Pingora server.
 
+pub mod access_log;
+pub mod admin;
 pub mod conf;
 pub mod frontdoor;
 pub mod limits;
+pub mod metrics;
+pub mod observe;
 pub mod proxy;
 pub mod reload;
 pub mod replenish;

@@ -38,24 +38,35 @@ use protocol::codes::{Answer, Code};
 
 use crate::frontdoor;
 use crate::limits::{BodyCount, Refusal, BODY_TIMEOUT};
+use crate::metrics::metrics;
+use crate::observe::{self, Observer, Trace};
 use crate::reload::{Active, CampaignEntry, SharedState};
 use crate::routes::{self, CampaignPath};
 
 const X_FORWARDED_FOR: &str = "x-forwarded-for";
 const X_REAL_IP: &str = "x-real-ip";
 const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
+const X_REQUEST_ID: &str = "x-request-id";
 
 /// The gateway's proxy logic.
 pub struct Gateway {
     shared: Arc<SharedState>,
     sale: Sale,
     limiter: RateLimiter,
+    observer: Observer,
 }
 
 impl Gateway {
-    /// A gateway over the shared conf and the sale (Redis reserver, Kafka queue).
+    /// A gateway over the shared conf and the sale (Redis reserver, Kafka queue), with metrics
+    /// and the access log off.
     pub fn new(shared: Arc<SharedState>, sale: Sale) -> Self {
-        Self { shared, sale, limiter: RateLimiter::new() }
+        Self { shared, sale, limiter: RateLimiter::new(), observer: Observer::default() }
+    }
+
+    /// The same, counting metrics and writing access lines as `observer` says.
+    pub fn with_observer(mut self, observer: Observer) -> Self {
+        self.observer = observer;
+        self
     }
 }
 
@@ -76,7 +87,8 @@ pub enum Upstream {
 pub struct Ctx {
     /// The conf snapshot this request runs under, from start to end.
     active: Option<Arc<Active>>,
-    /// The id the gateway gave this request (campaign paths only).
+    /// The id the gateway gave this request (campaign paths; proxied requests get one on their
+    /// way upstream, as `X-Request-Id`).
     request_id: String,
     /// Where it goes.
     upstream: Upstream,
@@ -84,6 +96,8 @@ pub struct Ctx {
     permit: Option<Permit>,
     /// The request body's bytes against its route's limit.
     body: BodyCount,
+    /// What the logging phase tells about the request (metrics, access line).
+    trace: Trace,
 }
 
 /// What `request_filter` decided from the request line and headers.
@@ -106,7 +120,7 @@ impl ProxyHttp for Gateway {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
-        Ctx::default()
+        Ctx { trace: Trace::start(), ..Ctx::default() }
     }
 
     async fn early_request_filter(&self, session: &mut Session, _ctx: &mut Ctx) -> Result<()> {
@@ -136,7 +150,7 @@ impl ProxyHttp for Gateway {
             Ok(body) => ctx.body = body,
             Err(r) => {
                 ctx.request_id = new_request_id();
-                return refuse(session, &ctx.request_id, &r).await;
+                return refuse(session, ctx, &r).await;
             }
         }
 
@@ -155,7 +169,7 @@ impl ProxyHttp for Gateway {
                 });
                 if let Err(d) = limited {
                     ctx.request_id = new_request_id();
-                    return deny(session, &ctx.request_id, &d).await;
+                    return deny(session, ctx, &d).await;
                 }
                 ctx.upstream = Upstream::OrderWriter;
                 Ok(false)
@@ -163,13 +177,13 @@ impl ProxyHttp for Gateway {
             Route::NotFound => {
                 ctx.request_id = new_request_id();
                 let d = Denial::new(Code::RouteNotFound, "no route for this host and path");
-                deny(session, &ctx.request_id, &d).await
+                deny(session, ctx, &d).await
             }
             Route::Info(campaign) => {
                 ctx.request_id = new_request_id();
                 match active.campaigns.get(&campaign) {
                     Some(entry) => info(session, entry).await,
-                    None => deny(session, &ctx.request_id, &unknown_campaign()).await,
+                    None => deny(session, ctx, &unknown_campaign()).await,
                 }
             }
             Route::Order(campaign) => {
@@ -181,9 +195,10 @@ impl ProxyHttp for Gateway {
                 };
                 match reserved {
                     Ok(()) => {
+                        ctx.trace.answered(Code::Queued);
                         respond(session, 202, queued(&campaign, &ctx.request_id), None, "no-store").await
                     }
-                    Err(d) => deny(session, &ctx.request_id, &d).await,
+                    Err(d) => deny(session, ctx, &d).await,
                 }
             }
         }
@@ -217,6 +232,7 @@ impl ProxyHttp for Gateway {
             Error::explain(ErrorType::ConnectNoRoute, format!("no healthy upstream in pool {}", pool.name()))
         })?;
         frontdoor::upgrade_timeouts(session, &mut peer, active);
+        ctx.trace.upstream_picked(observe::inet(&peer._address));
         Ok(peer)
     }
 
@@ -246,6 +262,21 @@ impl ProxyHttp for Gateway {
         if !proxy_says_proto {
             upstream_request.insert_header(X_FORWARDED_PROTO, frontdoor::scheme(session))?;
         }
+        // The id of the access line, for the upstream's own logs (Nginx's $request_id).
+        if ctx.request_id.is_empty() {
+            ctx.request_id = new_request_id();
+        }
+        upstream_request.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
+        Ok(())
+    }
+
+    async fn upstream_response_filter(
+        &self,
+        _session: &mut Session,
+        _upstream_response: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        ctx.trace.upstream_answered();
         Ok(())
     }
 
@@ -266,7 +297,14 @@ impl ProxyHttp for Gateway {
             (_, ErrorSource::Downstream) => (400, Code::BadRequest),
             _ => (500, Code::Internal),
         };
+        if let (true, ErrorSource::Upstream | ErrorSource::Unset) = (self.observer.metrics_on(), e.esource())
+        {
+            if let Some(pool) = ctx.active.as_ref().and_then(|a| pool_name(a, ctx.upstream)) {
+                metrics().upstream_error(pool);
+            }
+        }
         if code > 0 {
+            ctx.trace.answered(answer);
             let message = match answer {
                 Code::BodyTooLarge => crate::limits::BODY_TOO_LARGE.message,
                 Code::RequestTimeout => BODY_TIMEOUT.message,
@@ -280,9 +318,11 @@ impl ProxyHttp for Gateway {
         FailToProxy { error_code: code, can_reuse_downstream: false }
     }
 
-    async fn logging(&self, _session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
         // The answer is written: give the campaign's budget place back.
         ctx.permit.take();
+        let shop = matches!(ctx.upstream, Upstream::Shop(_));
+        self.observer.done(session, ctx.active.as_deref(), &ctx.request_id, shop, &ctx.trace);
     }
 }
 
@@ -303,7 +343,7 @@ impl Gateway {
             sold_out_ttl: active.server.sold_out_ttl,
             signer: &active.signer,
         };
-        self.sale.reserve(order, place).await
+        self.observer.reserve(self.sale.reserve(order, place)).await
     }
 
     /// Every check before Redis, in the order they run. Add new checks here, at their place
@@ -412,16 +452,27 @@ async fn write_json(
 
 /// Answers a front-door refusal and closes the connection, after reading what is left of the
 /// body for a bounded time (the client then reads the answer, not a reset).
-async fn refuse(session: &mut Session, request_id: &str, r: &Refusal) -> Result<bool> {
-    let body = Answer { code: r.code, message: r.message, request_id }.to_json();
+async fn refuse(session: &mut Session, ctx: &mut Ctx, r: &Refusal) -> Result<bool> {
+    ctx.trace.answered(r.code);
+    let body = Answer { code: r.code, message: r.message, request_id: &ctx.request_id }.to_json();
     respond_and_close(session, r.code.status(), body).await?;
     frontdoor::drain(session).await;
     Ok(true)
 }
 
+/// The name of the pool `upstream` goes to, in `active`.
+fn pool_name(active: &Active, upstream: Upstream) -> Option<&str> {
+    match upstream {
+        Upstream::OrderWriter => Some(active.order_writer.name()),
+        Upstream::Shop(i) => active.shop_pools.get(i).map(|p| p.name()),
+        Upstream::None => None,
+    }
+}
+
 /// Answers a denial: `{code, message, request_id}` with the code's status.
-async fn deny(session: &mut Session, request_id: &str, d: &Denial) -> Result<bool> {
-    let body = Answer { code: d.code, message: &d.message, request_id }.to_json();
+async fn deny(session: &mut Session, ctx: &mut Ctx, d: &Denial) -> Result<bool> {
+    ctx.trace.answered(d.code);
+    let body = Answer { code: d.code, message: &d.message, request_id: &ctx.request_id }.to_json();
     respond(session, d.code.status(), body, d.retry_after_secs, "no-store").await
 }
 

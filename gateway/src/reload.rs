@@ -6,7 +6,8 @@
 //! again; an invalid conf is refused, the old one stays, and the error says file:line:field.
 //! `SIGHUP` calls it ([`watch_sighup`]); tests call it directly.
 //!
-//! The listening address, the thread count, the Redis and the Kafka settings are read once at start:
+//! The listening address, the thread count, the Redis and the Kafka settings, the admin listener
+//! and the access log are read once at start:
 //! changing them needs a restart, and a reload that changes them says so in the log.
 
 use std::collections::HashMap;
@@ -21,6 +22,7 @@ use protocol::conf::ConfError;
 use protocol::signing::Signer;
 
 use crate::conf::{self, Loaded, ServerConf};
+use crate::metrics::{metrics, Answers};
 use crate::routes::RouteTable;
 use crate::upstreams::{Pool, PoolSet};
 
@@ -33,6 +35,8 @@ pub struct CampaignEntry {
     pub sold_out: Arc<SoldOutFlag>,
     /// Its concurrency budget.
     pub budget: Arc<Budget>,
+    /// Its order-answer counters, resolved here so a request only adds.
+    pub answers: Answers,
 }
 
 /// One validated configuration, ready to serve.
@@ -81,6 +85,9 @@ fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<A
         .map(|r| Pool::new(&r.name, &r.pool))
         .collect::<Result<Vec<_>, _>>()
         .map_err(pool_err)?;
+    for pool in std::iter::once(&order_writer).chain(&shop_pools) {
+        metrics().pool_loaded(pool.name());
+    }
     let campaigns = loaded
         .campaigns
         .into_iter()
@@ -88,6 +95,7 @@ fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<A
             let entry = CampaignEntry {
                 sold_out: sold_out.get(&c.id),
                 budget: budgets.get(&c.id, c.limits.max_inflight),
+                answers: metrics().answers_for(&c.id),
                 campaign: c,
             };
             (entry.campaign.id.clone(), entry)
@@ -150,6 +158,9 @@ pub fn reload(shared: &SharedState) -> Result<Arc<Active>, ConfError> {
             "server.listen, server.threads, [redis], [kafka], [limits], [shutdown] and the [tls] listeners \
              take effect only after a restart (certificates are reloaded now)"
         );
+    }
+    if o.admin != n.admin || o.access_log != n.access_log {
+        tracing::warn!("[admin] and [access_log] take effect only after a restart");
     }
     shared.active.store(Arc::clone(&new));
     tracing::info!(campaigns = new.campaigns.len(), routes = new.shop_pools.len(), "configuration reloaded");

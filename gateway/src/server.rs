@@ -20,7 +20,7 @@ use crate::conf::RedisConf;
 use crate::frontdoor::FrontDoor;
 use crate::proxy::Gateway;
 use crate::reload::{self, SharedState};
-use crate::{replenish, tls, upstreams};
+use crate::{observe, replenish, tls, upstreams};
 
 /// What the binary was asked to run.
 #[derive(Debug, Clone)]
@@ -125,8 +125,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let opt = Opt { upgrade: opts.upgrade, ..Opt::default() };
     let mut server = Server::new_with_opt_and_conf(Some(opt), pingora_conf);
     server.bootstrap();
+    let observer = observe::install(&mut server, &server_conf, &shared, &queue, &pool, control.handle())?;
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
-    let gateway = Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue));
+    let gateway = Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue)).with_observer(observer);
     let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
     let mut service = Service::new("gateway".to_string(), FrontDoor::new(proxy, server_conf.limits.clone()));
     service.add_tcp(&server_conf.listen.to_string());

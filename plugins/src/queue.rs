@@ -69,6 +69,8 @@ pub struct QueueStats {
     pub dropped_full: AtomicU64,
     /// Records dropped because Kafka was down, slow or refused (the sweeper produces them).
     pub dropped_kafka: AtomicU64,
+    /// Produce requests (batches) sent to the brokers.
+    pub batches: AtomicU64,
 }
 
 /// Handle to the lanes; cheap to clone, shared by every request.
@@ -123,6 +125,17 @@ impl ReservationQueue {
     /// The counters.
     pub fn stats(&self) -> &QueueStats {
         &self.stats
+    }
+
+    /// Records waiting in the lanes now, all partitions (read by a metrics scrape; not free:
+    /// one look at each lane).
+    pub fn depth(&self) -> usize {
+        self.lanes.iter().map(|l| l.max_capacity() - l.capacity()).sum()
+    }
+
+    /// Most records the lanes hold together.
+    pub fn capacity(&self) -> usize {
+        self.lanes.iter().map(|l| l.max_capacity()).sum()
     }
 }
 
@@ -207,5 +220,6 @@ mod tests {
         let sent = (0..50).filter(|_| q.enqueue("u", "{}".into(), "00".into())).count();
         assert!(sent < 50, "a one-record queue cannot take 50 at once");
         assert_eq!(q.stats().dropped_full.load(Ordering::Relaxed), 50 - sent as u64);
+        assert_eq!((q.capacity(), q.depth()), (1, sent), "what was taken waits in the lane");
     }
 }

@@ -23,6 +23,16 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 6] = [
+        Kind::ReservedWithoutOrder,
+        Kind::RefusedNotReleased,
+        Kind::OrderedNotAcked,
+        Kind::DoubleRelease,
+        Kind::OrderWithoutReservation,
+        Kind::ClosedNotReleased,
+    ];
+
     /// The label printed and written to the audit log.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -79,10 +79,15 @@ async fn tries(
     let offset = records.first().map(|r| r.offset);
     let mut rejected = 0;
     loop {
+        let started = std::time::Instant::now();
         let e = match write_batch(&ctx.pool, &ctx.topic, partition, records, &ctx.signer).await {
-            Ok(o) => return Tries::Written(o),
+            Ok(o) => {
+                ctx.metrics.transaction.observe(started.elapsed().as_secs_f64());
+                return Tries::Written(o);
+            }
             Err(e) => e,
         };
+        ctx.metrics.transaction_failures.inc();
         let fault = retry::classify(&e);
         if fault == Fault::Rejected {
             rejected += 1;

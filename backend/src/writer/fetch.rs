@@ -8,6 +8,7 @@ use tokio::sync::watch;
 
 use super::{wait_or_shutdown, Incoming};
 use crate::config::WriterConfig;
+use crate::metrics::PartitionMetrics;
 
 /// Reads a partition ahead of the writer, from `offset` on, into `tx`.
 pub(super) async fn fetch_ahead(
@@ -16,6 +17,7 @@ pub(super) async fn fetch_ahead(
     partition: i32,
     mut offset: i64,
     tx: tokio::sync::mpsc::Sender<Vec<Incoming>>,
+    metrics: PartitionMetrics,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let deadline = Duration::from_secs(5);
@@ -32,8 +34,8 @@ pub(super) async fn fetch_ahead(
             r = tokio::time::timeout(deadline, fetch) => r,
             _ = shutdown.changed() => return,
         };
-        let records = match fetched {
-            Ok(Ok((records, _high))) => records,
+        let (records, high) = match fetched {
+            Ok(Ok(fetched)) => fetched,
             Ok(Err(e)) => {
                 tracing::warn!(partition, offset, error = %e, "fetch failed");
                 if let rskafka::client::error::Error::ServerError {
@@ -69,6 +71,7 @@ pub(super) async fn fetch_ahead(
                 value: r.record.value,
             })
             .collect();
+        metrics.fetched(incoming.len(), high);
         tracing::debug!(
             partition,
             offset,

@@ -45,6 +45,7 @@ use tokio::sync::watch;
 
 use crate::config::WriterConfig;
 use crate::kafka;
+use crate::metrics::WriterMetrics;
 use crate::redis::RedisScripts;
 
 /// One fetched Kafka record: its offset, value and signature header.
@@ -152,6 +153,8 @@ pub struct WriterCtx {
     pub signer: Arc<Signer>,
     /// Batch and fetch settings.
     pub cfg: WriterConfig,
+    /// Where the writers count their work.
+    pub metrics: Arc<WriterMetrics>,
 }
 
 /// Consumes one partition until `shutdown` turns true. A batch in flight is finished and
@@ -185,11 +188,20 @@ pub async fn run_partition(
         }
     };
     tracing::info!(partition, offset, "writer started");
+    let pm = ctx.metrics.partition(partition);
+    pm.started(offset);
     // The fetch of the next records overlaps the transaction of the current ones: a fetcher task
     // reads ahead (at most two fetches) while this loop writes.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<Incoming>>(2);
-    let fetcher =
-        tokio::spawn(fetch::fetch_ahead(pc, ctx.cfg.clone(), partition, offset, tx, shutdown.clone()));
+    let fetcher = tokio::spawn(fetch::fetch_ahead(
+        pc,
+        ctx.cfg.clone(),
+        partition,
+        offset,
+        tx,
+        pm.clone(),
+        shutdown.clone(),
+    ));
     'outer: loop {
         let incoming = tokio::select! {
             r = rx.recv() => match r { Some(v) => v, None => break },
@@ -205,11 +217,13 @@ pub async fn run_partition(
             // settled either way.
             let (outcome, stopped) = fallback::write_chunk(&ctx, partition, chunk, &mut shutdown).await;
             let t2 = std::time::Instant::now();
+            log_outcome(partition, &outcome);
             settle(&ctx.redis, &ctx.scripts, &outcome).await;
             if stopped {
                 break 'outer;
             }
             offset = chunk.last().map(|r| r.offset + 1).unwrap_or(offset);
+            count_outcome(&ctx.metrics, &pm, chunk.len(), &outcome, offset);
             tracing::debug!(
                 partition,
                 n = chunk.len(),
@@ -225,6 +239,46 @@ pub async fn run_partition(
     fetcher.abort();
     tracing::info!(partition, offset, "writer stopped");
     Ok(())
+}
+
+/// The request id of every reservation a committed batch decided, in the log: the id the
+/// gateway gave the request (its access line, its answer, the record, `orders.request_id`).
+/// Orders at `debug` (one line each), refusals at `info`.
+fn log_outcome(partition: i32, outcome: &BatchOutcome) {
+    if tracing::enabled!(tracing::Level::DEBUG) {
+        for (campaign, ids) in &outcome.ordered {
+            for request_id in ids {
+                tracing::debug!(partition, %campaign, %request_id, "order written");
+            }
+        }
+    }
+    for f in &outcome.refused {
+        let r = &f.record;
+        tracing::info!(
+            partition,
+            campaign = %r.campaign,
+            request_id = %r.request_id,
+            status = f.status,
+            reason = %f.reason,
+            "reservation refused"
+        );
+    }
+}
+
+/// Counts a committed chunk of `n` records, whose next offset is `next_offset`.
+fn count_outcome(
+    metrics: &WriterMetrics,
+    pm: &crate::metrics::PartitionMetrics,
+    n: usize,
+    outcome: &BatchOutcome,
+    next_offset: i64,
+) {
+    pm.committed(n, outcome.dead, next_offset);
+    metrics.batch_size.observe(n as f64);
+    metrics.orders_inserted.inc_by(outcome.inserted as u64);
+    for f in &outcome.refused {
+        metrics.refused(&f.reason);
+    }
 }
 
 /// Sleeps `d`; true when shutdown was asked meanwhile.

@@ -213,6 +213,7 @@ impl Env {
             topic: self.topic.clone(),
             signer: Arc::new(Signer::new(GATEWAY_KEY)),
             cfg: e2e::order_writer::writer_config(batch),
+            metrics: Arc::new(backend::metrics::WriterMetrics::new()),
         };
         let tasks: Vec<_> = (0..self.partitions)
             .map(|p| tokio::spawn(run_partition(ctx.clone(), p, tx.subscribe())))

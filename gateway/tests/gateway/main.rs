@@ -7,10 +7,12 @@ mod support;
 
 mod conf;
 mod limits;
+mod observe;
 mod orders;
 mod polling;
 mod routes;
 mod sale;
+mod scrape;
 mod sold_out;
 mod tls;
 mod upgrade;

@@ -21,28 +21,28 @@ use tokio::sync::watch;
 
 use crate::support::*;
 
-const PARTITIONS: i32 = 4;
+pub(crate) const PARTITIONS: i32 = 4;
 
 /// One sale's world: a fresh database (migrated), a topic of its own, a campaign of `stock`
 /// (limit 1) published from its file, and the same file in the gateway's conf.
-struct Sale {
+pub(crate) struct Sale {
     pg_url: String,
-    pool: PgPool,
+    pub(crate) pool: PgPool,
     redis: Client,
     kafka: Arc<rskafka::client::Client>,
     topic: String,
-    campaign: String,
+    pub(crate) campaign: String,
     dir: PathBuf,
 }
 
 /// The order writer running in this process, stopped when dropped.
-struct Writer {
+pub(crate) struct Writer {
     shutdown: watch::Sender<bool>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
 
 impl Writer {
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let _ = self.shutdown.send(true);
         if let Some(task) = self.task.take() {
             task.await.unwrap().unwrap();
@@ -57,7 +57,7 @@ impl Drop for Writer {
 }
 
 impl Sale {
-    async fn new(stock: i64) -> Sale {
+    pub(crate) async fn new(stock: i64) -> Sale {
         let root = e2e::stack::workspace_root();
         let pg_url = e2e::stack::fresh_database().await.expect("PostgreSQL of the stack");
         let pool = backend::db::connect(&pg_url, 4).await.unwrap();
@@ -85,7 +85,7 @@ impl Sale {
     }
 
     /// A gateway conf selling this campaign, producing to this topic at `brokers`.
-    fn gateway_conf(&self, brokers: &str, kafka_extra: &str) -> GatewayConf {
+    pub(crate) fn gateway_conf(&self, brokers: &str, kafka_extra: &str) -> GatewayConf {
         let text =
             std::fs::read_to_string(self.dir.join("campaigns").join(format!("{}.toml", self.campaign)));
         let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &self.campaign, "");
@@ -100,6 +100,11 @@ impl Sale {
 
     /// Starts the order writer on this sale (the stack's broker) with `sweep_age`.
     async fn start_writer(&self, sweep_age: Duration) -> Writer {
+        self.start_writer_with(sweep_age, None).await
+    }
+
+    /// The same, with its admin listener on `admin` when given.
+    pub(crate) async fn start_writer_with(&self, sweep_age: Duration, admin: Option<u16>) -> Writer {
         let base = e2e::order_writer::config(e2e::order_writer::Place {
             listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
             postgres_url: &self.pg_url,
@@ -109,14 +114,15 @@ impl Sale {
             gateway_key: KEY.as_bytes(),
             payment_key: b"test-payment-key-0123456789",
         });
-        let cfg = Config { sweep_age, close_interval: Duration::from_secs(60), ..base };
+        let admin_listen = admin.map(|port| format!("127.0.0.1:{port}").parse().unwrap());
+        let cfg = Config { sweep_age, close_interval: Duration::from_secs(60), admin_listen, ..base };
         let (shutdown, _) = watch::channel(false);
         let task = tokio::spawn(backend::serve::serve(cfg, shutdown.clone(), false));
         Writer { shutdown, task: Some(task) }
     }
 
     /// The request ids of this campaign's orders.
-    async fn orders(&self) -> HashSet<String> {
+    pub(crate) async fn orders(&self) -> HashSet<String> {
         let ids: Vec<String> = sqlx::query_scalar("SELECT request_id FROM orders WHERE campaign_id = $1")
             .bind(&self.campaign)
             .fetch_all(&self.pool)
@@ -126,7 +132,7 @@ impl Sale {
     }
 
     /// Waits (at most 90 s) until the orders are exactly `expected`; returns what they are.
-    async fn wait_orders(&self, expected: &HashSet<String>) -> HashSet<String> {
+    pub(crate) async fn wait_orders(&self, expected: &HashSet<String>) -> HashSet<String> {
         let start = Instant::now();
         loop {
             let orders = self.orders().await;

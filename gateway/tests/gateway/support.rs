@@ -167,6 +167,8 @@ pub struct GatewayConf {
     pub kafka_brokers: Vec<String>,
     /// Extra `[kafka]` lines (topic, partitions, batching).
     pub kafka_extra: String,
+    /// Tables after everything else (`[admin]`, `[access_log]`), verbatim.
+    pub tables: String,
 }
 
 impl GatewayConf {
@@ -185,6 +187,7 @@ impl GatewayConf {
             redis_timeout_ms: 200,
             kafka_brokers: vec![format!("127.0.0.1:{}", free_port())],
             kafka_extra: String::new(),
+            tables: String::new(),
         }
     }
 }
@@ -211,7 +214,7 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n{}\n\
          [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
-         [kafka]\nbrokers = [{}]\n{}\n\n{}\n",
+         [kafka]\nbrokers = [{}]\n{}\n\n{}\n{}\n",
         conf.sold_out_ttl_ms,
         conf.server_extra,
         conf.redis_url,
@@ -220,7 +223,8 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         conf.order_writer_extra,
         brokers.join(", "),
         conf.kafka_extra,
-        conf.routes
+        conf.routes,
+        conf.tables
     );
     let file = dir.join("server.toml");
     std::fs::write(&file, server).unwrap();
@@ -303,9 +307,13 @@ impl Gateway {
 
     /// Sends SIGHUP (reload).
     pub fn hup(&self) {
-        let ok =
-            Command::new("kill").args(["-HUP", &self.child.id().to_string()]).status().unwrap().success();
-        assert!(ok, "kill -HUP failed");
+        self.signal("-HUP");
+    }
+
+    /// Sends a signal (`-HUP`, `-USR1`, …) by PID.
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill").args([sig, &self.child.id().to_string()]).status().unwrap().success();
+        assert!(ok, "kill {sig} failed");
     }
 }
 
@@ -356,4 +364,57 @@ pub async fn stall_redis(url: &str, busy_ms: u64) -> tokio::task::JoinHandle<Fre
         .await;
     assert!(busy, "the stalling script did not start");
     stall
+}
+
+/// One sample of a Prometheus text exposition: name, labels, value.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// Metric name (with `_bucket`, `_sum`, `_count` suffixes as exposed).
+    pub name: String,
+    /// Labels.
+    pub labels: Vec<(String, String)>,
+    /// Value.
+    pub value: f64,
+}
+
+/// Parses a text exposition (`# ` lines skipped; label values without escaped quotes).
+pub fn parse_metrics(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let (head, value) = line.rsplit_once(' ').expect("a sample line ends with its value");
+        let (name, labels) = match head.split_once('{') {
+            Some((name, rest)) => {
+                let body = rest.strip_suffix('}').expect("labels close");
+                let labels = body
+                    .split("\",")
+                    .filter(|kv| !kv.is_empty())
+                    .map(|kv| {
+                        let (k, v) = kv.split_once("=\"").expect("label=\"value\"");
+                        (k.to_string(), v.trim_end_matches('"').to_string())
+                    })
+                    .collect();
+                (name.to_string(), labels)
+            }
+            None => (head.to_string(), Vec::new()),
+        };
+        out.push(Sample { name, labels, value: value.parse().expect("a number") });
+    }
+    out
+}
+
+/// The sum of the samples named `name` whose labels include every one of `labels`.
+pub fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|s| s.name == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.iter().any(|(sk, sv)| sk == k && sv == v)))
+        .map(|s| s.value)
+        .sum()
+}
+
+/// GETs `url` and parses its exposition.
+pub async fn scrape(http: &reqwest::Client, url: &str) -> Vec<Sample> {
+    let resp = http.get(url).send().await.expect("the admin listener answers");
+    assert_eq!(resp.status().as_u16(), 200, "{url}");
+    parse_metrics(&resp.text().await.unwrap())
 }

@@ -105,7 +105,7 @@ impl Shared {
         };
         let producer = BatchProducerBuilder::new(Arc::new(pc))
             .with_linger(self.conf.linger)
-            .build(Batch::new(self.conf.batch_max));
+            .build(Batch::new(self.conf.batch_max, Arc::clone(&self.stats)));
         Ok(Arc::new(producer))
     }
 
@@ -232,17 +232,19 @@ fn record(item: Item) -> Record {
 }
 
 /// rskafka's `RecordAggregator` closes a batch by bytes only; this one closes it at `max`
-/// records (or [`MAX_BATCH_BYTES`]), and gives each record its offset back.
+/// records (or [`MAX_BATCH_BYTES`]), gives each record its offset back, and counts the batches
+/// it hands to the producer ([`QueueStats::batches`]).
 #[derive(Debug)]
 pub(super) struct Batch {
     max: usize,
     bytes: usize,
     records: Vec<Record>,
+    stats: Arc<QueueStats>,
 }
 
 impl Batch {
-    fn new(max: usize) -> Self {
-        Self { max: max.max(1), bytes: 0, records: Vec::new() }
+    fn new(max: usize, stats: Arc<QueueStats>) -> Self {
+        Self { max: max.max(1), bytes: 0, records: Vec::new(), stats }
     }
 }
 
@@ -264,6 +266,9 @@ impl Aggregator for Batch {
 
     fn flush(&mut self) -> Result<(Vec<Record>, Offsets), aggregator::Error> {
         self.bytes = 0;
+        if !self.records.is_empty() {
+            self.stats.batches.fetch_add(1, Ordering::Relaxed);
+        }
         Ok((std::mem::take(&mut self.records), Offsets))
     }
 }
@@ -291,12 +296,14 @@ mod tests {
 
     #[test]
     fn a_batch_closes_at_max_records_or_bytes() {
-        let mut b = Batch::new(2);
+        let stats = Arc::new(QueueStats::default());
+        let mut b = Batch::new(2, Arc::clone(&stats));
         assert!(matches!(b.try_push(rec(10)).unwrap(), TryPush::Aggregated(0)));
         assert!(matches!(b.try_push(rec(10)).unwrap(), TryPush::Aggregated(1)));
         assert!(matches!(b.try_push(rec(10)).unwrap(), TryPush::NoCapacity(_)));
         let (records, offsets) = b.flush().unwrap();
         assert_eq!(records.len(), 2);
+        assert_eq!(stats.batches.load(Ordering::Relaxed), 1, "one batch counted");
         assert_eq!(offsets.deaggregate(&[40, 41], 1).unwrap(), 41);
         assert!(
             matches!(b.try_push(rec(MAX_BATCH_BYTES)).unwrap(), TryPush::Aggregated(0)),

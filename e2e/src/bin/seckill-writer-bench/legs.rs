@@ -154,6 +154,7 @@ pub async fn leg(
             idle_wait_ms: 100,
             batch_retries: 3,
         },
+        metrics: Arc::new(backend::metrics::WriterMetrics::new()),
     };
     let start = Instant::now();
     let tasks: Vec<_> =

@@ -1,0 +1,60 @@
+//! The order writer's admin listener (`[admin] listen`): Prometheus `/metrics` (see
+//! [`crate::metrics`]), `/healthz` (the process answers) and `/readyz` (PostgreSQL answers
+//! within a second and every assigned partition's writer is running). Keep it off the public
+//! interface: it is not authenticated.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prometheus::{Encoder, TextEncoder};
+use serde_json::json;
+use sqlx::PgPool;
+
+use crate::metrics::WriterMetrics;
+
+/// What the admin handlers read.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The writer's metrics.
+    pub metrics: Arc<WriterMetrics>,
+    /// The order-writing pool (scrape-time counts, readiness).
+    pub pool: PgPool,
+    /// The partitions this process writes.
+    pub assigned: Vec<i32>,
+}
+
+/// The admin router.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { (StatusCode::OK, axum::Json(json!({"status": "ok"}))) }))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+async fn metrics(State(st): State<AdminState>) -> Response {
+    let families = st.metrics.gather(&st.pool).await;
+    let encoder = TextEncoder::new();
+    let mut body = Vec::new();
+    if let Err(e) = encoder.encode(&families, &mut body) {
+        return (StatusCode::INTERNAL_SERVER_ERROR, format!("cannot encode metrics: {e}")).into_response();
+    }
+    ([(header::CONTENT_TYPE, encoder.format_type().to_string())], body).into_response()
+}
+
+async fn readyz(State(st): State<AdminState>) -> Response {
+    let ping = sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(&st.pool);
+    let db = matches!(tokio::time::timeout(Duration::from_secs(1), ping).await, Ok(Ok(1)));
+    let down: Vec<i32> = st.assigned.iter().copied().filter(|p| !st.metrics.partition_is_up(*p)).collect();
+    if db && down.is_empty() {
+        return (StatusCode::OK, axum::Json(json!({"status": "ready"}))).into_response();
+    }
+    let reason = if db { "partition writers not running yet" } else { "PostgreSQL does not answer" };
+    let body = json!({"status": "not ready", "reason": reason, "partitions_down": down});
+    (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+}

@@ -1,0 +1,316 @@
+//! The order writer's Prometheus metrics, in a registry of its own per `serve` (so several
+//! writers in one test process do not mix), served by [`crate::admin`].
+//!
+//! Counted as the work happens: records consumed and committed, lag, dead letters per partition
+//! ([`PartitionMetrics`], one set of handles per partition resolved at start); batch size and
+//! transaction latency; orders inserted and refusals by reason; sweeper re-produces; closer
+//! closes and releases. Read from PostgreSQL at scrape time ([`WriterMetrics::gather`]): orders
+//! by status and reconcile's repairs (`order-writer reconcile --repair` is another process; its
+//! `audit_log` rows are the count).
+//!
+//! Names: every metric starts with `seckill_writer_`; the README lists them.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::proto::MetricFamily;
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
+use sqlx::PgPool;
+
+/// Transaction latency buckets (seconds): 1 ms to 10 s.
+const TX_BUCKETS: &[f64] = &[0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Batch size buckets (records).
+const SIZE_BUCKETS: &[f64] = &[1.0, 5.0, 10.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0];
+/// How long a scrape waits for PostgreSQL before it answers without the database's families.
+const DB_SCRAPE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The metrics of one order writer.
+pub struct WriterMetrics {
+    registry: Registry,
+    consumed: IntCounterVec,
+    committed: IntCounterVec,
+    lag: IntGaugeVec,
+    dead_letters: IntCounterVec,
+    up: IntGaugeVec,
+    /// Records per committed chunk.
+    pub batch_size: Histogram,
+    /// One write transaction (a batch, or one record of a split batch), committed.
+    pub transaction: Histogram,
+    /// Write transactions that failed (retried, split or dead-lettered after).
+    pub transaction_failures: IntCounter,
+    /// Orders inserted.
+    pub orders_inserted: IntCounter,
+    refusals: IntCounterVec,
+    /// Records the sweeper produced again.
+    pub sweeper_produced: IntCounter,
+    /// Sweeper produces that failed (a later pass retries).
+    pub sweeper_errors: IntCounter,
+    /// Unpaid orders closed past their pay-by time.
+    pub closer_closed: IntCounter,
+    /// Closed orders whose units went back to Redis.
+    pub closer_released: IntCounter,
+    orders: IntGaugeVec,
+    repairs: IntGaugeVec,
+    db_up: IntGauge,
+}
+
+impl std::fmt::Debug for WriterMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterMetrics").finish_non_exhaustive()
+    }
+}
+
+fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
+}
+fn counter(name: &str, help: &str) -> IntCounter {
+    IntCounter::new(name, help).expect("valid metric")
+}
+fn histogram(name: &str, help: &str, buckets: &[f64]) -> Histogram {
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec())).expect("valid metric")
+}
+
+impl Default for WriterMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WriterMetrics {
+    /// A fresh set, registered in its own registry. The names and labels are constants: this
+    /// cannot fail.
+    pub fn new() -> Self {
+        let m = Self {
+            registry: Registry::new(),
+            consumed: counter_vec(
+                "seckill_writer_records_consumed_total",
+                "Records fetched from Kafka, by partition",
+                &["partition"],
+            ),
+            committed: counter_vec(
+                "seckill_writer_records_committed_total",
+                "Records whose transaction committed (orders, refusals, dead letters), by partition",
+                &["partition"],
+            ),
+            lag: gauge_vec(
+                "seckill_writer_lag",
+                "Records on the partition not committed yet (high watermark - next offset)",
+                &["partition"],
+            ),
+            dead_letters: counter_vec(
+                "seckill_writer_dead_letters_total",
+                "Records sent to dead_letters (unsigned, undecodable, or refused by PostgreSQL too often)",
+                &["partition"],
+            ),
+            up: gauge_vec(
+                "seckill_writer_partition_up",
+                "1 once the partition's writer has its Kafka client and stored offset",
+                &["partition"],
+            ),
+            batch_size: histogram("seckill_writer_batch_size", "Records per committed batch", SIZE_BUCKETS),
+            transaction: histogram(
+                "seckill_writer_transaction_seconds",
+                "Duration of one committed write transaction",
+                TX_BUCKETS,
+            ),
+            transaction_failures: counter(
+                "seckill_writer_transaction_failures_total",
+                "Write transactions that failed and were retried, split or dead-lettered",
+            ),
+            orders_inserted: counter(
+                "seckill_writer_orders_inserted_total",
+                "Orders inserted by this process",
+            ),
+            refusals: counter_vec(
+                "seckill_writer_refusals_total",
+                "Reservations the database refused, by reason",
+                &["reason"],
+            ),
+            sweeper_produced: counter(
+                "seckill_writer_sweeper_produced_total",
+                "Outbox entries the sweeper produced to Kafka again",
+            ),
+            sweeper_errors: counter("seckill_writer_sweeper_errors_total", "Sweeper produces that failed"),
+            closer_closed: counter(
+                "seckill_writer_closer_closed_total",
+                "Unpaid orders closed at their pay-by time",
+            ),
+            closer_released: counter(
+                "seckill_writer_closer_released_total",
+                "Closed orders whose units went back to Redis",
+            ),
+            orders: gauge_vec(
+                "seckill_writer_orders",
+                "Orders in PostgreSQL by status (read at scrape)",
+                &["status"],
+            ),
+            repairs: gauge_vec(
+                "seckill_writer_repairs",
+                "Reconcile repairs recorded in audit_log, by kind (read at scrape)",
+                &["kind"],
+            ),
+            db_up: IntGauge::new("seckill_writer_scrape_db_up", "1 when this scrape could read PostgreSQL")
+                .expect("valid metric"),
+        };
+        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
+            Box::new(m.consumed.clone()),
+            Box::new(m.committed.clone()),
+            Box::new(m.lag.clone()),
+            Box::new(m.dead_letters.clone()),
+            Box::new(m.up.clone()),
+            Box::new(m.batch_size.clone()),
+            Box::new(m.transaction.clone()),
+            Box::new(m.transaction_failures.clone()),
+            Box::new(m.orders_inserted.clone()),
+            Box::new(m.refusals.clone()),
+            Box::new(m.sweeper_produced.clone()),
+            Box::new(m.sweeper_errors.clone()),
+            Box::new(m.closer_closed.clone()),
+            Box::new(m.closer_released.clone()),
+            Box::new(m.orders.clone()),
+            Box::new(m.repairs.clone()),
+            Box::new(m.db_up.clone()),
+        ];
+        for c in collectors {
+            m.registry.register(c).expect("unique names");
+        }
+        // The reasons the writer refuses with (writer::decide, writer::retry) have a series from
+        // the start, so a dashboard reads 0 rather than nothing.
+        for reason in ["SOLD_OUT", "LIMIT_REACHED", "CAMPAIGN_UNKNOWN", "DEAD_LETTER"] {
+            m.refusals.with_label_values(&[reason]);
+        }
+        m
+    }
+
+    /// The handles of `partition`.
+    pub fn partition(&self, partition: i32) -> PartitionMetrics {
+        let p = partition.to_string();
+        PartitionMetrics {
+            consumed: self.consumed.with_label_values(&[&p]),
+            committed: self.committed.with_label_values(&[&p]),
+            lag: self.lag.with_label_values(&[&p]),
+            dead: self.dead_letters.with_label_values(&[&p]),
+            up: self.up.with_label_values(&[&p]),
+            high: Arc::new(AtomicI64::new(0)),
+            next: Arc::new(AtomicI64::new(0)),
+        }
+    }
+
+    /// Whether `partition`'s writer is running (see [`PartitionMetrics::started`]).
+    pub fn partition_is_up(&self, partition: i32) -> bool {
+        self.up.with_label_values(&[&partition.to_string()]).get() == 1
+    }
+
+    /// Counts a refusal with `reason` (a handful of codes: looked up per refusal).
+    pub fn refused(&self, reason: &str) {
+        self.refusals.with_label_values(&[reason]).inc();
+    }
+
+    /// Every family, with the database's read now (bounded; without them, and
+    /// `seckill_writer_scrape_db_up 0`, when PostgreSQL does not answer in time).
+    pub async fn gather(&self, pool: &PgPool) -> Vec<MetricFamily> {
+        let read = async {
+            let orders: Vec<(String, i64)> =
+                sqlx::query_as("SELECT status, count(*) FROM orders GROUP BY status").fetch_all(pool).await?;
+            let repairs: Vec<(String, i64)> = sqlx::query_as(
+                "SELECT substr(action, 8), count(*) FROM audit_log WHERE action LIKE 'REPAIR\\_%' GROUP BY 1",
+            )
+            .fetch_all(pool)
+            .await?;
+            Ok::<_, sqlx::Error>((orders, repairs))
+        };
+        match tokio::time::timeout(DB_SCRAPE_TIMEOUT, read).await {
+            Ok(Ok((orders, repairs))) => {
+                self.orders.reset();
+                // Every status has a series, at 0 until an order has it.
+                for status in ["PENDING_PAYMENT", "PAID", "CLOSED"] {
+                    self.orders.with_label_values(&[status]).set(0);
+                }
+                for (status, n) in orders {
+                    self.orders.with_label_values(&[status.as_str()]).set(n);
+                }
+                self.repairs.reset();
+                for kind in crate::reconcile::find::Kind::ALL {
+                    self.repairs.with_label_values(&[kind.as_str()]).set(0);
+                }
+                for (kind, n) in repairs {
+                    self.repairs.with_label_values(&[kind.as_str()]).set(n);
+                }
+                self.db_up.set(1);
+            }
+            _ => {
+                self.orders.reset();
+                self.repairs.reset();
+                self.db_up.set(0);
+            }
+        }
+        self.registry.gather()
+    }
+}
+
+/// One partition's handles; cheap to clone.
+#[derive(Clone)]
+pub struct PartitionMetrics {
+    consumed: IntCounter,
+    committed: IntCounter,
+    lag: IntGauge,
+    dead: IntCounter,
+    up: IntGauge,
+    high: Arc<AtomicI64>,
+    next: Arc<AtomicI64>,
+}
+
+impl PartitionMetrics {
+    /// The writer runs from `next_offset` (its stored offset).
+    pub fn started(&self, next_offset: i64) {
+        self.next.store(next_offset, Ordering::Relaxed);
+        self.up.set(1);
+        self.update_lag();
+    }
+
+    /// A fetch brought `n` records; the partition's end is `high_watermark`.
+    pub fn fetched(&self, n: usize, high_watermark: i64) {
+        self.consumed.inc_by(n as u64);
+        self.high.fetch_max(high_watermark, Ordering::Relaxed);
+        self.update_lag();
+    }
+
+    /// `n` records committed, `dead` of them as dead letters; the next offset is `next_offset`.
+    pub fn committed(&self, n: usize, dead: usize, next_offset: i64) {
+        self.committed.inc_by(n as u64);
+        self.dead.inc_by(dead as u64);
+        self.next.store(next_offset, Ordering::Relaxed);
+        self.update_lag();
+    }
+
+    fn update_lag(&self) {
+        let lag = self.high.load(Ordering::Relaxed) - self.next.load(Ordering::Relaxed);
+        self.lag.set(lag.max(0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lag_is_the_end_less_the_next_offset_and_never_negative() {
+        let m = WriterMetrics::new();
+        let p = m.partition(3);
+        p.started(10);
+        p.fetched(5, 15);
+        assert_eq!((p.lag.get(), p.consumed.get()), (5, 5));
+        p.committed(5, 1, 15);
+        assert_eq!((p.lag.get(), p.committed.get(), p.dead.get()), (0, 5, 1));
+        p.started(20);
+        assert_eq!(p.lag.get(), 0, "a stored offset past the last fetched end is no negative lag");
+        let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
+        assert!(names.contains(&"seckill_writer_lag".to_string()), "{names:?}");
+    }
+}

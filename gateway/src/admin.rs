@@ -1,0 +1,209 @@
+//! The admin listener (`[admin] listen` of the server file): Prometheus `/metrics` (Pingora's
+//! Prometheus app over the default registry), `/healthz` (the process answers) and `/readyz`
+//! (it can sell: at least one Redis connection is up; Kafka being down does not make the gateway
+//! unready, the outbox holds the records). Keep it off the public interface.
+//!
+//! [`Live`] holds the families read at scrape time (see [`crate::metrics`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use fred::clients::Pool as RedisPool;
+use fred::interfaces::ClientLike;
+use http::Response;
+use pingora_core::apps::http_app::{HttpServer, ServeHttp};
+use pingora_core::protocols::http::ServerSession;
+use pingora_core::services::listening::Service;
+use pingora_prometheus::PrometheusHttpApp;
+use plugins::queue::ReservationQueue;
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+
+use crate::access_log::LogStats;
+use crate::reload::SharedState;
+
+/// The admin app: `/metrics`, `/healthz`, `/readyz`; 404 otherwise.
+pub struct AdminApp {
+    live: Arc<Live>,
+}
+
+fn json(status: u16, body: serde_json::Value) -> Response<Vec<u8>> {
+    let body = body.to_string().into_bytes();
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(http::header::CONTENT_LENGTH, body.len())
+        .header(http::header::CACHE_CONTROL, "no-store")
+        .body(body)
+        .unwrap_or_default()
+}
+
+#[async_trait]
+impl ServeHttp for AdminApp {
+    async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
+        match session.req_header().uri.path() {
+            "/metrics" => PrometheusHttpApp.response(session).await,
+            "/healthz" => json(200, serde_json::json!({"status": "ok"})),
+            "/readyz" if self.live.redis_ready() => json(200, serde_json::json!({"status": "ready"})),
+            "/readyz" => json(
+                503,
+                serde_json::json!({"status": "not ready", "reason": "no Redis connection: orders answer SERVICE_DEGRADED"}),
+            ),
+            _ => json(
+                404,
+                serde_json::json!({"code": "NOT_FOUND", "message": "GET /metrics, /healthz or /readyz"}),
+            ),
+        }
+    }
+}
+
+/// The admin service on `listen`.
+pub fn service(listen: &str, live: Arc<Live>) -> Service<HttpServer<AdminApp>> {
+    let mut service =
+        Service::new("admin (metrics, health)".to_string(), HttpServer::new_app(AdminApp { live }));
+    service.add_tcp(listen);
+    service
+}
+
+/// What is read at scrape time.
+pub struct Live {
+    shared: Arc<SharedState>,
+    queue: ReservationQueue,
+    redis: RedisPool,
+    log: Option<Arc<LogStats>>,
+    /// One scrape at a time updates the families below.
+    lock: Mutex<()>,
+    sold_out: IntGaugeVec,
+    depth: IntGauge,
+    capacity: IntGauge,
+    produced: IntCounter,
+    batches: IntCounter,
+    dropped: IntCounterVec,
+    redis_connected: IntGauge,
+    log_lines: IntCounter,
+    log_dropped: IntCounter,
+}
+
+impl Live {
+    /// The scrape-time families over the process's state.
+    pub fn new(
+        shared: Arc<SharedState>,
+        queue: ReservationQueue,
+        redis: RedisPool,
+        log: Option<Arc<LogStats>>,
+    ) -> Self {
+        let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
+        let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric");
+        Self {
+            shared,
+            queue,
+            redis,
+            log,
+            lock: Mutex::new(()),
+            sold_out: IntGaugeVec::new(
+                Opts::new("seckill_gateway_sold_out", "1 while the campaign's local sold-out flag is set"),
+                &["campaign"],
+            )
+            .expect("valid metric"),
+            depth: gauge(
+                "seckill_gateway_kafka_queue_depth",
+                "Reserved records waiting for their Kafka produce",
+            ),
+            capacity: gauge("seckill_gateway_kafka_queue_capacity", "Most records the Kafka queue holds"),
+            produced: counter("seckill_gateway_kafka_produced_total", "Records the brokers acknowledged"),
+            batches: counter("seckill_gateway_kafka_batches_total", "Produce requests (batches) sent"),
+            dropped: IntCounterVec::new(
+                Opts::new(
+                    "seckill_gateway_kafka_dropped_total",
+                    "Records dropped from memory (left in the outbox for the sweeper), by reason",
+                ),
+                &["reason"],
+            )
+            .expect("valid metric"),
+            redis_connected: gauge("seckill_gateway_redis_connected", "Connected clients of the Redis pool"),
+            log_lines: counter("seckill_gateway_access_log_lines_total", "Access lines written"),
+            log_dropped: counter(
+                "seckill_gateway_access_log_dropped_total",
+                "Access lines dropped because the writer's queue was full",
+            ),
+        }
+    }
+
+    /// Whether at least one client of the Redis pool is connected (the readiness check).
+    pub fn redis_ready(&self) -> bool {
+        self.redis.clients().iter().any(|c| c.is_connected())
+    }
+}
+
+/// Brings a counter up to `value` (counters only go up; the source is monotonic too).
+fn catch_up(counter: &IntCounter, value: u64) {
+    let now = counter.get();
+    if value > now {
+        counter.inc_by(value - now);
+    }
+}
+
+impl Collector for Live {
+    fn desc(&self) -> Vec<&Desc> {
+        let mut d = Vec::new();
+        d.extend(self.sold_out.desc());
+        d.extend(self.depth.desc());
+        d.extend(self.capacity.desc());
+        d.extend(self.produced.desc());
+        d.extend(self.batches.desc());
+        d.extend(self.dropped.desc());
+        d.extend(self.redis_connected.desc());
+        if self.log.is_some() {
+            d.extend(self.log_lines.desc());
+            d.extend(self.log_dropped.desc());
+        }
+        d
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let now = plugins::sold_out::now_ms();
+        self.sold_out.reset();
+        for (id, entry) in &self.shared.active().campaigns {
+            self.sold_out.with_label_values(&[id.as_str()]).set(entry.sold_out.is_set(now) as i64);
+        }
+        let stats = self.queue.stats();
+        self.depth.set(self.queue.depth() as i64);
+        self.capacity.set(self.queue.capacity() as i64);
+        catch_up(&self.produced, stats.produced.load(Ordering::Relaxed));
+        catch_up(&self.batches, stats.batches.load(Ordering::Relaxed));
+        catch_up(&self.dropped.with_label_values(&["full"]), stats.dropped_full.load(Ordering::Relaxed));
+        catch_up(&self.dropped.with_label_values(&["kafka"]), stats.dropped_kafka.load(Ordering::Relaxed));
+        let connected = self.redis.clients().iter().filter(|c| c.is_connected()).count();
+        self.redis_connected.set(connected as i64);
+        let mut out = Vec::new();
+        out.extend(self.sold_out.collect());
+        out.extend(self.depth.collect());
+        out.extend(self.capacity.collect());
+        out.extend(self.produced.collect());
+        out.extend(self.batches.collect());
+        out.extend(self.dropped.collect());
+        out.extend(self.redis_connected.collect());
+        if let Some(log) = &self.log {
+            catch_up(&self.log_lines, log.written.load(Ordering::Relaxed));
+            catch_up(&self.log_dropped, log.dropped.load(Ordering::Relaxed));
+            out.extend(self.log_lines.collect());
+            out.extend(self.log_dropped.collect());
+        }
+        out
+    }
+}
+
+/// [`Live`] shared with the admin app, as the registry's collector.
+pub struct SharedLive(pub Arc<Live>);
+
+impl Collector for SharedLive {
+    fn desc(&self) -> Vec<&Desc> {
+        self.0.desc()
+    }
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.0.collect()
+    }
+}

@@ -1,0 +1,190 @@
+//! What the gateway tells about each request once it is answered: its metrics and its access
+//! line, both from the proxy's logging phase ([`Observer::done`]), and what they need to know
+//! along the way ([`Trace`], kept in the request's context). [`install`] turns both on as the
+//! server file says (`[admin]`, `[access_log]`); with both off, [`Observer::done`] does nothing.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use fred::clients::Pool as RedisPool;
+use pingora_core::server::Server;
+use pingora_proxy::Session;
+use plugins::client_ip;
+use plugins::queue::ReservationQueue;
+use plugins::Denial;
+use protocol::codes::Code;
+
+use crate::access_log::{self, AccessLog, Entry};
+use crate::admin::{self, Live, SharedLive};
+use crate::conf::ServerConf;
+use crate::metrics::{metrics, RouteKind};
+use crate::reload::{Active, SharedState};
+use crate::routes::{self, CampaignPath};
+
+/// What one request's logging phase needs beyond the session: set along the way by the proxy.
+#[derive(Debug, Default)]
+pub struct Trace {
+    started: Option<Instant>,
+    answer: Option<Code>,
+    upstream: Option<SocketAddr>,
+    upstream_started: Option<Instant>,
+    upstream_time: Option<Duration>,
+}
+
+impl Trace {
+    /// A request whose header was just read.
+    pub fn start() -> Self {
+        Self { started: Some(Instant::now()), ..Self::default() }
+    }
+
+    /// The gateway answered it with `code` (not set for an answer proxied as is).
+    pub fn answered(&mut self, code: Code) {
+        self.answer = Some(code);
+    }
+
+    /// It goes to the upstream at `addr` (a retry replaces the first pick).
+    pub fn upstream_picked(&mut self, addr: Option<SocketAddr>) {
+        self.upstream = addr;
+        self.upstream_started = Some(Instant::now());
+    }
+
+    /// The upstream's response header arrived.
+    pub fn upstream_answered(&mut self) {
+        self.upstream_time = self.upstream_started.map(|t| t.elapsed());
+    }
+}
+
+/// The metrics switch and the access log of the process; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Observer {
+    metrics: bool,
+    log: Option<AccessLog>,
+}
+
+impl Observer {
+    /// Whether request metrics are counted (the admin listener is on).
+    pub fn metrics_on(&self) -> bool {
+        self.metrics
+    }
+
+    /// Runs the reservation step `step`, timing it (and counting Redis failures) when metrics
+    /// are on.
+    pub async fn reserve(&self, step: impl Future<Output = Result<(), Denial>>) -> Result<(), Denial> {
+        if !self.metrics {
+            return step.await;
+        }
+        let started = Instant::now();
+        let reserved = step.await;
+        let redis_failed = matches!(&reserved, Err(d) if d.code == Code::ServiceDegraded);
+        metrics().reserved(started.elapsed(), redis_failed);
+        reserved
+    }
+
+    /// The request is answered: count it and write its access line.
+    pub fn done(
+        &self,
+        session: &Session,
+        active: Option<&Active>,
+        request_id: &str,
+        shop: bool,
+        trace: &Trace,
+    ) {
+        if !self.metrics && self.log.is_none() {
+            return;
+        }
+        let took = trace.started.map_or(Duration::ZERO, |t| t.elapsed());
+        let status = session.response_written().map_or(0, |r| r.status.as_u16());
+        let req = session.req_header();
+        let path = routes::campaign_path(req.uri.path());
+        if self.metrics {
+            let kind = match (shop, &path) {
+                (true, _) => RouteKind::Shop,
+                (_, Some(CampaignPath::Order(_))) => RouteKind::Order,
+                (_, Some(CampaignPath::Result(_))) => RouteKind::Result,
+                (_, Some(CampaignPath::Info(_))) => RouteKind::Info,
+                _ => RouteKind::None,
+            };
+            let m = metrics();
+            m.request(kind, status, took);
+            if let (Some(CampaignPath::Order(c)), Some(code)) = (&path, trace.answer) {
+                match active.and_then(|a| a.campaigns.get(*c)) {
+                    Some(entry) => entry.answers.count(code),
+                    None => m.unknown_campaign().count(code),
+                }
+            }
+        }
+        if let Some(log) = &self.log {
+            let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+            let client = match active {
+                Some(a) => {
+                    let xff = req.headers.get("x-forwarded-for").map(|v| v.as_bytes());
+                    client_ip::client_ip(peer, xff, &a.server.trusted_proxies)
+                }
+                None => peer,
+            };
+            log.log(&Entry {
+                time: Utc::now(),
+                client,
+                method: req.method.as_str(),
+                uri: req.uri.path_and_query().map_or("/", |p| p.as_str()),
+                protocol: protocol_name(req.version),
+                status,
+                bytes: session.body_bytes_sent(),
+                request_time: took,
+                upstream: trace.upstream,
+                upstream_time: trace.upstream_time,
+                code: trace.answer,
+                request_id,
+            });
+        }
+    }
+}
+
+fn protocol_name(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_09 => "HTTP/0.9",
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_11 => "HTTP/1.1",
+        http::Version::HTTP_2 => "HTTP/2.0",
+        http::Version::HTTP_3 => "HTTP/3.0",
+        _ => "HTTP/?",
+    }
+}
+
+/// The socket address of an upstream pick, when it is an IP one.
+pub fn inet(addr: &pingora_core::protocols::l4::socket::SocketAddr) -> Option<SocketAddr> {
+    addr.as_inet().copied()
+}
+
+/// Turns on what the server file asks: the access log (its writer thread, and `SIGUSR1` on the
+/// `control` runtime) and the admin listener (its metrics registered, its service added to
+/// `server`). Returns what the proxy's logging phase uses.
+pub fn install(
+    server: &mut Server,
+    conf: &ServerConf,
+    shared: &Arc<SharedState>,
+    queue: &ReservationQueue,
+    redis: &RedisPool,
+    control: &tokio::runtime::Handle,
+) -> anyhow::Result<Observer> {
+    let log = match &conf.access_log {
+        Some(c) => {
+            let log = AccessLog::start(c)?;
+            control.spawn(access_log::watch_sigusr1(log.clone()));
+            tracing::info!(output = ?c.output, format = ?c.format, "access log on");
+            Some(log)
+        }
+        None => None,
+    };
+    if let Some(admin) = &conf.admin {
+        let stats = log.as_ref().map(AccessLog::stats);
+        let live = Arc::new(Live::new(Arc::clone(shared), queue.clone(), redis.clone(), stats));
+        crate::metrics::register(Box::new(SharedLive(Arc::clone(&live))))?;
+        server.add_service(admin::service(&admin.listen.to_string(), live));
+        tracing::info!(listen = %admin.listen, "admin listener: /metrics, /healthz, /readyz");
+    }
+    Ok(Observer { metrics: conf.admin.is_some(), log })
+}

@@ -1,0 +1,165 @@
+//! The admin listener (`/metrics`, `/healthz`, `/readyz`) and the access log of a gateway
+//! process: the counts a few answers produce, the fields of each access line, the id carried
+//! upstream, and the file reopened on SIGUSR1 after a rename (logrotate's way).
+
+use std::time::Duration;
+
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::support::*;
+
+/// A gateway over the stack's Redis with a campaign of `stock`, a shop route to `upstream`, the
+/// admin listener on a free port and a text access log in its folder.
+async fn observed(campaign: &str, stock: i64, upstream: &MockServer, redis_url: &str) -> (Gateway, u16) {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    publish(&redis, campaign, stock, 1).await;
+    let admin = free_port();
+    let mut conf = GatewayConf::new(redis_url, &upstream.address().to_string(), campaign, "");
+    conf.sold_out_ttl_ms = 60_000;
+    conf.routes = format!(
+        "[[route]]\nname = \"shop\"\npath_prefix = \"/\"\nupstreams = [\"{}\"]\n",
+        upstream.address()
+    );
+    conf.tables = format!(
+        "[admin]\nlisten = \"127.0.0.1:{admin}\"\n\n[access_log]\noutput = \"access.log\"\nformat = \"text\"\n"
+    );
+    (Gateway::start(&conf).await, admin)
+}
+
+/// The access log's lines but the start probe's (`Gateway::start`), once it has at least `n`
+/// (at most 5 s).
+async fn lines(gw: &Gateway, n: usize) -> Vec<String> {
+    let file = gw.dir.join("access.log");
+    let read = || {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        text.lines().filter(|l| !l.contains("/seckill/probe/info")).map(String::from).collect::<Vec<_>>()
+    };
+    let enough = eventually(Duration::from_secs(5), || async { read().len() >= n }).await;
+    let got: Vec<String> = read();
+    assert!(enough, "{} access lines, expected {n}:\n{}", got.len(), got.join("\n"));
+    got
+}
+
+#[tokio::test]
+async fn metrics_count_the_answers_and_access_lines_tell_each_request() {
+    let campaign = e2e::stack::unique("gw");
+    let upstream = MockServer::start().await;
+    Mock::given(method("GET"))
+        .respond_with(ResponseTemplate::new(200).set_body_string("shop"))
+        .mount(&upstream)
+        .await;
+    let (gw, admin) = observed(&campaign, 2, &upstream, &e2e::stack::redis_url()).await;
+    let http = reqwest::Client::new();
+    let admin_url = |path: &str| format!("http://127.0.0.1:{admin}{path}");
+
+    // Two reservations, then sold out (the flag is set), then the local flag answers.
+    let mut ids = Vec::new();
+    for (user, code) in [("o-1", "QUEUED"), ("o-2", "QUEUED"), ("o-3", "SOLD_OUT"), ("o-4", "SOLD_OUT")] {
+        let (_, body) = order(&http, &gw, &campaign, user).await;
+        assert_eq!(body["code"].as_str(), Some(code), "{body}");
+        ids.push(body["request_id"].as_str().unwrap().to_string());
+    }
+    let info = http.get(gw.url(&format!("/seckill/{campaign}/info"))).send().await.unwrap();
+    assert_eq!(info.status().as_u16(), 200);
+    let shop =
+        http.get(gw.url("/catalog?page=2")).header("x-request-id", "client-made").send().await.unwrap();
+    assert_eq!(shop.status().as_u16(), 200);
+    let unknown = order(&http, &gw, "no-such-campaign", "o-5").await;
+    assert_eq!(unknown.1["code"], "CAMPAIGN_UNKNOWN");
+
+    // /metrics, /healthz, /readyz.
+    let m = scrape(&http, &admin_url("/metrics")).await;
+    let answers = |c: &str, code: &str| {
+        sample(&m, "seckill_gateway_order_answers_total", &[("campaign", c), ("code", code)])
+    };
+    assert_eq!(answers(&campaign, "QUEUED"), 2.0);
+    assert_eq!(answers(&campaign, "SOLD_OUT"), 2.0);
+    assert_eq!(answers(&campaign, "LIMIT_REACHED"), 0.0);
+    assert_eq!(answers("(unknown)", "CAMPAIGN_UNKNOWN"), 1.0);
+    let count =
+        |route: &str| sample(&m, "seckill_gateway_request_duration_seconds_count", &[("route", route)]);
+    assert_eq!(
+        (count("order"), count("info"), count("shop")),
+        (5.0, 2.0, 1.0),
+        "info: ours and the start probe"
+    );
+    assert_eq!(sample(&m, "seckill_gateway_responses_total", &[("route", "order"), ("class", "2xx")]), 2.0);
+    assert_eq!(sample(&m, "seckill_gateway_responses_total", &[("route", "order"), ("class", "4xx")]), 3.0);
+    assert_eq!(
+        sample(&m, "seckill_gateway_reserve_duration_seconds_count", &[]),
+        3.0,
+        "o-4 never reached Redis"
+    );
+    assert_eq!(sample(&m, "seckill_gateway_sold_out", &[("campaign", &campaign)]), 1.0);
+    assert_eq!(sample(&m, "seckill_gateway_kafka_queue_capacity", &[]), 100_000.0);
+    assert!(sample(&m, "seckill_gateway_redis_connected", &[]) >= 1.0);
+    let health = http.get(admin_url("/healthz")).send().await.unwrap();
+    let ready = http.get(admin_url("/readyz")).send().await.unwrap();
+    assert_eq!((health.status().as_u16(), ready.status().as_u16()), (200, 200));
+
+    // One access line per request, every field in place.
+    let all = lines(&gw, 7).await;
+    let fields = |line: &str| line.split(' ').map(String::from).collect::<Vec<_>>();
+    let first = fields(&all[0]);
+    assert!(first[0].ends_with('Z') && first[0].contains('T'), "{}", all[0]);
+    assert_eq!(&first[1..5], ["127.0.0.1", "\"POST", &format!("/seckill/{campaign}/order"), "HTTP/1.1\""]);
+    assert_eq!((first[5].as_str(), first[9].as_str(), first[10].as_str()), ("202", "-", "QUEUED"));
+    assert!(first[6].parse::<usize>().unwrap() > 50, "body bytes: {}", all[0]);
+    assert!(first[7].parse::<f64>().unwrap() > 0.0, "request time: {}", all[0]);
+    assert_eq!(first[11], ids[0], "the answer's request id");
+    let codes: Vec<String> = all.iter().map(|l| fields(l)[10].clone()).collect();
+    assert_eq!(&codes[..4], ["QUEUED", "QUEUED", "SOLD_OUT", "SOLD_OUT"]);
+    assert!(all.iter().zip(&ids).all(|(l, id)| l.ends_with(id.as_str())));
+    let shop_line = all.iter().find(|l| l.contains("/catalog?page=2")).expect("the shop line");
+    let f = fields(shop_line);
+    assert_eq!(
+        (f[5].as_str(), f[8].as_str(), f[10].as_str()),
+        ("200", upstream.address().to_string().as_str(), "-")
+    );
+    assert!(f[9].parse::<f64>().unwrap() > 0.0, "upstream time: {shop_line}");
+    let sent = upstream.received_requests().await.unwrap();
+    let carried = sent[0].headers.get("x-request-id").unwrap().to_str().unwrap();
+    assert_eq!(carried, f[11], "the upstream got the line's id, not the client's");
+}
+
+#[tokio::test]
+async fn sigusr1_reopens_the_access_log_after_a_rename() {
+    let campaign = e2e::stack::unique("gw");
+    let upstream = MockServer::start().await;
+    let (gw, _) = observed(&campaign, 10, &upstream, &e2e::stack::redis_url()).await;
+    let http = reqwest::Client::new();
+    order(&http, &gw, &campaign, "r-1").await;
+    lines(&gw, 1).await;
+
+    let (file, rotated) = (gw.dir.join("access.log"), gw.dir.join("access.log.1"));
+    std::fs::rename(&file, &rotated).unwrap();
+    gw.signal("-USR1");
+    assert!(eventually(Duration::from_secs(5), || async { file.exists() }).await, "reopened");
+    let (_, body) = order(&http, &gw, &campaign, "r-2").await;
+    let after = lines(&gw, 1).await;
+    assert_eq!(after.len(), 1);
+    assert!(after[0].ends_with(body["request_id"].as_str().unwrap()), "{after:?}");
+    let before = std::fs::read_to_string(&rotated).unwrap();
+    assert!(
+        before.lines().last().unwrap().contains("QUEUED"),
+        "the renamed file keeps what was written before: {before}"
+    );
+    assert!(!before.contains(body["request_id"].as_str().unwrap()));
+    assert!(gw.log().contains("access log reopened"), "{}", gw.log());
+}
+
+#[tokio::test]
+async fn readyz_says_not_ready_while_redis_cannot_be_reached() {
+    let campaign = e2e::stack::unique("gw");
+    let upstream = MockServer::start().await;
+    let dead_redis = format!("redis://127.0.0.1:{}", free_port());
+    let (_gw, admin) = observed(&campaign, 1, &upstream, &dead_redis).await;
+    let http = reqwest::Client::new();
+    let health = http.get(format!("http://127.0.0.1:{admin}/healthz")).send().await.unwrap();
+    let ready = http.get(format!("http://127.0.0.1:{admin}/readyz")).send().await.unwrap();
+    assert_eq!((health.status().as_u16(), ready.status().as_u16()), (200, 503));
+    assert!(ready.text().await.unwrap().contains("Redis"));
+    let other = http.get(format!("http://127.0.0.1:{admin}/nope")).send().await.unwrap();
+    assert_eq!(other.status().as_u16(), 404);
+}
