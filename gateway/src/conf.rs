@@ -17,7 +17,10 @@ use protocol::conf::{self, ConfError};
 use serde::Deserialize;
 use toml::Spanned;
 
+mod defense;
 mod kafka;
+
+pub use defense::DefenseConf;
 
 type S<T> = Spanned<T>;
 
@@ -32,6 +35,7 @@ struct Raw {
     redis: RawRedis,
     order_writer: RawPool,
     kafka: kafka::RawKafka,
+    defense: defense::RawDefense,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
 }
@@ -184,6 +188,8 @@ pub struct ServerConf {
     pub kafka: QueueConf,
     /// Shop routes, in file order.
     pub routes: Vec<RouteConf>,
+    /// The edge defenses' keys (login JWT, master key, captcha provider).
+    pub defense: DefenseConf,
 }
 
 impl std::fmt::Debug for ServerConf {
@@ -200,6 +206,7 @@ impl std::fmt::Debug for ServerConf {
             .field("order_writer", &self.order_writer)
             .field("kafka", &self.kafka)
             .field("routes", &self.routes)
+            .field("defense", &self.defense)
             .finish()
     }
 }
@@ -337,6 +344,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     )?;
 
     let kafka = kafka::check(&c, &raw.kafka)?;
+    let defense = defense::check(&c, &raw.defense, base)?;
 
     let mut routes = Vec::with_capacity(raw.routes.len());
     for (i, r) in raw.routes.iter().enumerate() {
@@ -382,6 +390,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         order_writer,
         kafka,
         routes,
+        defense,
     })
 }
 
@@ -418,6 +427,13 @@ upstreams = ["127.0.0.1:9000", "127.0.0.1:9001"]
 
 [kafka]
 brokers = ["127.0.0.1:19092"]
+
+[defense]
+master_key = "env:GATEWAY_CONF_TEST_KEY"
+login_alg = "HS256"
+login_key = "env:GATEWAY_CONF_TEST_KEY"
+login_issuer = "shop"
+login_audience = "seckill"
 "#;
 
     pub(super) fn parse(text: &str) -> Result<ServerConf, ConfError> {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use plugins::budget::{Budget, Budgets};
+use plugins::eligibility::Eligibility;
 use plugins::sold_out::{SoldOutFlag, SoldOutFlags};
 use protocol::campaign::Campaign;
 use protocol::conf::ConfError;
@@ -33,6 +34,8 @@ pub struct CampaignEntry {
     pub sold_out: Arc<SoldOutFlag>,
     /// Its concurrency budget.
     pub budget: Arc<Budget>,
+    /// Who may buy (its lists loaded).
+    pub eligibility: Eligibility,
 }
 
 /// One validated configuration, ready to serve.
@@ -81,18 +84,23 @@ fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<A
         .map(|r| Pool::new(&r.name, &r.pool))
         .collect::<Result<Vec<_>, _>>()
         .map_err(pool_err)?;
+    let dir = &server.campaigns_dir;
     let campaigns = loaded
         .campaigns
         .into_iter()
         .map(|c| {
+            let eligibility = Eligibility::load(dir, &c.eligibility).map_err(|e| {
+                ConfError::whole(&dir.join(format!("{}.toml", c.id)), format!("eligibility: {e}"))
+            })?;
             let entry = CampaignEntry {
                 sold_out: sold_out.get(&c.id),
                 budget: budgets.get(&c.id, c.limits.max_inflight),
+                eligibility,
                 campaign: c,
             };
-            (entry.campaign.id.clone(), entry)
+            Ok((entry.campaign.id.clone(), entry))
         })
-        .collect();
+        .collect::<Result<_, ConfError>>()?;
     Ok(Active {
         routes: RouteTable::new(&server.routes),
         signer: Signer::new(&server.signing_key),
@@ -178,6 +186,12 @@ url = "redis://127.0.0.1:1"
 upstreams = ["127.0.0.1:1"]
 [kafka]
 brokers = ["127.0.0.1:1"]
+[defense]
+master_key = "file:key"
+login_alg = "HS256"
+login_key = "file:key"
+login_issuer = "shop"
+login_audience = "seckill"
 "#,
         )
         .unwrap();

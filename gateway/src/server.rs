@@ -10,6 +10,7 @@ use anyhow::Context;
 use fred::prelude::*;
 use pingora_core::server::configuration::ServerConf as PingoraConf;
 use pingora_core::server::Server;
+use plugins::captcha::SpentChallenges;
 use plugins::queue::ReservationQueue;
 use plugins::reserve::{self, Reserver};
 use plugins::sale::Sale;
@@ -113,8 +114,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     };
     let mut server = Server::new_with_opt_and_conf(None, pingora_conf);
     server.bootstrap();
+    let spent = SpentChallenges::new(pool.clone(), server_conf.redis.timeout);
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
-    let gateway = Gateway::new(shared, Sale::new(reserver, queue));
+    let gateway = Gateway::new(shared, Sale::new(reserver, queue), spent);
     let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, gateway);
     proxy.add_tcp(&server_conf.listen.to_string());
     server.add_service(proxy);

@@ -8,8 +8,15 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use protocol::scripts::{PublishOutcome, PublishSpec, Scripts};
 
-/// The HMAC key the test gateways and the order writer share.
+/// The HMAC key the test gateways and the order writer share (also the gateways' master key).
 pub const KEY: &str = "test-signing-key-0123456789";
+/// The tests' own key of the shop's auth service (HS256), minting login JWTs.
+pub const LOGIN_KEY: &str = "test-login-key-0123456789";
+
+/// The shop's auth service, played by the tests.
+pub fn auth() -> e2e::client::Auth {
+    e2e::client::Auth::hs256(LOGIN_KEY.as_bytes()).unwrap()
+}
 
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
@@ -137,9 +144,11 @@ pub fn window_toml(id: &str, when: &str, extra: &str) -> String {
         "past" => (now - h * 2, now - h),
         _ => (now - h, now + h),
     };
+    // A small proof of work keeps the tests quick, unless the test sets its own.
+    let defense = if extra.contains("[defense]") { "" } else { "\n[defense]\npow_bits = 4\n" };
     format!(
         "id = \"{id}\"\nsku = \"SKU\"\nstock = 100\nper_user_limit = 1\nprice_cents = 999\n\
-         starts_at = \"{}\"\nends_at = \"{}\"\n{extra}\n",
+         starts_at = \"{}\"\nends_at = \"{}\"\n{extra}\n{defense}",
         start.to_rfc3339(),
         end.to_rfc3339()
     )
@@ -167,6 +176,8 @@ pub struct GatewayConf {
     pub kafka_brokers: Vec<String>,
     /// Extra `[kafka]` lines (topic, partitions, batching).
     pub kafka_extra: String,
+    /// Extra `[defense]` lines (a captcha provider).
+    pub defense_extra: String,
 }
 
 impl GatewayConf {
@@ -185,6 +196,7 @@ impl GatewayConf {
             redis_timeout_ms: 200,
             kafka_brokers: vec![format!("127.0.0.1:{}", free_port())],
             kafka_extra: String::new(),
+            defense_extra: String::new(),
         }
     }
 }
@@ -202,6 +214,7 @@ pub struct Gateway {
 pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     std::fs::create_dir_all(dir.join("campaigns")).unwrap();
     std::fs::write(dir.join("key"), KEY).unwrap();
+    std::fs::write(dir.join("login_key"), LOGIN_KEY).unwrap();
     for (id, text) in &conf.campaigns {
         std::fs::write(dir.join("campaigns").join(format!("{id}.toml")), text).unwrap();
     }
@@ -211,7 +224,9 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n{}\n\
          [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
-         [kafka]\nbrokers = [{}]\n{}\n\n{}\n",
+         [kafka]\nbrokers = [{}]\n{}\n\n\
+         [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"HS256\"\nlogin_key = \"file:login_key\"\n\
+         login_issuer = \"{}\"\nlogin_audience = \"{}\"\n{}\n\n{}\n",
         conf.sold_out_ttl_ms,
         conf.server_extra,
         conf.redis_url,
@@ -220,6 +235,9 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         conf.order_writer_extra,
         brokers.join(", "),
         conf.kafka_extra,
+        e2e::client::ISSUER,
+        e2e::client::AUDIENCE,
+        conf.defense_extra,
         conf.routes
     );
     let file = dir.join("server.toml");
@@ -306,21 +324,31 @@ impl Drop for Gateway {
     }
 }
 
-/// An order request; returns (status, JSON body, Retry-After).
+/// The campaign token of `user` (device `dev-{user}`), through the captcha and token
+/// endpoints; `Err` is the refusal.
+pub async fn ticket(
+    http: &reqwest::Client,
+    gw: &Gateway,
+    campaign: &str,
+    user: &str,
+) -> Result<e2e::client::Ticket, (u16, serde_json::Value)> {
+    let login = auth().login(user, serde_json::json!({}));
+    e2e::client::get_ticket(http, &gw.url(""), campaign, &login, &format!("dev-{user}")).await
+}
+
+/// One order of `user`, the whole protocol (login JWT, captcha, token, signed order); returns
+/// (status, JSON body). A refusal before the order (say, `NOT_STARTED` at the token endpoint)
+/// is returned as it is.
 pub async fn order(
     http: &reqwest::Client,
     gw: &Gateway,
     campaign: &str,
     user: &str,
 ) -> (u16, serde_json::Value) {
-    let resp = http
-        .post(gw.url(&format!("/seckill/{campaign}/order")))
-        .header("x-user-id", user)
-        .send()
-        .await
-        .expect("gateway answers");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+    match ticket(http, gw, campaign, user).await {
+        Ok(t) => t.order(http, &gw.url(""), 1).await,
+        Err(refused) => refused,
+    }
 }
 
 /// Keeps the Redis at `url` busy with a script for `busy_ms`, and returns once it is busy (a
