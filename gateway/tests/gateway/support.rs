@@ -178,6 +178,9 @@ pub struct GatewayConf {
     pub kafka_extra: String,
     /// Extra `[defense]` lines (a captcha provider).
     pub defense_extra: String,
+    /// `defense.login_alg` and the contents of the `login_key` file (a PEM public key or
+    /// the HS256 secret).
+    pub login: (String, String),
 }
 
 impl GatewayConf {
@@ -197,6 +200,7 @@ impl GatewayConf {
             kafka_brokers: vec![format!("127.0.0.1:{}", free_port())],
             kafka_extra: String::new(),
             defense_extra: String::new(),
+            login: ("HS256".into(), LOGIN_KEY.into()),
         }
     }
 }
@@ -214,7 +218,7 @@ pub struct Gateway {
 pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     std::fs::create_dir_all(dir.join("campaigns")).unwrap();
     std::fs::write(dir.join("key"), KEY).unwrap();
-    std::fs::write(dir.join("login_key"), LOGIN_KEY).unwrap();
+    std::fs::write(dir.join("login_key"), &conf.login.1).unwrap();
     for (id, text) in &conf.campaigns {
         std::fs::write(dir.join("campaigns").join(format!("{id}.toml")), text).unwrap();
     }
@@ -225,7 +229,7 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
          [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
          [kafka]\nbrokers = [{}]\n{}\n\n\
-         [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"HS256\"\nlogin_key = \"file:login_key\"\n\
+         [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"{}\"\nlogin_key = \"file:login_key\"\n\
          login_issuer = \"{}\"\nlogin_audience = \"{}\"\n{}\n\n{}\n",
         conf.sold_out_ttl_ms,
         conf.server_extra,
@@ -235,6 +239,7 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         conf.order_writer_extra,
         brokers.join(", "),
         conf.kafka_extra,
+        conf.login.0,
         e2e::client::ISSUER,
         e2e::client::AUDIENCE,
         conf.defense_extra,
