@@ -114,7 +114,8 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     };
     let mut server = Server::new_with_opt_and_conf(None, pingora_conf);
     server.bootstrap();
-    let spent = SpentChallenges::new(pool.clone(), server_conf.redis.timeout);
+    // Spending a challenge is one SET, off the order path: it may wait as long as an undo.
+    let spent = SpentChallenges::new(pool.clone(), protocol::timing::undo_timeout(server_conf.redis.timeout));
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
     let gateway = Gateway::new(shared, Sale::new(reserver, queue), spent);
     let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, gateway);

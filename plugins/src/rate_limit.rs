@@ -56,13 +56,17 @@ fn over(
 }
 
 impl RateLimiter {
-    /// Estimators over one-second windows.
+    /// Estimators over one-second windows. The per-key ones (IP, device, account) are sized for
+    /// tens of thousands of distinct keys a second: with pingora-limits' default 1,024 columns,
+    /// a crowd of 20,000 buyers made each key's estimate pass a limit of 5 it never reached
+    /// (measured in the demo). 4 × 32,768 columns cost 2 MiB per dimension.
     pub fn new() -> Self {
         let second = Duration::from_secs(1);
+        let per_key = || Rate::new_with_estimator_config(second, 4, 32_768);
         Self {
-            ip: Rate::new(second),
-            device: Rate::new(second),
-            user: Rate::new(second),
+            ip: per_key(),
+            device: per_key(),
+            user: per_key(),
             campaign: Rate::new(second),
             result: Rate::new(second),
         }
