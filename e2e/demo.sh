@@ -7,7 +7,9 @@
 # campaign whose window is open now, publishes its stock (PostgreSQL -> Redis), starts the
 # order writer and the gateway, sends a crowd of simulated buyers at the gateway, waits for
 # every queued reservation to settle, prints the report and the reconciliation, and stops what
-# it started. Knobs (environment): STOCK (1000), USERS (20000), REQUESTS_PER_USER (2),
+# it started. Every buyer speaks the full protocol: a login JWT (the demo plays the shop's auth
+# service with a key of its own), the captcha's proof of work, a campaign token, signed orders.
+# Knobs (environment): STOCK (1000), USERS (20000), REQUESTS_PER_USER (2), POW_BITS (8),
 # CONCURRENCY (256), GATEWAY_PORT (8080), WRITER_PORT (8081), PROFILE (release; the test
 # command runs a small sale with PROFILE=debug, reusing the binaries its tests built).
 set -euo pipefail
@@ -42,6 +44,10 @@ ID="sale$(date -u +%Y%m%d%H%M%S)"
 DB="demo_$ID"
 PG_BASE=${SECKILL_PG_ADMIN_URL%/*}
 export SECKILL_GATEWAY_KEY="demo-gateway-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
+# The edge's master key, and the key of the shop's auth service the demo plays (the crowd's
+# login JWTs are minted with it, as the shop would).
+export SECKILL_EDGE_KEY="demo-edge-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
+export SECKILL_LOGIN_KEY="demo-login-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
 export SECKILL_PAYMENT_KEY="demo-payment-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
 
 # A campaign open from a minute ago for an hour, with this run's stock.
@@ -60,6 +66,18 @@ max_inflight = 4096
 # The simulated crowd comes from one loopback address: a per-address polling limit sized for
 # one buyer would throttle all of them (real buyers each have their own).
 result_per_sec = 0
+device_per_sec = 5
+user_per_sec = 5
+
+# Every defense on; a small proof of work so the crowd's own hashing stays a minor share.
+[defense]
+captcha = "pow"
+pow_bits = ${POW_BITS:-8}
+token_ttl_secs = 120
+timestamp_window_secs = 30
+
+[eligibility]
+min_level = 1
 TOML
 
 # The repository's conf files, pointed at this run's ports, database, topic and folders.

@@ -148,6 +148,7 @@ pub fn refusal(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Option<S
             format!("campaign {campaign} refuses a quantity of 1 (per-user limit {limit})")
         }
         ReserveOutcome::Duplicate => "request id used twice".to_string(),
+        ReserveOutcome::Replay | ReserveOutcome::Retry { .. } => "a nonce answer without a nonce".to_string(),
     })
 }
 
@@ -174,7 +175,7 @@ pub async fn generate(
         let user = generated_user(tag, i, users);
         let rid = uuid::Uuid::now_v7().to_string();
         let outcome = scripts
-            .reserve(redis, campaign, &rid, &user, 1)
+            .reserve(redis, campaign, &rid, &user, 1, None)
             .await
             .with_context(|| format!("reserve.lua for {user}"))?;
         if let Some(why) = refusal(campaign, &user, &outcome) {

@@ -48,7 +48,7 @@ async fn pause_replenish_sets_released_units_aside_until_it_is_turned_off() {
     assert_eq!(env.stat("aside_qty").await, 1);
     assert!(!replenish.heard(&env.campaign, Duration::from_millis(300)).await);
     // So the edge keeps answering sold out.
-    let late = env.scripts.shared.reserve(&env.redis, &env.campaign, "late-1", "c", 1).await.unwrap();
+    let late = env.scripts.shared.reserve(&env.redis, &env.campaign, "late-1", "c", 1, None).await.unwrap();
     assert_eq!(late, ReserveOutcome::SoldOut { remaining: 0 });
     // Reconcile sees the unit aside, and every equation holds.
     let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
@@ -62,7 +62,7 @@ async fn pause_replenish_sets_released_units_aside_until_it_is_turned_off() {
     assert_eq!(env.stat("aside_qty").await, 0);
     assert_eq!(env.stat("returned_qty").await, 1);
     assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await);
-    let again = env.scripts.shared.reserve(&env.redis, &env.campaign, "late-2", "c", 1).await.unwrap();
+    let again = env.scripts.shared.reserve(&env.redis, &env.campaign, "late-2", "c", 1, None).await.unwrap();
     assert!(matches!(again, ReserveOutcome::Reserved { remaining: 0, .. }), "{again:?}");
     let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
     assert!(rep.redis_balanced && rep.across_balanced, "{}", rep.text);

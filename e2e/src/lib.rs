@@ -4,6 +4,7 @@
 //! Tests never mock Redis, PostgreSQL or Kafka. They isolate themselves instead: a new database
 //! per test, a new topic per test, campaign ids that are unique per test.
 
+pub mod client;
 pub mod load;
 pub mod order_writer;
 pub mod report;

@@ -1,4 +1,6 @@
-//! The crowd: order requests from simulated users, then result polling with backoff.
+//! The crowd: every simulated user gets a campaign token (its login JWT from the shop's auth
+//! service, played with the demo's key; the captcha's proof of work; the token endpoint), then
+//! the burst of signed order requests, then result polling with backoff.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -6,6 +8,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use serde::Deserialize;
+
+use crate::client::{get_ticket, nonce, Ticket};
 
 /// What the crowd looks like.
 #[derive(Debug, Clone)]
@@ -22,6 +26,8 @@ pub struct Crowd {
     pub concurrency: usize,
     /// How long queued requests may take to settle.
     pub settle: Duration,
+    /// The shop's auth service (mints the users' login JWTs).
+    pub auth: crate::client::Auth,
 }
 
 /// What the crowd saw.
@@ -31,6 +37,10 @@ pub struct Outcome {
     pub answers: BTreeMap<String, u64>,
     /// Latency of order requests, microseconds.
     pub latency_us: Option<Histogram<u64>>,
+    /// Wall time of the token phase (captcha, proof of work, token, for every user).
+    pub tokens: Duration,
+    /// Users refused a token, by code.
+    pub token_refusals: BTreeMap<String, u64>,
     /// Wall time of the burst.
     pub burst: Duration,
     /// request id -> user, for every QUEUED answer.
@@ -87,29 +97,55 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
         Outcome { latency_us: Some(Histogram::new_with_bounds(1, 60_000_000, 3)?), ..Default::default() };
 
     let started = Instant::now();
-    let order_url = format!("{}/seckill/{}/order", crowd.gateway, crowd.campaign);
-    let mut answers = futures::stream::iter(schedule(crowd.users, crowd.requests_per_user))
+    let got: Vec<(u32, Result<Ticket, String>)> = futures::stream::iter(0..crowd.users)
         .map(|u| {
+            let (client, crowd) = (client.clone(), crowd.clone());
+            async move {
+                let login = crowd.auth.login(&format!("user-{u}"), serde_json::json!({"level": 1}));
+                let device = format!("device-{u}");
+                let t = get_ticket(&client, &crowd.gateway, &crowd.campaign, &login, &device).await;
+                (
+                    u,
+                    t.map_err(|(status, body)| {
+                        body["code"].as_str().map_or(format!("HTTP_{status}"), str::to_string)
+                    }),
+                )
+            }
+        })
+        .buffer_unordered(crowd.concurrency)
+        .collect()
+        .await;
+    let mut tickets = HashMap::new();
+    for (u, t) in got {
+        match t {
+            Ok(t) => {
+                tickets.insert(u, t);
+            }
+            Err(code) => *out.token_refusals.entry(code).or_default() += 1,
+        }
+    }
+    out.tokens = started.elapsed();
+
+    let started = Instant::now();
+    let jobs: Vec<(u32, &Ticket)> = schedule(crowd.users, crowd.requests_per_user)
+        .into_iter()
+        .filter_map(|u| tickets.get(&u).map(|t| (u, t)))
+        .collect();
+    let mut answers = futures::stream::iter(jobs)
+        .map(|(u, ticket)| {
             let client = client.clone();
-            let url = order_url.clone();
+            let base = crowd.gateway.clone();
             async move {
                 let user = format!("user-{u}");
+                let signed = ticket.sign(1, chrono::Utc::now().timestamp(), &nonce());
                 let t = Instant::now();
-                let res = client
-                    .post(&url)
-                    .header("x-user-id", &user)
-                    .header("x-device-id", format!("device-{u}"))
-                    .send()
-                    .await;
-                let code = match res {
-                    Ok(r) => {
-                        let status = r.status().as_u16();
-                        match r.json::<Answer>().await {
-                            Ok(a) => (a.code.unwrap_or_else(|| format!("HTTP_{status}")), a.request_id),
-                            Err(_) => (format!("HTTP_{status}"), None),
-                        }
-                    }
-                    Err(_) => ("ERROR".to_string(), None),
+                let (status, body) = ticket.send(&client, &base, &signed).await;
+                let answer: Answer =
+                    serde_json::from_value(body).unwrap_or(Answer { code: None, request_id: None });
+                let code = match (status, answer.code) {
+                    (0, _) => ("ERROR".to_string(), None),
+                    (_, Some(code)) => (code, answer.request_id),
+                    (status, None) => (format!("HTTP_{status}"), None),
                 };
                 (user, code, t.elapsed())
             }

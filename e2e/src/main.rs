@@ -1,6 +1,7 @@
 //! `seckill-load`: a flash sale's crowd, and the report of what happened.
 //!
-//! Sends a burst of order requests from simulated users to the gateway, polls each queued
+//! Gets every user a campaign token (login JWT, proof of work, token endpoint), sends a burst
+//! of signed order requests from simulated users to the gateway, polls each queued
 //! request's result with backoff, then checks the outcome against PostgreSQL and Redis: never
 //! more orders than stock, never more than the limit per user, and no accepted reservation
 //! without an order or a release.
@@ -39,6 +40,10 @@ struct Args {
     /// Redis URL (for the checks).
     #[arg(long, env = "SECKILL_REDIS_URL", default_value = "redis://127.0.0.1:6390")]
     redis_url: String,
+    /// The shop auth service's HS256 key, to mint the users' login JWTs (the gateway's
+    /// `defense.login_key`).
+    #[arg(long, env = "SECKILL_LOGIN_KEY", hide_env_values = true)]
+    login_key: String,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -56,6 +61,7 @@ async fn main() -> anyhow::Result<()> {
         requests_per_user: args.requests_per_user,
         concurrency: args.concurrency,
         settle: std::time::Duration::from_secs(args.settle_secs),
+        auth: e2e::client::Auth::hs256(args.login_key.as_bytes())?,
     };
     let outcome = load::run(&crowd).await.context("running the crowd")?;
     let checks = report::check(&args.campaign, &args.pg_url, &args.redis_url, &outcome)

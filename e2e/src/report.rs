@@ -155,6 +155,10 @@ pub struct Report {
     pub users: u32,
     /// Requests sent.
     pub requests: u64,
+    /// Seconds every user took to get a campaign token (captcha, proof of work, token).
+    pub token_secs: f64,
+    /// Users refused a token, by code.
+    pub token_refusals: BTreeMap<String, u64>,
     /// Order answers by code.
     pub answers: BTreeMap<String, u64>,
     /// Burst wall time, seconds.
@@ -230,6 +234,8 @@ impl Report {
         Report {
             users: crowd.users,
             requests,
+            token_secs: out.tokens.as_secs_f64(),
+            token_refusals: out.token_refusals.clone(),
             answers: out.answers.clone(),
             burst_secs: out.burst.as_secs_f64(),
             requests_per_sec: requests as f64 / out.burst.as_secs_f64().max(1e-9),
@@ -251,6 +257,11 @@ impl Report {
         use std::fmt::Write;
         let mut s = String::new();
         let _ = writeln!(s, "== flash sale report ==");
+        let _ = writeln!(
+            s,
+            "tokens: {} users through captcha (proof of work) and token in {:.2} s; refused: {:?}",
+            self.users, self.token_secs, self.token_refusals
+        );
         let _ = writeln!(
             s,
             "crowd: {} users, {} order requests in {:.2} s ({:.0} req/s)",

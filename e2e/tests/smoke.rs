@@ -37,7 +37,7 @@ async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
     let stock: i64 = client.get(&keys.stock).await?;
     assert_eq!(stock, 5);
 
-    let outcome = scripts.reserve(&client, &campaign, "req-1", "user-1", 2).await?;
+    let outcome = scripts.reserve(&client, &campaign, "req-1", "user-1", 2, None).await?;
     let ReserveOutcome::Reserved { remaining, record } = outcome else {
         panic!("expected a reservation, got {outcome:?}");
     };
@@ -55,9 +55,9 @@ async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
     assert_eq!(stored.as_deref(), Some(record.as_str()));
 
     // The script's own rules, decided inside Redis.
-    let again = scripts.reserve(&client, &campaign, "req-2", "user-1", 1).await?;
+    let again = scripts.reserve(&client, &campaign, "req-2", "user-1", 1, None).await?;
     assert_eq!(again, ReserveOutcome::LimitReached { held: 2 });
-    let dup = scripts.reserve(&client, &campaign, "req-1", "user-2", 1).await?;
+    let dup = scripts.reserve(&client, &campaign, "req-1", "user-2", 1, None).await?;
     assert_eq!(dup, ReserveOutcome::Duplicate);
     let stock: i64 = client.get(&keys.stock).await?;
     assert_eq!(stock, 3, "refused reservations must not touch the stock");

@@ -17,6 +17,7 @@ use protocol::conf::{self, ConfError};
 use serde::Deserialize;
 use toml::Spanned;
 
+mod defense;
 mod kafka;
 pub mod limits;
 mod observe;
@@ -25,6 +26,8 @@ pub mod shutdown;
 pub mod tls;
 
 pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
+
+pub use defense::DefenseConf;
 
 type S<T> = Spanned<T>;
 
@@ -45,6 +48,7 @@ struct Raw {
     shutdown: shutdown::RawShutdown,
     #[serde(default)]
     tls: Option<tls::RawTls>,
+    defense: defense::RawDefense,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
     #[serde(default)]
@@ -219,6 +223,8 @@ pub struct ServerConf {
     pub admin: Option<AdminConf>,
     /// The access log; off when `None` (restart to change).
     pub access_log: Option<AccessLogConf>,
+    /// The edge defenses' keys (login JWT, master key, captcha provider).
+    pub defense: DefenseConf,
 }
 
 impl std::fmt::Debug for ServerConf {
@@ -240,6 +246,7 @@ impl std::fmt::Debug for ServerConf {
             .field("tls", &self.tls)
             .field("admin", &self.admin)
             .field("access_log", &self.access_log)
+            .field("defense", &self.defense)
             .finish()
     }
 }
@@ -379,6 +386,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     let kafka = kafka::check(&c, &raw.kafka)?;
     let admin = observe::admin(&c, &raw.admin)?;
     let access_log = observe::access_log(&c, &raw.access_log, base)?;
+    let defense = defense::check(&c, &raw.defense, base)?;
 
     let mut routes = Vec::with_capacity(raw.routes.len());
     for (i, r) in raw.routes.iter().enumerate() {
@@ -432,6 +440,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         tls: raw.tls.as_ref().map(|t| tls::check(&c, t, base)).transpose()?,
         admin,
         access_log,
+        defense,
     })
 }
 
@@ -468,6 +477,13 @@ upstreams = ["127.0.0.1:9000", "127.0.0.1:9001"]
 
 [kafka]
 brokers = ["127.0.0.1:19092"]
+
+[defense]
+master_key = "env:GATEWAY_CONF_TEST_KEY"
+login_alg = "HS256"
+login_key = "env:GATEWAY_CONF_TEST_KEY"
+login_issuer = "shop"
+login_audience = "seckill"
 "#;
 
     pub(super) fn parse(text: &str) -> Result<ServerConf, ConfError> {

@@ -5,6 +5,7 @@
 //! - [`routes`]: campaign paths and the shop's host/prefix routes;
 //! - [`upstreams`]: health-checked round-robin pools;
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
+//! - [`issue`]: the captcha challenge and the campaign token, before an order;
 //! - [`replenish`]: the pub/sub listener that clears sold-out flags;
 //! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
 //! - [`limits`]: those limits as pure decisions;
@@ -19,6 +20,7 @@ pub mod access_log;
 pub mod admin;
 pub mod conf;
 pub mod frontdoor;
+pub mod issue;
 pub mod limits;
 pub mod metrics;
 pub mod observe;

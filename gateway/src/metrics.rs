@@ -49,8 +49,10 @@ pub const ORDER_CODES: [Code; 13] = [
 /// What a request was, for its latency and status series.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RouteKind {
-    /// `POST /seckill/{c}/order`.
+    /// `POST /seckill/{c}/{path}/order`.
     Order,
+    /// `POST /seckill/{c}/captcha` and `POST /seckill/{c}/token` (before an order).
+    Token,
     /// `GET /seckill/{c}/result/{id}` (proxied to the order writer).
     Result,
     /// `GET /seckill/{c}/info`.
@@ -63,13 +65,20 @@ pub enum RouteKind {
 
 impl RouteKind {
     /// Every kind, in label order.
-    pub const ALL: [RouteKind; 5] =
-        [RouteKind::Order, RouteKind::Result, RouteKind::Info, RouteKind::Shop, RouteKind::None];
+    pub const ALL: [RouteKind; 6] = [
+        RouteKind::Order,
+        RouteKind::Token,
+        RouteKind::Result,
+        RouteKind::Info,
+        RouteKind::Shop,
+        RouteKind::None,
+    ];
 
     /// The `route` label.
     pub fn as_str(self) -> &'static str {
         match self {
             RouteKind::Order => "order",
+            RouteKind::Token => "token",
             RouteKind::Result => "result",
             RouteKind::Info => "info",
             RouteKind::Shop => "shop",
@@ -106,7 +115,7 @@ pub struct Metrics {
     reserve: Histogram,
     redis_errors: IntCounter,
     upstream_errors: IntCounterVec,
-    routes: [RouteHandles; 5],
+    routes: [RouteHandles; 6],
     unknown: Answers,
 }
 

@@ -72,7 +72,7 @@ impl Observer {
 
     /// Runs the reservation step `step`, timing it (and counting Redis failures) when metrics
     /// are on.
-    pub async fn reserve(&self, step: impl Future<Output = Result<(), Denial>>) -> Result<(), Denial> {
+    pub async fn reserve<T>(&self, step: impl Future<Output = Result<T, Denial>>) -> Result<T, Denial> {
         if !self.metrics {
             return step.await;
         }
@@ -102,14 +102,15 @@ impl Observer {
         if self.metrics {
             let kind = match (shop, &path) {
                 (true, _) => RouteKind::Shop,
-                (_, Some(CampaignPath::Order(_))) => RouteKind::Order,
+                (_, Some(CampaignPath::Order(..))) => RouteKind::Order,
+                (_, Some(CampaignPath::Captcha(_) | CampaignPath::Token(_))) => RouteKind::Token,
                 (_, Some(CampaignPath::Result(_))) => RouteKind::Result,
                 (_, Some(CampaignPath::Info(_))) => RouteKind::Info,
                 _ => RouteKind::None,
             };
             let m = metrics();
             m.request(kind, status, took);
-            if let (Some(CampaignPath::Order(c)), Some(code)) = (&path, trace.answer) {
+            if let (Some(CampaignPath::Order(c, _)), Some(code)) = (&path, trace.answer) {
                 match active.and_then(|a| a.campaigns.get(*c)) {
                     Some(entry) => entry.answers.count(code),
                     None => m.unknown_campaign().count(code),

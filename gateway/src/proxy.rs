@@ -2,10 +2,17 @@
 //!
 //! `request_filter` decides every request, cheapest check first:
 //!
-//! 1. route: a campaign path (`/seckill/{c}/order|info|result/{id}`) or a shop route; none → 404;
-//! 2. for `order`: the campaign exists → its window is open (server time) → its switches →
-//!    its concurrency budget → the local sold-out flag → the inputs (user, qty) → the rate
-//!    limits → `reserve.lua` in Redis (bounded timeout). Every order is answered here.
+//! 1. route: a campaign path (`/seckill/{c}/{path}/order|captcha|token|info|result/{id}`) or a
+//!    shop route; none → 404;
+//! 2. for an order: the campaign exists → its window is open (server time) → its switches →
+//!    its concurrency budget → the local sold-out flag → the inputs (device, qty) → the rate
+//!    limits per IP, device and campaign → the campaign token (bound to user, campaign and
+//!    device) → the account's rate → the hidden path → the timestamp → the request signature
+//!    (body read here) → eligibility → `reserve.lua` in Redis, which spends the nonce in the
+//!    same call (bounded timeout). Every order is answered here; the buyer is the token's user,
+//!    never a header;
+//! 3. `captcha` and `token` (before an order: the login JWT, a solved captcha, a token) are
+//!    answered by [`crate::issue`].
 //!
 //! A reservation is answered `202 QUEUED` (with its `poll_url`) at once: the record the script
 //! wrote to the Redis outbox is the promise. The record, signed, is handed to the background
@@ -27,14 +34,20 @@ use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use plugins::budget::Permit;
+use plugins::captcha::SpentChallenges;
 use plugins::client_ip;
-use plugins::input::{self, DEVICE_HEADER, USER_HEADER};
+use plugins::input::{self, DEVICE_HEADER};
 use plugins::rate_limit::RateLimiter;
-use plugins::sale::{Order, Place, Sale};
+use plugins::sale::{Order, Place, Queued, Sale};
+use plugins::signature::{self, Request};
 use plugins::sold_out::now_ms;
+use plugins::token::CampaignClaims;
 use plugins::{switches, window, Denial};
 use protocol::campaign::Window;
 use protocol::codes::{Answer, Code};
+use protocol::keys::CampaignKeys;
+use protocol::scripts::Nonce;
+use protocol::signing::{NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 use crate::frontdoor;
 use crate::limits::{BodyCount, Refusal, BODY_TIMEOUT};
@@ -48,19 +61,23 @@ const X_REAL_IP: &str = "x-real-ip";
 const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 const X_REQUEST_ID: &str = "x-request-id";
 
+/// Longest order or token request body read.
+pub(crate) const MAX_BODY: usize = 4096;
+
 /// The gateway's proxy logic.
 pub struct Gateway {
     shared: Arc<SharedState>,
     sale: Sale,
-    limiter: RateLimiter,
+    pub(crate) limiter: RateLimiter,
+    pub(crate) spent: SpentChallenges,
     observer: Observer,
 }
 
 impl Gateway {
-    /// A gateway over the shared conf and the sale (Redis reserver, Kafka queue), with metrics
-    /// and the access log off.
-    pub fn new(shared: Arc<SharedState>, sale: Sale) -> Self {
-        Self { shared, sale, limiter: RateLimiter::new(), observer: Observer::default() }
+    /// A gateway over the shared conf, the sale (Redis reserver, Kafka queue) and the spent
+    /// captcha challenges (Redis), with metrics and the access log off.
+    pub fn new(shared: Arc<SharedState>, sale: Sale, spent: SpentChallenges) -> Self {
+        Self { shared, sale, limiter: RateLimiter::new(), spent, observer: Observer::default() }
     }
 
     /// The same, counting metrics and writing access lines as `observer` says.
@@ -89,7 +106,7 @@ pub struct Ctx {
     active: Option<Arc<Active>>,
     /// The id the gateway gave this request (campaign paths; proxied requests get one on their
     /// way upstream, as `X-Request-Id`).
-    request_id: String,
+    pub(crate) request_id: String,
     /// Where it goes.
     upstream: Upstream,
     /// The campaign's concurrency budget place, given back in `logging`.
@@ -102,17 +119,23 @@ pub struct Ctx {
 
 /// What `request_filter` decided from the request line and headers.
 enum Route {
-    Order(String),
+    Order(String, String),
+    Captcha(String),
+    Token(String),
     Info(String),
     Result(String),
     Shop(usize),
     NotFound,
 }
 
-/// The inputs of an order request, checked.
+/// An order request whose headers passed every check: what the body's signature check and
+/// the reservation need.
 struct OrderInput {
-    user: String,
+    claims: CampaignClaims,
     qty: i64,
+    timestamp: String,
+    nonce: String,
+    signature: String,
 }
 
 #[async_trait]
@@ -136,7 +159,9 @@ impl ProxyHttp for Gateway {
         let route = {
             let req = session.req_header();
             match routes::campaign_path(req.uri.path()) {
-                Some(CampaignPath::Order(c)) => Route::Order(c.to_string()),
+                Some(CampaignPath::Order(c, p)) => Route::Order(c.to_string(), p.to_string()),
+                Some(CampaignPath::Captcha(c)) => Route::Captcha(c.to_string()),
+                Some(CampaignPath::Token(c)) => Route::Token(c.to_string()),
                 Some(CampaignPath::Info(c)) => Route::Info(c.to_string()),
                 Some(CampaignPath::Result(c)) => Route::Result(c.to_string()),
                 Some(CampaignPath::Unknown) => Route::NotFound,
@@ -186,20 +211,28 @@ impl ProxyHttp for Gateway {
                     None => deny(session, ctx, &unknown_campaign()).await,
                 }
             }
-            Route::Order(campaign) => {
+            Route::Order(campaign, path) => {
                 ctx.request_id = new_request_id();
-                let checked = self.admit(session, ctx, &active, &campaign);
-                let reserved = match checked {
-                    Ok(input) => self.reserve(ctx, &active, &campaign, input).await,
-                    Err(d) => Err(d),
-                };
-                match reserved {
-                    Ok(()) => {
+                match self.order(session, ctx, &active, &campaign, &path).await {
+                    Ok(queued_as) => {
+                        if let Queued::Retry(first) = queued_as {
+                            ctx.request_id = first;
+                        }
                         ctx.trace.answered(Code::Queued);
                         respond(session, 202, queued(&campaign, &ctx.request_id), None, "no-store").await
                     }
                     Err(d) => deny(session, ctx, &d).await,
                 }
+            }
+            Route::Captcha(campaign) => {
+                ctx.request_id = new_request_id();
+                let answer = self.captcha(session, &active, &campaign);
+                crate::issue::answer(session, ctx, answer).await
+            }
+            Route::Token(campaign) => {
+                ctx.request_id = new_request_id();
+                let answer = self.token(session, &active, &campaign).await;
+                crate::issue::answer(session, ctx, answer).await
             }
         }
     }
@@ -327,17 +360,59 @@ impl ProxyHttp for Gateway {
 }
 
 impl Gateway {
-    /// The reservation, after every other check passed: one round trip, bounded (the nonce
-    /// check will join the script). `Ok` means reserved: answer QUEUED.
+    /// An order, every check in the order of the module's list; `Ok` means answer QUEUED.
+    async fn order(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        active: &Active,
+        campaign: &str,
+        path: &str,
+    ) -> std::result::Result<Queued, Denial> {
+        let input = self.admit(session, ctx, active, campaign, path)?;
+        let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
+        let body = read_body(session).await?;
+        let req = session.req_header();
+        let request = Request {
+            method: req.method.as_str(),
+            path: req.uri.path(),
+            query: req.uri.query().unwrap_or(""),
+            body: &body,
+        };
+        let signed = signature::Signed {
+            timestamp: &input.timestamp,
+            unix_secs: 0,
+            nonce: &input.nonce,
+            signature: &input.signature,
+        };
+        let key = active.server.defense.keys.signing_key(&input.claims.jti);
+        signature::verify(&key, &request, &signed)?;
+        entry.eligibility.check(&input.claims.login(), Utc::now().timestamp())?;
+        self.reserve(ctx, active, campaign, input).await
+    }
+
+    /// The reservation, after every other check passed: one round trip, bounded, which also
+    /// spends the nonce. `Ok` means reserved now or, for a safe retry, before.
     async fn reserve(
         &self,
         ctx: &Ctx,
         active: &Active,
         campaign: &str,
         input: OrderInput,
-    ) -> std::result::Result<(), Denial> {
+    ) -> std::result::Result<Queued, Denial> {
         let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
-        let order = Order { campaign, request_id: &ctx.request_id, user: &input.user, qty: input.qty };
+        let nonce = Nonce {
+            key: CampaignKeys::new(campaign).nonce(&input.claims.jti, &input.nonce),
+            ttl_secs: entry.campaign.defense.nonce_ttl_secs(),
+            fingerprint: input.signature,
+        };
+        let order = Order {
+            campaign,
+            request_id: &ctx.request_id,
+            user: &input.claims.sub,
+            qty: input.qty,
+            nonce: Some(&nonce),
+        };
         let place = Place {
             sold_out: &entry.sold_out,
             sold_out_ttl: active.server.sold_out_ttl,
@@ -346,15 +421,15 @@ impl Gateway {
         self.observer.reserve(self.sale.reserve(order, place)).await
     }
 
-    /// Every check before Redis, in the order they run. Add new checks here, at their place
-    /// by cost: a captcha token (JWT) and the HMAC request signature go after the inputs and
-    /// before the rate limits.
+    /// Every check of an order's request line and headers, in the order they run (cheapest
+    /// first). The body's signature, eligibility and the nonce follow in [`Self::order`].
     fn admit(
         &self,
         session: &Session,
         ctx: &mut Ctx,
         active: &Active,
         campaign: &str,
+        path: &str,
     ) -> std::result::Result<OrderInput, Denial> {
         let req = session.req_header();
         let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
@@ -362,33 +437,73 @@ impl Gateway {
             return Err(Denial::new(Code::BadRequest, "an order is a POST"));
         }
         let c = &entry.campaign;
-        window::check(c, Utc::now())?;
+        let now = Utc::now();
+        window::check(c, now)?;
         switches::check(&c.switches)?;
         ctx.permit = Some(entry.budget.try_acquire()?);
         entry.sold_out.check(now_ms())?;
 
         let header = |name: &str| req.headers.get(name).map(|v| v.as_bytes());
-        let user = input::user_id(header(USER_HEADER))?;
         let device = input::device_id(header(DEVICE_HEADER))?;
         let qty = input::qty(req.uri.query())?;
 
-        let xff = header(X_FORWARDED_FOR);
-        let ip = client_ip::client_ip(peer_ip(session), xff, &active.server.trusted_proxies);
-        self.limiter.check(campaign, &c.limits, ip, device, user)?;
-        Ok(OrderInput { user: user.to_string(), qty })
+        let ip =
+            client_ip::client_ip(peer_ip(session), header(X_FORWARDED_FOR), &active.server.trusted_proxies);
+        self.limiter.check_request(campaign, &c.limits, ip, device)?;
+        let keys = &active.server.defense.keys;
+        let claims = keys.verify(header(http::header::AUTHORIZATION.as_str()), campaign, device)?;
+        self.limiter.check_account(campaign, &c.limits, &claims.sub)?;
+        keys.check_path(&claims, path)?;
+        let signed =
+            signature::parse(header(TIMESTAMP_HEADER), header(NONCE_HEADER), header(SIGNATURE_HEADER))?;
+        signature::check_timestamp(&signed, now.timestamp(), c.defense.timestamp_window_secs)?;
+        Ok(OrderInput {
+            qty,
+            timestamp: signed.timestamp.to_string(),
+            nonce: signed.nonce.to_string(),
+            signature: signed.signature.to_ascii_lowercase(),
+            claims,
+        })
+    }
+}
+
+/// Reads the request body, at most [`MAX_BODY`] bytes within 2 s; `BAD_REQUEST` otherwise.
+pub(crate) async fn read_body(session: &mut Session) -> std::result::Result<Vec<u8>, Denial> {
+    let too_large = || Denial::new(Code::BadRequest, format!("the body is larger than {MAX_BODY} bytes"));
+    let declared = session.req_header().headers.get(http::header::CONTENT_LENGTH);
+    if declared
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|n| n > MAX_BODY)
+    {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut body = Vec::new();
+        while let Some(chunk) = session.read_request_body().await.map_err(|_| ())? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_BODY {
+                return Ok(Err(too_large()));
+            }
+        }
+        Ok(Ok(body))
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(())) | Err(_) => Err(Denial::new(Code::BadRequest, "the body could not be read")),
     }
 }
 
 /// The socket peer's address (`None` on a Unix socket).
-fn peer_ip(session: &Session) -> Option<IpAddr> {
+pub(crate) fn peer_ip(session: &Session) -> Option<IpAddr> {
     session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
 }
 
-fn new_request_id() -> String {
+pub(crate) fn new_request_id() -> String {
     uuid::Uuid::now_v7().to_string()
 }
 
-fn unknown_campaign() -> Denial {
+pub(crate) fn unknown_campaign() -> Denial {
     Denial::new(Code::CampaignUnknown, "no such campaign")
 }
 
@@ -409,7 +524,7 @@ fn queued(campaign: &str, request_id: &str) -> Vec<u8> {
 }
 
 /// Writes a complete JSON answer. Always `Ok(true)`: the request is answered.
-async fn respond(
+pub(crate) async fn respond(
     session: &mut Session,
     status: u16,
     body: Vec<u8>,
@@ -470,7 +585,7 @@ fn pool_name(active: &Active, upstream: Upstream) -> Option<&str> {
 }
 
 /// Answers a denial: `{code, message, request_id}` with the code's status.
-async fn deny(session: &mut Session, ctx: &mut Ctx, d: &Denial) -> Result<bool> {
+pub(crate) async fn deny(session: &mut Session, ctx: &mut Ctx, d: &Denial) -> Result<bool> {
     ctx.trace.answered(d.code);
     let body = Answer { code: d.code, message: &d.message, request_id: &ctx.request_id }.to_json();
     respond(session, d.code.status(), body, d.retry_after_secs, "no-store").await

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use plugins::budget::{Budget, Budgets};
+use plugins::eligibility::Eligibility;
 use plugins::sold_out::{SoldOutFlag, SoldOutFlags};
 use protocol::campaign::Campaign;
 use protocol::conf::ConfError;
@@ -37,6 +38,8 @@ pub struct CampaignEntry {
     pub budget: Arc<Budget>,
     /// Its order-answer counters, resolved here so a request only adds.
     pub answers: Answers,
+    /// Who may buy (its lists loaded).
+    pub eligibility: Eligibility,
 }
 
 /// One validated configuration, ready to serve.
@@ -88,19 +91,24 @@ fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<A
     for pool in std::iter::once(&order_writer).chain(&shop_pools) {
         metrics().pool_loaded(pool.name());
     }
+    let dir = &server.campaigns_dir;
     let campaigns = loaded
         .campaigns
         .into_iter()
         .map(|c| {
+            let eligibility = Eligibility::load(dir, &c.eligibility).map_err(|e| {
+                ConfError::whole(&dir.join(format!("{}.toml", c.id)), format!("eligibility: {e}"))
+            })?;
             let entry = CampaignEntry {
                 sold_out: sold_out.get(&c.id),
                 budget: budgets.get(&c.id, c.limits.max_inflight),
                 answers: metrics().answers_for(&c.id),
+                eligibility,
                 campaign: c,
             };
-            (entry.campaign.id.clone(), entry)
+            Ok((entry.campaign.id.clone(), entry))
         })
-        .collect();
+        .collect::<Result<_, ConfError>>()?;
     Ok(Active {
         routes: RouteTable::new(&server.routes),
         signer: Signer::new(&server.signing_key),
@@ -201,6 +209,12 @@ url = "redis://127.0.0.1:1"
 upstreams = ["127.0.0.1:1"]
 [kafka]
 brokers = ["127.0.0.1:1"]
+[defense]
+master_key = "file:key"
+login_alg = "HS256"
+login_key = "file:key"
+login_issuer = "shop"
+login_audience = "seckill"
 "#,
         )
         .unwrap();

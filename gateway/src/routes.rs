@@ -12,8 +12,13 @@ pub const CAMPAIGN_PREFIX: &str = "/seckill/";
 /// A campaign path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CampaignPath<'a> {
-    /// `POST /seckill/{campaign}/order`: reserve, then forward to the order writer.
-    Order(&'a str),
+    /// `POST /seckill/{campaign}/{path}/order`: reserve, answered by the gateway. `path` is the
+    /// token's hidden segment (empty for `/seckill/{campaign}/order`, which is `BAD_PATH`).
+    Order(&'a str, &'a str),
+    /// `POST /seckill/{campaign}/captcha`: a proof-of-work challenge.
+    Captcha(&'a str),
+    /// `POST /seckill/{campaign}/token`: a campaign token for a login JWT and a solved captcha.
+    Token(&'a str),
     /// `GET /seckill/{campaign}/info`: answered by the gateway.
     Info(&'a str),
     /// `GET /seckill/{campaign}/result/{request_id}`: proxied to the order writer.
@@ -31,9 +36,12 @@ pub fn campaign_path(path: &str) -> Option<CampaignPath<'_>> {
         return Some(CampaignPath::Unknown);
     }
     Some(match (parts.next(), parts.next(), parts.next()) {
-        (Some("order"), None, None) => CampaignPath::Order(campaign),
+        (Some("order"), None, None) => CampaignPath::Order(campaign, ""),
         (Some("info"), None, None) => CampaignPath::Info(campaign),
+        (Some("captcha"), None, None) => CampaignPath::Captcha(campaign),
+        (Some("token"), None, None) => CampaignPath::Token(campaign),
         (Some("result"), Some(id), None) if !id.is_empty() => CampaignPath::Result(campaign),
+        (Some(path), Some("order"), None) => CampaignPath::Order(campaign, path),
         _ => CampaignPath::Unknown,
     })
 }
@@ -78,11 +86,16 @@ mod tests {
 
     #[test]
     fn campaign_paths() {
-        assert_eq!(campaign_path("/seckill/c1/order"), Some(CampaignPath::Order("c1")));
+        assert_eq!(campaign_path("/seckill/c1/order"), Some(CampaignPath::Order("c1", "")));
+        assert_eq!(campaign_path("/seckill/c1/ab12/order"), Some(CampaignPath::Order("c1", "ab12")));
+        assert_eq!(campaign_path("/seckill/c1/captcha"), Some(CampaignPath::Captcha("c1")));
+        assert_eq!(campaign_path("/seckill/c1/token"), Some(CampaignPath::Token("c1")));
+        assert_eq!(campaign_path("/seckill/c1/result/order"), Some(CampaignPath::Result("c1")));
         assert_eq!(campaign_path("/seckill/c1/info"), Some(CampaignPath::Info("c1")));
         assert_eq!(campaign_path("/seckill/c1/result/r-1"), Some(CampaignPath::Result("c1")));
         assert_eq!(campaign_path("/seckill/c1/result/"), Some(CampaignPath::Unknown));
         assert_eq!(campaign_path("/seckill/c1/order/x"), Some(CampaignPath::Unknown));
+        assert_eq!(campaign_path("/seckill/c1/a/b/order"), Some(CampaignPath::Unknown));
         assert_eq!(campaign_path("/seckill//order"), Some(CampaignPath::Unknown));
         assert_eq!(campaign_path("/shop/seckill/c1/order"), None);
     }

@@ -11,6 +11,7 @@ use fred::prelude::*;
 use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
 use pingora_core::services::listening::Service;
+use plugins::captcha::SpentChallenges;
 use plugins::queue::ReservationQueue;
 use plugins::reserve::{self, Reserver};
 use plugins::sale::Sale;
@@ -126,8 +127,11 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(Some(opt), pingora_conf);
     server.bootstrap();
     let observer = observe::install(&mut server, &server_conf, &shared, &queue, &pool, control.handle())?;
+    // Spending a challenge is one SET, off the order path: it may wait as long as an undo.
+    let spent = SpentChallenges::new(pool.clone(), protocol::timing::undo_timeout(server_conf.redis.timeout));
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
-    let gateway = Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue)).with_observer(observer);
+    let gateway =
+        Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue), spent).with_observer(observer);
     let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
     let mut service = Service::new("gateway".to_string(), FrontDoor::new(proxy, server_conf.limits.clone()));
     service.add_tcp(&server_conf.listen.to_string());

@@ -1,6 +1,5 @@
-//! The two inputs of an order request: the buyer and the quantity.
-//!
-//! For now the buyer comes from the `x-user-id` header; the captcha JWT will carry it later.
+//! The plain inputs of an order request: the device id and the quantity. The buyer is never
+//! taken from a header: it is the verified campaign token's user ([`crate::token`]).
 
 use std::borrow::Cow;
 
@@ -8,42 +7,25 @@ use protocol::codes::Code;
 
 use crate::Denial;
 
-/// Header naming the buyer.
-pub const USER_HEADER: &str = "x-user-id";
-/// Header naming the device (used by the device rate limit).
-pub const DEVICE_HEADER: &str = "x-device-id";
-/// Longest accepted user id.
-pub const MAX_USER_LEN: usize = 128;
+/// Header naming the device (the device rate limit; the campaign token is bound to it).
+pub const DEVICE_HEADER: &str = protocol::signing::DEVICE_HEADER;
+/// Longest accepted device id.
+pub const MAX_ID_LEN: usize = crate::auth::MAX_USER_LEN;
 
 fn bad(message: impl Into<Cow<'static, str>>) -> Denial {
     Denial::new(Code::BadRequest, message)
 }
 
-/// Whether `b` may appear in a user or device id: `A-Z a-z 0-9 _ - . : @`.
 fn safe(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':' | b'@')
+    crate::auth::id_byte(b)
 }
 
-/// The user id from the raw `x-user-id` header value: 1 to 128 characters of
-/// `A-Z a-z 0-9 _ - . : @`.
-pub fn user_id(header: Option<&[u8]>) -> Result<&str, Denial> {
-    let raw = header.ok_or_else(|| bad("header x-user-id is required"))?;
-    if raw.is_empty() || raw.len() > MAX_USER_LEN {
-        return Err(bad("header x-user-id must be 1 to 128 characters"));
-    }
-    if !raw.iter().all(|&b| safe(b)) {
-        return Err(bad("header x-user-id may only hold A-Z a-z 0-9 _ - . : @"));
-    }
-    // All bytes are ASCII, checked above.
-    std::str::from_utf8(raw).map_err(|_| bad("header x-user-id is not text"))
-}
-
-/// The device id from the raw `x-device-id` header, if present and well-formed (same charset
-/// and length as a user id); a malformed one is refused.
+/// The device id from the raw `x-device-id` header, if present and well-formed (1 to 128 of
+/// `A-Z a-z 0-9 _ - . : @`); a malformed one is refused.
 pub fn device_id(header: Option<&[u8]>) -> Result<Option<&str>, Denial> {
     match header {
         None => Ok(None),
-        Some(raw) if raw.is_empty() || raw.len() > MAX_USER_LEN || !raw.iter().all(|&b| safe(b)) => {
+        Some(raw) if raw.is_empty() || raw.len() > MAX_ID_LEN || !raw.iter().all(|&b| safe(b)) => {
             Err(bad("header x-device-id must be 1 to 128 characters of A-Z a-z 0-9 _ - . : @"))
         }
         Some(raw) => Ok(std::str::from_utf8(raw).ok()),
@@ -75,18 +57,6 @@ pub fn qty(query: Option<&str>) -> Result<i64, Denial> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn user_ids() {
-        assert_eq!(user_id(Some(b"u-1@shop.example:7")).unwrap(), "u-1@shop.example:7");
-        for bad_value in [&b""[..], b"has space", b"semi;colon", "é".as_bytes(), &[b'a'; 129][..]] {
-            let err = user_id(Some(bad_value)).unwrap_err();
-            assert_eq!(err.code, Code::BadRequest, "{bad_value:?}");
-            assert!(err.message.contains("x-user-id"));
-        }
-        assert!(user_id(None).unwrap_err().message.contains("required"));
-        assert!(user_id(Some(&[b'a'; 128])).is_ok());
-    }
 
     #[test]
     fn quantities() {

@@ -5,12 +5,21 @@
 //! 2. [`switches`]: the campaign's kill switches (`closed`, `queue_only`);
 //! 3. [`budget`]: the campaign's concurrency budget in this process;
 //! 4. [`sold_out`]: the per-process sold-out flag (cleared by pub/sub and by a short TTL);
-//! 5. [`input`]: the buyer (`x-user-id`) and the quantity (`?qty=`);
-//! 6. [`rate_limit`]: per IP / device / account request rates, the IP by [`client_ip`];
-//! 7. [`reserve`]: the one Redis round trip of `lua/reserve.lua`, with a bounded timeout;
-//! 8. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
+//! 5. [`input`]: the device id and the quantity (`?qty=`);
+//! 6. [`rate_limit`]: per IP / device (or "no device") / campaign request rates, the IP by
+//!    [`client_ip`];
+//! 7. [`token`]: the campaign token (bound to user, campaign, device), then the account's rate;
+//! 8. [`token`] again: the hidden order path of that token;
+//! 9. [`signature`]: the timestamp within the campaign's window, then the request's HMAC under
+//!    the token's signing key (`ring::hmac::verify`, constant time);
+//! 10. [`eligibility`]: blacklist, eligible set, account rules;
+//! 11. [`reserve`]: the one Redis round trip of `lua/reserve.lua` (nonce uniqueness and safe
+//!     retry in the same call), with a bounded timeout;
+//! 12. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
 //!
-//! [`sale::Sale::reserve`] is steps 7 and 8 as one call from a proxy's `request_filter`.
+//! [`sale::Sale::reserve`] is steps 11 and 12 as one call from a proxy's `request_filter`.
+//! Before an order, the token endpoint uses [`auth`] (the shop's login JWT), [`captcha`] (proof
+//! of work or a provider's token, single use) and [`token`] (issue).
 //!
 //! Every check answers `Ok` or a [`Denial`]: the code, the message and, for "try later" answers,
 //! a `Retry-After` hint. The gateway turns a denial into the JSON answer.
@@ -19,15 +28,20 @@ use std::borrow::Cow;
 
 use protocol::codes::Code;
 
+pub mod auth;
 pub mod budget;
+pub mod captcha;
 pub mod client_ip;
+pub mod eligibility;
 pub mod input;
 pub mod queue;
 pub mod rate_limit;
 pub mod reserve;
 pub mod sale;
+pub mod signature;
 pub mod sold_out;
 pub mod switches;
+pub mod token;
 pub mod window;
 
 /// Why a request is answered at the edge instead of going on.

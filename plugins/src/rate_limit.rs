@@ -1,5 +1,8 @@
-//! Per IP, per device and per account request rates (`pingora-limits`), from a campaign's
-//! `[limits]`; 0 turns a dimension off. Each dimension is a count-min estimator over one-second
+//! Per IP, per device, per account and per campaign request rates (`pingora-limits`), from a
+//! campaign's `[limits]`; 0 turns a dimension off. A request without a device id counts in one
+//! shared "no device" bucket, so leaving the header out never bypasses the device limit. The
+//! account is counted once its campaign token is verified ([`RateLimiter::check_account`]), so
+//! nobody can use up another buyer's allowance by naming them. Each dimension is a count-min estimator over one-second
 //! windows keyed by (campaign, value): cheap, fixed memory, no locks. Result queries have their
 //! own per-IP estimator ([`RateLimiter::check_result`]): polling never uses up an order's budget.
 
@@ -17,8 +20,12 @@ pub struct RateLimiter {
     ip: Rate,
     device: Rate,
     user: Rate,
+    campaign: Rate,
     result: Rate,
 }
+
+/// The device bucket of requests without a device id (not a valid device id itself).
+const NO_DEVICE: &str = "(no device)";
 
 impl std::fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -49,13 +56,18 @@ fn over(
 }
 
 impl RateLimiter {
-    /// Estimators over one-second windows.
+    /// Estimators over one-second windows. The per-key ones (IP, device, account) are sized for
+    /// tens of thousands of distinct keys a second: with pingora-limits' default 1,024 columns,
+    /// a crowd of 20,000 buyers made each key's estimate pass a limit of 5 it never reached
+    /// (measured in the demo). 4 × 32,768 columns cost 2 MiB per dimension.
     pub fn new() -> Self {
         let second = Duration::from_secs(1);
+        let per_key = || Rate::new_with_estimator_config(second, 4, 32_768);
         Self {
-            ip: Rate::new(second),
-            device: Rate::new(second),
-            user: Rate::new(second),
+            ip: per_key(),
+            device: per_key(),
+            user: per_key(),
+            campaign: Rate::new(second),
             result: Rate::new(second),
         }
     }
@@ -74,7 +86,30 @@ impl RateLimiter {
         }
     }
 
-    /// Counts this request and answers `RATE_LIMITED` when one dimension is over its limit.
+    /// Counts this request by address, device (or the "no device" bucket) and campaign, and
+    /// answers `RATE_LIMITED` when one is over its limit.
+    pub fn check_request(
+        &self,
+        campaign: &str,
+        limits: &Limits,
+        ip: Option<IpAddr>,
+        device: Option<&str>,
+    ) -> Result<(), Denial> {
+        if let Some(ip) = ip {
+            over(&self.ip, campaign, ip, limits.ip_per_sec, "too many requests from this address")?;
+        }
+        let device = device.unwrap_or(NO_DEVICE);
+        over(&self.device, campaign, device, limits.device_per_sec, "too many requests from this device")?;
+        over(&self.campaign, campaign, (), limits.campaign_per_sec, "too many requests for this campaign")
+    }
+
+    /// Counts this request for the verified `user` and answers `RATE_LIMITED` past
+    /// `user_per_sec`.
+    pub fn check_account(&self, campaign: &str, limits: &Limits, user: &str) -> Result<(), Denial> {
+        over(&self.user, campaign, user, limits.user_per_sec, "too many requests from this account")
+    }
+
+    /// [`Self::check_request`] then [`Self::check_account`].
     pub fn check(
         &self,
         campaign: &str,
@@ -83,19 +118,8 @@ impl RateLimiter {
         device: Option<&str>,
         user: &str,
     ) -> Result<(), Denial> {
-        if let Some(ip) = ip {
-            over(&self.ip, campaign, ip, limits.ip_per_sec, "too many requests from this address")?;
-        }
-        if let Some(device) = device {
-            over(
-                &self.device,
-                campaign,
-                device,
-                limits.device_per_sec,
-                "too many requests from this device",
-            )?;
-        }
-        over(&self.user, campaign, user, limits.user_per_sec, "too many requests from this account")
+        self.check_request(campaign, limits, ip, device)?;
+        self.check_account(campaign, limits, user)
     }
 }
 
@@ -106,8 +130,7 @@ mod tests {
     #[test]
     fn each_dimension_limits_on_its_own_and_zero_is_off() {
         let r = RateLimiter::new();
-        let limits =
-            Limits { ip_per_sec: 0, device_per_sec: 0, user_per_sec: 3, max_inflight: 10, result_per_sec: 0 };
+        let limits = Limits { user_per_sec: 3, max_inflight: 10, result_per_sec: 0, ..Limits::default() };
         let ip = Some("127.0.0.1".parse().unwrap());
         // Within one window: 3 pass, then refused. A window boundary in between would reset the
         // count, so allow for at most one reset.
@@ -129,7 +152,17 @@ mod tests {
         let by_device = Limits { device_per_sec: 1, user_per_sec: 0, ..limits };
         let passed = (0..10).filter(|_| r.check("f", &by_device, None, Some("dev"), "u").is_ok()).count();
         assert!((1..=2).contains(&passed), "{passed}");
-        assert!(r.check("f", &by_device, None, None, "u").is_ok(), "no device header, no device limit");
+        // No device header: one shared bucket, limited like any device.
+        let passed =
+            (0..10).filter(|i| r.check("g", &by_device, None, None, &format!("u{i}")).is_ok()).count();
+        assert!((1..=2).contains(&passed), "no device never bypasses: {passed}");
+
+        let by_campaign = Limits { campaign_per_sec: 2, ..Limits::default() };
+        let passed = (0..10)
+            .filter(|i| r.check("h", &by_campaign, None, Some(&format!("d{i}")), &format!("u{i}")).is_ok())
+            .count();
+        assert!((2..=4).contains(&passed), "{passed}");
+        assert!(r.check("i", &by_campaign, None, None, "u").is_ok(), "another campaign");
     }
 
     #[test]

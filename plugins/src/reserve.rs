@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use fred::clients::Pool;
 use protocol::codes::Code;
-use protocol::scripts::{ReleaseOutcome, ReserveOutcome, Scripts};
+use protocol::scripts::{Nonce, ReleaseOutcome, ReserveOutcome, Scripts};
 use protocol::timing::undo_timeout;
 
 use crate::Denial;
@@ -64,18 +64,20 @@ impl Reserver {
         Self { pool, scripts, timeout }
     }
 
-    /// Runs `reserve.lua` once. Never retried by the caller: a timeout may hide a reservation
-    /// that did happen, and the outbox (swept by the order writer) is what keeps it.
+    /// Runs `reserve.lua` once, with the order's `nonce` checked in the same call. Never
+    /// retried by the caller: a timeout may hide a reservation that did happen, and the outbox
+    /// (swept by the order writer) is what keeps it.
     pub async fn reserve(
         &self,
         campaign: &str,
         request_id: &str,
         user: &str,
         qty: i64,
+        nonce: Option<&Nonce>,
     ) -> Result<ReserveOutcome, ReserveError> {
         // One client (one connection) for the call and its undo: Redis runs them in this order.
         let client = self.pool.next_connected();
-        let call = self.scripts.reserve(client, campaign, request_id, user, qty);
+        let call = self.scripts.reserve(client, campaign, request_id, user, qty, nonce);
         let cause = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(outcome)) => return Ok(outcome),
             Ok(Err(e)) => e.to_string(),
@@ -94,7 +96,11 @@ impl Reserver {
 /// The answer for an outcome that is not a reservation; `None` for [`ReserveOutcome::Reserved`].
 pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
     Some(match outcome {
-        ReserveOutcome::Reserved { .. } => return None,
+        ReserveOutcome::Reserved { .. } | ReserveOutcome::Retry { .. } => return None,
+        ReserveOutcome::Replay => Denial::new(
+            Code::Replay,
+            "this nonce was used by another request; sign each order with a new one",
+        ),
         ReserveOutcome::SoldOut { remaining: 0 } => Denial::new(Code::SoldOut, "sold out"),
         ReserveOutcome::SoldOut { remaining } => {
             Denial::new(Code::SoldOut, format!("only {remaining} left, fewer than the quantity asked"))
@@ -146,6 +152,8 @@ mod tests {
         assert_eq!(code(ReserveOutcome::LimitReached { held: 1 }), Some(Code::LimitReached));
         assert_eq!(code(ReserveOutcome::NotReady), Some(Code::CampaignNotReady));
         assert_eq!(code(ReserveOutcome::BadQuantity { limit: 2 }), Some(Code::BadRequest));
+        assert_eq!(code(ReserveOutcome::Replay), Some(Code::Replay));
+        assert_eq!(code(ReserveOutcome::Retry { request_id: "r".into() }), None, "a safe retry is QUEUED");
         assert!(sets_sold_out_flag(&ReserveOutcome::SoldOut { remaining: 0 }));
         assert!(
             !sets_sold_out_flag(&ReserveOutcome::SoldOut { remaining: 1 }),

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use protocol::codes::Code;
-use protocol::scripts::ReserveOutcome;
+use protocol::scripts::{Nonce, ReserveOutcome};
 use protocol::signing::Signer;
 
 use crate::queue::ReservationQueue;
@@ -26,6 +26,17 @@ pub struct Order<'a> {
     pub user: &'a str,
     /// The quantity asked.
     pub qty: i64,
+    /// The order's nonce, spent in the reservation's own call (replay, safe retry).
+    pub nonce: Option<&'a Nonce>,
+}
+
+/// A reservation the buyer is told about: answer `202 QUEUED`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Queued {
+    /// Reserved now, under the request's own id.
+    New,
+    /// The same signed request came again (same nonce): it reserved before, under this id.
+    Retry(String),
 }
 
 /// What a reservation needs of the campaign's conf and process state.
@@ -53,16 +64,16 @@ impl Sale {
     }
 
     /// Reserves `order`. `Ok` means reserved (answer `202 QUEUED`): the record is in the outbox
-    /// and on its way to Kafka. Never retried (a timeout may hide a reservation; see
-    /// [`Reserver::reserve`]).
-    pub async fn reserve(&self, order: Order<'_>, place: Place<'_>) -> Result<(), Denial> {
-        let Order { campaign, request_id, user, qty } = order;
+    /// and on its way to Kafka, or, for a safe retry, was before. Never retried (a timeout may
+    /// hide a reservation; see [`Reserver::reserve`]).
+    pub async fn reserve(&self, order: Order<'_>, place: Place<'_>) -> Result<Queued, Denial> {
+        let Order { campaign, request_id, user, qty, nonce } = order;
         let asked = now_ms();
-        let outcome = match self.reserver.reserve(campaign, request_id, user, qty).await {
+        let outcome = match self.reserver.reserve(campaign, request_id, user, qty, nonce).await {
             Ok(outcome) => outcome,
             Err(ReserveError::Claimed(cause)) => {
                 tracing::info!(request_id, cause, "late reservation already swept: QUEUED");
-                return Ok(());
+                return Ok(Queued::New);
             }
             Err(e) => return Err(reserve::degraded(&e, campaign, request_id)),
         };
@@ -76,8 +87,9 @@ impl Sale {
             ReserveOutcome::Reserved { record, .. } => {
                 let signature = place.signer.sign(record.as_bytes());
                 self.queue.enqueue(user, record, signature);
-                Ok(())
+                Ok(Queued::New)
             }
+            ReserveOutcome::Retry { request_id } => Ok(Queued::Retry(request_id)),
             _ => Err(Denial::new(Code::Internal, "unexpected reservation outcome")),
         }
     }

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::conf::{self, ConfError};
+use crate::defense::{Defense, Eligibility, RawDefense, RawEligibility};
 use crate::keys::valid_campaign_id;
 
 /// The kill switches of a campaign. They take effect on reload.
@@ -38,9 +39,13 @@ pub struct Limits {
     /// Per device id.
     #[serde(default)]
     pub device_per_sec: u32,
-    /// Per account.
+    /// Per account (the campaign token's user, counted once the token is verified, so nobody
+    /// can use up another buyer's allowance).
     #[serde(default)]
     pub user_per_sec: u32,
+    /// All order requests of this campaign in one gateway process.
+    #[serde(default)]
+    pub campaign_per_sec: u32,
     /// Order requests of this campaign in flight at once in one gateway process; past it,
     /// `TRY_LATER`. Keeps a hammered campaign from starving the rest of the shop.
     #[serde(default = "default_max_inflight")]
@@ -65,6 +70,7 @@ impl Default for Limits {
             ip_per_sec: 0,
             device_per_sec: 0,
             user_per_sec: 0,
+            campaign_per_sec: 0,
             max_inflight: default_max_inflight(),
             result_per_sec: default_result_per_sec(),
         }
@@ -87,6 +93,10 @@ struct Raw {
     switches: Switches,
     #[serde(default)]
     limits: Limits,
+    #[serde(default)]
+    defense: Option<RawDefense>,
+    #[serde(default)]
+    eligibility: Option<RawEligibility>,
 }
 
 fn default_pay_window() -> Spanned<i64> {
@@ -116,6 +126,10 @@ pub struct Campaign {
     pub switches: Switches,
     /// Edge limits.
     pub limits: Limits,
+    /// Captcha, token and timestamp settings of the edge defenses.
+    pub defense: Defense,
+    /// Who may buy.
+    pub eligibility: Eligibility,
 }
 
 /// Where a campaign's window stands at a given time.
@@ -201,6 +215,14 @@ impl Campaign {
                 "must be 1 or more",
             ));
         }
+        let field_err = |(span, field, msg): crate::defense::FieldError| err(span, field, msg);
+        let defense =
+            raw.defense.as_ref().map_or(Ok(Defense::default()), RawDefense::check).map_err(field_err)?;
+        let eligibility = raw
+            .eligibility
+            .as_ref()
+            .map_or(Ok(Eligibility::default()), RawEligibility::check)
+            .map_err(field_err)?;
         Ok(Campaign {
             id: raw.id.into_inner(),
             sku: raw.sku.into_inner(),
@@ -212,6 +234,8 @@ impl Campaign {
             pay_window_secs: raw.pay_window_secs.into_inner(),
             switches: raw.switches,
             limits: raw.limits,
+            defense,
+            eligibility,
         })
     }
 
@@ -316,5 +340,35 @@ ip_per_sec = 20
             "limits.max_inflight",
             "1 or more",
         );
+    }
+
+    #[test]
+    fn defense_and_eligibility_parse_with_defaults_and_bounds() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.defense, Defense::default());
+        assert!(c.eligibility.is_open());
+        let text = format!(
+            "{GOOD}\n[defense]\ncaptcha = \"provider\"\npow_bits = 4\ntimestamp_window_secs = 10\n\n\
+             [eligibility]\nblacklist_file = \"phone.blacklist\"\nmin_level = 2\nregions = [\"CN-SH\"]\n"
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.defense.captcha, crate::defense::CaptchaKind::Provider);
+        assert_eq!(
+            (c.defense.pow_bits, c.defense.timestamp_window_secs, c.defense.token_ttl_secs),
+            (4, 10, 60)
+        );
+        assert_eq!(c.defense.nonce_ttl_secs(), 70, "a nonce outlives the token and the window");
+        assert_eq!(c.eligibility.blacklist_file.as_deref(), Some("phone.blacklist"));
+        assert_eq!((c.eligibility.min_level, c.eligibility.regions.len()), (2, 1));
+        assert!(!c.eligibility.is_open());
+
+        let bad = format!("{GOOD}\n[defense]\npow_bits = 40\n");
+        expect_err(&bad, 17, "defense.pow_bits", "between 0 and 28");
+        let bad = format!("{GOOD}\n[defense]\ntimestamp_window_secs = 0\n");
+        expect_err(&bad, 17, "defense.timestamp_window_secs", "between 1 and 300");
+        let bad = format!("{GOOD}\n[defense]\ncaptcha = \"human\"\n");
+        expect_err(&bad, 17, "captcha", "unknown variant");
+        let bad = format!("{GOOD}\n[eligibility]\nblacklist_file = \" \"\n");
+        expect_err(&bad, 17, "eligibility.blacklist_file", "not be empty");
     }
 }

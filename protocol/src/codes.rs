@@ -32,8 +32,29 @@ pub enum Code {
     RateLimited,
     /// The request is malformed; the message names what is wrong.
     BadRequest,
-    /// Missing or invalid signature on an internal request.
+    /// Missing or invalid signature: an order's `X-Signature` (HMAC of its canonical string
+    /// under the token's signing key), or a payment callback's.
     BadSignature,
+    /// The login JWT (the shop's auth service) is missing, not valid, expired, not yet valid,
+    /// or for another issuer or audience.
+    BadLogin,
+    /// The campaign token is missing, not valid, or for another campaign or device.
+    BadToken,
+    /// The campaign token has expired: get a new one.
+    TokenExpired,
+    /// The hidden order path does not belong to this token (or the order came without one).
+    BadPath,
+    /// The order's nonce was used before by another request.
+    Replay,
+    /// The user may not buy in this campaign (blacklist, eligible set or a campaign rule).
+    NotEligible,
+    /// The captcha answer is wrong, its challenge expired or was used, or the provider's
+    /// token is not valid.
+    CaptchaFailed,
+    /// A captcha challenge (proof of work) to solve before asking for a token.
+    Challenge,
+    /// A campaign token, its hidden order path and its signing key.
+    TokenIssued,
     /// A dependency (Redis) is down or slow: fail fast, nothing was reserved.
     ServiceDegraded,
     /// No route matches the request.
@@ -80,6 +101,15 @@ impl Code {
             Code::RateLimited => "RATE_LIMITED",
             Code::BadRequest => "BAD_REQUEST",
             Code::BadSignature => "BAD_SIGNATURE",
+            Code::BadLogin => "BAD_LOGIN",
+            Code::BadToken => "BAD_TOKEN",
+            Code::TokenExpired => "TOKEN_EXPIRED",
+            Code::BadPath => "BAD_PATH",
+            Code::Replay => "REPLAY",
+            Code::NotEligible => "NOT_ELIGIBLE",
+            Code::CaptchaFailed => "CAPTCHA_FAILED",
+            Code::Challenge => "CHALLENGE",
+            Code::TokenIssued => "TOKEN_ISSUED",
             Code::ServiceDegraded => "SERVICE_DEGRADED",
             Code::RouteNotFound => "ROUTE_NOT_FOUND",
             Code::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
@@ -102,15 +132,25 @@ impl Code {
         match self {
             Code::Queued => 202,
             Code::SoldOut | Code::Ended => 410,
-            Code::LimitReached | Code::CampaignNotReady | Code::PaymentRefUsed => 409,
+            Code::LimitReached | Code::CampaignNotReady | Code::PaymentRefUsed | Code::Replay => 409,
             Code::NotStarted => 425,
-            Code::CampaignUnknown | Code::RouteNotFound | Code::NotFound => 404,
+            Code::CampaignUnknown | Code::RouteNotFound | Code::NotFound | Code::BadPath => 404,
             Code::CampaignClosed | Code::ServiceDegraded => 503,
             Code::TryLater | Code::RateLimited => 429,
             Code::BadRequest => 400,
-            Code::BadSignature | Code::StaleTimestamp => 401,
+            Code::BadSignature
+            | Code::StaleTimestamp
+            | Code::BadLogin
+            | Code::BadToken
+            | Code::TokenExpired => 401,
+            Code::NotEligible | Code::CaptchaFailed => 403,
             Code::UpstreamUnavailable => 502,
-            Code::Success | Code::Failed | Code::Paid | Code::Closed => 200,
+            Code::Success
+            | Code::Failed
+            | Code::Paid
+            | Code::Closed
+            | Code::Challenge
+            | Code::TokenIssued => 200,
             Code::BodyTooLarge => 413,
             Code::HeadersTooLarge => 431,
             Code::RequestTimeout => 408,
@@ -159,6 +199,15 @@ mod tests {
             Code::BodyTooLarge,
             Code::HeadersTooLarge,
             Code::RequestTimeout,
+            Code::BadLogin,
+            Code::BadToken,
+            Code::TokenExpired,
+            Code::BadPath,
+            Code::Replay,
+            Code::NotEligible,
+            Code::CaptchaFailed,
+            Code::Challenge,
+            Code::TokenIssued,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
@@ -179,5 +228,18 @@ mod tests {
             (Code::BodyTooLarge.status(), Code::HeadersTooLarge.status(), Code::RequestTimeout.status()),
             (413, 431, 408)
         );
+        for (code, status) in [
+            (Code::BadLogin, 401),
+            (Code::BadToken, 401),
+            (Code::TokenExpired, 401),
+            (Code::BadSignature, 401),
+            (Code::BadPath, 404),
+            (Code::Replay, 409),
+            (Code::NotEligible, 403),
+            (Code::CaptchaFailed, 403),
+            (Code::TokenIssued, 200),
+        ] {
+            assert_eq!(code.status(), status, "{code}");
+        }
     }
 }

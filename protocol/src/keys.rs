@@ -52,6 +52,24 @@ impl CampaignKeys {
         }
     }
 
+    /// STRING (with a TTL): the nonce `nonce` of the campaign token `jti`, written by
+    /// `reserve.lua` with one `SET NX` (its 9th key): `<fingerprint> <request id>[ <code> <n>]`,
+    /// the request that first used it and, when that request was refused, its answer.
+    pub fn nonce(&self, jti: &str, nonce: &str) -> String {
+        format!("{}:nonce:{jti}:{nonce}", self.tag())
+    }
+
+    /// STRING (with a TTL): a captcha challenge (or provider token) id, set once when it is
+    /// spent, so that it is single use across every gateway process.
+    pub fn challenge(&self, id: &str) -> String {
+        format!("{}:challenge:{id}", self.tag())
+    }
+
+    /// The hash-tagged prefix of every key (`sk:{campaign}`).
+    fn tag(&self) -> &str {
+        self.meta.strip_suffix(":meta").unwrap_or(&self.meta)
+    }
+
     /// All keys, in the order the Lua scripts expect them as `KEYS[1..8]`.
     pub fn all(&self) -> Vec<String> {
         vec![
@@ -86,6 +104,8 @@ mod tests {
             assert!(key.starts_with("sk:{phone-42}:"), "{key}");
         }
         assert_eq!(keys.all().len(), 8);
+        assert_eq!(keys.nonce("j1", "n1"), "sk:{phone-42}:nonce:j1:n1");
+        assert_eq!(keys.challenge("c1"), "sk:{phone-42}:challenge:c1");
     }
 
     #[test]

@@ -72,6 +72,27 @@ pub enum ReserveOutcome {
         /// The per-user limit.
         limit: i64,
     },
+    /// The nonce was used by another request: a replay. Nothing was read or written.
+    Replay,
+    /// The same signed request came again with its nonce (a safe retry) and had reserved:
+    /// answer QUEUED with the first request's id. Nothing was reserved now.
+    Retry {
+        /// The request id of the first answer.
+        request_id: String,
+    },
+}
+
+/// The nonce of an order, checked in the same call as the reservation (`KEYS[9]`, `ARGV[5..6]`
+/// of `reserve.lua`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nonce {
+    /// Its key, [`CampaignKeys::nonce`].
+    pub key: String,
+    /// How long Redis remembers it (at least the timestamp window).
+    pub ttl_secs: u32,
+    /// What tells the same signed request from another one using the nonce (the hex
+    /// signature): no spaces.
+    pub fingerprint: String,
 }
 
 /// What `release.lua` decided.
@@ -168,7 +189,8 @@ impl Scripts {
         Ok(())
     }
 
-    /// Runs `reserve.lua` for one request.
+    /// Runs `reserve.lua` for one request; with a `nonce`, the nonce is checked and spent in
+    /// the same call (replay and safe retry, see the script).
     pub async fn reserve(
         &self,
         client: &Client,
@@ -176,10 +198,16 @@ impl Scripts {
         request_id: &str,
         user: &str,
         qty: i64,
+        nonce: Option<&Nonce>,
     ) -> Result<ReserveOutcome, ScriptError> {
         const NAME: &str = "reserve.lua";
-        let keys = CampaignKeys::new(campaign).all();
-        let args = vec![campaign.to_string(), request_id.to_string(), user.to_string(), qty.to_string()];
+        let mut keys = CampaignKeys::new(campaign).all();
+        let mut args = vec![campaign.to_string(), request_id.to_string(), user.to_string(), qty.to_string()];
+        if let Some(n) = nonce {
+            keys.push(n.key.clone());
+            args.push(n.ttl_secs.to_string());
+            args.push(n.fingerprint.clone());
+        }
         let out: Vec<fred::types::Value> = self.reserve.evalsha_with_reload(client, keys, args).await?;
         if out.len() != 3 {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
@@ -192,6 +220,8 @@ impl Scripts {
             -2 => ReserveOutcome::Duplicate,
             -3 => ReserveOutcome::NotReady,
             -4 => ReserveOutcome::BadQuantity { limit: n },
+            -5 => ReserveOutcome::Replay,
+            2 => ReserveOutcome::Retry { request_id: out[2].as_string().unwrap_or_default() },
             other => return Err(ScriptError::Protocol { script: NAME, detail: format!("code {other}") }),
         })
     }

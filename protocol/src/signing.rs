@@ -37,6 +37,36 @@ pub fn payment_canonical(method: &str, path: &str, timestamp: i64, body: &[u8]) 
     format!("{}\n{path}\n{timestamp}\n{body_hash}", method.to_ascii_uppercase())
 }
 
+/// Header of an order carrying its unix time in seconds, as signed.
+pub const TIMESTAMP_HEADER: &str = "x-timestamp";
+/// Header of an order carrying its nonce: 8 to 64 of `A-Z a-z 0-9 _ -`, never used twice
+/// with the same campaign token.
+pub const NONCE_HEADER: &str = "x-nonce";
+/// Header of an order carrying `hex(HMAC-SHA256(signing key, order_canonical(...)))`.
+pub const SIGNATURE_HEADER: &str = "x-signature";
+/// Header naming the client's device (the campaign token is bound to it).
+pub const DEVICE_HEADER: &str = "x-device-id";
+
+/// The string an order's `X-Signature` covers, one field a line:
+///
+/// ```text
+/// METHOD "\n" PATH "\n" QUERY "\n" TIMESTAMP "\n" NONCE "\n" hex(SHA-256(body))
+/// ```
+///
+/// with the method in upper case, the path as sent (the hidden path included), the query as
+/// sent without its `?` (empty when none) and the timestamp as sent in `X-Timestamp`.
+pub fn order_canonical(
+    method: &str,
+    path: &str,
+    query: &str,
+    timestamp: &str,
+    nonce: &str,
+    body: &[u8],
+) -> String {
+    let body_hash = hex::encode(digest::digest(&digest::SHA256, body).as_ref());
+    format!("{}\n{path}\n{query}\n{timestamp}\n{nonce}\n{body_hash}", method.to_ascii_uppercase())
+}
+
 /// Why a signature was refused.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SignatureError {
@@ -102,6 +132,16 @@ mod tests {
         assert_eq!(
             c,
             "POST\n/orders/7/pay\n1700000000\n\
+             e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+    }
+
+    #[test]
+    fn order_canonical_has_every_part_on_its_line() {
+        let c = order_canonical("post", "/seckill/c/abc/order", "qty=1", "1700000000", "n-12345678", b"");
+        assert_eq!(
+            c,
+            "POST\n/seckill/c/abc/order\nqty=1\n1700000000\nn-12345678\n\
              e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
         );
     }

@@ -96,7 +96,7 @@ impl Env {
     /// Reserves through the real reservation script; returns the record bytes.
     pub async fn reserve(&self, user: &str, qty: i64) -> Vec<u8> {
         let rid = uuid::Uuid::now_v7().to_string();
-        match self.scripts.shared.reserve(&self.redis, &self.campaign, &rid, user, qty).await.unwrap() {
+        match self.scripts.shared.reserve(&self.redis, &self.campaign, &rid, user, qty, None).await.unwrap() {
             ReserveOutcome::Reserved { record, .. } => record.into_bytes(),
             other => panic!("reserve for {user}: {other:?}"),
         }

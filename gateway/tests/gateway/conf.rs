@@ -118,12 +118,7 @@ async fn sighup_reloads_and_a_bad_reload_keeps_the_old_conf() {
     gw.write_campaign(&campaign, &campaign_toml(&campaign, "[switches]\nqueue_only = true"));
     gw.hup();
     let queued_only = eventually(Duration::from_secs(5), || async {
-        let resp = http
-            .post(gw.url(&format!("/seckill/{campaign}/order")))
-            .header("x-user-id", "r-4")
-            .send()
-            .await
-            .unwrap();
+        let resp = http.post(gw.url(&format!("/seckill/{campaign}/token"))).send().await.unwrap();
         resp.status() == 429 && resp.headers().get("retry-after").is_some()
     })
     .await;

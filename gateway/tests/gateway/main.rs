@@ -6,6 +6,7 @@
 mod support;
 
 mod conf;
+mod defense;
 mod limits;
 mod observe;
 mod orders;

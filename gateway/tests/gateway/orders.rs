@@ -106,8 +106,9 @@ async fn a_reservation_whose_answer_is_late_is_undone() {
 
     // A script that keeps Redis busy for 800 ms (the gateway's bound is 200 ms, its undo's 1 s).
     // The order goes out only once Redis is busy.
+    let late = ticket(&http, &gw, &campaign, "late").await.unwrap();
     let stall = stall_redis(&private.url(), 800).await;
-    let (status, body) = order(&http, &gw, &campaign, "late").await;
+    let (status, body) = late.order(&http, &gw.url(""), 1).await;
     assert_eq!((status, body["code"].as_str()), (503, Some("SERVICE_DEGRADED")), "{body}");
     assert!(body["message"].as_str().unwrap().contains("nothing was reserved"), "{body}");
     assert_eq!(stall.await.unwrap().unwrap(), 1);
@@ -122,6 +123,6 @@ async fn a_reservation_whose_answer_is_late_is_undone() {
     assert_eq!(outbox.len(), 1, "only the on-time reservation waits for an order");
     let held: Option<i64> = redis.hget(&keys.bought, "late").await.unwrap();
     assert_eq!(held, None, "the late user holds nothing and may try again");
-    let (status, body) = order(&http, &gw, &campaign, "late").await;
+    let (status, body) = late.order(&http, &gw.url(""), 1).await;
     assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
 }

@@ -27,27 +27,27 @@ async fn bad_input_unknown_campaign_window_and_missing_route() {
     let url = gw.url(&format!("/seckill/{open}/order"));
 
     let cases: Vec<(reqwest::RequestBuilder, u16, &str, &str)> = vec![
-        (http.post(&url), 400, "BAD_REQUEST", "x-user-id is required"),
-        (http.post(&url).header("x-user-id", "has space"), 400, "BAD_REQUEST", "x-user-id"),
-        (http.post(&url).header("x-user-id", "a".repeat(129)), 400, "BAD_REQUEST", "1 to 128"),
-        (http.post(format!("{url}?qty=0")).header("x-user-id", "u"), 400, "BAD_REQUEST", "qty"),
-        (http.post(format!("{url}?qty=abc")).header("x-user-id", "u"), 400, "BAD_REQUEST", "qty"),
-        (http.post(format!("{url}?qty=3")).header("x-user-id", "u"), 400, "BAD_REQUEST", "between 1 and 2"),
-        (http.get(&url).header("x-user-id", "u"), 400, "BAD_REQUEST", "POST"),
-        (http.post(gw.url("/seckill/nope/order")).header("x-user-id", "u"), 404, "CAMPAIGN_UNKNOWN", ""),
+        (http.post(&url), 401, "BAD_TOKEN", "Bearer"),
+        (http.post(&url).header("x-user-id", "u"), 401, "BAD_TOKEN", "Bearer"),
+        (http.post(&url).header("x-device-id", "has space"), 400, "BAD_REQUEST", "x-device-id"),
+        (http.post(&url).header("x-device-id", "a".repeat(129)), 400, "BAD_REQUEST", "1 to 128"),
+        (http.post(format!("{url}?qty=0")), 400, "BAD_REQUEST", "qty"),
+        (http.post(format!("{url}?qty=abc")), 400, "BAD_REQUEST", "qty"),
+        (http.get(&url), 400, "BAD_REQUEST", "POST"),
+        (http.post(gw.url("/seckill/nope/order")), 404, "CAMPAIGN_UNKNOWN", ""),
+        (http.post(gw.url("/seckill/nope/token")), 404, "CAMPAIGN_UNKNOWN", ""),
+        (http.post(gw.url(&format!("/seckill/{early}/order"))), 425, "NOT_STARTED", ""),
+        (http.post(gw.url(&format!("/seckill/{early}/abcdef/order"))), 425, "NOT_STARTED", ""),
+        (http.post(gw.url(&format!("/seckill/{early}/captcha"))), 425, "NOT_STARTED", ""),
+        (http.post(gw.url(&format!("/seckill/{early}/token"))), 425, "NOT_STARTED", ""),
+        (http.post(gw.url(&format!("/seckill/{late}/order"))), 410, "ENDED", ""),
+        (http.post(gw.url(&format!("/seckill/{open}/token"))), 400, "BAD_REQUEST", "x-device-id is required"),
         (
-            http.post(gw.url(&format!("/seckill/{unpublished}/order"))).header("x-user-id", "u"),
-            409,
-            "CAMPAIGN_NOT_READY",
+            http.post(gw.url(&format!("/seckill/{open}/token"))).header("x-device-id", "d"),
+            401,
+            "BAD_LOGIN",
             "",
         ),
-        (
-            http.post(gw.url(&format!("/seckill/{early}/order"))).header("x-user-id", "u"),
-            425,
-            "NOT_STARTED",
-            "",
-        ),
-        (http.post(gw.url(&format!("/seckill/{late}/order"))).header("x-user-id", "u"), 410, "ENDED", ""),
         (http.get(gw.url("/anything")), 404, "ROUTE_NOT_FOUND", ""),
         (http.get(gw.url("/seckill/x/other")), 404, "ROUTE_NOT_FOUND", ""),
     ];
@@ -60,6 +60,14 @@ async fn bad_input_unknown_campaign_window_and_missing_route() {
         assert!(body["message"].as_str().unwrap().contains(words), "{body}");
         assert!(!body["request_id"].as_str().unwrap().is_empty());
     }
+    // The quantity against the limit, and an unpublished campaign, are Redis' answers: they
+    // take a valid signed order.
+    let t = ticket(&http, &gw, &open, "qty-3").await.unwrap();
+    let (status, body) = t.order(&http, &gw.url(""), 3).await;
+    assert_eq!((status, body["code"].as_str()), (400, Some("BAD_REQUEST")), "{body}");
+    assert!(body["message"].as_str().unwrap().contains("between 1 and 2"), "{body}");
+    let (status, body) = order(&http, &gw, &unpublished, "u").await;
+    assert_eq!((status, body["code"].as_str()), (409, Some("CAMPAIGN_NOT_READY")), "{body}");
     assert!(upstream.received_requests().await.unwrap().is_empty(), "nothing was forwarded");
     let stock: i64 =
         fred::prelude::KeysInterface::get(&redis, protocol::keys::CampaignKeys::new(&open).stock)
@@ -108,13 +116,8 @@ async fn an_order_is_answered_at_the_edge_and_only_results_reach_the_order_write
     assert_eq!((seen[0].url.path(), seen[0].url.query()), ("/catalog", Some("page=2")));
 
     // Order: answered by the gateway itself; nothing reaches the order writer.
-    let resp = http
-        .post(gw.url(&format!("/seckill/{campaign}/order")))
-        .header("x-user-id", "strip-1")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 202);
+    let (status, body) = order(&http, &gw, &campaign, "strip-1").await;
+    assert_eq!(status, 202, "{body}");
     assert!(writer.received_requests().await.unwrap().is_empty(), "an order is not forwarded");
     // Result query: proxied to the order writer.
     let resp = http.get(gw.url(&format!("/seckill/{campaign}/result/abc"))).send().await.unwrap();
@@ -150,12 +153,18 @@ async fn a_flooded_campaign_does_not_take_the_shop_down() {
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
 
-    // The order goes out only once Redis is busy.
+    // The buyers get their tokens first (the token endpoint spends the captcha in Redis);
+    // the orders go out only once Redis is busy.
+    let tickets = futures::future::join_all((0..300).map(|i| {
+        let (http, gw, campaign) = (&http, &gw, &campaign);
+        async move { ticket(http, gw, campaign, &format!("flood-{i}")).await.unwrap() }
+    }))
+    .await;
     let stall = stall_redis(&private.url(), 1500).await;
 
-    let flood = futures::future::join_all((0..300).map(|i| {
-        let (http, gw, campaign) = (&http, &gw, &campaign);
-        async move { order(http, gw, campaign, &format!("flood-{i}")).await }
+    let flood = futures::future::join_all(tickets.iter().map(|t| {
+        let (http, base) = (&http, gw.url(""));
+        async move { t.order(http, &base, 1).await }
     }));
     let shopping = futures::future::join_all((0..100).map(|i| {
         let (http, gw) = (&http, &gw);
@@ -191,9 +200,10 @@ async fn per_user_rate_limit_answers_rate_limited() {
     let upstream = MockServer::start().await;
     let gw = Gateway::on_stack(&upstream, &campaign, "[limits]\nuser_per_sec = 2").await;
     let http = reqwest::Client::new();
+    let eager = ticket(&http, &gw, &campaign, "eager").await.unwrap();
     let mut limited = 0;
     for _ in 0..10 {
-        let (status, body) = order(&http, &gw, &campaign, "eager").await;
+        let (status, body) = eager.order(&http, &gw.url(""), 1).await;
         if body["code"] == "RATE_LIMITED" {
             assert_eq!(status, 429);
             limited += 1;
@@ -335,27 +345,37 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
 
     // The IP limit counts that client, not the proxy: one client hammering is limited, another
     // client behind the same proxy is not.
-    let order_from = |ip: &'static str, user: String| {
-        let req = http
-            .post(behind.url(&format!("/seckill/{campaign}/order")))
-            .header("x-user-id", user)
-            .header("x-forwarded-for", ip);
+    // (Each buyer gets its token from an address of its own: tokens are limited apart.)
+    let order_from = |ip: &'static str, user: String, i: usize| {
+        let (http, base, campaign) = (http.clone(), behind.url(""), campaign.clone());
         async move {
-            let resp = req.send().await.unwrap();
-            let status = resp.status().as_u16();
-            (status, resp.json::<serde_json::Value>().await.unwrap()["code"].as_str().unwrap().to_string())
+            let login = auth().login(&user, serde_json::json!({}));
+            let token_ip = format!("192.0.2.{i}");
+            let ticket = e2e::client::get_ticket_with(
+                &http,
+                &base,
+                &campaign,
+                &login,
+                &format!("dev-{user}"),
+                &[("x-forwarded-for", &token_ip)],
+            )
+            .await
+            .unwrap();
+            let signed = ticket.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+            let (status, body) = ticket.send_with(&http, &base, &signed, &[("x-forwarded-for", ip)]).await;
+            (status, body["code"].as_str().unwrap_or_default().to_string())
         }
     };
     let mut limited = 0;
     for i in 0..6 {
-        let (status, code) = order_from("198.51.100.7", format!("hammer-{i}")).await;
+        let (status, code) = order_from("198.51.100.7", format!("hammer-{i}"), i).await;
         if code == "RATE_LIMITED" {
             assert_eq!(status, 429);
             limited += 1;
         }
     }
     assert!(limited >= 1, "one client past 1 request/s is limited");
-    assert_eq!(order_from("198.51.100.8", "calm".into()).await, (202, "QUEUED".to_string()));
+    assert_eq!(order_from("198.51.100.8", "calm".into(), 100).await, (202, "QUEUED".to_string()));
     // The order writer (result queries) learns the client behind the proxy too.
     let resp = http
         .get(behind.url(&format!("/seckill/{campaign}/result/calm")))

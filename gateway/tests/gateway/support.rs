@@ -8,8 +8,15 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use protocol::scripts::{PublishOutcome, PublishSpec, Scripts};
 
-/// The HMAC key the test gateways and the order writer share.
+/// The HMAC key the test gateways and the order writer share (also the gateways' master key).
 pub const KEY: &str = "test-signing-key-0123456789";
+/// The tests' own key of the shop's auth service (HS256), minting login JWTs.
+pub const LOGIN_KEY: &str = "test-login-key-0123456789";
+
+/// The shop's auth service, played by the tests.
+pub fn auth() -> e2e::client::Auth {
+    e2e::client::Auth::hs256(LOGIN_KEY.as_bytes()).unwrap()
+}
 
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
@@ -137,9 +144,11 @@ pub fn window_toml(id: &str, when: &str, extra: &str) -> String {
         "past" => (now - h * 2, now - h),
         _ => (now - h, now + h),
     };
+    // A small proof of work keeps the tests quick, unless the test sets its own.
+    let defense = if extra.contains("[defense]") { "" } else { "\n[defense]\npow_bits = 4\n" };
     format!(
         "id = \"{id}\"\nsku = \"SKU\"\nstock = 100\nper_user_limit = 1\nprice_cents = 999\n\
-         starts_at = \"{}\"\nends_at = \"{}\"\n{extra}\n",
+         starts_at = \"{}\"\nends_at = \"{}\"\n{extra}\n{defense}",
         start.to_rfc3339(),
         end.to_rfc3339()
     )
@@ -169,6 +178,11 @@ pub struct GatewayConf {
     pub kafka_extra: String,
     /// Tables after everything else (`[admin]`, `[access_log]`), verbatim.
     pub tables: String,
+    /// Extra `[defense]` lines (a captcha provider).
+    pub defense_extra: String,
+    /// `defense.login_alg` and the contents of the `login_key` file (a PEM public key or
+    /// the HS256 secret).
+    pub login: (String, String),
 }
 
 impl GatewayConf {
@@ -188,6 +202,8 @@ impl GatewayConf {
             kafka_brokers: vec![format!("127.0.0.1:{}", free_port())],
             kafka_extra: String::new(),
             tables: String::new(),
+            defense_extra: String::new(),
+            login: ("HS256".into(), LOGIN_KEY.into()),
         }
     }
 }
@@ -205,6 +221,7 @@ pub struct Gateway {
 pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     std::fs::create_dir_all(dir.join("campaigns")).unwrap();
     std::fs::write(dir.join("key"), KEY).unwrap();
+    std::fs::write(dir.join("login_key"), &conf.login.1).unwrap();
     for (id, text) in &conf.campaigns {
         std::fs::write(dir.join("campaigns").join(format!("{id}.toml")), text).unwrap();
     }
@@ -214,7 +231,9 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n{}\n\
          [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
-         [kafka]\nbrokers = [{}]\n{}\n\n{}\n{}\n",
+         [kafka]\nbrokers = [{}]\n{}\n\n\
+         [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"{}\"\nlogin_key = \"file:login_key\"\n\
+         login_issuer = \"{}\"\nlogin_audience = \"{}\"\n{}\n\n{}\n{}\n",
         conf.sold_out_ttl_ms,
         conf.server_extra,
         conf.redis_url,
@@ -223,6 +242,10 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         conf.order_writer_extra,
         brokers.join(", "),
         conf.kafka_extra,
+        conf.login.0,
+        e2e::client::ISSUER,
+        e2e::client::AUDIENCE,
+        conf.defense_extra,
         conf.routes,
         conf.tables
     );
@@ -324,22 +347,43 @@ impl Drop for Gateway {
     }
 }
 
-/// An order request; returns (status, JSON body, Retry-After).
+/// The campaign token of `user` (device `dev-{user}`), through the captcha and token
+/// endpoints; `Err` is the refusal.
+pub async fn ticket(
+    http: &reqwest::Client,
+    gw: &Gateway,
+    campaign: &str,
+    user: &str,
+) -> Result<e2e::client::Ticket, (u16, serde_json::Value)> {
+    let login = auth().login(user, serde_json::json!({}));
+    e2e::client::get_ticket(http, &gw.url(""), campaign, &login, &format!("dev-{user}")).await
+}
+
+/// One order of `user`, the whole protocol (login JWT, captcha, token, signed order); returns
+/// (status, JSON body). A refusal before the order (say, `NOT_STARTED` at the token endpoint)
+/// is returned as it is.
 pub async fn order(
     http: &reqwest::Client,
     gw: &Gateway,
     campaign: &str,
     user: &str,
 ) -> (u16, serde_json::Value) {
-    order_at(http, &gw.url(&format!("/seckill/{campaign}/order")), user).await
+    order_at(http, &gw.url(""), campaign, user).await
 }
 
-/// An order request to a full order URL (another scheme or host: HTTPS, HTTP/2); returns
-/// (status, JSON body).
-pub async fn order_at(http: &reqwest::Client, url: &str, user: &str) -> (u16, serde_json::Value) {
-    let resp = http.post(url).header("x-user-id", user).send().await.expect("gateway answers");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(serde_json::Value::Null))
+/// The same against another base URL of the gateway (another scheme or host: HTTPS, HTTP/2),
+/// e.g. `https://shop.test:8443`.
+pub async fn order_at(
+    http: &reqwest::Client,
+    base: &str,
+    campaign: &str,
+    user: &str,
+) -> (u16, serde_json::Value) {
+    let login = auth().login(user, serde_json::json!({}));
+    match e2e::client::get_ticket(http, base, campaign, &login, &format!("dev-{user}")).await {
+        Ok(t) => t.order(http, base, 1).await,
+        Err(refused) => refused,
+    }
 }
 
 /// Keeps the Redis at `url` busy with a script for `busy_ms`, and returns once it is busy (a

@@ -1,0 +1,235 @@
+//! Captcha before a token: the built-in proof of work, or a third-party provider's token.
+//!
+//! - **Proof of work** ([`CaptchaKind::Pow`]): `POST /seckill/{c}/captcha` hands out a
+//!   challenge `{campaign}.{expires}.{id}.{mac}`, authenticated by an HMAC under a key derived
+//!   from the server's master key, so it needs no storage until it is spent. The answer must
+//!   give the challenge the campaign's `pow_bits` leading zero bits ([`protocol::pow`]).
+//! - **Provider** ([`CaptchaKind::Provider`]): the client solved a third-party captcha and
+//!   brings its signed token (a JWT checked with the provider's public key, with `jti`).
+//!
+//! Either is single use: its id is spent in Redis with one `SET NX` ([`SpentChallenges`]) when
+//! a token is issued, so a second use fails on every gateway process.
+
+use std::time::Duration;
+
+use fred::clients::Pool;
+use fred::interfaces::KeysInterface;
+use fred::types::{Expiration, SetOptions};
+use protocol::codes::Code;
+use protocol::defense::{CaptchaKind, Defense};
+use protocol::keys::CampaignKeys;
+use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
+use serde::Deserialize;
+
+use crate::auth::JwtCheck;
+use crate::Denial;
+
+fn failed(message: &'static str) -> Denial {
+    Denial::new(Code::CaptchaFailed, message)
+}
+
+/// Hex characters of a challenge's MAC.
+const MAC_HEX: usize = 32;
+
+/// A fresh proof-of-work challenge for `campaign`, valid `ttl_secs` from `now`.
+pub fn challenge(key: &hmac::Key, campaign: &str, ttl_secs: u32, now: i64) -> Result<String, Denial> {
+    let mut id = [0u8; 12];
+    SystemRandom::new().fill(&mut id).map_err(|_| Denial::new(Code::Internal, "no randomness"))?;
+    let body = format!("{campaign}.{}.{}", now + i64::from(ttl_secs), hex::encode(id));
+    let mac = hmac::sign(key, body.as_bytes());
+    Ok(format!("{body}.{}", &hex::encode(mac.as_ref())[..MAC_HEX]))
+}
+
+/// What the token endpoint's body brings as its captcha.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Solution {
+    /// The proof-of-work challenge, as handed out.
+    #[serde(default)]
+    pub challenge: Option<String>,
+    /// Its answer.
+    #[serde(default)]
+    pub answer: Option<String>,
+    /// A captcha provider's token.
+    #[serde(default)]
+    pub captcha_token: Option<String>,
+}
+
+impl Solution {
+    /// Parses the token endpoint's JSON body; `BAD_REQUEST` when it is not one.
+    pub fn parse(body: &[u8]) -> Result<Self, Denial> {
+        serde_json::from_slice(body).map_err(|_| {
+            Denial::new(
+                Code::BadRequest,
+                "the body must be JSON {\"challenge\": ..., \"answer\": ...} or {\"captcha_token\": ...}",
+            )
+        })
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ProviderClaims {
+    jti: String,
+}
+
+/// Checks a solution for `campaign` under its `defense` at `now`; returns the id to spend
+/// (single use) or `CAPTCHA_FAILED`.
+pub fn check(
+    key: &hmac::Key,
+    provider: Option<&JwtCheck>,
+    campaign: &str,
+    defense: &Defense,
+    solution: &Solution,
+    now: i64,
+) -> Result<String, Denial> {
+    match defense.captcha {
+        CaptchaKind::Pow => {
+            let (Some(challenge), Some(answer)) = (&solution.challenge, &solution.answer) else {
+                return Err(failed("this campaign takes a proof of work: challenge and answer"));
+            };
+            let id = check_challenge(key, campaign, challenge, now)?;
+            if answer.len() > 32 || !protocol::pow::solves(challenge, answer, defense.pow_bits) {
+                return Err(failed("the answer does not solve the challenge"));
+            }
+            Ok(id.to_string())
+        }
+        CaptchaKind::Provider => {
+            let token = solution
+                .captcha_token
+                .as_deref()
+                .ok_or_else(|| failed("this campaign takes a captcha_token"))?;
+            let provider = provider.ok_or_else(|| failed("no captcha provider is configured"))?;
+            let claims: ProviderClaims =
+                provider.decode(token).map_err(|_| failed("the captcha token is not valid"))?;
+            if claims.jti.is_empty()
+                || claims.jti.len() > 128
+                || !claims.jti.bytes().all(crate::auth::id_byte)
+            {
+                return Err(failed("the captcha token's jti is not valid"));
+            }
+            Ok(format!("p-{}", claims.jti))
+        }
+    }
+}
+
+/// The id of a genuine, unexpired challenge of `campaign`.
+fn check_challenge<'a>(
+    key: &hmac::Key,
+    campaign: &str,
+    challenge: &'a str,
+    now: i64,
+) -> Result<&'a str, Denial> {
+    let bad = || failed("the challenge is not one of ours");
+    let (body, mac) = challenge.rsplit_once('.').ok_or_else(bad)?;
+    let expected = hmac::sign(key, body.as_bytes());
+    let expected = &hex::encode(expected.as_ref())[..MAC_HEX];
+    if !crate::token::constant_eq(expected.as_bytes(), mac.as_bytes()) {
+        return Err(bad());
+    }
+    let mut parts = body.split('.');
+    let (c, expires, id) = (parts.next(), parts.next(), parts.next());
+    if c != Some(campaign) {
+        return Err(failed("the challenge is for another campaign"));
+    }
+    if expires.and_then(|e| e.parse::<i64>().ok()).is_none_or(|e| e < now) {
+        return Err(failed("the challenge has expired: ask for a new one"));
+    }
+    id.ok_or_else(bad)
+}
+
+/// Spent challenges, in Redis, shared by every gateway process.
+#[derive(Clone)]
+pub struct SpentChallenges {
+    pool: Pool,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for SpentChallenges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpentChallenges").field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+impl SpentChallenges {
+    /// Over `pool`, each call bounded by `timeout`.
+    pub fn new(pool: Pool, timeout: Duration) -> Self {
+        Self { pool, timeout }
+    }
+
+    /// Spends `id` of `campaign` for `ttl_secs` (one `SET NX EX`): `CAPTCHA_FAILED` when it
+    /// was spent before, `SERVICE_DEGRADED` when Redis does not answer in time.
+    pub async fn spend(&self, campaign: &str, id: &str, ttl_secs: u32) -> Result<(), Denial> {
+        let key = CampaignKeys::new(campaign).challenge(id);
+        let set = self.pool.next_connected().set::<Option<String>, _, _>(
+            key,
+            1,
+            Some(Expiration::EX(i64::from(ttl_secs))),
+            Some(SetOptions::NX),
+            false,
+        );
+        match tokio::time::timeout(self.timeout, set).await {
+            Ok(Ok(Some(_))) => Ok(()),
+            Ok(Ok(None)) => Err(failed("this challenge was used already: ask for a new one")),
+            _ => Err(Denial::new(Code::ServiceDegraded, "cannot check the challenge now; try again")
+                .retry_after(1)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> hmac::Key {
+        hmac::Key::new(hmac::HMAC_SHA256, b"challenge-key-0123456789")
+    }
+
+    fn pow(bits: u32) -> Defense {
+        Defense { pow_bits: bits, ..Defense::default() }
+    }
+
+    fn solved(challenge: &str, bits: u32) -> Solution {
+        let answer = protocol::pow::solve(challenge, bits, 1 << 24).unwrap();
+        Solution { challenge: Some(challenge.into()), answer: Some(answer), captcha_token: None }
+    }
+
+    #[test]
+    fn a_solved_challenge_passes_and_names_its_id() {
+        let now = 1_700_000_000;
+        let c = challenge(&key(), "c1", 60, now).unwrap();
+        let id = check(&key(), None, "c1", &pow(8), &solved(&c, 8), now + 59).unwrap();
+        assert_eq!(id.len(), 24);
+        assert!(c.contains(&id));
+    }
+
+    #[test]
+    fn wrong_answers_and_foreign_expired_or_forged_challenges_fail() {
+        let now = 1_700_000_000;
+        let c = challenge(&key(), "c1", 60, now).unwrap();
+        let fails = |s: &Solution, campaign: &str, at: i64| {
+            check(&key(), None, campaign, &pow(8), s, at).map_err(|d| d.code)
+        };
+        let good = solved(&c, 8);
+        assert_eq!(fails(&good, "c2", now), Err(Code::CaptchaFailed), "another campaign");
+        assert_eq!(fails(&good, "c1", now + 61), Err(Code::CaptchaFailed), "expired");
+        let mut wrong = good.clone();
+        // A wrong answer: find one that does not solve it.
+        wrong.answer = (0..100).map(|n| format!("x{n}")).find(|a| !protocol::pow::solves(&c, a, 8));
+        assert_eq!(fails(&wrong, "c1", now), Err(Code::CaptchaFailed));
+        let mut forged = good.clone();
+        forged.challenge = Some(c.replace("c1.", "c1.9").to_string());
+        assert_eq!(fails(&forged, "c1", now), Err(Code::CaptchaFailed), "edited expiry");
+        assert_eq!(fails(&Solution::default(), "c1", now), Err(Code::CaptchaFailed));
+        let provider = Defense { captcha: CaptchaKind::Provider, ..Defense::default() };
+        assert_eq!(check(&key(), None, "c1", &provider, &good, now).unwrap_err().code, Code::CaptchaFailed);
+    }
+
+    #[test]
+    fn bodies_parse_or_are_bad_requests() {
+        assert_eq!(Solution::parse(br#"{"captcha_token":"t"}"#).unwrap().captcha_token.as_deref(), Some("t"));
+        for body in [&b""[..], b"{\"other\":1}", b"\xff"] {
+            assert_eq!(Solution::parse(body).unwrap_err().code, Code::BadRequest);
+        }
+    }
+}
