@@ -110,7 +110,14 @@ impl Observer {
             };
             let m = metrics();
             m.request(kind, status, took);
-            if let (Some(CampaignPath::Order(c, _)), Some(code)) = (&path, trace.answer) {
+            // A buyer's flow: the captcha, token and order requests of a campaign.
+            let flow = match &path {
+                Some(CampaignPath::Order(c, _) | CampaignPath::Captcha(c) | CampaignPath::Token(c)) => {
+                    Some(c)
+                }
+                _ => None,
+            };
+            if let (Some(c), Some(code)) = (flow, trace.answer) {
                 match active.and_then(|a| a.campaigns.get(*c)) {
                     Some(entry) => entry.answers.count(code),
                     None => m.unknown_campaign().count(code),

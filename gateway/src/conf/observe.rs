@@ -124,12 +124,13 @@ mod tests {
         let stdout = parse(&format!("{GOOD}\n[access_log]\noutput = \"stdout\"\n")).unwrap();
         assert_eq!(stdout.access_log.unwrap().format, LogFormat::Text, "text by default");
 
-        // GOOD ends on line 20; after one blank line the table starts on line 22.
-        expect_err(&format!("{GOOD}\n[admin]\nlisten = \"localhost:9\"\n"), 23, "admin.listen", "IP:port");
-        expect_err(&format!("{GOOD}\n[admin]\nlisen = \"127.0.0.1:9\"\n"), 23, "lisen", "unknown field");
+        // After GOOD and one blank line, the table starts on line `at(2)`.
+        let at = |k: usize| GOOD.lines().count() + k;
+        expect_err(&format!("{GOOD}\n[admin]\nlisten = \"localhost:9\"\n"), at(3), "admin.listen", "IP:port");
+        expect_err(&format!("{GOOD}\n[admin]\nlisen = \"127.0.0.1:9\"\n"), at(3), "lisen", "unknown field");
         let log = |body: &str| format!("{GOOD}\n[access_log]\noutput = \"stdout\"\n{body}\n");
-        expect_err(&log("format = \"combined\""), 24, "access_log.format", "\"text\" or \"json\"");
-        expect_err(&log("queue = 1"), 24, "access_log.queue", "between 16 and");
-        expect_err(&format!("{GOOD}\n[access_log]\noutput = \"\"\n"), 23, "access_log.output", "stdout");
+        expect_err(&log("format = \"combined\""), at(4), "access_log.format", "\"text\" or \"json\"");
+        expect_err(&log("queue = 1"), at(4), "access_log.queue", "between 16 and");
+        expect_err(&format!("{GOOD}\n[access_log]\noutput = \"\"\n"), at(3), "access_log.output", "stdout");
     }
 }
