@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # Gateway benchmark, in one run, same load tool (wrk), threads, connections and duration:
 #
-#   (a) reservations/s: POST /seckill/<c>/order, stock larger than the run, every request a
-#       distinct x-user-id, answered 202 QUEUED by the gateway itself, which produces each
-#       record to a topic of its own on the stack's broker in the background (the produce's CPU
-#       is in the gateway's figures);
-#   (b) sold-out short circuit/s: the same request on a sold-out campaign (local flag, no Redis);
-#   (c) the ceiling of (a)'s Redis step: redis-benchmark EVALSHA of lua/reserve.lua;
+#   (a) reservations/s: the whole client protocol's order, POST /seckill/<c>/<path>/order with a
+#       campaign token, device, timestamp, nonce and request signature, every request a distinct
+#       buyer (signed beforehand by e2e/src/bin/presign.rs, after a captcha and token per buyer;
+#       its tokens/s is printed too), stock larger than the run, answered 202 QUEUED by the
+#       gateway itself, which produces each record to a topic of its own on the stack's broker
+#       in the background (the produce's CPU is in the gateway's figures);
+#   (b) sold-out short circuit/s: an order on a sold-out campaign (local flag, no Redis);
+#   (f) the same signed orders as (a) with a forged signature: BAD_SIGNATURE after every check
+#       but the script (token, path, timestamp, the HMAC), the cost of a refused bot request;
+#   (c) the ceiling of (a)'s Redis step: redis-benchmark EVALSHA of lua/reserve.lua, with its
+#       nonce key;
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
 #   (e) the floor under (b): the same Pingora server answering a fixed 410 of the same shape
 #       from request_filter with no checks (gateway/examples/pingora_floor.rs), so the gap
@@ -19,7 +24,8 @@
 # Ratios hold across machines, absolute numbers don't.
 #
 # Usage: e2e/bench/gateway.sh          Env: DURATION (10s), THREADS (2), CONNECTIONS (100),
-#                                           SECKILL_REDIS_URL (the stack's Redis)
+#                                           BUYERS (150000: signed orders for (a), at least
+#                                           its requests), SECKILL_REDIS_URL (the stack's Redis)
 # Needs: the stack's Redis (e2e/stack.sh up), wrk, nginx (nginx-light), redis-benchmark.
 set -euo pipefail
 
@@ -56,6 +62,12 @@ RUN=$(date +%s)$$
 OPEN="bench-open-$RUN"
 SOLD="bench-sold-$RUN"
 RB="bench-rb-$RUN"
+BUYERS=${BUYERS:-150000}
+# The edge's keys for this run (the gateway's [defense]); the login key also signs the buyers'
+# login JWTs in presign.
+SECKILL_EDGE_KEY="bench-edge-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
+SECKILL_LOGIN_KEY="bench-login-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
+export SECKILL_EDGE_KEY SECKILL_LOGIN_KEY
 
 keys() { local c=$1; for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
 cleanup() {
@@ -126,6 +138,14 @@ starts_at = $start
 ends_at = $end
 [limits]
 max_inflight = 100000
+ip_per_sec = 0                # one load tool on one address
+device_per_sec = 0
+user_per_sec = 0
+campaign_per_sec = 0
+[defense]
+pow_bits = 0                  # the captcha's cost is the client's, not the gateway's
+token_ttl_secs = 600          # the signed orders are made before the runs
+timestamp_window_secs = 300
 CAMPAIGN
 done
 cat >"$WORK/conf/server.toml" <<SERVER
@@ -144,6 +164,12 @@ upstreams = ["127.0.0.1:$NGINX_202"]
 [kafka]
 brokers = ["${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}"]
 topic = "bench-$RUN"
+[defense]
+master_key = "env:SECKILL_EDGE_KEY"
+login_alg = "HS256"
+login_key = "env:SECKILL_LOGIN_KEY"
+login_issuer = "shop-auth"
+login_audience = "seckill"
 SERVER
 # The topic, created the way an operator does: `order-writer topic create` (only Kafka is used).
 cat >"$WORK/ow.toml" <<OW
@@ -165,14 +191,30 @@ FLOOR_PID=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/" && break; sleep 0.1; done
 
-# Distinct users for (a); the same request shape for (b).
-cat >"$WORK/users.lua" <<'LUA'
-local n, id = 0, 0
+# (a) and (f): the signed orders, one per buyer, each thread its own share; "bad" forges each
+# signature. The rest: a plain POST.
+cat >"$WORK/orders.lua" <<'LUA'
+local id, reqs, i = 0, {}, 0
 function setup(thread) id = id + 1; thread:set("tid", id) end
-function request()
-  n = n + 1
-  return wrk.format("POST", nil, { ["x-user-id"] = "u" .. tid .. "-" .. n }, nil)
+function init(args)
+  local bad, threads, k = args[1] == "bad", tonumber(args[2]), 0
+  for line in io.lines(args[3]) do
+    k = k + 1
+    if k % threads == tid - 1 then
+      local path, auth, dev, ts, nonce, sig = line:match("^(.-)\t(.-)\t(.-)\t(.-)\t(.-)\t(.-)$")
+      if bad then sig = (sig:sub(1, 1) == "0" and "1" or "0") .. sig:sub(2) end
+      reqs[#reqs + 1] = wrk.format("POST", path, { ["Authorization"] = auth, ["X-Device-Id"] = dev,
+        ["X-Timestamp"] = ts, ["X-Nonce"] = nonce, ["X-Signature"] = sig }, nil)
+    end
+  end
 end
+function request() i = i + 1; return reqs[(i - 1) % #reqs + 1] end
+function done(summary, latency, requests)
+  io.write(string.format("P50_US %d\nP99_US %d\n", latency:percentile(50), latency:percentile(99)))
+end
+LUA
+cat >"$WORK/plain.lua" <<'LUA'
+function request() return wrk.format("POST", nil, nil, nil) end
 function done(summary, latency, requests)
   io.write(string.format("P50_US %d\nP99_US %d\n", latency:percentile(50), latency:percentile(99)))
 end
@@ -194,8 +236,9 @@ print(f'{f(gw):.1f} {f(rd):.1f} {f(ng):.1f}')"
 }
 
 run_wrk() { # label url [connections] [script]
-  local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-$WORK/users.lua}
-  wrk -t"$THREADS" -c"$conns" -d"$DURATION" -s "$script" "$url" >"$WORK/$label.out" 2>&1
+  local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-$WORK/plain.lua}
+  shift $(($# < 4 ? $# : 4))
+  wrk -t"$THREADS" -c"$conns" -d"$DURATION" -s "$script" "$url" -- "$@" >"$WORK/$label.out" 2>&1
   local rps p50 p99 non2xx
   rps=$(awk '/^Requests\/sec:/ {print $2}' "$WORK/$label.out")
   p50=$(awk '/^P50_US/ {print $2}' "$WORK/$label.out")
@@ -205,24 +248,32 @@ run_wrk() { # label url [connections] [script]
 }
 
 echo "gateway bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateway threads=$THREADS, nginx workers=$THREADS"
-# Warm up: load the script cache, set the sold-out flag of $SOLD.
-curl -s -o /dev/null -X POST -H 'x-user-id: warm' "http://127.0.0.1:$GW_PORT/seckill/$OPEN/order"
-curl -s -X POST -H 'x-user-id: warm' "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order"; echo
+# The buyers' signed orders (captcha and token each, through this gateway), then one order to
+# warm up (loads the script cache), and the sold-out flag of $SOLD.
+target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --users "$((BUYERS + 1))" \
+  --out "$WORK/orders.tsv" | tee "$WORK/presign.out"
+head -n 1 "$WORK/orders.tsv" >"$WORK/warm.tsv"
+sed -i 1d "$WORK/orders.tsv"
+wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$GW_PORT" -- good 1 "$WORK/warm.tsv" >/dev/null 2>&1
+curl -s -X POST "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order"; echo
 
 NGINX_PIDS="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"
 read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
-read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT/seckill/$OPEN/order")"
+read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders.tsv")"
 read -r A_CPU_GW A_CPU_REDIS A_CPU_NGINX <<<"$(cpu_per_request a "$g" "$r" "$n")"
 reserved=$("${RCLI[@]}" hlen "sk:{$OPEN}:bought") # buyers holding a unit (limit 1)
 read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
 read -r B_RPS B_P50 B_P99 B_NON <<<"$(run_wrk b "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order")"
 read -r B_CPU_GW B_CPU_REDIS B_CPU_NGINX <<<"$(cpu_per_request b "$g" "$r" "$n")"
+read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
+read -r F_RPS F_P50 F_P99 _ <<<"$(run_wrk f "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" bad "$THREADS" "$WORK/orders.tsv")"
+read -r F_CPU_GW F_CPU_REDIS F_CPU_NGINX <<<"$(cpu_per_request f "$g" "$r" "$n")"
 # (c): EVALSHA of the same script, same connections; random request ids and users.
 SHA=$("${RCLI[@]}" script load "$(cat lua/reserve.lua)")
 C_N=$(python3 -c "print(max(100000, int(float('$A_RPS') * 3 * ${DURATION%s})))")
 # shellcheck disable=SC2046
 C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --threads "$THREADS" -n "$C_N" \
-  -r 100000000000 -q evalsha "$SHA" 8 $(keys "$RB") "$RB" __rand_int__ __rand_int__ 1 |
+  -r 100000000000 -q evalsha "$SHA" 9 $(keys "$RB") "sk:{$RB}:nonce:__rand_int__" "$RB" __rand_int__ __rand_int__ 1 330 fp |
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
 read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"
@@ -237,6 +288,7 @@ verdict() { python3 -c "print('ok' if $1 else 'MISSED')"; }
 printf '\n%-44s %12s %10s %10s\n' "" "requests/s" "p50 ms" "p99 ms"
 printf '%-44s %12s %10.2f %10.2f\n' "(a) reservations (gateway + Redis + upstream)" "$A_RPS" "$(python3 -c "print($A_P50/1000)")" "$(python3 -c "print($A_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(b) sold-out short circuit (gateway)" "$B_RPS" "$(python3 -c "print($B_P50/1000)")" "$(python3 -c "print($B_P99/1000)")"
+printf '%-44s %12s %10.2f %10.2f\n' "(f) forged signature (BAD_SIGNATURE)" "$F_RPS" "$(python3 -c "print($F_P50/1000)")" "$(python3 -c "print($F_P99/1000)")"
 printf '%-44s %12s\n' "(c) redis-benchmark EVALSHA reserve.lua" "$C_RPS"
 printf '%-44s %12s %10.2f %10.2f\n' "(d) nginx static return 410" "$D_RPS" "$(python3 -c "print($D_P50/1000)")" "$(python3 -c "print($D_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(e) Pingora floor: fixed 410, no checks" "$E_RPS" "$(python3 -c "print($E_P50/1000)")" "$(python3 -c "print($E_P99/1000)")"
@@ -244,8 +296,12 @@ echo
 printf '%-44s %10s %10s %10s\n' "CPU us per request" "gateway" "redis" "upstream"
 printf '%-44s %10s %10s %10s\n' "(a) reservations" "$A_CPU_GW" "$A_CPU_REDIS" "$A_CPU_NGINX"
 printf '%-44s %10s %10s %10s\n' "(b) sold-out short circuit" "$B_CPU_GW" "$B_CPU_REDIS" "$B_CPU_NGINX"
+printf '%-44s %10s %10s %10s\n' "(f) forged signature" "$F_CPU_GW" "$F_CPU_REDIS" "$F_CPU_NGINX"
 echo
-echo "(a) reserved in Redis during the run: ${reserved:-0}; non-2xx answers in (a): $A_NON; in (b) (all should be 410): $B_NON"
+echo "(a) reserved in Redis during the run: $((${reserved:-0} - 1)) (more (a) requests than that were safe retries of a signed order sent twice: raise BUYERS); non-2xx answers in (a): $A_NON; in (b) (all should be 410): $B_NON"
+echo "tokens for (a): $(head -n 1 "$WORK/presign.out")"
+echo "gateway CPU per request: (a)/(b) = $(ratio "$A_CPU_GW" "$B_CPU_GW") (target <= 3), (f)/(b) = $(ratio "$F_CPU_GW" "$B_CPU_GW") (a refused bot request against a sold-out answer)"
+echo "p99 (a)/(b) = $(ratio "$A_P99" "$B_P99") (target <= 2.5)"
 echo "(b)/(d) = $BD   target >= 1.0: $(verdict "$BD >= 1.0")"
 echo "  of which Pingora's share (e)/(d) = $(ratio "$E_RPS" "$D_RPS"), ours (b)/(e) = $(ratio "$B_RPS" "$E_RPS")"
 echo "(a)/(b) = $AB   target >= 0.6: $(verdict "$AB >= 0.6")"

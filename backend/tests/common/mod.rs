@@ -288,7 +288,11 @@ impl Replenish {
     pub async fn listen() -> Replenish {
         use fred::prelude::*;
         let config = Config::from_url(&e2e::stack::redis_url()).unwrap();
+        // Every test of the binary publishes on the same channel (a closer pass sends one message
+        // per release): fred's default of 32 buffered messages let a burst of other campaigns'
+        // messages push this campaign's out (`Lagged`), and the test waited in vain.
         let client = Builder::from_config(config)
+            .with_performance_config(|p| p.broadcast_channel_capacity = 1 << 16)
             .set_policy(ReconnectPolicy::new_constant(0, 100))
             .build_subscriber_client()
             .unwrap();
