@@ -35,6 +35,7 @@ use pingora_proxy::Session;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at, Instant};
 
+use crate::access_log::{AccessLog, Entry};
 use crate::limits::{self, BodyCount, Limits, Refusal};
 use crate::reload::Active;
 
@@ -47,13 +48,21 @@ const LINGER_BYTES: usize = 4 * 1024 * 1024;
 pub struct FrontDoor<A> {
     app: Arc<A>,
     limits: Limits,
+    log: Option<AccessLog>,
 }
 
 impl<A> FrontDoor<A> {
     /// Puts `app` (the proxy) behind the front door with these limits (a restart applies a
     /// change of them).
     pub fn new(app: A, limits: Limits) -> Self {
-        Self { app: Arc::new(app), limits }
+        Self { app: Arc::new(app), limits, log: None }
+    }
+
+    /// The same, writing an access line for each request it refuses before the proxy sees it
+    /// (as Nginx logs its 400, 408 and 431).
+    pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
+        self.log = log;
+        self
     }
 }
 
@@ -84,7 +93,12 @@ where
                 Head::Closed => return None,
                 Head::Refused(refusal) => {
                     let request_id = uuid::Uuid::now_v7().to_string();
-                    let _ = stream.write_all(&limits::raw_answer(&refusal, &request_id)).await;
+                    let answer = limits::raw_answer(&refusal, &request_id);
+                    if let Some(log) = &self.log {
+                        let client = stream.get_socket_digest().and_then(|d| d.peer_addr().cloned());
+                        log.log(&refused_entry(&refusal, &request_id, client, answer.len()));
+                    }
+                    let _ = stream.write_all(&answer).await;
                     linger(&mut stream).await;
                     return None;
                 }
@@ -108,6 +122,31 @@ where
 
     async fn cleanup(&self) {
         self.app.http_cleanup().await;
+    }
+}
+
+/// The access line of a request refused before it was parsed: no method, URI or protocol is
+/// known (`-`), the client is the socket's peer (no header was trusted), the bytes are the whole
+/// raw answer.
+fn refused_entry<'a>(
+    refusal: &Refusal,
+    request_id: &'a str,
+    peer: Option<pingora_core::protocols::l4::socket::SocketAddr>,
+    bytes: usize,
+) -> Entry<'a> {
+    Entry {
+        time: chrono::Utc::now(),
+        client: peer.and_then(|a| a.as_inet().map(|a| a.ip())),
+        method: "-",
+        uri: "-",
+        protocol: "-",
+        status: refusal.code.status(),
+        bytes,
+        request_time: Duration::ZERO,
+        upstream: None,
+        upstream_time: None,
+        code: Some(refusal.code),
+        request_id,
     }
 }
 

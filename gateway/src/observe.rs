@@ -65,6 +65,11 @@ pub struct Observer {
 }
 
 impl Observer {
+    /// The access log, when it is on (the front door logs its own refusals through it).
+    pub fn access_log(&self) -> Option<AccessLog> {
+        self.log.clone()
+    }
+
     /// Whether request metrics are counted (the admin listener is on).
     pub fn metrics_on(&self) -> bool {
         self.metrics

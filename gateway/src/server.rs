@@ -130,10 +130,14 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     // Spending a challenge is one SET, off the order path: it may wait as long as an undo.
     let spent = SpentChallenges::new(pool.clone(), protocol::timing::undo_timeout(server_conf.redis.timeout));
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
+    let access_log = observer.access_log();
     let gateway =
         Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue), spent).with_observer(observer);
     let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
-    let mut service = Service::new("gateway".to_string(), FrontDoor::new(proxy, server_conf.limits.clone()));
+    let mut service = Service::new(
+        "gateway".to_string(),
+        FrontDoor::new(proxy, server_conf.limits.clone()).with_access_log(access_log),
+    );
     service.add_tcp(&server_conf.listen.to_string());
     if let Some(tls) = &server_conf.tls {
         let settings = tls::settings(Arc::clone(&shared), tls.http2)?;

@@ -170,3 +170,25 @@ async fn readyz_says_not_ready_while_redis_cannot_be_reached() {
     let other = http.get(format!("http://127.0.0.1:{admin}/nope")).send().await.unwrap();
     assert_eq!(other.status().as_u16(), 404);
 }
+
+#[tokio::test]
+async fn a_request_refused_before_it_is_parsed_has_its_access_line_too() {
+    let campaign = e2e::stack::unique("gw");
+    let upstream = MockServer::start().await;
+    let (gw, _) = observed(&campaign, 1, &upstream, &e2e::stack::redis_url()).await;
+    // A 70 KB header: the front door answers 431 before the proxy sees the request.
+    let resp = reqwest::Client::new()
+        .get(gw.url("/catalog"))
+        .header("x-padding", "a".repeat(70 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 431);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let all = lines(&gw, 1).await;
+    assert_eq!(all.len(), 1, "{all:?}");
+    let f: Vec<&str> = all[0].split(' ').collect();
+    assert_eq!(&f[1..5], ["127.0.0.1", "\"-", "-", "-\""], "{}", all[0]);
+    assert_eq!((f[5], f[10], f[11]), ("431", "HEADERS_TOO_LARGE", body["request_id"].as_str().unwrap()));
+    assert!(upstream.received_requests().await.unwrap().is_empty(), "nothing reached the upstream");
+}
