@@ -43,12 +43,13 @@ mkdir -p "$RUN/campaigns"
 ID="sale$(date -u +%Y%m%d%H%M%S)"
 DB="demo_$ID"
 PG_BASE=${SECKILL_PG_ADMIN_URL%/*}
-export SECKILL_GATEWAY_KEY="demo-gateway-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
+SECKILL_GATEWAY_KEY=$(random_key demo-gateway-key-)
+export SECKILL_GATEWAY_KEY
 # The edge's master key, and the key of the shop's auth service the demo plays (the crowd's
 # login JWTs are minted with it, as the shop would).
-export SECKILL_EDGE_KEY="demo-edge-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
-export SECKILL_LOGIN_KEY="demo-login-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
-export SECKILL_PAYMENT_KEY="demo-payment-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
+edge_keys demo
+SECKILL_PAYMENT_KEY=$(random_key demo-payment-key-)
+export SECKILL_PAYMENT_KEY
 
 # A campaign open from a minute ago for an hour, with this run's stock.
 cat >"$RUN/campaigns/$ID.toml" <<TOML

@@ -65,9 +65,7 @@ RB="bench-rb-$RUN"
 BUYERS=${BUYERS:-150000}
 # The edge's keys for this run (the gateway's [defense]); the login key also signs the buyers'
 # login JWTs in presign.
-SECKILL_EDGE_KEY="bench-edge-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
-SECKILL_LOGIN_KEY="bench-login-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
-export SECKILL_EDGE_KEY SECKILL_LOGIN_KEY
+edge_keys bench
 
 keys() { local c=$1; for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
 cleanup() {
@@ -164,12 +162,7 @@ upstreams = ["127.0.0.1:$NGINX_202"]
 [kafka]
 brokers = ["${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}"]
 topic = "bench-$RUN"
-[defense]
-master_key = "env:SECKILL_EDGE_KEY"
-login_alg = "HS256"
-login_key = "env:SECKILL_LOGIN_KEY"
-login_issuer = "shop-auth"
-login_audience = "seckill"
+$(defense_table)
 SERVER
 # The topic, created the way an operator does: `order-writer topic create` (only Kafka is used).
 cat >"$WORK/ow.toml" <<OW

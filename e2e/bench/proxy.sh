@@ -100,12 +100,7 @@ url = "redis://127.0.0.1:1"
 upstreams = ["127.0.0.1:1"]
 [kafka]
 brokers = ["127.0.0.1:1"]
-[defense]
-master_key = "env:SECKILL_EDGE_KEY"
-login_alg = "HS256"
-login_key = "env:SECKILL_LOGIN_KEY"
-login_issuer = "shop-auth"
-login_audience = "seckill"
+$(defense_table)
 [[route]]
 name = "shop"
 path_prefix = "/"
@@ -118,9 +113,7 @@ cert_file = "$WORK/shop.pem"
 key_file = "$WORK/shop.key"
 SERVER
 # The edge's keys (required by the server file; no campaign uses them here).
-SECKILL_EDGE_KEY="bench-edge-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
-SECKILL_LOGIN_KEY="bench-login-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
-export SECKILL_EDGE_KEY SECKILL_LOGIN_KEY
+edge_keys bench
 RUST_LOG=warn target/release/gateway --conf "$WORK/gw/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW/" && break; sleep 0.1; done
