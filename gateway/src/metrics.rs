@@ -114,6 +114,7 @@ pub struct Metrics {
     responses: IntCounterVec,
     reserve: Histogram,
     redis_errors: IntCounter,
+    failed_open: IntCounterVec,
     upstream_errors: IntCounterVec,
     routes: [RouteHandles; 6],
     unknown: Answers,
@@ -163,6 +164,14 @@ impl Metrics {
             "Reservations Redis gave no decision for (timeout, connection lost): answered SERVICE_DEGRADED",
         )
         .expect("valid metric");
+        let failed_open = IntCounterVec::new(
+            Opts::new(
+                "seckill_gateway_global_limits_failed_open_total",
+                "Orders let on unchecked because Redis did not answer the global limits in time (every rule on_error = \"open\")",
+            ),
+            &["campaign"],
+        )
+        .expect("valid metric");
         let upstream_errors = IntCounterVec::new(
             Opts::new(
                 "seckill_gateway_upstream_errors_total",
@@ -176,7 +185,17 @@ impl Metrics {
             by_class: CLASSES.map(|class| responses.with_label_values(&[kind.as_str(), class])),
         });
         let unknown = Answers::resolve(&answers, UNKNOWN_CAMPAIGN);
-        Self { answers, durations, responses, reserve, redis_errors, upstream_errors, routes, unknown }
+        Self {
+            answers,
+            durations,
+            responses,
+            reserve,
+            redis_errors,
+            failed_open,
+            upstream_errors,
+            routes,
+            unknown,
+        }
     }
 
     /// A request of `kind` answered with `status` after `took`.
@@ -204,6 +223,12 @@ impl Metrics {
         }
     }
 
+    /// An order of `campaign` went on with its global limits unchecked (an error path: the
+    /// label is looked up here).
+    pub fn global_limits_failed_open(&self, campaign: &str) {
+        self.failed_open.with_label_values(&[campaign]).inc();
+    }
+
     /// A proxied request to `pool` failed (an error path: the label is looked up here).
     pub fn upstream_error(&self, pool: &str) {
         self.upstream_errors.with_label_values(&[pool]).inc();
@@ -222,6 +247,7 @@ impl Metrics {
             Box::new(self.responses.clone()),
             Box::new(self.reserve.clone()),
             Box::new(self.redis_errors.clone()),
+            Box::new(self.failed_open.clone()),
             Box::new(self.upstream_errors.clone()),
         ]
     }

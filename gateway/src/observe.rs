@@ -88,6 +88,14 @@ impl Observer {
         reserved
     }
 
+    /// An order of `campaign` went on with its global limits unchecked (Redis did not answer,
+    /// every rule is open): counted when metrics are on.
+    pub fn global_limits_failed_open(&self, campaign: &str) {
+        if self.metrics {
+            metrics().global_limits_failed_open(campaign);
+        }
+    }
+
     /// The request is answered: count it and write its access line.
     pub fn done(
         &self,

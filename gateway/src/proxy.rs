@@ -8,8 +8,9 @@
 //!    its concurrency budget → the local sold-out flag → the inputs (device, qty) → the rate
 //!    limits per IP, device and campaign → the campaign token (bound to user, campaign and
 //!    device) → the account's rate → the hidden path → the timestamp → the request signature
-//!    (body read here) → eligibility → `reserve.lua` in Redis, which spends the nonce in the
-//!    same call (bounded timeout). Every order is answered here; the buyer is the token's user,
+//!    (body read here) → eligibility → the campaign's global limits (`limit.lua` in Redis, only
+//!    when it has `[[global_limit]]` rules) → `reserve.lua` in Redis, which spends the nonce in
+//!    the same call (bounded timeout). Every order is answered here; the buyer is the token's user,
 //!    never a header;
 //! 3. `captcha` and `token` (before an order: the login JWT, a solved captcha, a token) are
 //!    answered by [`crate::issue`].
@@ -36,6 +37,7 @@ use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use plugins::budget::Permit;
 use plugins::captcha::SpentChallenges;
 use plugins::client_ip;
+use plugins::global_limit::{Checked, GlobalLimiter, Subject};
 use plugins::input::{self, DEVICE_HEADER};
 use plugins::rate_limit::RateLimiter;
 use plugins::sale::{Order, Place, Queued, Sale};
@@ -70,14 +72,16 @@ pub struct Gateway {
     sale: Sale,
     pub(crate) limiter: RateLimiter,
     pub(crate) spent: SpentChallenges,
+    global: GlobalLimiter,
     observer: Observer,
 }
 
 impl Gateway {
-    /// A gateway over the shared conf, the sale (Redis reserver, Kafka queue) and the spent
-    /// captcha challenges (Redis), with metrics and the access log off.
-    pub fn new(shared: Arc<SharedState>, sale: Sale, spent: SpentChallenges) -> Self {
-        Self { shared, sale, limiter: RateLimiter::new(), spent, observer: Observer::default() }
+    /// A gateway over the shared conf, the sale (Redis reserver, Kafka queue), the spent
+    /// captcha challenges and the global limits (both Redis), with metrics and the access log
+    /// off.
+    pub fn new(shared: Arc<SharedState>, sale: Sale, spent: SpentChallenges, global: GlobalLimiter) -> Self {
+        Self { shared, sale, limiter: RateLimiter::new(), spent, global, observer: Observer::default() }
     }
 
     /// The same, counting metrics and writing access lines as `observer` says.
@@ -132,6 +136,7 @@ enum Route {
 /// the reservation need.
 struct OrderInput {
     claims: CampaignClaims,
+    ip: Option<IpAddr>,
     qty: i64,
     timestamp: String,
     nonce: String,
@@ -388,6 +393,10 @@ impl Gateway {
         let key = active.server.defense.keys.signing_key(&input.claims.jti);
         signature::verify(&key, &request, &signed)?;
         entry.eligibility.check(&input.claims.login(), Utc::now().timestamp())?;
+        let who = Subject { ip: input.ip, device: Some(&input.claims.dev), user: &input.claims.sub };
+        if self.global.check(&entry.campaign, who, now_ms()).await? == Checked::FailedOpen {
+            self.observer.global_limits_failed_open(campaign);
+        }
         self.reserve(ctx, active, campaign, input).await
     }
 
@@ -459,6 +468,7 @@ impl Gateway {
         signature::check_timestamp(&signed, now.timestamp(), c.defense.timestamp_window_secs)?;
         Ok(OrderInput {
             qty,
+            ip,
             timestamp: signed.timestamp.to_string(),
             nonce: signed.nonce.to_string(),
             signature: signed.signature.to_ascii_lowercase(),

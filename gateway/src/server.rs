@@ -12,6 +12,7 @@ use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
 use pingora_core::services::listening::Service;
 use plugins::captcha::SpentChallenges;
+use plugins::global_limit::GlobalLimiter;
 use plugins::queue::ReservationQueue;
 use plugins::reserve::{self, Reserver};
 use plugins::sale::Sale;
@@ -129,10 +130,11 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let observer = observe::install(&mut server, &server_conf, &shared, &queue, &pool, control.handle())?;
     // Spending a challenge is one SET, off the order path: it may wait as long as an undo.
     let spent = SpentChallenges::new(pool.clone(), protocol::timing::undo_timeout(server_conf.redis.timeout));
+    let global = GlobalLimiter::new(pool.clone(), scripts.clone());
     let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
     let access_log = observer.access_log();
     let gateway =
-        Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue), spent).with_observer(observer);
+        Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue), spent, global).with_observer(observer);
     let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
     let mut service = Service::new(
         "gateway".to_string(),

@@ -13,11 +13,14 @@
 //! 9. [`signature`]: the timestamp within the campaign's window, then the request's HMAC under
 //!    the token's signing key (`ring::hmac::verify`, constant time);
 //! 10. [`eligibility`]: blacklist, eligible set, account rules;
-//! 11. [`reserve`]: the one Redis round trip of `lua/reserve.lua` (nonce uniqueness and safe
+//! 11. [`global_limit`]: the campaign's limits across every gateway process, one call of
+//!     `lua/limit.lua` (only when the campaign has `[[global_limit]]` rules), fail-open or
+//!     fail-closed per rule;
+//! 12. [`reserve`]: the one Redis round trip of `lua/reserve.lua` (nonce uniqueness and safe
 //!     retry in the same call), with a bounded timeout;
-//! 12. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
+//! 13. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
 //!
-//! [`sale::Sale::reserve`] is steps 11 and 12 as one call from a proxy's `request_filter`.
+//! [`sale::Sale::reserve`] is steps 12 and 13 as one call from a proxy's `request_filter`.
 //! Before an order, the token endpoint uses [`auth`] (the shop's login JWT), [`captcha`] (proof
 //! of work or a provider's token, single use) and [`token`] (issue).
 //!
@@ -33,6 +36,7 @@ pub mod budget;
 pub mod captcha;
 pub mod client_ip;
 pub mod eligibility;
+pub mod global_limit;
 pub mod input;
 pub mod queue;
 pub mod rate_limit;

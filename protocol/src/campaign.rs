@@ -12,6 +12,7 @@ use toml::Spanned;
 
 use crate::conf::{self, ConfError};
 use crate::defense::{Defense, Eligibility, RawDefense, RawEligibility};
+use crate::global_limit::{self, GlobalLimit, RawGlobalLimit};
 use crate::keys::valid_campaign_id;
 
 /// The kill switches of a campaign. They take effect on reload.
@@ -54,6 +55,14 @@ pub struct Limits {
     /// `RATE_LIMITED` at the gateway, so a polling storm never reaches the order writer. 0 is off.
     #[serde(default = "default_result_per_sec")]
     pub result_per_sec: u32,
+    /// How long the campaign's `[[global_limit]]` call to Redis may take (1..=1,000 ms); past
+    /// it, each rule does what its `on_error` says.
+    #[serde(default = "default_global_timeout_ms")]
+    pub global_timeout_ms: u32,
+}
+
+fn default_global_timeout_ms() -> u32 {
+    50
 }
 
 fn default_max_inflight() -> u32 {
@@ -73,6 +82,7 @@ impl Default for Limits {
             campaign_per_sec: 0,
             max_inflight: default_max_inflight(),
             result_per_sec: default_result_per_sec(),
+            global_timeout_ms: default_global_timeout_ms(),
         }
     }
 }
@@ -97,6 +107,8 @@ struct Raw {
     defense: Option<RawDefense>,
     #[serde(default)]
     eligibility: Option<RawEligibility>,
+    #[serde(default)]
+    global_limit: Vec<RawGlobalLimit>,
 }
 
 fn default_pay_window() -> Spanned<i64> {
@@ -130,6 +142,9 @@ pub struct Campaign {
     pub defense: Defense,
     /// Who may buy.
     pub eligibility: Eligibility,
+    /// Limits counted in Redis across every gateway process (`[[global_limit]]`), at most one
+    /// per dimension; empty: none (no Redis call).
+    pub global_limits: Vec<GlobalLimit>,
 }
 
 /// Where a campaign's window stands at a given time.
@@ -215,7 +230,29 @@ impl Campaign {
                 "must be 1 or more",
             ));
         }
+        if !(1..=1000).contains(&raw.limits.global_timeout_ms) {
+            return Err(ConfError::at(
+                file,
+                text,
+                find(text, "global_timeout_ms"),
+                Some("limits.global_timeout_ms"),
+                "must be between 1 and 1000",
+            ));
+        }
         let field_err = |(span, field, msg): crate::defense::FieldError| err(span, field, msg);
+        let global_limits = raw
+            .global_limit
+            .iter()
+            .map(RawGlobalLimit::check)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(field_err)?;
+        if let Some(i) = global_limit::repeated(&global_limits) {
+            return Err(err(
+                raw.global_limit[i].by_span(),
+                "global_limit.by",
+                format!("a second rule by {:?}: one rule per dimension", global_limits[i].by.as_str()),
+            ));
+        }
         let defense =
             raw.defense.as_ref().map_or(Ok(Defense::default()), RawDefense::check).map_err(field_err)?;
         let eligibility = raw
@@ -236,6 +273,7 @@ impl Campaign {
             limits: raw.limits,
             defense,
             eligibility,
+            global_limits,
         })
     }
 
@@ -370,5 +408,49 @@ ip_per_sec = 20
         expect_err(&bad, 17, "captcha", "unknown variant");
         let bad = format!("{GOOD}\n[eligibility]\nblacklist_file = \" \"\n");
         expect_err(&bad, 17, "eligibility.blacklist_file", "not be empty");
+    }
+
+    #[test]
+    fn the_shipped_demo_campaign_parses_with_every_defense_on() {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/campaigns/demo.toml");
+        let c = Campaign::load(&file).unwrap();
+        assert_eq!(c.id, "demo");
+        assert_eq!(c.defense.captcha, crate::defense::CaptchaKind::Pow);
+        assert!(c.limits.user_per_sec > 0 && c.limits.device_per_sec > 0);
+        assert!(!c.eligibility.is_open());
+        assert_eq!(c.global_limits.len(), 1, "the demo turns a global limit on");
+    }
+
+    #[test]
+    fn global_limits_parse_and_each_bad_field_names_its_line() {
+        use crate::global_limit::{LimitBy, OnError};
+        assert!(parse(GOOD).unwrap().global_limits.is_empty(), "none by default");
+        let rules = "\n[[global_limit]]\nby = \"user\"\nmax = 10\nwindow_secs = 10\non_error = \"open\"\n\n\
+                     [[global_limit]]\nby = \"ip\"\nmax = 100\nwindow_secs = 1\non_error = \"closed\"\n";
+        let c = parse(&format!("{GOOD}{rules}")).unwrap();
+        assert_eq!(c.global_limits.len(), 2);
+        assert_eq!(
+            (c.global_limits[0].by, c.global_limits[0].max, c.global_limits[0].window_secs),
+            (LimitBy::User, 10, 10)
+        );
+        assert_eq!((c.global_limits[1].by, c.global_limits[1].on_error), (LimitBy::Ip, OnError::Closed));
+        assert_eq!(c.limits.global_timeout_ms, 50);
+
+        let one = |by: &str, max: &str, window: &str, on_error: &str| {
+            format!(
+                "{GOOD}\n[[global_limit]]\nby = {by}\nmax = {max}\nwindow_secs = {window}\non_error = {on_error}\n"
+            )
+        };
+        expect_err(&one("\"user\"", "0", "10", "\"open\""), 18, "global_limit.max", "between 1 and");
+        expect_err(&one("\"user\"", "5", "7200", "\"open\""), 19, "global_limit.window_secs", "3600");
+        expect_err(&one("\"planet\"", "5", "10", "\"open\""), 17, "by", "unknown variant");
+        expect_err(&one("\"user\"", "5", "10", "\"maybe\""), 20, "on_error", "unknown variant");
+        let twice = format!(
+            "{}\n[[global_limit]]\nby = \"user\"\nmax = 1\nwindow_secs = 1\non_error = \"open\"\n",
+            one("\"user\"", "5", "10", "\"open\"")
+        );
+        expect_err(&twice, 23, "global_limit.by", "one rule per dimension");
+        let slow = GOOD.replace("ip_per_sec = 20", "global_timeout_ms = 5000");
+        expect_err(&slow, 14, "limits.global_timeout_ms", "between 1 and 1000");
     }
 }

@@ -65,6 +65,13 @@ impl CampaignKeys {
         format!("{}:challenge:{id}", self.tag())
     }
 
+    /// STRING (with a TTL of two windows): the count of requests of one `[[global_limit]]`
+    /// rule (`by`, e.g. "user") for one `value` (the user id, address, device, or "*" for the
+    /// whole campaign) in window number `window` (`lua/limit.lua`).
+    pub fn global_limit(&self, by: &str, value: &str, window: u64) -> String {
+        format!("{}:limit:{by}:{value}:{window}", self.tag())
+    }
+
     /// The hash-tagged prefix of every key (`sk:{campaign}`).
     fn tag(&self) -> &str {
         self.meta.strip_suffix(":meta").unwrap_or(&self.meta)

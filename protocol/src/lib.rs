@@ -9,7 +9,8 @@
 //! - [`scripts`]: the Lua scripts under `lua/`, loaded from disk and called by SHA;
 //! - [`secret`]: secrets referenced from configuration (`env:NAME` or `file:PATH`), never inline;
 //! - [`conf`]: TOML parsing whose errors name the file, line, column and field;
-//! - [`campaign`]: the per-campaign file both binaries read, with its [`defense`] tables;
+//! - [`campaign`]: the per-campaign file both binaries read, with its [`defense`] tables and
+//!   its [`global_limit`] rules;
 //! - [`pow`]: the proof-of-work captcha, as the gateway checks it and a client solves it;
 //! - [`timing`]: the one timing rule between the gateway's undo and the order writer's sweeper;
 //! - [`logging`]: the log output every binary sets up the same way.
@@ -18,6 +19,7 @@ pub mod campaign;
 pub mod codes;
 pub mod conf;
 pub mod defense;
+pub mod global_limit;
 pub mod keys;
 pub mod logging;
 pub mod pow;

@@ -41,6 +41,7 @@ pub struct Scripts {
     reserve: Script,
     release: Script,
     publish: Script,
+    limit: Script,
 }
 
 /// What `reserve.lua` decided.
@@ -93,6 +94,35 @@ pub struct Nonce {
     /// What tells the same signed request from another one using the nonce (the hex
     /// signature): no spaces.
     pub fingerprint: String,
+}
+
+/// One rule of a `limit.lua` call: its two counters and its bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitRule {
+    /// The counter of the current window ([`CampaignKeys::global_limit`]).
+    pub current: String,
+    /// The counter of the window before it.
+    pub previous: String,
+    /// Requests allowed in any window.
+    pub max: u32,
+    /// The window's length in ms.
+    pub window_ms: u64,
+    /// How far into the current window the request is, in ms.
+    pub into_ms: u64,
+}
+
+/// What `limit.lua` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitOutcome {
+    /// Every rule passed; the request is counted in each.
+    Passed,
+    /// A rule is over its max; nothing was counted.
+    Over {
+        /// Its index in the rules sent (from 0).
+        rule: usize,
+        /// Until its current window ends, in ms.
+        retry_after_ms: u64,
+    },
 }
 
 /// What `release.lua` decided.
@@ -167,12 +197,13 @@ fn int(script: &'static str, v: &fred::types::Value) -> Result<i64, ScriptError>
 }
 
 impl Scripts {
-    /// Reads `reserve.lua`, `release.lua` and `publish.lua` from `dir`.
+    /// Reads `reserve.lua`, `release.lua`, `publish.lua` and `limit.lua` from `dir`.
     pub fn load(dir: &Path) -> Result<Self, ScriptError> {
         Ok(Self {
             reserve: read(dir, "reserve.lua")?,
             release: read(dir, "release.lua")?,
             publish: read(dir, "publish.lua")?,
+            limit: read(dir, "limit.lua")?,
         })
     }
 
@@ -183,7 +214,7 @@ impl Scripts {
 
     /// Loads every script into the server's script cache (optional: calls reload on NOSCRIPT).
     pub async fn preload(&self, client: &Client) -> Result<(), ScriptError> {
-        for s in [&self.reserve, &self.release, &self.publish] {
+        for s in [&self.reserve, &self.release, &self.publish, &self.limit] {
             s.load(client).await?;
         }
         Ok(())
@@ -226,6 +257,32 @@ impl Scripts {
         })
     }
 
+    /// Runs `limit.lua` over `rules` (a campaign's global limits for one request): counts the
+    /// request in every rule when all pass, in none otherwise.
+    pub async fn limit(&self, client: &Client, rules: &[LimitRule]) -> Result<LimitOutcome, ScriptError> {
+        const NAME: &str = "limit.lua";
+        let mut keys = Vec::with_capacity(rules.len() * 2);
+        let mut args = Vec::with_capacity(rules.len() * 2 + 1);
+        let into: Vec<String> = rules.iter().map(|r| r.into_ms.to_string()).collect();
+        args.push(into.join(","));
+        for r in rules {
+            keys.push(r.current.clone());
+            keys.push(r.previous.clone());
+            args.push(r.max.to_string());
+            args.push(r.window_ms.max(1).to_string());
+        }
+        let out: Vec<fred::types::Value> = self.limit.evalsha_with_reload(client, keys, args).await?;
+        let code = out.first().map(|v| int(NAME, v)).transpose()?;
+        let ms = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
+        match code {
+            Some(0) => Ok(LimitOutcome::Passed),
+            Some(i) if i >= 1 && (i as usize) <= rules.len() => {
+                Ok(LimitOutcome::Over { rule: i as usize - 1, retry_after_ms: ms.max(0) as u64 })
+            }
+            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
+        }
+    }
+
     /// Runs `release.lua`: gives `qty` back for `request_id`, at most once (into the stock, or
     /// aside while the campaign pauses replenishment).
     pub async fn release(
@@ -236,34 +293,37 @@ impl Scripts {
         user: &str,
         qty: i64,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        self.run_release(client, campaign, request_id, user, &qty.to_string(), "").await
+        self.run_release(client, campaign, [request_id, user, &qty.to_string(), ""], None).await
     }
 
     /// The gateway's undo of a reservation call whose answer never came back: releases what the
     /// outbox holds for `request_id` (`release.lua` in its "undo" mode), unless the sweeper or a
     /// repair has claimed it. Sent on the same client as that call, it runs after it in Redis,
     /// so afterwards either nothing is held, or the reservation stands and is on its way
-    /// ([`ReleaseOutcome::Claimed`]).
+    /// ([`ReleaseOutcome::Claimed`]). With the order's `nonce_key`, an undo that leaves nothing
+    /// held also forgets the nonce this request spent, so the buyer's retry of the same signed
+    /// request is a new attempt.
     pub async fn undo(
         &self,
         client: &Client,
         campaign: &str,
         request_id: &str,
+        nonce_key: Option<&str>,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        self.run_release(client, campaign, request_id, "", "1", "undo").await
+        self.run_release(client, campaign, [request_id, "", "1", "undo"], nonce_key).await
     }
 
+    /// `release.lua` with its first four arguments: request id, user, quantity, mode.
     async fn run_release(
         &self,
         client: &Client,
         campaign: &str,
-        request_id: &str,
-        user: &str,
-        qty: &str,
-        mode: &str,
+        [request_id, user, qty, mode]: [&str; 4],
+        nonce_key: Option<&str>,
     ) -> Result<ReleaseOutcome, ScriptError> {
         const NAME: &str = "release.lua";
-        let keys = CampaignKeys::new(campaign).all();
+        let mut keys = CampaignKeys::new(campaign).all();
+        keys.extend(nonce_key.map(str::to_string));
         let args: Vec<String> = [request_id, user, qty, mode, REPLENISH_CHANNEL, campaign]
             .into_iter()
             .map(str::to_string)

@@ -7,6 +7,7 @@ mod support;
 
 mod conf;
 mod defense;
+mod global_limits;
 mod limits;
 mod observe;
 mod orders;

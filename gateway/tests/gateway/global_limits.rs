@@ -1,0 +1,103 @@
+//! A campaign's `[[global_limit]]` rules, counted in Redis: they hold across two gateway
+//! processes, a refused request counts nowhere and reserves nothing, and when Redis is slow an
+//! `open` rule lets the order on while a `closed` one refuses it.
+
+use fred::prelude::*;
+use protocol::keys::CampaignKeys;
+use serde_json::Value;
+
+use crate::support::*;
+
+fn code(reply: &(u16, Value)) -> (u16, &str) {
+    (reply.0, reply.1["code"].as_str().unwrap_or("?"))
+}
+
+fn now() -> i64 {
+    chrono::Utc::now().timestamp()
+}
+
+const USER_RULE: &str = "[[global_limit]]\nby = \"user\"\nmax = 2\nwindow_secs = 60\non_error = \"closed\"\n";
+
+#[tokio::test]
+async fn a_user_rule_holds_across_two_gateways_on_one_redis() {
+    let c = e2e::stack::unique("gl");
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    publish(&redis, &c, 10, 1).await;
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let conf = GatewayConf::new(&e2e::stack::redis_url(), &nowhere, &c, USER_RULE);
+    let (one, two) = (Gateway::start(&conf).await, Gateway::start(&conf).await);
+    let http = reqwest::Client::new();
+
+    // Alice: reserved on one; her second order (on two) passes the rule (2 of 2) and meets the
+    // per-user limit in the script; her third (on one again) is over the rule, which counted
+    // both gateways' orders.
+    assert_eq!(code(&order(&http, &one, &c, "alice").await), (202, "QUEUED"));
+    assert_eq!(code(&order(&http, &two, &c, "alice").await), (409, "LIMIT_REACHED"));
+    let third = order(&http, &one, &c, "alice").await;
+    assert_eq!(code(&third), (429, "RATE_LIMITED"), "{third:?}");
+    assert!(third.1["message"].as_str().unwrap_or("").contains("user"), "{third:?}");
+    // Another user has an allowance of their own.
+    assert_eq!(code(&order(&http, &two, &c, "bob").await), (202, "QUEUED"));
+
+    // The refused request reserved nothing and counted nowhere: 2 sold, alice holds 1, and her
+    // counter is at the rule's max (a refused request is not counted).
+    let keys = CampaignKeys::new(&c);
+    let stock: i64 = redis.get(&keys.stock).await.unwrap();
+    assert_eq!(stock, 8);
+    let held: i64 = redis.hget(&keys.bought, "alice").await.unwrap();
+    assert_eq!(held, 1);
+    let window = (chrono::Utc::now().timestamp_millis() as u64) / 60_000;
+    let counted: Option<i64> = redis.get(keys.global_limit("user", "alice", window)).await.unwrap();
+    let before: Option<i64> =
+        redis.get(keys.global_limit("user", "alice", window.saturating_sub(1))).await.unwrap();
+    assert_eq!(counted.unwrap_or(0) + before.unwrap_or(0), 2, "two orders counted, the refused one not");
+}
+
+#[tokio::test]
+async fn slow_redis_lets_an_open_rule_on_and_refuses_a_closed_one() {
+    let private = RedisServer::start().await;
+    let redis = client(&private.url()).await.unwrap();
+    let (open, closed) = ("open", "closed");
+    let rule = |on_error: &str| {
+        format!(
+            "[limits]\nglobal_timeout_ms = 20\n\n[[global_limit]]\nby = \"campaign\"\nmax = 1000\n\
+             window_secs = 10\non_error = \"{on_error}\"\n"
+        )
+    };
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let mut conf = GatewayConf::new(&private.url(), &nowhere, open, "");
+    conf.campaigns = vec![
+        (open.into(), campaign_toml(open, &rule("open"))),
+        (closed.into(), campaign_toml(closed, &rule("closed"))),
+    ];
+    // The reservation may wait out the stall below; the global limits may not.
+    conf.redis_timeout_ms = 1000;
+    for c in [open, closed] {
+        publish(&redis, c, 10, 1).await;
+    }
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let base = gw.url("");
+
+    // Tokens first (the token endpoint spends its challenge in Redis), then Redis is made busy.
+    let a = ticket(&http, &gw, open, "alice").await.unwrap();
+    let b = ticket(&http, &gw, closed, "bob").await.unwrap();
+    let (to_open, to_closed) =
+        (a.sign(1, now(), &e2e::client::nonce()), b.sign(1, now(), &e2e::client::nonce()));
+    let stall = stall_redis(&private.url(), 300).await;
+    let (let_on, refused) = tokio::join!(a.send(&http, &base, &to_open), b.send(&http, &base, &to_closed));
+    stall.await.unwrap().unwrap();
+
+    assert_eq!(code(&let_on), (202, "QUEUED"), "open: the order went on to the reservation: {let_on:?}");
+    assert_eq!(code(&refused), (503, "SERVICE_DEGRADED"), "{refused:?}");
+    assert!(refused.1["message"].as_str().unwrap_or("").contains("global limits"), "{refused:?}");
+    let stock = |c: &str| {
+        let (redis, key) = (redis.clone(), CampaignKeys::new(c).stock);
+        async move { redis.get::<i64, _>(key).await.unwrap() }
+    };
+    assert_eq!(stock(open).await, 9);
+    assert_eq!(stock(closed).await, 10, "the refused order reserved nothing");
+
+    // Redis answering again: the closed campaign sells.
+    assert_eq!(code(&order(&http, &gw, closed, "carol").await), (202, "QUEUED"));
+}
