@@ -10,9 +10,14 @@
 --
 -- Mode "undo" (the gateway's undo): user and quantity come from the outbox record. It is refused
 -- when a producer of last resort (the sweeper, a repair) has claimed the entry (claim.lua): the
--- record may already be on its way to an order, so the reservation stands.
+-- record may already be on its way to an order, so the reservation stands. With the order's nonce
+-- key (KEYS[9]), an undo that leaves nothing held (released, or nothing was held) also forgets the
+-- nonce when the request spent it: the buyer was answered SERVICE_DEGRADED ("nothing was
+-- reserved"), so the same signed request sent again is a new attempt, not a safe retry of a
+-- reservation that no longer exists.
 --
 -- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
+--       9 the order's nonce (optional, "undo" only)
 -- ARGV: 1 request id  2 user id  3 quantity  4 mode ("" or "undo")  5 replenish channel
 --       6 campaign id (the replenish message)
 -- Returns {code, remaining}:
@@ -29,14 +34,28 @@ local request_id, user = ARGV[1], ARGV[2]
 local qty = tonumber(ARGV[3])
 local current = function() return tonumber(redis.call('GET', stock_key) or '0') end
 
+-- Forgets the order's nonce (KEYS[9]) when this request spent it ("<fingerprint> <request id>...").
+local function forget_nonce()
+  local nonce = KEYS[9]
+  if not nonce then
+    return
+  end
+  local v = redis.call('GET', nonce)
+  if v and string.match(v, '^%S+ (%S+)') == request_id then
+    redis.call('DEL', nonce)
+  end
+end
+
 if ARGV[4] == 'undo' then
   local record = redis.call('HGET', outbox, request_id)
   if not record then
+    forget_nonce()
     return {2, current()}
   end
   if redis.call('HEXISTS', claims, request_id) == 1 then
     return {5, current()}
   end
+  forget_nonce()
   local r = cjson.decode(record)
   user, qty = r.user, tonumber(r.qty)
 end

@@ -78,7 +78,7 @@ async fn every_release_into_the_stock_tells_the_gateways() {
     // The gateway's undo of a late reservation.
     let undone = env.reserve("undone", 1).await;
     let id = Reservation::from_json(&undone).unwrap().request_id;
-    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &id).await.unwrap();
+    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &id, None).await.unwrap();
     assert_eq!(out, ReleaseOutcome::Released { remaining: 3 });
     assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await, "undo");
     // A release by request id (the writer's refusal, a repair, the closer all call this).
@@ -102,7 +102,7 @@ async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
     let swept_id = Reservation::from_json(&swept).unwrap().request_id;
     let claimed = env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
     assert_eq!(claimed, vec![String::from_utf8(swept.clone()).unwrap()]);
-    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &swept_id).await.unwrap();
+    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &swept_id, None).await.unwrap();
     assert_eq!(out, ReleaseOutcome::Claimed);
     assert_eq!(env.redis_stock().await, 4, "the reservation stands");
     assert_eq!(env.outbox_len().await, 1);
@@ -117,13 +117,13 @@ async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
     let undone = env.reserve("undone", 1).await;
     let undone_id = Reservation::from_json(&undone).unwrap().request_id;
     assert!(matches!(
-        env.scripts.shared.undo(&env.redis, &env.campaign, &undone_id).await.unwrap(),
+        env.scripts.shared.undo(&env.redis, &env.campaign, &undone_id, None).await.unwrap(),
         ReleaseOutcome::Released { .. }
     ));
     let claimed = env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
     assert!(claimed.is_empty(), "{claimed:?}");
     assert_eq!(
-        env.scripts.shared.undo(&env.redis, &env.campaign, &undone_id).await.unwrap(),
+        env.scripts.shared.undo(&env.redis, &env.campaign, &undone_id, None).await.unwrap(),
         ReleaseOutcome::NothingHeld
     );
     assert_eq!(env.redis_stock().await, 4);
@@ -136,4 +136,49 @@ async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
     let young_id = Reservation::from_json(&young).unwrap().request_id;
     let claim: Option<String> = env.redis.hget(&keys.claims, young_id.as_str()).await.unwrap();
     assert_eq!(claim, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_undo_forgets_the_nonce_its_request_spent_unless_the_reservation_stands() {
+    let env = Env::new(5, 2, 1).await;
+    let keys = protocol::keys::CampaignKeys::new(&env.campaign);
+    let nonce = |n: &str| protocol::scripts::Nonce {
+        key: keys.nonce("jti-1", n),
+        ttl_secs: 60,
+        fingerprint: format!("sig-{n}"),
+    };
+    let reserve = |id: &'static str, n: protocol::scripts::Nonce| {
+        let (scripts, redis, campaign) =
+            (env.scripts.shared.clone(), env.redis.clone(), env.campaign.clone());
+        async move { scripts.reserve(&redis, &campaign, id, "buyer", 1, Some(&n)).await.unwrap() }
+    };
+
+    // Undone (the buyer was told SERVICE_DEGRADED, nothing reserved): the same signed request
+    // sent again reserves anew, under its new request id.
+    let first = reserve("first", nonce("n1")).await;
+    assert!(matches!(first, ReserveOutcome::Reserved { .. }), "{first:?}");
+    let out =
+        env.scripts.shared.undo(&env.redis, &env.campaign, "first", Some(&nonce("n1").key)).await.unwrap();
+    assert!(matches!(out, ReleaseOutcome::Released { .. }), "{out:?}");
+    let again = reserve("again", nonce("n1")).await;
+    assert!(matches!(again, ReserveOutcome::Reserved { .. }), "a new attempt, not a retry: {again:?}");
+    // ... and that one is now a safe retry's first answer.
+    assert_eq!(reserve("third", nonce("n1")).await, ReserveOutcome::Retry { request_id: "again".into() });
+
+    // An undo of another request id never forgets a nonce it did not spend.
+    let out =
+        env.scripts.shared.undo(&env.redis, &env.campaign, "nobody", Some(&nonce("n1").key)).await.unwrap();
+    assert_eq!(out, ReleaseOutcome::NothingHeld);
+    assert_eq!(reserve("fourth", nonce("n1")).await, ReserveOutcome::Retry { request_id: "again".into() });
+
+    // Claimed by the sweeper: the reservation stands, and so does the nonce (a retry is QUEUED
+    // with the first id).
+    // (the limit is 2: "again" holds 1, this is the second)
+    let swept = reserve("swept", nonce("n2")).await;
+    assert!(matches!(swept, ReserveOutcome::Reserved { .. }), "{swept:?}");
+    env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
+    let out =
+        env.scripts.shared.undo(&env.redis, &env.campaign, "swept", Some(&nonce("n2").key)).await.unwrap();
+    assert_eq!(out, ReleaseOutcome::Claimed);
+    assert_eq!(reserve("retry", nonce("n2")).await, ReserveOutcome::Retry { request_id: "swept".into() });
 }

@@ -4,7 +4,8 @@
 //!
 //! A call whose answer does not come back (timeout, connection lost) may still have reserved in
 //! Redis. It is undone at once: [`Scripts::undo`] on the same connection runs after the call in
-//! Redis and gives back whatever the outbox holds for the request id, unless the sweeper has
+//! Redis and gives back whatever the outbox holds for the request id (and forgets the nonce the
+//! call spent, so the buyer may send the same signed request again), unless the sweeper has
 //! already claimed the entry (then the reservation stands and is on its way to an order: the
 //! buyer is told QUEUED). Only when the undo fails too is the outcome unknown, and the answer
 //! says so (the result URL will tell).
@@ -83,7 +84,7 @@ impl Reserver {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("redis did not answer within {:?}", self.timeout),
         };
-        let undo = self.scripts.undo(client, campaign, request_id);
+        let undo = self.scripts.undo(client, campaign, request_id, nonce.map(|n| n.key.as_str()));
         match tokio::time::timeout(undo_timeout(self.timeout), undo).await {
             Ok(Ok(ReleaseOutcome::Claimed)) => Err(ReserveError::Claimed(cause)),
             Ok(Ok(_)) => Err(ReserveError::Undone(cause)),
