@@ -8,8 +8,13 @@
 #       gateway itself, which produces each record to a topic of its own on the stack's broker
 #       in the background (the produce's CPU is in the gateway's figures);
 #   (b) sold-out short circuit/s: an order on a sold-out campaign (local flag, no Redis);
+#   (g) the same, for (a)'s signed orders sent to the sold-out campaign: the same request bytes
+#       (token, device, timestamp, nonce, signature headers) answered SOLD_OUT, the peer of (f);
 #   (f) the same signed orders as (a) with a forged signature: BAD_SIGNATURE after every check
 #       but the script (token, path, timestamp, the HMAC), the cost of a refused bot request;
+#   (t) the token endpoint with the proof of work: captcha + token per buyer (presign, which
+#       solves each challenge as a client would) at pow_bits 8 and 16, tokens/s and the
+#       gateway's CPU per token (the client's hashing shares the same two cores);
 #   (c) the ceiling of (a)'s Redis step: redis-benchmark EVALSHA of lua/reserve.lua, with its
 #       nonce key;
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
@@ -72,7 +77,7 @@ cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
   [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
   [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
-  for c in "$OPEN" "$SOLD" "$RB"; do
+  for c in "$OPEN" "$SOLD" "$RB" "$POW8" "$POW16"; do
     # shellcheck disable=SC2046
     "${RCLI[@]}" del $(keys "$c") >/dev/null 2>&1 || true
   done
@@ -125,7 +130,10 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/conf/key"
 now=$(date -u +%s)
 start=$(date -u -d "@$((now - 3600))" +%Y-%m-%dT%H:%M:%SZ)
 end=$(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
-for c in "$OPEN" "$SOLD"; do
+POW8="bench-pow8-$RUN"
+POW16="bench-pow16-$RUN"
+for c in "$OPEN" "$SOLD" "$POW8" "$POW16"; do
+  case $c in "$POW8") bits=8 ;; "$POW16") bits=16 ;; *) bits=0 ;; esac
   cat >"$WORK/conf/campaigns/$c.toml" <<CAMPAIGN
 id = "$c"
 sku = "SKU-BENCH"
@@ -141,7 +149,7 @@ device_per_sec = 0
 user_per_sec = 0
 campaign_per_sec = 0
 [defense]
-pow_bits = 0                  # the captcha's cost is the client's, not the gateway's
+pow_bits = $bits              # (a): 0, the captcha's cost is the client's, not the gateway's
 token_ttl_secs = 600          # the signed orders are made before the runs
 timestamp_window_secs = 300
 CAMPAIGN
@@ -259,6 +267,10 @@ read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
 read -r B_RPS B_P50 B_P99 B_NON <<<"$(run_wrk b "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order")"
 read -r B_CPU_GW B_CPU_REDIS B_CPU_NGINX <<<"$(cpu_per_request b "$g" "$r" "$n")"
 read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
+sed "s#^/seckill/$OPEN/#/seckill/$SOLD/#" "$WORK/orders.tsv" >"$WORK/sold.tsv"
+read -r G_RPS G_P50 G_P99 _ <<<"$(run_wrk g "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/sold.tsv")"
+read -r G_CPU_GW G_CPU_REDIS G_CPU_NGINX <<<"$(cpu_per_request g "$g" "$r" "$n")"
+read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
 read -r F_RPS F_P50 F_P99 _ <<<"$(run_wrk f "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" bad "$THREADS" "$WORK/orders.tsv")"
 read -r F_CPU_GW F_CPU_REDIS F_CPU_NGINX <<<"$(cpu_per_request f "$g" "$r" "$n")"
 # (c): EVALSHA of the same script, same connections; random request ids and users.
@@ -270,6 +282,16 @@ C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --th
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
 read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"
+# (t): tokens with a real proof of work; the gateway's CPU per token from its ticks.
+token_run() { # campaign users -> "tokens/s gateway-us-per-token"
+  local before tps
+  before=$(ticks "$GW_PID")
+  target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$1" --users "$2" --out "$WORK/t.tsv" >"$WORK/t.out"
+  tps=$(sed -n 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' "$WORK/t.out" | head -1)
+  python3 -c "print('${tps:-0}', f'{($(ticks "$GW_PID") - $before) * 1e6 / $HZ / $2:.1f}')"
+}
+read -r T8_TPS T8_CPU <<<"$(token_run "$POW8" 4000)"
+read -r T16_TPS T16_CPU <<<"$(token_run "$POW16" 1000)"
 # RSS: a run at 1,000 connections, then the peak resident set of the whole run.
 run_wrk rss "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order" 1000 >/dev/null
 HWM_KB=$(awk '/^VmHWM/ {print $2}' "/proc/$GW_PID/status")
@@ -281,6 +303,7 @@ verdict() { python3 -c "print('ok' if $1 else 'MISSED')"; }
 printf '\n%-44s %12s %10s %10s\n' "" "requests/s" "p50 ms" "p99 ms"
 printf '%-44s %12s %10.2f %10.2f\n' "(a) reservations (gateway + Redis + upstream)" "$A_RPS" "$(python3 -c "print($A_P50/1000)")" "$(python3 -c "print($A_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(b) sold-out short circuit (gateway)" "$B_RPS" "$(python3 -c "print($B_P50/1000)")" "$(python3 -c "print($B_P99/1000)")"
+printf '%-44s %12s %10.2f %10.2f\n' "(g) sold-out answer to (a)'s signed orders" "$G_RPS" "$(python3 -c "print($G_P50/1000)")" "$(python3 -c "print($G_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(f) forged signature (BAD_SIGNATURE)" "$F_RPS" "$(python3 -c "print($F_P50/1000)")" "$(python3 -c "print($F_P99/1000)")"
 printf '%-44s %12s\n' "(c) redis-benchmark EVALSHA reserve.lua" "$C_RPS"
 printf '%-44s %12s %10.2f %10.2f\n' "(d) nginx static return 410" "$D_RPS" "$(python3 -c "print($D_P50/1000)")" "$(python3 -c "print($D_P99/1000)")"
@@ -289,11 +312,16 @@ echo
 printf '%-44s %10s %10s %10s\n' "CPU us per request" "gateway" "redis" "upstream"
 printf '%-44s %10s %10s %10s\n' "(a) reservations" "$A_CPU_GW" "$A_CPU_REDIS" "$A_CPU_NGINX"
 printf '%-44s %10s %10s %10s\n' "(b) sold-out short circuit" "$B_CPU_GW" "$B_CPU_REDIS" "$B_CPU_NGINX"
+printf '%-44s %10s %10s %10s\n' "(g) sold-out, signed orders" "$G_CPU_GW" "$G_CPU_REDIS" "$G_CPU_NGINX"
 printf '%-44s %10s %10s %10s\n' "(f) forged signature" "$F_CPU_GW" "$F_CPU_REDIS" "$F_CPU_NGINX"
+echo
+printf '%-44s %12s %10s\n' "(t) token endpoint with proof of work" "tokens/s" "gw us/token"
+printf '%-44s %12s %10s\n' "    pow_bits 8 (~256 hashes per token)" "$T8_TPS" "$T8_CPU"
+printf '%-44s %12s %10s\n' "    pow_bits 16 (~65,536 hashes per token)" "$T16_TPS" "$T16_CPU"
 echo
 echo "(a) reserved in Redis during the run: $((${reserved:-0} - 1)) (more (a) requests than that were safe retries of a signed order sent twice: raise BUYERS); non-2xx answers in (a): $A_NON; in (b) (all should be 410): $B_NON"
 echo "tokens for (a): $(head -n 1 "$WORK/presign.out")"
-echo "gateway CPU per request: (a)/(b) = $(ratio "$A_CPU_GW" "$B_CPU_GW") (target <= 3), (f)/(b) = $(ratio "$F_CPU_GW" "$B_CPU_GW") (a refused bot request against a sold-out answer)"
+echo "gateway CPU per request: (a)/(b) = $(ratio "$A_CPU_GW" "$B_CPU_GW") (target <= 3), (f)/(b) = $(ratio "$F_CPU_GW" "$B_CPU_GW"), (f)/(g) = $(ratio "$F_CPU_GW" "$G_CPU_GW") (a refused bot request against a sold-out answer to the same bytes; target <= 1)"
 echo "p99 (a)/(b) = $(ratio "$A_P99" "$B_P99") (target <= 2.5)"
 echo "(b)/(d) = $BD   target >= 1.0: $(verdict "$BD >= 1.0")"
 echo "  of which Pingora's share (e)/(d) = $(ratio "$E_RPS" "$D_RPS"), ours (b)/(e) = $(ratio "$B_RPS" "$E_RPS")"

@@ -1,4 +1,6 @@
-//! The hot path: one `ProxyHttp` impl, readable top to bottom.
+//! The hot path: one `ProxyHttp` impl, readable top to bottom. The sale's checks and the
+//! reservation are `plugins::edge`'s (the API any Pingora proxy embeds); this file routes,
+//! reads bodies, writes answers and proxies the rest of the shop.
 //!
 //! `request_filter` decides every request, cheapest check first:
 //!
@@ -29,27 +31,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{SecondsFormat, Utc};
-use http::Method;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use plugins::budget::Permit;
-use plugins::captcha::SpentChallenges;
 use plugins::client_ip;
-use plugins::global_limit::{Checked, GlobalLimiter, Subject};
-use plugins::input::{self, DEVICE_HEADER};
-use plugins::rate_limit::RateLimiter;
-use plugins::sale::{Order, Place, Queued, Sale};
-use plugins::signature::{self, Request};
-use plugins::sold_out::now_ms;
-use plugins::token::CampaignClaims;
-use plugins::{switches, window, Denial};
+use plugins::edge::{Edge, Head, X_FORWARDED_FOR};
+use plugins::global_limit::Checked;
+use plugins::sale::Queued;
+use plugins::Denial;
 use protocol::campaign::Window;
 use protocol::codes::{Answer, Code};
-use protocol::keys::CampaignKeys;
-use protocol::scripts::Nonce;
-use protocol::signing::{NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 use crate::frontdoor;
 use crate::limits::{BodyCount, Refusal, BODY_TIMEOUT};
@@ -58,7 +51,6 @@ use crate::observe::{self, Observer, Trace};
 use crate::reload::{Active, CampaignEntry, SharedState};
 use crate::routes::{self, CampaignPath};
 
-const X_FORWARDED_FOR: &str = "x-forwarded-for";
 const X_REAL_IP: &str = "x-real-ip";
 const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 const X_REQUEST_ID: &str = "x-request-id";
@@ -69,19 +61,15 @@ pub(crate) const MAX_BODY: usize = 4096;
 /// The gateway's proxy logic.
 pub struct Gateway {
     shared: Arc<SharedState>,
-    sale: Sale,
-    pub(crate) limiter: RateLimiter,
-    pub(crate) spent: SpentChallenges,
-    global: GlobalLimiter,
+    pub(crate) edge: Edge,
     observer: Observer,
 }
 
 impl Gateway {
-    /// A gateway over the shared conf, the sale (Redis reserver, Kafka queue), the spent
-    /// captcha challenges and the global limits (both Redis), with metrics and the access log
-    /// off.
-    pub fn new(shared: Arc<SharedState>, sale: Sale, spent: SpentChallenges, global: GlobalLimiter) -> Self {
-        Self { shared, sale, limiter: RateLimiter::new(), spent, global, observer: Observer::default() }
+    /// A gateway over the shared conf and the edge (its checks, Redis scripts and Kafka
+    /// queue), with metrics and the access log off.
+    pub fn new(shared: Arc<SharedState>, edge: Edge) -> Self {
+        Self { shared, edge, observer: Observer::default() }
     }
 
     /// The same, counting metrics and writing access lines as `observer` says.
@@ -130,17 +118,6 @@ enum Route {
     Result(String),
     Shop(usize),
     NotFound,
-}
-
-/// An order request whose headers passed every check: what the body's signature check and
-/// the reservation need.
-struct OrderInput {
-    claims: CampaignClaims,
-    ip: Option<IpAddr>,
-    qty: i64,
-    timestamp: String,
-    nonce: String,
-    signature: String,
 }
 
 #[async_trait]
@@ -193,9 +170,8 @@ impl ProxyHttp for Gateway {
                 // Polling has its own per-address limit, so a storm of polls stops here and never
                 // reaches the order writer.
                 let limited = active.campaigns.get(&campaign).map_or(Ok(()), |entry| {
-                    let header = session.req_header().headers.get(X_FORWARDED_FOR).map(|v| v.as_bytes());
-                    let ip = client_ip::client_ip(peer_ip(session), header, &active.server.trusted_proxies);
-                    self.limiter.check_result(&campaign, &entry.campaign.limits, ip)
+                    let ip = head(session).client_ip(&active.server.trusted_proxies);
+                    self.edge.limiter().check_result(&campaign, &entry.campaign.limits, ip)
                 });
                 if let Err(d) = limited {
                     ctx.request_id = new_request_id();
@@ -365,7 +341,8 @@ impl ProxyHttp for Gateway {
 }
 
 impl Gateway {
-    /// An order, every check in the order of the module's list; `Ok` means answer QUEUED.
+    /// An order, every check in the order of the module's list (`plugins::edge`); `Ok` means
+    /// answer QUEUED.
     async fn order(
         &self,
         session: &mut Session,
@@ -374,107 +351,24 @@ impl Gateway {
         campaign: &str,
         path: &str,
     ) -> std::result::Result<Queued, Denial> {
-        let input = self.admit(session, ctx, active, campaign, path)?;
         let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
+        let (conf, c) = (active.edge(), entry.edge());
+        let mut admitted = self.edge.admit(&conf, &c, &head(session), path)?;
+        // The budget place is given back once the answer is written (`logging`).
+        ctx.permit = admitted.permit.take();
         let body = read_body(session).await?;
-        let req = session.req_header();
-        let request = Request {
-            method: req.method.as_str(),
-            path: req.uri.path(),
-            query: req.uri.query().unwrap_or(""),
-            body: &body,
-        };
-        let signed = signature::Signed {
-            timestamp: &input.timestamp,
-            unix_secs: 0,
-            nonce: &input.nonce,
-            signature: &input.signature,
-        };
-        let key = active.server.defense.keys.signing_key(&input.claims.jti);
-        signature::verify(&key, &request, &signed)?;
-        entry.eligibility.check(&input.claims.login(), Utc::now().timestamp())?;
-        let who = Subject { ip: input.ip, device: Some(&input.claims.dev), user: &input.claims.sub };
-        if self.global.check(&entry.campaign, who, now_ms()).await? == Checked::FailedOpen {
+        let order = self.edge.verify(&conf, &c, admitted, &head(session), &body).await?;
+        if order.global == Checked::FailedOpen {
             self.observer.global_limits_failed_open(campaign);
         }
-        self.reserve(ctx, active, campaign, input).await
+        self.observer.reserve(self.edge.reserve(&conf, &c, &order, &ctx.request_id)).await
     }
+}
 
-    /// The reservation, after every other check passed: one round trip, bounded, which also
-    /// spends the nonce. `Ok` means reserved now or, for a safe retry, before.
-    async fn reserve(
-        &self,
-        ctx: &Ctx,
-        active: &Active,
-        campaign: &str,
-        input: OrderInput,
-    ) -> std::result::Result<Queued, Denial> {
-        let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
-        let nonce = Nonce {
-            key: CampaignKeys::new(campaign).nonce(&input.claims.jti, &input.nonce),
-            ttl_secs: entry.campaign.defense.nonce_ttl_secs(),
-            fingerprint: input.signature,
-        };
-        let order = Order {
-            campaign,
-            request_id: &ctx.request_id,
-            user: &input.claims.sub,
-            qty: input.qty,
-            nonce: Some(&nonce),
-        };
-        let place = Place {
-            sold_out: &entry.sold_out,
-            sold_out_ttl: active.server.sold_out_ttl,
-            signer: &active.signer,
-        };
-        self.observer.reserve(self.sale.reserve(order, place)).await
-    }
-
-    /// Every check of an order's request line and headers, in the order they run (cheapest
-    /// first). The body's signature, eligibility and the nonce follow in [`Self::order`].
-    fn admit(
-        &self,
-        session: &Session,
-        ctx: &mut Ctx,
-        active: &Active,
-        campaign: &str,
-        path: &str,
-    ) -> std::result::Result<OrderInput, Denial> {
-        let req = session.req_header();
-        let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
-        if req.method != Method::POST {
-            return Err(Denial::new(Code::BadRequest, "an order is a POST"));
-        }
-        let c = &entry.campaign;
-        let now = Utc::now();
-        window::check(c, now)?;
-        switches::check(&c.switches)?;
-        ctx.permit = Some(entry.budget.try_acquire()?);
-        entry.sold_out.check(now_ms())?;
-
-        let header = |name: &str| req.headers.get(name).map(|v| v.as_bytes());
-        let device = input::device_id(header(DEVICE_HEADER))?;
-        let qty = input::qty(req.uri.query())?;
-
-        let ip =
-            client_ip::client_ip(peer_ip(session), header(X_FORWARDED_FOR), &active.server.trusted_proxies);
-        self.limiter.check_request(campaign, &c.limits, ip, device)?;
-        let keys = &active.server.defense.keys;
-        let claims = keys.verify(header(http::header::AUTHORIZATION.as_str()), campaign, device)?;
-        self.limiter.check_account(campaign, &c.limits, &claims.sub)?;
-        keys.check_path(&claims, path)?;
-        let signed =
-            signature::parse(header(TIMESTAMP_HEADER), header(NONCE_HEADER), header(SIGNATURE_HEADER))?;
-        signature::check_timestamp(&signed, now.timestamp(), c.defense.timestamp_window_secs)?;
-        Ok(OrderInput {
-            qty,
-            ip,
-            timestamp: signed.timestamp.to_string(),
-            nonce: signed.nonce.to_string(),
-            signature: signed.signature.to_ascii_lowercase(),
-            claims,
-        })
-    }
+/// The request line and headers as the edge's checks read them.
+pub(crate) fn head(session: &Session) -> Head<'_> {
+    let req = session.req_header();
+    Head { method: &req.method, uri: &req.uri, headers: &req.headers, peer: peer_ip(session) }
 }
 
 /// Reads the request body, at most [`MAX_BODY`] bytes within 2 s; `BAD_REQUEST` otherwise.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use plugins::budget::{Budget, Budgets};
+use plugins::edge::{CampaignRef, Conf};
 use plugins::eligibility::Eligibility;
 use plugins::sold_out::{SoldOutFlag, SoldOutFlags};
 use protocol::campaign::Campaign;
@@ -42,6 +43,18 @@ pub struct CampaignEntry {
     pub eligibility: Eligibility,
 }
 
+impl CampaignEntry {
+    /// The campaign as the edge's checks take it.
+    pub fn edge(&self) -> CampaignRef<'_> {
+        CampaignRef {
+            campaign: &self.campaign,
+            sold_out: &self.sold_out,
+            budget: &self.budget,
+            eligibility: &self.eligibility,
+        }
+    }
+}
+
 /// One validated configuration, ready to serve.
 #[derive(Debug)]
 pub struct Active {
@@ -57,6 +70,21 @@ pub struct Active {
     pub order_writer: Pool,
     /// Signs the reserved records the gateway produces.
     pub signer: Signer,
+}
+
+impl Active {
+    /// The server settings the edge's checks run under.
+    pub fn edge(&self) -> Conf<'_> {
+        let d = &self.server.defense;
+        Conf {
+            keys: &d.keys,
+            login: &d.login,
+            provider: d.provider.as_ref(),
+            trusted_proxies: &self.server.trusted_proxies,
+            signer: &self.signer,
+            sold_out_ttl: self.server.sold_out_ttl,
+        }
+    }
 }
 
 impl PoolSet for Active {

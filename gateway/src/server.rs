@@ -11,11 +11,9 @@ use fred::prelude::*;
 use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
 use pingora_core::services::listening::Service;
-use plugins::captcha::SpentChallenges;
-use plugins::global_limit::GlobalLimiter;
+use plugins::edge::Edge;
 use plugins::queue::ReservationQueue;
-use plugins::reserve::{self, Reserver};
-use plugins::sale::Sale;
+use plugins::reserve;
 use protocol::scripts::Scripts;
 
 use crate::conf::RedisConf;
@@ -129,12 +127,10 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     server.bootstrap();
     let observer = observe::install(&mut server, &server_conf, &shared, &queue, &pool, control.handle())?;
     // Spending a challenge is one SET, off the order path: it may wait as long as an undo.
-    let spent = SpentChallenges::new(pool.clone(), protocol::timing::undo_timeout(server_conf.redis.timeout));
-    let global = GlobalLimiter::new(pool.clone(), scripts.clone());
-    let reserver = Reserver::new(pool, scripts, server_conf.redis.timeout);
+    let spend_timeout = protocol::timing::undo_timeout(server_conf.redis.timeout);
+    let edge = Edge::new(pool, scripts, queue, server_conf.redis.timeout, spend_timeout);
     let access_log = observer.access_log();
-    let gateway =
-        Gateway::new(Arc::clone(&shared), Sale::new(reserver, queue), spent, global).with_observer(observer);
+    let gateway = Gateway::new(Arc::clone(&shared), edge).with_observer(observer);
     let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
     let mut service = Service::new(
         "gateway".to_string(),

@@ -20,6 +20,8 @@
 //!     retry in the same call), with a bounded timeout;
 //! 13. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
 //!
+//! [`edge`] is the whole chain behind one small API for any Pingora `ProxyHttp`'s
+//! `request_filter` ([`edge::Edge::admit`], [`edge::Edge::verify`], [`edge::Edge::reserve`]).
 //! [`sale::Sale::reserve`] is steps 12 and 13 as one call from a proxy's `request_filter`.
 //! Before an order, the token endpoint uses [`auth`] (the shop's login JWT), [`captcha`] (proof
 //! of work or a provider's token, single use) and [`token`] (issue).
@@ -35,6 +37,7 @@ pub mod auth;
 pub mod budget;
 pub mod captcha;
 pub mod client_ip;
+pub mod edge;
 pub mod eligibility;
 pub mod global_limit;
 pub mod input;

@@ -1,0 +1,270 @@
+//! The sale at the edge as one small API, for any Pingora `ProxyHttp` to call from its
+//! `request_filter` (the gateway is its first user; `plugins/examples/embed.rs` shows another):
+//!
+//! ```text
+//! let admitted = edge.admit(&conf, &campaign, &head, hidden_path)?;   // the request line and headers
+//! let body = /* the proxy reads the body (at most a few KB) */;
+//! let order = edge.verify(&conf, &campaign, admitted, &head, &body).await?;  // signature, eligibility, global limits
+//! let queued = edge.reserve(&conf, &campaign, &order, request_id).await?;    // reserve.lua, then Kafka
+//! ```
+//!
+//! Every step answers `Ok` or a [`Denial`] (the code, its status, a message, maybe a
+//! `Retry-After`), which the proxy writes as its JSON answer. Nothing here knows Pingora: a
+//! request is its `http` parts ([`Head`]); reading the body and writing the answer are the
+//! proxy's. Before an order, [`Edge::challenge`] and [`Edge::token`] answer the captcha and
+//! token endpoints ([`crate::edge::issue`]).
+//!
+//! What the steps need comes in three parts: the process's own state ([`Edge`]: rate
+//! estimators, the Redis scripts, the Kafka queue), the server's settings that a reload may
+//! change ([`Conf`]: keys, trusted proxies, the record signer) and one campaign with its
+//! process state ([`CampaignRef`]: its file, sold-out flag, budget, eligibility lists).
+
+mod issue;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use fred::clients::Pool;
+use http::{HeaderMap, Method, Uri};
+use protocol::campaign::Campaign;
+use protocol::codes::Code;
+use protocol::keys::CampaignKeys;
+use protocol::scripts::{Nonce, Scripts};
+use protocol::signing::{Signer, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+
+use crate::auth::{JwtCheck, LoginVerifier};
+use crate::budget::{Budget, Permit};
+use crate::captcha::SpentChallenges;
+use crate::client_ip::{self, TrustedProxies};
+use crate::eligibility::Eligibility;
+use crate::global_limit::{Checked, GlobalLimiter, Subject};
+use crate::input::{self, DEVICE_HEADER};
+use crate::queue::ReservationQueue;
+use crate::rate_limit::RateLimiter;
+use crate::reserve::Reserver;
+use crate::sale::{Order, Place, Queued, Sale};
+use crate::signature::{self, Request};
+use crate::sold_out::{now_ms, SoldOutFlag};
+use crate::token::{CampaignClaims, EdgeKeys};
+use crate::{switches, window, Denial};
+
+/// `X-Forwarded-For`: the client address behind a trusted proxy.
+pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+
+/// The request line and headers of a request, as any proxy has them.
+#[derive(Debug, Clone, Copy)]
+pub struct Head<'a> {
+    /// The method.
+    pub method: &'a Method,
+    /// The URI as sent (path and query).
+    pub uri: &'a Uri,
+    /// The headers.
+    pub headers: &'a HeaderMap,
+    /// The socket peer's address (`None` on a Unix socket).
+    pub peer: Option<IpAddr>,
+}
+
+impl<'a> Head<'a> {
+    /// A header's raw bytes.
+    pub fn header(&self, name: &str) -> Option<&'a [u8]> {
+        self.headers.get(name).map(|v| v.as_bytes())
+    }
+
+    /// The client's address: the peer, or what a trusted proxy says in `X-Forwarded-For`.
+    pub fn client_ip(&self, trusted: &TrustedProxies) -> Option<IpAddr> {
+        client_ip::client_ip(self.peer, self.header(X_FORWARDED_FOR), trusted)
+    }
+}
+
+/// The server-wide settings a request runs under (a reload may change them).
+#[derive(Debug, Clone, Copy)]
+pub struct Conf<'a> {
+    /// The keys derived from the master key (tokens, hidden paths, signing keys, challenges).
+    pub keys: &'a EdgeKeys,
+    /// The shop's login JWT verifier.
+    pub login: &'a LoginVerifier,
+    /// The captcha provider's token check, when one is configured.
+    pub provider: Option<&'a JwtCheck>,
+    /// Whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: &'a TrustedProxies,
+    /// Signs the reserved records for Kafka (the order writer's gateway key).
+    pub signer: &'a Signer,
+    /// How long a sold-out flag lives without a replenish message.
+    pub sold_out_ttl: Duration,
+}
+
+/// One campaign and its process state.
+#[derive(Debug, Clone, Copy)]
+pub struct CampaignRef<'a> {
+    /// The campaign file.
+    pub campaign: &'a Campaign,
+    /// Its local sold-out flag.
+    pub sold_out: &'a SoldOutFlag,
+    /// Its concurrency budget in this process.
+    pub budget: &'a Arc<Budget>,
+    /// Who may buy, its lists loaded.
+    pub eligibility: &'a Eligibility,
+}
+
+/// An order whose request line and headers passed every check ([`Edge::admit`]).
+#[derive(Debug)]
+pub struct Admitted {
+    /// The verified campaign token.
+    pub claims: CampaignClaims,
+    /// The client's address.
+    pub ip: Option<IpAddr>,
+    /// The quantity asked.
+    pub qty: i64,
+    timestamp: String,
+    nonce: String,
+    signature: String,
+    /// The campaign's concurrency budget place: hold it until the answer is written.
+    pub permit: Option<Permit>,
+}
+
+/// An order that passed every check ([`Edge::verify`]): ready for [`Edge::reserve`].
+#[derive(Debug)]
+pub struct Verified {
+    /// The verified campaign token.
+    pub claims: CampaignClaims,
+    /// The quantity asked.
+    pub qty: i64,
+    nonce: String,
+    signature: String,
+    /// Whether the global limits were counted, had no rules, or were let on unchecked.
+    pub global: Checked,
+}
+
+/// The process's own state of the edge: rate estimators, Redis scripts, the Kafka queue.
+#[derive(Debug)]
+pub struct Edge {
+    limiter: RateLimiter,
+    global: GlobalLimiter,
+    sale: Sale,
+    spent: SpentChallenges,
+}
+
+impl Edge {
+    /// The edge over a Redis `pool` (`scripts` loaded; reservations bounded by
+    /// `reserve_timeout`, spending a challenge by `spend_timeout`) and a started Kafka `queue`.
+    pub fn new(
+        pool: Pool,
+        scripts: Scripts,
+        queue: ReservationQueue,
+        reserve_timeout: Duration,
+        spend_timeout: Duration,
+    ) -> Self {
+        Self {
+            limiter: RateLimiter::new(),
+            global: GlobalLimiter::new(pool.clone(), scripts.clone()),
+            spent: SpentChallenges::new(pool.clone(), spend_timeout),
+            sale: Sale::new(Reserver::new(pool, scripts, reserve_timeout), queue),
+        }
+    }
+
+    /// The per-process rate estimators (the proxy's own limits, such as result polling, use
+    /// them too).
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+
+    /// Every check of an order's request line and headers, cheapest first: method → window →
+    /// switches → budget → sold-out flag → device and quantity → rates per IP, device and
+    /// campaign → campaign token → the account's rate → hidden `path` → timestamp.
+    pub fn admit(
+        &self,
+        conf: &Conf<'_>,
+        c: &CampaignRef<'_>,
+        head: &Head<'_>,
+        path: &str,
+    ) -> Result<Admitted, Denial> {
+        if *head.method != Method::POST {
+            return Err(Denial::new(Code::BadRequest, "an order is a POST"));
+        }
+        let campaign = c.campaign;
+        let id = campaign.id.as_str();
+        let now = Utc::now();
+        window::check(campaign, now)?;
+        switches::check(&campaign.switches)?;
+        let permit = c.budget.try_acquire()?;
+        c.sold_out.check(now_ms())?;
+
+        let device = input::device_id(head.header(DEVICE_HEADER))?;
+        let qty = input::qty(head.uri.query())?;
+        let ip = head.client_ip(conf.trusted_proxies);
+        self.limiter.check_request(id, &campaign.limits, ip, device)?;
+        let claims = conf.keys.verify(head.header(http::header::AUTHORIZATION.as_str()), id, device)?;
+        self.limiter.check_account(id, &campaign.limits, &claims.sub)?;
+        conf.keys.check_path(&claims, path)?;
+        let signed = signature::parse(
+            head.header(TIMESTAMP_HEADER),
+            head.header(NONCE_HEADER),
+            head.header(SIGNATURE_HEADER),
+        )?;
+        signature::check_timestamp(&signed, now.timestamp(), campaign.defense.timestamp_window_secs)?;
+        Ok(Admitted {
+            qty,
+            ip,
+            timestamp: signed.timestamp.to_string(),
+            nonce: signed.nonce.to_string(),
+            signature: signed.signature.to_ascii_lowercase(),
+            claims,
+            permit: Some(permit),
+        })
+    }
+
+    /// The rest of an order's checks, with its `body`: the request signature (under the
+    /// token's signing key, constant time) → eligibility → the campaign's global limits (one
+    /// Redis call, only when it has rules).
+    pub async fn verify(
+        &self,
+        conf: &Conf<'_>,
+        c: &CampaignRef<'_>,
+        admitted: Admitted,
+        head: &Head<'_>,
+        body: &[u8],
+    ) -> Result<Verified, Denial> {
+        let request = Request {
+            method: head.method.as_str(),
+            path: head.uri.path(),
+            query: head.uri.query().unwrap_or(""),
+            body,
+        };
+        let signed = signature::Signed {
+            timestamp: &admitted.timestamp,
+            unix_secs: 0,
+            nonce: &admitted.nonce,
+            signature: &admitted.signature,
+        };
+        signature::verify(&conf.keys.signing_key(&admitted.claims.jti), &request, &signed)?;
+        c.eligibility.check(&admitted.claims.login(), Utc::now().timestamp())?;
+        let Admitted { claims, ip, qty, nonce, signature, .. } = admitted;
+        let who = Subject { ip, device: Some(&claims.dev), user: &claims.sub };
+        let global = self.global.check(c.campaign, who, now_ms()).await?;
+        Ok(Verified { claims, qty, nonce, signature, global })
+    }
+
+    /// The reservation of a verified order: one bounded `reserve.lua` call, which also spends
+    /// the nonce, then the record handed to Kafka without waiting. `Ok` is `202 QUEUED`: now
+    /// ([`Queued::New`], under `request_id`) or, for a safe retry, before.
+    pub async fn reserve(
+        &self,
+        conf: &Conf<'_>,
+        c: &CampaignRef<'_>,
+        order: &Verified,
+        request_id: &str,
+    ) -> Result<Queued, Denial> {
+        let campaign = c.campaign.id.as_str();
+        let nonce = Nonce {
+            key: CampaignKeys::new(campaign).nonce(&order.claims.jti, &order.nonce),
+            ttl_secs: c.campaign.defense.nonce_ttl_secs(),
+            fingerprint: order.signature.clone(),
+        };
+        let reservation =
+            Order { campaign, request_id, user: &order.claims.sub, qty: order.qty, nonce: Some(&nonce) };
+        let place = Place { sold_out: c.sold_out, sold_out_ttl: conf.sold_out_ttl, signer: conf.signer };
+        self.sale.reserve(reservation, place).await
+    }
+}

@@ -1,0 +1,127 @@
+//! Before an order: the captcha challenge and the campaign token.
+//!
+//! Both count against the campaign's `[limits]` per IP, device and account, apart from its
+//! orders (a buyer's captcha and token requests never use up its order allowance).
+//!
+//! [`Edge::challenge`] (`POST /seckill/{c}/captcha`): window open → switches → rate limits per
+//! IP and device → a proof-of-work challenge (`CHALLENGE`: `challenge`, `bits`, `expires_in`), or,
+//! for a campaign whose captcha is a provider's, where to get one.
+//!
+//! [`Edge::token`] (`POST /seckill/{c}/token` with `Authorization: Bearer <login JWT>`,
+//! `X-Device-Id` and a JSON body `{"challenge", "answer"}` or `{"captcha_token"}`), in two steps
+//! around the body's read: [`Edge::admit_token`] (window open: a token cannot be issued before
+//! it → switches → sold-out flag → device → rate limits per IP, device and campaign → the
+//! login JWT → the account's rate), then [`Edge::token`] (the body → the captcha →
+//! eligibility → the captcha spent: single use, Redis `SET NX` → `TOKEN_ISSUED` with the
+//! campaign token, its hidden order path and URL, its signing key and expiry).
+
+use chrono::Utc;
+use http::Method;
+use protocol::codes::Code;
+use protocol::defense::CaptchaKind;
+use serde_json::{json, Value};
+
+use super::{CampaignRef, Conf, Edge, Head};
+use crate::auth::Login;
+use crate::captcha::{self, Solution};
+use crate::input::{self, DEVICE_HEADER};
+use crate::sold_out::now_ms;
+use crate::{switches, window, Denial};
+
+/// The rate limits' key of a campaign's captcha or token requests: the campaign's `[limits]`
+/// apply to each endpoint as well, counted apart from its orders.
+fn limit_key(endpoint: &str, campaign: &str) -> String {
+    format!("{endpoint}:{campaign}")
+}
+
+/// A token request whose headers passed every check ([`Edge::admit_token`]).
+#[derive(Debug)]
+pub struct TokenAsked {
+    login: Login,
+    device: String,
+}
+
+impl Edge {
+    /// `POST /seckill/{c}/captcha`: the challenge's JSON answer.
+    pub fn challenge(&self, conf: &Conf<'_>, c: &CampaignRef<'_>, head: &Head<'_>) -> Result<Value, Denial> {
+        if *head.method != Method::POST {
+            return Err(Denial::new(Code::BadRequest, "ask for a challenge with a POST"));
+        }
+        let campaign = c.campaign;
+        let now = Utc::now();
+        window::check(campaign, now)?;
+        switches::check(&campaign.switches)?;
+        let device = input::device_id(head.header(DEVICE_HEADER))?;
+        let ip = head.client_ip(conf.trusted_proxies);
+        self.limiter.check_request(&limit_key("captcha", &campaign.id), &campaign.limits, ip, device)?;
+        let d = &campaign.defense;
+        Ok(match d.captcha {
+            CaptchaKind::Pow => json!({
+                "code": Code::Challenge,
+                "message": "find an answer whose SHA-256(challenge \":\" answer) has `bits` leading zero bits",
+                "captcha": "pow",
+                "challenge": captcha::challenge(conf.keys.challenge_key(), &campaign.id, d.challenge_ttl_secs, now.timestamp())?,
+                "bits": d.pow_bits,
+                "expires_in": d.challenge_ttl_secs,
+            }),
+            CaptchaKind::Provider => json!({
+                "code": Code::Challenge,
+                "message": "solve the captcha provider's challenge and bring its token as captcha_token",
+                "captcha": "provider",
+            }),
+        })
+    }
+
+    /// Every check of a token request's line and headers, before its body is read.
+    pub fn admit_token(
+        &self,
+        conf: &Conf<'_>,
+        c: &CampaignRef<'_>,
+        head: &Head<'_>,
+    ) -> Result<TokenAsked, Denial> {
+        if *head.method != Method::POST {
+            return Err(Denial::new(Code::BadRequest, "ask for a token with a POST"));
+        }
+        let campaign = c.campaign;
+        window::check(campaign, Utc::now())?;
+        switches::check(&campaign.switches)?;
+        c.sold_out.check(now_ms())?;
+        let device = input::device_id(head.header(DEVICE_HEADER))?.ok_or_else(|| {
+            Denial::new(Code::BadRequest, "header x-device-id is required: the token is bound to it")
+        })?;
+        let ip = head.client_ip(conf.trusted_proxies);
+        let key = limit_key("token", &campaign.id);
+        self.limiter.check_request(&key, &campaign.limits, ip, Some(device))?;
+        let login = conf.login.verify(head.header(http::header::AUTHORIZATION.as_str()))?;
+        self.limiter.check_account(&key, &campaign.limits, &login.user)?;
+        Ok(TokenAsked { login, device: device.to_string() })
+    }
+
+    /// The token request's `body` (the captcha's answer): the token's JSON answer.
+    pub async fn token(
+        &self,
+        conf: &Conf<'_>,
+        c: &CampaignRef<'_>,
+        asked: TokenAsked,
+        body: &[u8],
+    ) -> Result<Value, Denial> {
+        let campaign = c.campaign.id.as_str();
+        let d = &c.campaign.defense;
+        let now = Utc::now().timestamp();
+        let solution = Solution::parse(body)?;
+        let id = captcha::check(conf.keys.challenge_key(), conf.provider, campaign, d, &solution, now)?;
+        c.eligibility.check(&asked.login, now)?;
+        self.spent.spend(campaign, &id, d.challenge_ttl_secs.max(d.token_ttl_secs) * 2).await?;
+        let issued = conf.keys.issue(&asked.login, campaign, &asked.device, d.token_ttl_secs, now)?;
+        Ok(json!({
+            "code": Code::TokenIssued,
+            "message": "sign each order with signing_key and send it to order_url before expires_at",
+            "token": issued.token,
+            "path": issued.path,
+            "order_url": format!("/seckill/{campaign}/{}/order", issued.path),
+            "signing_key": issued.signing_key,
+            "expires_at": issued.expires_at,
+            "expires_in": d.token_ttl_secs,
+        }))
+    }
+}
