@@ -29,6 +29,8 @@
 # Ratios hold across machines, absolute numbers don't.
 #
 # Usage: e2e/bench/gateway.sh          Env: DURATION (10s), THREADS (2), CONNECTIONS (100),
+#                                           PROFILE (a run's letter, e.g. f: a perf profile of
+#                                           the gateway during that run, its top symbols printed),
 #                                           BUYERS (150000: signed orders for (a), at least
 #                                           its requests), SECKILL_REDIS_URL (the stack's Redis)
 # Needs: the stack's Redis (e2e/stack.sh up), wrk, nginx (nginx-light), redis-benchmark.
@@ -237,9 +239,18 @@ print(f'{f(gw):.1f} {f(rd):.1f} {f(ng):.1f}')"
 }
 
 run_wrk() { # label url [connections] [script]
-  local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-$WORK/plain.lua}
+  local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-$WORK/plain.lua} perf_pid=""
   shift $(($# < 4 ? $# : 4))
+  if [[ "${PROFILE:-}" == "$label" ]]; then
+    perf record -q -F 1999 -g -p "$GW_PID" -o "$WORK/perf.data" -- sleep "${DURATION%s}" >/dev/null 2>&1 &
+    perf_pid=$!
+  fi
   wrk -t"$THREADS" -c"$conns" -d"$DURATION" -s "$script" "$url" -- "$@" >"$WORK/$label.out" 2>&1
+  if [[ -n "$perf_pid" ]]; then
+    wait "$perf_pid" || true
+    perf report -i "$WORK/perf.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null |
+      grep -v '^#' | grep -v '^$' | head -45 >"$WORK/profile.txt" || true
+  fi
   local rps p50 p99 non2xx
   rps=$(awk '/^Requests\/sec:/ {print $2}' "$WORK/$label.out")
   p50=$(awk '/^P50_US/ {print $2}' "$WORK/$label.out")
@@ -328,4 +339,7 @@ echo "  of which Pingora's share (e)/(d) = $(ratio "$E_RPS" "$D_RPS"), ours (b)/
 echo "(a)/(b) = $AB   target >= 0.6: $(verdict "$AB >= 0.6")"
 echo "(a)/(c) = $(ratio "$A_RPS" "$C_RPS")   (share of the Redis ceiling)"
 echo "  gateway CPU per request (b)/(a) = $(ratio "$B_CPU_GW" "$A_CPU_GW")   (what (a)/(b) would be with Redis and the upstream on their own cores)"
+if [[ -s "$WORK/profile.txt" ]]; then
+  echo; echo "perf profile of the gateway during ($PROFILE), self time, top symbols:"; cat "$WORK/profile.txt"; echo
+fi
 echo "gateway peak RSS (VmHWM, incl. 1,000 connections): $((HWM_KB / 1024)) MiB   target < 64: $(verdict "$HWM_KB < 65536")"
