@@ -2,28 +2,12 @@
 //! `plugins::edge` (whose `issue` module lists their checks): the campaign exists → the edge's
 //! checks → the JSON answer.
 
-use pingora_core::Result;
 use pingora_proxy::Session;
 use plugins::Denial;
 use serde_json::Value;
 
-use crate::proxy::{deny, head, read_body, respond, unknown_campaign, Ctx, Gateway};
+use crate::proxy::{head, read_body, unknown_campaign, Gateway};
 use crate::reload::Active;
-
-/// Writes `answer`: 200 with its JSON (plus `request_id`), or the denial.
-pub async fn answer(
-    session: &mut Session,
-    ctx: &mut Ctx,
-    answer: std::result::Result<Value, Denial>,
-) -> Result<bool> {
-    match answer {
-        Ok(mut body) => {
-            body["request_id"] = ctx.request_id.as_str().into();
-            respond(session, 200, serde_json::to_vec(&body).unwrap_or_default(), None, "no-store").await
-        }
-        Err(d) => deny(session, ctx, &d).await,
-    }
-}
 
 impl Gateway {
     /// `POST /seckill/{c}/captcha`.

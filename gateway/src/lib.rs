@@ -6,10 +6,12 @@
 //! - [`upstreams`]: health-checked round-robin pools;
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
 //! - [`issue`]: the captcha challenge and the campaign token, before an order;
+//! - [`answer`]: the JSON answers the gateway writes itself;
 //! - [`replenish`]: the pub/sub listener that clears sold-out flags;
 //! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
 //! - [`limits`]: those limits as pure decisions;
 //! - [`tls`]: certificates by SNI from the active conf, HTTP/2 by ALPN, the HTTPS redirect;
+//!   [`certs`]: the certificate pairs and the table they are picked from;
 //! - [`metrics`]: the Prometheus metrics of the request path; [`admin`]: the admin listener
 //!   (`/metrics`, `/healthz`, `/readyz`) and what is read at scrape time;
 //! - [`access_log`]: one line per request, written by a thread of its own, reopened on `SIGUSR1`;
@@ -18,6 +20,8 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod answer;
+pub mod certs;
 pub mod conf;
 pub mod frontdoor;
 pub mod issue;

@@ -30,7 +30,6 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use chrono::{SecondsFormat, Utc};
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
@@ -41,14 +40,14 @@ use plugins::edge::{Edge, Head, X_FORWARDED_FOR};
 use plugins::global_limit::Checked;
 use plugins::sale::Queued;
 use plugins::Denial;
-use protocol::campaign::Window;
 use protocol::codes::{Answer, Code};
 
+use crate::answer;
 use crate::frontdoor;
-use crate::limits::{BodyCount, Refusal, BODY_TIMEOUT};
+use crate::limits::{BodyCount, BODY_TIMEOUT};
 use crate::metrics::metrics;
 use crate::observe::{self, Observer, Trace};
-use crate::reload::{Active, CampaignEntry, SharedState};
+use crate::reload::{Active, SharedState};
 use crate::routes::{self, CampaignPath};
 
 const X_REAL_IP: &str = "x-real-ip";
@@ -157,7 +156,7 @@ impl ProxyHttp for Gateway {
             Ok(body) => ctx.body = body,
             Err(r) => {
                 ctx.request_id = new_request_id();
-                return refuse(session, ctx, &r).await;
+                return answer::refuse(session, &mut ctx.trace, &ctx.request_id, &r).await;
             }
         }
 
@@ -175,7 +174,7 @@ impl ProxyHttp for Gateway {
                 });
                 if let Err(d) = limited {
                     ctx.request_id = new_request_id();
-                    return deny(session, ctx, &d).await;
+                    return answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await;
                 }
                 ctx.upstream = Upstream::OrderWriter;
                 Ok(false)
@@ -183,13 +182,13 @@ impl ProxyHttp for Gateway {
             Route::NotFound => {
                 ctx.request_id = new_request_id();
                 let d = Denial::new(Code::RouteNotFound, "no route for this host and path");
-                deny(session, ctx, &d).await
+                answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await
             }
             Route::Info(campaign) => {
                 ctx.request_id = new_request_id();
                 match active.campaigns.get(&campaign) {
-                    Some(entry) => info(session, entry).await,
-                    None => deny(session, ctx, &unknown_campaign()).await,
+                    Some(entry) => answer::info(session, entry).await,
+                    None => answer::deny(session, &mut ctx.trace, &ctx.request_id, &unknown_campaign()).await,
                 }
             }
             Route::Order(campaign, path) => {
@@ -200,20 +199,27 @@ impl ProxyHttp for Gateway {
                             ctx.request_id = first;
                         }
                         ctx.trace.answered(Code::Queued);
-                        respond(session, 202, queued(&campaign, &ctx.request_id), None, "no-store").await
+                        answer::respond(
+                            session,
+                            202,
+                            answer::queued(&campaign, &ctx.request_id),
+                            None,
+                            "no-store",
+                        )
+                        .await
                     }
-                    Err(d) => deny(session, ctx, &d).await,
+                    Err(d) => answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await,
                 }
             }
             Route::Captcha(campaign) => {
                 ctx.request_id = new_request_id();
                 let answer = self.captcha(session, &active, &campaign);
-                crate::issue::answer(session, ctx, answer).await
+                answer::issued(session, &mut ctx.trace, &ctx.request_id, answer).await
             }
             Route::Token(campaign) => {
                 ctx.request_id = new_request_id();
                 let answer = self.token(session, &active, &campaign).await;
-                crate::issue::answer(session, ctx, answer).await
+                answer::issued(session, &mut ctx.trace, &ctx.request_id, answer).await
             }
         }
     }
@@ -327,7 +333,7 @@ impl ProxyHttp for Gateway {
                 _ => "unexpected error",
             };
             let body = Answer { code: answer, message, request_id: &ctx.request_id }.to_json();
-            let _ = respond_and_close(session, code, body).await;
+            let _ = answer::respond_and_close(session, code, body).await;
         }
         FailToProxy { error_code: code, can_reuse_downstream: false }
     }
@@ -416,69 +422,6 @@ fn host(req: &RequestHeader) -> Option<&str> {
     req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host())
 }
 
-/// The 202 body of a reservation.
-fn queued(campaign: &str, request_id: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "code": Code::Queued,
-        "message": "reserved; your order is being written",
-        "request_id": request_id,
-        "poll_url": format!("/seckill/{campaign}/result/{request_id}"),
-    }))
-    .unwrap_or_default()
-}
-
-/// Writes a complete JSON answer. Always `Ok(true)`: the request is answered.
-pub(crate) async fn respond(
-    session: &mut Session,
-    status: u16,
-    body: Vec<u8>,
-    retry_after: Option<u32>,
-    cache_control: &'static str,
-) -> Result<bool> {
-    write_json(session, status, body, retry_after, cache_control, false).await
-}
-
-/// Answers after a failed proxy attempt. The connection is not reused (what is left of the
-/// request may be unread), so the answer says `Connection: close`: a client must not send its
-/// next request on it.
-async fn respond_and_close(session: &mut Session, status: u16, body: Vec<u8>) -> Result<bool> {
-    session.set_keepalive(None);
-    write_json(session, status, body, None, "no-store", true).await
-}
-
-async fn write_json(
-    session: &mut Session,
-    status: u16,
-    body: Vec<u8>,
-    retry_after: Option<u32>,
-    cache_control: &'static str,
-    close: bool,
-) -> Result<bool> {
-    let mut header = ResponseHeader::build(status, Some(5))?;
-    header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
-    header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
-    header.insert_header(http::header::CACHE_CONTROL, cache_control)?;
-    if let Some(secs) = retry_after {
-        header.insert_header(http::header::RETRY_AFTER, secs)?;
-    }
-    if close {
-        header.insert_header(http::header::CONNECTION, "close")?;
-    }
-    session.write_response_header(Box::new(header), false).await?;
-    session.write_response_body(Some(Bytes::from(body)), true).await?;
-    Ok(true)
-}
-
-/// Answers a front-door refusal and closes the connection, after reading what is left of the
-/// body for a bounded time (the client then reads the answer, not a reset).
-async fn refuse(session: &mut Session, ctx: &mut Ctx, r: &Refusal) -> Result<bool> {
-    ctx.trace.answered(r.code);
-    let body = Answer { code: r.code, message: r.message, request_id: &ctx.request_id }.to_json();
-    respond_and_close(session, r.code.status(), body).await?;
-    frontdoor::drain(session).await;
-    Ok(true)
-}
-
 /// The name of the pool `upstream` goes to, in `active`.
 fn pool_name(active: &Active, upstream: Upstream) -> Option<&str> {
     match upstream {
@@ -486,37 +429,4 @@ fn pool_name(active: &Active, upstream: Upstream) -> Option<&str> {
         Upstream::Shop(i) => active.shop_pools.get(i).map(|p| p.name()),
         Upstream::None => None,
     }
-}
-
-/// Answers a denial: `{code, message, request_id}` with the code's status.
-pub(crate) async fn deny(session: &mut Session, ctx: &mut Ctx, d: &Denial) -> Result<bool> {
-    ctx.trace.answered(d.code);
-    let body = Answer { code: d.code, message: &d.message, request_id: &ctx.request_id }.to_json();
-    respond(session, d.code.status(), body, d.retry_after_secs, "no-store").await
-}
-
-/// `GET /seckill/{c}/info`: server time, window state, switches; cacheable for a second.
-async fn info(session: &mut Session, entry: &CampaignEntry) -> Result<bool> {
-    let c = &entry.campaign;
-    let now = Utc::now();
-    let state = match c.window(now) {
-        Window::NotStarted => "NOT_STARTED",
-        Window::Open => "OPEN",
-        Window::Ended => "ENDED",
-    };
-    let body = serde_json::to_vec(&serde_json::json!({
-        "campaign": c.id,
-        "server_time": now.to_rfc3339_opts(SecondsFormat::Millis, true),
-        "server_time_ms": now.timestamp_millis(),
-        "state": state,
-        "switches": {
-            "closed": c.switches.closed,
-            "queue_only": c.switches.queue_only,
-            "pause_replenish": c.switches.pause_replenish,
-        },
-        "starts_at": c.starts_at.to_rfc3339(),
-        "ends_at": c.ends_at.to_rfc3339(),
-    }))
-    .unwrap_or_default();
-    respond(session, 200, body, None, "max-age=1").await
 }

@@ -11,7 +11,7 @@ use protocol::conf::ConfError;
 use serde::Deserialize;
 
 use super::{Checker, S};
-use crate::tls::{self, CertTable};
+use crate::certs::{self, CertTable};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -111,7 +111,7 @@ pub(super) fn check(c: &Checker<'_>, raw: &RawTls, base: &Path) -> Result<TlsCon
             hosts.push(h.get_ref().to_ascii_lowercase());
         }
         let (cert_file, key_file) = (base.join(cert.cert_file.get_ref()), base.join(cert.key_file.get_ref()));
-        let pair = tls::load_pair(&cert_file, &key_file)
+        let pair = certs::load_pair(&cert_file, &key_file)
             .map_err(|e| c.err(cert.cert_file.span(), &field("cert_file"), e))?;
         loaded.push((hosts.clone(), pair));
         entries.push(CertConf { hosts, cert_file, key_file });
