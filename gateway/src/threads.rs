@@ -1,0 +1,66 @@
+//! Keeps each connection's I/O on the thread that serves it.
+//!
+//! The gateway runs Pingora without work stealing: each of its threads runs its own runtime with
+//! its own reactor (epoll), and a socket is watched by the reactor of the thread that created
+//! it. Two Pingora habits split a request over two threads:
+//!
+//! - the listener accepts every connection on one thread and hands it to a thread picked at
+//!   random: the socket stays registered with the acceptor's reactor, so each of its reads and
+//!   writes that has to wait is signalled there and forwarded (an `eventfd` write, a wake-up of
+//!   the other thread);
+//! - the upstream keepalive pool is one for all threads: a connection opened on one thread and
+//!   reused on another is watched by the first, and the hand-over from the pool's idle watcher
+//!   races the taker (`Arc::try_unwrap`: "failed to acquire reusable stream", the connection is
+//!   closed and a new one opened).
+//!
+//! [`rehome`] registers a new downstream connection with the serving thread's reactor;
+//! [`upstream_group_key`] keys the upstream pool by thread, so a connection is reused only where
+//! it was opened.
+
+use std::hash::{Hash, Hasher};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use pingora_core::protocols::l4::stream::Stream as L4Stream;
+use pingora_core::protocols::{GetSocketDigest, SocketDigest, Stream};
+
+/// The upstream keepalive pool's group of the calling thread (`HttpPeer::group_key`).
+pub fn upstream_group_key() -> u64 {
+    thread_local! {
+        static KEY: u64 = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            std::thread::current().id().hash(&mut h);
+            h.finish()
+        };
+    }
+    KEY.with(|k| *k)
+}
+
+/// A new plain-TCP downstream connection, registered with the calling thread's reactor (see
+/// the module doc); any other stream (TLS, Unix socket), or one that cannot be moved, is
+/// returned as it is. Call it before anything is read from the connection.
+pub fn rehome(stream: Stream) -> Stream {
+    if !stream.as_any().is::<L4Stream>() {
+        return stream;
+    }
+    let Ok(old) = stream.into_any().downcast::<L4Stream>() else { unreachable!("checked above") };
+    // SAFETY: the descriptor belongs to `old`, alive for this borrow.
+    let dup = match unsafe { BorrowedFd::borrow_raw(old.as_raw_fd()) }.try_clone_to_owned() {
+        Ok(fd) => fd,
+        Err(_) => return old,
+    };
+    let std_stream = std::net::TcpStream::from(dup);
+    let moved = std_stream.set_nonblocking(true).and_then(|()| tokio::net::TcpStream::from_std(std_stream));
+    let Ok(tcp) = moved else {
+        return old;
+    };
+    let mut new = L4Stream::from(tcp);
+    let digest = SocketDigest::from_raw_fd(new.as_raw_fd());
+    if let Some(peer) = old.get_socket_digest().and_then(|d| d.peer_addr().cloned()) {
+        let _ = digest.peer_addr.set(Some(peer));
+    }
+    new.set_socket_digest(digest);
+    // Dropping `old` deregisters the socket from the acceptor's reactor and closes its
+    // descriptor; the connection lives on in the duplicate.
+    drop(old);
+    Box::new(new)
+}
