@@ -4,7 +4,10 @@
 #
 #   (a) the gateway over plain HTTP        (b) Nginx proxy_pass, upstream keepalive, plain HTTP
 #   (f) the proxy floor: the same Pingora server with a `ProxyHttp` that has only
-#       `upstream_peer` (gateway/examples/proxy_floor.rs), plain HTTP
+#       `upstream_peer` (gateway/examples/proxy_floor.rs), plain HTTP, and (g) the same floor
+#       on one thread, and (w) the floor as $THREADS services of one thread each on the same
+#       address (SO_REUSEPORT: Nginx's worker layout); in (g) and (w) no thread ever wakes
+#       another: what Pingora costs without its cross-thread hand-overs (gateway/src/threads.rs)
 #   (c) the gateway over TLS               (d) Nginx proxy_pass, upstream keepalive, TLS
 #   (e) the upstream alone (the ceiling)
 #   (s) the gateway's sold-out answer (a sold-out campaign's order, the local flag), when a
@@ -55,6 +58,8 @@ build_all release
 WORK=$(mktemp -d -t proxy-bench.XXXXXX)
 GW_PID=""
 FLOOR_PID=""
+FLOOR1_PID=""
+FLOORW_PID=""
 RUN=$(date +%s)$$
 SOLD="bench-proxy-sold-$RUN"
 keys() { local c=$1; for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
@@ -62,6 +67,8 @@ rcli() { local hp=${REDIS_URL#redis://}; hp=${hp%%/*}; redis-cli -h "${hp%:*}" -
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
   [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
+  [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
+  [[ -n "$FLOORW_PID" ]] && kill "$FLOORW_PID" 2>/dev/null && wait "$FLOORW_PID" 2>/dev/null || true
   # shellcheck disable=SC2046
   [[ -n "$REDIS_URL" ]] && rcli del $(keys "$SOLD") >/dev/null 2>&1 || true
   for pidfile in "$WORK"/up/nginx.pid "$WORK"/px/nginx.pid; do
@@ -72,7 +79,7 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); FL=$(free_port)
+UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); FL=$(free_port); FL1=$(free_port); FLW=$(free_port)
 
 # The run's certificate (both proxies serve the same one).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=shop.bench" \
@@ -172,8 +179,14 @@ RUST_LOG=warn target/release/gateway --conf "$WORK/gw/server.toml" --lua-dir lua
 GW_PID=$!
 target/release/examples/proxy_floor "127.0.0.1:$FL" "127.0.0.1:$UP" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
+target/release/examples/proxy_floor "127.0.0.1:$FL1" "127.0.0.1:$UP" 1 >"$WORK/floor1.log" 2>&1 &
+FLOOR1_PID=$!
+FLOOR_WORKERS=$THREADS target/release/examples/proxy_floor "127.0.0.1:$FLW" "127.0.0.1:$UP" >"$WORK/floorw.log" 2>&1 &
+FLOORW_PID=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FL/" && break; sleep 0.1; done
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FL1/" && break; sleep 0.1; done
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLW/" && break; sleep 0.1; done
 for url in "http://127.0.0.1:$GW/" "https://127.0.0.1:$GWS/" "http://127.0.0.1:$NX/" "https://127.0.0.1:$NXS/" "http://127.0.0.1:$FL/"; do
   body=$(curl -sk "$url")
   [[ "$body" == "hello, shop!" ]] || { echo "$url answered: $body" >&2; cat "$WORK/gateway.log" >&2; exit 1; }
@@ -230,6 +243,8 @@ echo "proxy bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateway and floor 
 read -r A A50 A99 AE ACPU AUP <<<"$(run_wrk a "http://127.0.0.1:$GW/" "$GW_PID")"
 read -r B B50 B99 BE BCPU BUP <<<"$(run_wrk b "http://127.0.0.1:$NX/" "$NX_PIDS")"
 read -r F F50 F99 FE FCPU FUP <<<"$(run_wrk f "http://127.0.0.1:$FL/" "$FLOOR_PID")"
+read -r G G50 G99 GE GCPU GUP <<<"$(run_wrk g "http://127.0.0.1:$FL1/" "$FLOOR1_PID")"
+read -r W W50 W99 WE WCPU WUP <<<"$(run_wrk w "http://127.0.0.1:$FLW/" "$FLOORW_PID")"
 read -r C C50 C99 CE CCPU CUP <<<"$(run_wrk c "https://127.0.0.1:$GWS/" "$GW_PID")"
 read -r D D50 D99 DE DCPU DUP <<<"$(run_wrk d "https://127.0.0.1:$NXS/" "$NX_PIDS")"
 read -r E E50 E99 EE ECPU _ <<<"$(run_wrk e "http://127.0.0.1:$UP/" "$UP_PIDS")"
@@ -246,6 +261,8 @@ row() { printf '%-40s %11s %8s %8s %6s %11s %11s\n' "$@"; }
 row "(a) gateway, plain HTTP" "$A" "$A50" "$A99" "$AE" "$ACPU" "$AUP"
 row "(b) nginx proxy_pass, plain HTTP" "$B" "$B50" "$B99" "$BE" "$BCPU" "$BUP"
 row "(f) proxy floor (bare Pingora), plain" "$F" "$F50" "$F99" "$FE" "$FCPU" "$FUP"
+row "(g) proxy floor, one thread" "$G" "$G50" "$G99" "$GE" "$GCPU" "$GUP"
+row "(w) proxy floor, $THREADS one-thread services" "$W" "$W50" "$W99" "$WE" "$WCPU" "$WUP"
 row "(c) gateway, TLS" "$C" "$C50" "$C99" "$CE" "$CCPU" "$CUP"
 row "(d) nginx proxy_pass, TLS" "$D" "$D50" "$D99" "$DE" "$DCPU" "$DUP"
 row "(e) the upstream alone" "$E" "$E50" "$E99" "$EE" "$ECPU" "-"
@@ -256,7 +273,10 @@ verdict = lambda ok: 'ok' if ok else 'MISSED'
 print(f'\nratios: plain (a)/(b) = {a / b:.2f} (target >= 0.7: {verdict(a / b >= 0.7)})   TLS (c)/(d) = {c / d:.2f}')
 print(f'  p99 (a)/(b) = {$A99 / max($B99, 0.01):.2f} (target <= 1.5: {verdict($A99 <= 1.5 * $B99)})')
 print(f'  CPU per request (a)/(b) = {$ACPU / $BCPU:.2f} (target <= 2.5: {verdict($ACPU <= 2.5 * $BCPU)})')
-print(f'  floor: (f)/(b) = {f / b:.2f} requests/s, CPU (f)/(b) = {$FCPU / $BCPU:.2f}; the gateway over the floor: (a)/(f) = {a / f:.2f}, CPU (a)/(f) = {$ACPU / $FCPU:.2f}')"
+print(f'  floor: (f)/(b) = {f / b:.2f} requests/s, CPU (f)/(b) = {$FCPU / $BCPU:.2f}; the gateway over the floor: (a)/(f) = {a / f:.2f}, CPU (a)/(f) = {$ACPU / $FCPU:.2f}')
+print(f'  one-thread floor: (g)/(b) = {$G / b:.2f} requests/s, CPU (g)/(b) = {$GCPU / $BCPU:.2f}')
+print(f'  one-thread services: (w)/(b) = {$W / b:.2f} requests/s, p99 {$W99 / max($B99, 0.01):.2f}, CPU (w)/(b) = {$WCPU / $BCPU:.2f}')"
+echo "upstream connections the gateway dropped on reuse (\"failed to acquire reusable stream\"): $(grep -c 'failed to acquire reusable stream' "$WORK/gateway.log" || true)"
 
 [[ "$PROFILE" == 1 ]] || exit 0
 # System calls per proxied request: strace -c over a short wrk run of each proxy (the whole
@@ -279,6 +299,7 @@ syscalls() { # label url pids...
 # shellcheck disable=SC2086
 syscalls "(b) nginx proxy_pass" "http://127.0.0.1:$NX/" $(pgrep -P "$(cat "$WORK/px/nginx.pid")")
 syscalls "(f) proxy floor" "http://127.0.0.1:$FL/" "$FLOOR_PID"
+syscalls "(w) proxy floor, one-thread services" "http://127.0.0.1:$FLW/" "$FLOORW_PID"
 syscalls "(a) gateway" "http://127.0.0.1:$GW/" "$GW_PID"
 command -v perf >/dev/null || exit 0
 switches() { # label url pids (comma-separated)
@@ -293,4 +314,5 @@ switches() { # label url pids (comma-separated)
 echo "perf stat (the proxy's threads, a 3 s run each):"
 switches "(b) nginx proxy_pass" "http://127.0.0.1:$NX/" "$(pgrep -P "$(cat "$WORK/px/nginx.pid")" | paste -sd,)"
 switches "(f) proxy floor" "http://127.0.0.1:$FL/" "$FLOOR_PID"
+switches "(w) one-thread services" "http://127.0.0.1:$FLW/" "$FLOORW_PID"
 switches "(a) gateway" "http://127.0.0.1:$GW/" "$GW_PID"

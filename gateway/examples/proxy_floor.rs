@@ -12,7 +12,11 @@
 //! `FLOOR_WORK_STEALING=1` (one shared runtime), `FLOOR_POOL_SIZE=<n>` (upstream keepalive pool
 //! per thread, Pingora's default 128), `FLOOR_SHARED_POOL=1` (one upstream pool for every
 //! thread, Pingora's default, instead of one per thread as the gateway keeps it),
-//! `FLOOR_NO_REHOME=1` (serve each connection where Pingora's acceptor registered it).
+//! `FLOOR_REHOME=1` (move each new connection to the serving thread's reactor: with Pingora
+//! 0.9 as it is this costs one more write per answer and saves less than that, so neither the
+//! gateway nor the floor does it by default), `FLOOR_WORKERS=<n>` (Nginx's layout: n services of
+//! one thread each, all listening on the address with `SO_REUSEPORT`, so the kernel spreads the
+//! connections and no thread ever hands work to another; the thread count is then ignored).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -21,6 +25,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use pingora_core::apps::{HttpServerApp, ServerApp};
+use pingora_core::listeners::TcpSocketOptions;
 use pingora_core::protocols::Stream;
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
@@ -93,11 +98,21 @@ fn main() {
     }
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    let floor = Floor { upstream, per_thread_pool: !flag("FLOOR_SHARED_POOL") };
-    let proxy = pingora_proxy::http_proxy(&server.configuration, floor);
-    let app = Rehome { app: Arc::new(proxy), on: !flag("FLOOR_NO_REHOME") };
-    let mut proxy = Service::new("proxy floor".to_string(), app);
-    proxy.add_tcp(&listen);
-    server.add_service(proxy);
+    let workers: usize = std::env::var("FLOOR_WORKERS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    for _ in 0..workers.max(1) {
+        let floor = Floor { upstream, per_thread_pool: !flag("FLOOR_SHARED_POOL") };
+        let proxy = pingora_proxy::http_proxy(&server.configuration, floor);
+        let app = Rehome { app: Arc::new(proxy), on: flag("FLOOR_REHOME") };
+        let mut service = Service::new("proxy floor".to_string(), app);
+        if workers > 0 {
+            let mut options = TcpSocketOptions::default();
+            options.so_reuseport = Some(true);
+            service.add_tcp_with_settings(&listen, options);
+            service.threads = Some(1);
+        } else {
+            service.add_tcp(&listen);
+        }
+        server.add_service(service);
+    }
     server.run_forever()
 }

@@ -1,21 +1,24 @@
-//! Keeps each connection's I/O on the thread that serves it.
+//! Keeps each connection's I/O on the thread that serves it, as far as Pingora 0.9 allows.
 //!
 //! The gateway runs Pingora without work stealing: each of its threads runs its own runtime with
 //! its own reactor (epoll), and a socket is watched by the reactor of the thread that created
-//! it. Two Pingora habits split a request over two threads:
+//! it. Three Pingora habits split one proxied request over two threads, each hand-over an
+//! `eventfd` write and a wake-up of the other thread (Nginx's workers never do this):
 //!
-//! - the listener accepts every connection on one thread and hands it to a thread picked at
-//!   random: the socket stays registered with the acceptor's reactor, so each of its reads and
-//!   writes that has to wait is signalled there and forwarded (an `eventfd` write, a wake-up of
-//!   the other thread);
-//! - the upstream keepalive pool is one for all threads: a connection opened on one thread and
-//!   reused on another is watched by the first, and the hand-over from the pool's idle watcher
-//!   races the taker (`Arc::try_unwrap`: "failed to acquire reusable stream", the connection is
-//!   closed and a new one opened).
+//! 1. the upstream keepalive pool is one for all threads: a connection opened on one thread and
+//!    reused on another is still watched by the first one's reactor;
+//! 2. the pool's idle watcher of a released connection is spawned on a thread picked at random
+//!    (`TransportConnector::release_stream`); taking the connection back wakes that thread, and
+//!    its release races the taker's `Arc::try_unwrap` ("failed to acquire reusable stream": the
+//!    connection is closed and a new one opened);
+//! 3. the listener accepts every connection on one thread and hands it to a thread picked at
+//!    random, the socket still registered with the acceptor's reactor.
 //!
-//! [`rehome`] registers a new downstream connection with the serving thread's reactor;
-//! [`upstream_group_key`] keys the upstream pool by thread, so a connection is reused only where
-//! it was opened.
+//! [`upstream_group_key`] takes out the first (the gateway keys its upstream peers by thread).
+//! The second is Pingora's alone. [`rehome`] takes out the third, but the stream it builds has
+//! no write buffer (Pingora's is crate-private), so an answer's head and body go out in two
+//! writes; measured with Pingora as it is, that costs more than it saves, so only the proxy
+//! floor's lever uses it (`gateway/examples/proxy_floor.rs`, `FLOOR_REHOME=1`).
 
 use std::hash::{Hash, Hasher};
 use std::os::fd::{AsRawFd, BorrowedFd};
