@@ -67,3 +67,43 @@ pub fn rehome(stream: Stream) -> Stream {
     drop(old);
     Box::new(new)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[test]
+    fn each_thread_has_its_own_upstream_group() {
+        let here = upstream_group_key();
+        assert_eq!(here, upstream_group_key(), "stable within a thread");
+        let there = std::thread::spawn(upstream_group_key).join().unwrap();
+        assert_ne!(here, there);
+    }
+
+    #[tokio::test]
+    async fn a_rehomed_connection_keeps_its_bytes_and_its_peer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, peer) = listener.accept().await.unwrap();
+        let mut l4 = L4Stream::from(accepted);
+        let digest = SocketDigest::from_raw_fd(l4.as_raw_fd());
+        digest.peer_addr.set(Some(peer.into())).unwrap();
+        l4.set_socket_digest(digest);
+        let old_fd = l4.as_raw_fd();
+
+        let mut moved = rehome(Box::new(l4));
+        assert_ne!(moved.as_any().downcast_ref::<L4Stream>().unwrap().as_raw_fd(), old_fd);
+        let seen = moved.get_socket_digest().and_then(|d| d.peer_addr().cloned());
+        assert_eq!(seen.and_then(|a| a.as_inet().copied()), Some(peer));
+
+        client.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        moved.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        moved.write_all(b"pong").await.unwrap();
+        moved.flush().await.unwrap();
+        client.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"pong");
+    }
+}
