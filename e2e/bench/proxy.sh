@@ -3,19 +3,36 @@
 # a shop route proxied to a small upstream (an nginx answering a 13-byte body), through
 #
 #   (a) the gateway over plain HTTP        (b) Nginx proxy_pass, upstream keepalive, plain HTTP
+#   (f) the proxy floor: the same Pingora server with a `ProxyHttp` that has only
+#       `upstream_peer` (gateway/examples/proxy_floor.rs), plain HTTP, and (g) the same floor
+#       on one thread, and (w) the floor as $THREADS services of one thread each on the same
+#       address (SO_REUSEPORT: Nginx's worker layout); in (g) and (w) no thread ever wakes
+#       another: what Pingora costs without its cross-thread hand-overs (gateway/src/threads.rs)
 #   (c) the gateway over TLS               (d) Nginx proxy_pass, upstream keepalive, TLS
 #   (e) the upstream alone (the ceiling)
+#   (s) the gateway's sold-out answer (a sold-out campaign's order, the local flag), when a
+#       Redis is given (SECKILL_REDIS_URL or the stack's .stack/env), so a change of the proxied
+#       path that slows the sale shows in the same run
 #
-# requests/s, p50 and p99. The gateway and the proxying Nginx run with the same number of
-# threads / workers; both keep upstream connections alive (Pingora pools them by default;
-# Nginx with `keepalive 64`, HTTP/1.1 and an empty Connection header). TLS: one ECDSA P-256
-# certificate made by openssl for the run, TLS 1.3, HTTP/1.1 (wrk does not speak HTTP/2);
-# wrk keeps its connections, so handshakes are rare (each side closes a connection after 1000
-# requests: the gateway's keepalive_requests, Nginx's default). Ratios hold across machines,
-# absolute numbers don't.
+# requests/s, p50, p99 and the CPU microseconds per request of each process (user + system,
+# from /proc/PID/stat, over that run: the proxy, and the upstream nginx it drives). The gateway,
+# the floor and the proxying Nginx run with the same number of threads / workers; all keep
+# upstream connections alive (Pingora pools them by default; Nginx with `keepalive 64`,
+# HTTP/1.1 and an empty Connection header). TLS: one ECDSA P-256 certificate made by openssl
+# for the run, TLS 1.3, HTTP/1.1 (wrk does not speak HTTP/2); wrk keeps its connections, so
+# handshakes are rare (each side closes a connection after 1000 requests: the gateway's
+# keepalive_requests, Nginx's default). Ratios hold across machines, absolute numbers don't.
+# Targets (plain HTTP, issue 14): (a)/(b) >= 0.7 requests/s, p99 (a)/(b) <= 1.5, CPU per request
+# (a)/(b) <= 2.5.
 #
-# Usage: e2e/bench/proxy.sh          Env: DURATION (10s), THREADS (2), CONNECTIONS (100)
-# Needs: wrk, nginx (nginx-light), openssl (the CLI, for the run's certificate), curl.
+# With PROFILE=1, one more run of (b), (f) and (a) each under `strace -c -f` (system calls per
+# proxied request; strace slows the process, so only the counts matter), and, with `perf`
+# installed, `perf stat` of context switches and CPU migrations per request.
+#
+# Usage: e2e/bench/proxy.sh          Env: DURATION (10s), THREADS (2), CONNECTIONS (100),
+#                                           PROFILE (0), SECKILL_REDIS_URL (for (s))
+# Needs: wrk, nginx (nginx-light), openssl (the CLI, for the run's certificate), curl; strace
+# and perf for PROFILE=1.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -23,6 +40,12 @@ cd "$ROOT"
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
+PROFILE=${PROFILE:-0}
+if [[ -z "${SECKILL_REDIS_URL:-}" && -f .stack/env ]]; then
+  # shellcheck disable=SC1091
+  source .stack/env
+fi
+REDIS_URL=${SECKILL_REDIS_URL:-}
 
 for tool in wrk nginx openssl curl python3; do
   command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk nginx-light openssl curl)" >&2; exit 1; }
@@ -34,8 +57,20 @@ build_all release
 
 WORK=$(mktemp -d -t proxy-bench.XXXXXX)
 GW_PID=""
+FLOOR_PID=""
+FLOOR1_PID=""
+FLOORW_PID=""
+RUN=$(date +%s)$$
+SOLD="bench-proxy-sold-$RUN"
+keys() { local c=$1; for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
+rcli() { local hp=${REDIS_URL#redis://}; hp=${hp%%/*}; redis-cli -h "${hp%:*}" -p "${hp##*:}" "$@"; }
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
+  [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
+  [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
+  [[ -n "$FLOORW_PID" ]] && kill "$FLOORW_PID" 2>/dev/null && wait "$FLOORW_PID" 2>/dev/null || true
+  # shellcheck disable=SC2046
+  [[ -n "$REDIS_URL" ]] && rcli del $(keys "$SOLD") >/dev/null 2>&1 || true
   for pidfile in "$WORK"/up/nginx.pid "$WORK"/px/nginx.pid; do
     [[ -s "$pidfile" ]] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
@@ -44,7 +79,7 @@ cleanup() {
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port)
+UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); FL=$(free_port); FL1=$(free_port); FLW=$(free_port)
 
 # The run's certificate (both proxies serve the same one).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=shop.bench" \
@@ -89,13 +124,39 @@ nginx_conf px "$THREADS" "
 # The gateway: one shop route to the same upstream, plain and TLS listeners.
 mkdir -p "$WORK/gw/campaigns"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/gw/key"
+if [[ -n "$REDIS_URL" ]]; then
+  # (s): a campaign published sold out with lua/publish.lua (as the order writer does).
+  # shellcheck disable=SC2046
+  rcli --eval lua/publish.lua $(keys "$SOLD") , 1 0 1 SKU-BENCH 100 1 >/dev/null
+  now=$(date -u +%s)
+  cat >"$WORK/gw/campaigns/$SOLD.toml" <<CAMPAIGN
+id = "$SOLD"
+sku = "SKU-BENCH"
+stock = 0
+per_user_limit = 1
+price_cents = 100
+starts_at = $(date -u -d "@$((now - 3600))" +%Y-%m-%dT%H:%M:%SZ)
+ends_at = $(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
+[limits]
+max_inflight = 100000
+ip_per_sec = 0
+device_per_sec = 0
+user_per_sec = 0
+campaign_per_sec = 0
+[defense]
+pow_bits = 0
+token_ttl_secs = 600
+timestamp_window_secs = 300
+CAMPAIGN
+fi
 cat >"$WORK/gw/server.toml" <<SERVER
 [server]
 listen = "127.0.0.1:$GW"
 threads = $THREADS
 signing_key = "file:key"
+sold_out_ttl_ms = 60000
 [redis]
-url = "redis://127.0.0.1:1"
+url = "${REDIS_URL:-redis://127.0.0.1:1}"
 [order_writer]
 upstreams = ["127.0.0.1:1"]
 [kafka]
@@ -116,8 +177,17 @@ SERVER
 edge_keys bench
 RUST_LOG=warn target/release/gateway --conf "$WORK/gw/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
+target/release/examples/proxy_floor "127.0.0.1:$FL" "127.0.0.1:$UP" "$THREADS" >"$WORK/floor.log" 2>&1 &
+FLOOR_PID=$!
+target/release/examples/proxy_floor "127.0.0.1:$FL1" "127.0.0.1:$UP" 1 >"$WORK/floor1.log" 2>&1 &
+FLOOR1_PID=$!
+FLOOR_WORKERS=$THREADS target/release/examples/proxy_floor "127.0.0.1:$FLW" "127.0.0.1:$UP" >"$WORK/floorw.log" 2>&1 &
+FLOORW_PID=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW/" && break; sleep 0.1; done
-for url in "http://127.0.0.1:$GW/" "https://127.0.0.1:$GWS/" "http://127.0.0.1:$NX/" "https://127.0.0.1:$NXS/"; do
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FL/" && break; sleep 0.1; done
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FL1/" && break; sleep 0.1; done
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLW/" && break; sleep 0.1; done
+for url in "http://127.0.0.1:$GW/" "https://127.0.0.1:$GWS/" "http://127.0.0.1:$NX/" "https://127.0.0.1:$NXS/" "http://127.0.0.1:$FL/"; do
   body=$(curl -sk "$url")
   [[ "$body" == "hello, shop!" ]] || { echo "$url answered: $body" >&2; cat "$WORK/gateway.log" >&2; exit 1; }
 done
@@ -129,25 +199,120 @@ function done(summary, latency, requests)
 end
 LUA
 
-run_wrk() { # label url
-  wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$WORK/pct.lua" "$2" >"$WORK/$1.out" 2>&1
-  awk '/^Requests\/sec:/ {r=$2} /^P50_US/ {p50=$2} /^P99_US/ {p99=$2} /^ERRORS/ {e=$2}
-       END {printf "%s %.2f %.2f %d\n", r, p50/1000, p99/1000, e}' "$WORK/$1.out"
+if [[ -n "$REDIS_URL" ]]; then
+  # One buyer's signed order (captcha, token, signature: e2e/src/bin/presign.rs), sent just
+  # before (s): Redis answers SOLD_OUT and sets the gateway's local flag, so (s)'s orders stop at
+  # the flag, before any input check.
+  target/release/presign --base "http://127.0.0.1:$GW" --campaign "$SOLD" --users 1 --out "$WORK/sold.tsv" >/dev/null
+fi
+sold_out_flag() {
+  local path auth dev ts nonce sig
+  IFS=$'\t' read -r path auth dev ts nonce sig <"$WORK/sold.tsv"
+  curl -s -X POST -H "Authorization: $auth" -H "X-Device-Id: $dev" -H "X-Timestamp: $ts" -H "X-Nonce: $nonce" \
+    -H "X-Signature: $sig" "http://127.0.0.1:$GW$path" | grep -q SOLD_OUT ||
+    { echo "(s): the sold-out campaign's signed order did not answer SOLD_OUT" >&2; exit 1; }
+}
+cat >"$WORK/post.lua" <<'LUA'
+function request() return wrk.format("POST", nil, nil, nil) end
+function done(summary, latency, requests)
+  io.write(string.format("P50_US %d\nP99_US %d\nERRORS %d\n", latency:percentile(50), latency:percentile(99),
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
+end
+LUA
+
+# CPU time (user + system, clock ticks) of processes, from /proc.
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
+HZ=$(getconf CLK_TCK)
+UP_PIDS="$(cat "$WORK/up/nginx.pid") $(pgrep -P "$(cat "$WORK/up/nginx.pid")" | tr '\n' ' ')"
+NX_PIDS="$(cat "$WORK/px/nginx.pid") $(pgrep -P "$(cat "$WORK/px/nginx.pid")" | tr '\n' ' ')"
+
+# One wrk run against `url`; prints requests/s, p50 ms, p99 ms, errors, and the CPU us per
+# request of the proxy's processes and of the upstream's.
+run_wrk() { # label url "proxy pids" [script]
+  local before_p before_u n
+  before_p=$(ticks $3)
+  before_u=$(ticks $UP_PIDS)
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "${4:-$WORK/pct.lua}" "$2" >"$WORK/$1.out" 2>&1
+  n=$(awk '/requests in/ {print $1}' "$WORK/$1.out")
+  awk -v n="$n" -v hz="$HZ" -v p="$(($(ticks $3) - before_p))" -v u="$(($(ticks $UP_PIDS) - before_u))" \
+    '/^Requests\/sec:/ {r=$2} /^P50_US/ {p50=$2} /^P99_US/ {p99=$2} /^ERRORS/ {e=$2}
+     END {n = n > 0 ? n : 1; printf "%s %.2f %.2f %d %.1f %.1f\n", r, p50/1000, p99/1000, e, p*1e6/hz/n, u*1e6/hz/n}' "$WORK/$1.out"
 }
 
-echo "proxy bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateway threads=$THREADS, nginx workers=$THREADS"
-read -r A A50 A99 AE <<<"$(run_wrk a "http://127.0.0.1:$GW/")"
-read -r B B50 B99 BE <<<"$(run_wrk b "http://127.0.0.1:$NX/")"
-read -r C C50 C99 CE <<<"$(run_wrk c "https://127.0.0.1:$GWS/")"
-read -r D D50 D99 DE <<<"$(run_wrk d "https://127.0.0.1:$NXS/")"
-read -r E E50 E99 EE <<<"$(run_wrk e "http://127.0.0.1:$UP/")"
+echo "proxy bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateway and floor threads=$THREADS, nginx workers=$THREADS"
+read -r A A50 A99 AE ACPU AUP <<<"$(run_wrk a "http://127.0.0.1:$GW/" "$GW_PID")"
+read -r B B50 B99 BE BCPU BUP <<<"$(run_wrk b "http://127.0.0.1:$NX/" "$NX_PIDS")"
+read -r F F50 F99 FE FCPU FUP <<<"$(run_wrk f "http://127.0.0.1:$FL/" "$FLOOR_PID")"
+read -r G G50 G99 GE GCPU GUP <<<"$(run_wrk g "http://127.0.0.1:$FL1/" "$FLOOR1_PID")"
+read -r W W50 W99 WE WCPU WUP <<<"$(run_wrk w "http://127.0.0.1:$FLW/" "$FLOORW_PID")"
+read -r C C50 C99 CE CCPU CUP <<<"$(run_wrk c "https://127.0.0.1:$GWS/" "$GW_PID")"
+read -r D D50 D99 DE DCPU DUP <<<"$(run_wrk d "https://127.0.0.1:$NXS/" "$NX_PIDS")"
+read -r E E50 E99 EE ECPU _ <<<"$(run_wrk e "http://127.0.0.1:$UP/" "$UP_PIDS")"
+if [[ -n "$REDIS_URL" ]]; then
+  sold_out_flag
+  read -r S S50 S99 SE SCPU _ <<<"$(run_wrk s "http://127.0.0.1:$GW/seckill/$SOLD/order" "$GW_PID" "$WORK/post.lua")"
+  curl -s -X POST "http://127.0.0.1:$GW/seckill/$SOLD/order" | grep -q SOLD_OUT ||
+    { echo "(s): the flag was gone by the end of the run (sold_out_ttl_ms)" >&2; exit 1; }
+fi
 
-printf '\n%-40s %12s %9s %9s %7s\n' "" "requests/s" "p50 ms" "p99 ms" "errors"
-printf '%-40s %12s %9s %9s %7s\n' "(a) gateway, plain HTTP" "$A" "$A50" "$A99" "$AE"
-printf '%-40s %12s %9s %9s %7s\n' "(b) nginx proxy_pass, plain HTTP" "$B" "$B50" "$B99" "$BE"
-printf '%-40s %12s %9s %9s %7s\n' "(c) gateway, TLS" "$C" "$C50" "$C99" "$CE"
-printf '%-40s %12s %9s %9s %7s\n' "(d) nginx proxy_pass, TLS" "$D" "$D50" "$D99" "$DE"
-printf '%-40s %12s %9s %9s %7s\n' "(e) the upstream alone" "$E" "$E50" "$E99" "$EE"
+printf '\n%-40s %11s %8s %8s %6s %11s %11s\n' "" "requests/s" "p50 ms" "p99 ms" "errors" "CPU us/req" "upstream us"
+echo "(errors: socket errors and non-2xx answers; (s)'s are its 410 SOLD_OUT answers)"
+row() { printf '%-40s %11s %8s %8s %6s %11s %11s\n' "$@"; }
+row "(a) gateway, plain HTTP" "$A" "$A50" "$A99" "$AE" "$ACPU" "$AUP"
+row "(b) nginx proxy_pass, plain HTTP" "$B" "$B50" "$B99" "$BE" "$BCPU" "$BUP"
+row "(f) proxy floor (bare Pingora), plain" "$F" "$F50" "$F99" "$FE" "$FCPU" "$FUP"
+row "(g) proxy floor, one thread" "$G" "$G50" "$G99" "$GE" "$GCPU" "$GUP"
+row "(w) proxy floor, $THREADS one-thread services" "$W" "$W50" "$W99" "$WE" "$WCPU" "$WUP"
+row "(c) gateway, TLS" "$C" "$C50" "$C99" "$CE" "$CCPU" "$CUP"
+row "(d) nginx proxy_pass, TLS" "$D" "$D50" "$D99" "$DE" "$DCPU" "$DUP"
+row "(e) the upstream alone" "$E" "$E50" "$E99" "$EE" "$ECPU" "-"
+[[ -n "$REDIS_URL" ]] && row "(s) gateway, sold-out order (no upstream)" "$S" "$S50" "$S99" "$SE" "$SCPU" "-"
 python3 -c "
-a, b, c, d = $A, $B, $C, $D
-print(f'\nratios: plain (a)/(b) = {a / b:.2f}   TLS (c)/(d) = {c / d:.2f}   TLS cost: gateway (c)/(a) = {c / a:.2f}, nginx (d)/(b) = {d / b:.2f}')"
+a, b, c, d, f = $A, $B, $C, $D, $F
+verdict = lambda ok: 'ok' if ok else 'MISSED'
+print(f'\nratios: plain (a)/(b) = {a / b:.2f} (target >= 0.7: {verdict(a / b >= 0.7)})   TLS (c)/(d) = {c / d:.2f}')
+print(f'  p99 (a)/(b) = {$A99 / max($B99, 0.01):.2f} (target <= 1.5: {verdict($A99 <= 1.5 * $B99)})')
+print(f'  CPU per request (a)/(b) = {$ACPU / $BCPU:.2f} (target <= 2.5: {verdict($ACPU <= 2.5 * $BCPU)})')
+print(f'  floor: (f)/(b) = {f / b:.2f} requests/s, CPU (f)/(b) = {$FCPU / $BCPU:.2f}; the gateway over the floor: (a)/(f) = {a / f:.2f}, CPU (a)/(f) = {$ACPU / $FCPU:.2f}')
+print(f'  one-thread floor: (g)/(b) = {$G / b:.2f} requests/s, CPU (g)/(b) = {$GCPU / $BCPU:.2f}')
+print(f'  one-thread services: (w)/(b) = {$W / b:.2f} requests/s, p99 {$W99 / max($B99, 0.01):.2f}, CPU (w)/(b) = {$WCPU / $BCPU:.2f}')"
+echo "upstream connections the gateway dropped on reuse (\"failed to acquire reusable stream\"): $(grep -c 'failed to acquire reusable stream' "$WORK/gateway.log" || true)"
+
+[[ "$PROFILE" == 1 ]] || exit 0
+# System calls per proxied request: strace -c over a short wrk run of each proxy (the whole
+# process tree, all threads), divided by that run's requests.
+command -v strace >/dev/null || { echo "PROFILE=1 needs strace" >&2; exit 1; }
+syscalls() { # label url pids...
+  local label=$1 url=$2 args=() p n
+  shift 2
+  for p in "$@"; do args+=(-p "$p"); done
+  strace -c -f -o "$WORK/$label.strace" "${args[@]}" 2>/dev/null &
+  local st=$!
+  sleep 1
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d3s "$url" >"$WORK/$label.sout" 2>&1
+  kill -INT "$st"; wait "$st" 2>/dev/null || true
+  n=$(awk '/requests in/ {print $1}' "$WORK/$label.sout")
+  echo "system calls per request, $label ($n requests under strace):"
+  awk -v n="$n" '$1 ~ /^[0-9.]+$/ && NF >= 5 && $NF != "total" {c = $4; name = $NF; if (c / n >= 0.05) printf "  %-16s %6.2f\n", name, c / n; t += c}
+    END {printf "  %-16s %6.2f\n", "total", t / n}' "$WORK/$label.strace"
+}
+# shellcheck disable=SC2086
+syscalls "(b) nginx proxy_pass" "http://127.0.0.1:$NX/" $(pgrep -P "$(cat "$WORK/px/nginx.pid")")
+syscalls "(f) proxy floor" "http://127.0.0.1:$FL/" "$FLOOR_PID"
+syscalls "(w) proxy floor, one-thread services" "http://127.0.0.1:$FLW/" "$FLOORW_PID"
+syscalls "(a) gateway" "http://127.0.0.1:$GW/" "$GW_PID"
+command -v perf >/dev/null || exit 0
+switches() { # label url pids (comma-separated)
+  local n
+  perf stat -e context-switches,cpu-migrations -p "$3" -o "$WORK/$1.perf" -- sleep 4 2>/dev/null &
+  local ps=$!
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d3s "$2" >"$WORK/$1.pout" 2>&1
+  wait "$ps" || true
+  n=$(awk '/requests in/ {print $1}' "$WORK/$1.pout")
+  awk -v n="$n" -v l="$1" '/context-switches|cpu-migrations/ {gsub(",", "", $1); printf "  %-22s %-18s %6.3f per request\n", l, $2, $1 / n}' "$WORK/$1.perf"
+}
+echo "perf stat (the proxy's threads, a 3 s run each):"
+switches "(b) nginx proxy_pass" "http://127.0.0.1:$NX/" "$(pgrep -P "$(cat "$WORK/px/nginx.pid")" | paste -sd,)"
+switches "(f) proxy floor" "http://127.0.0.1:$FL/" "$FLOOR_PID"
+switches "(w) one-thread services" "http://127.0.0.1:$FLW/" "$FLOORW_PID"
+switches "(a) gateway" "http://127.0.0.1:$GW/" "$GW_PID"

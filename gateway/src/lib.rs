@@ -33,5 +33,6 @@ pub mod reload;
 pub mod replenish;
 pub mod routes;
 pub mod server;
+pub mod threads;
 pub mod tls;
 pub mod upstreams;

@@ -73,6 +73,7 @@ impl Pool {
         peer.options.read_timeout = Some(self.conf.read_timeout);
         peer.options.write_timeout = Some(self.conf.read_timeout);
         peer.options.idle_timeout = Some(Duration::from_secs(60));
+        peer.group_key = crate::threads::upstream_group_key();
         Some(Box::new(peer))
     }
 
