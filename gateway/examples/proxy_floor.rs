@@ -26,7 +26,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use pingora_core::apps::{HttpServerApp, ServerApp};
 use pingora_core::listeners::TcpSocketOptions;
-use pingora_core::protocols::Stream;
+use pingora_core::protocols::l4::stream::Stream as L4Stream;
+use pingora_core::protocols::{GetSocketDigest, SocketDigest, Stream};
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
 use pingora_core::server::ShutdownWatch;
@@ -34,6 +35,7 @@ use pingora_core::services::listening::Service;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::Result;
 use pingora_proxy::{ProxyHttp, Session};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 struct Floor {
     upstream: SocketAddr,
@@ -57,7 +59,7 @@ impl ProxyHttp for Floor {
 }
 
 /// The gateway's front door reduced to its thread lever: each new connection is moved to the
-/// serving thread's reactor (`gateway::threads::rehome`), then served by the proxy.
+/// serving thread's reactor ([`rehome`]), then served by the proxy.
 struct Rehome<A> {
     app: Arc<A>,
     on: bool,
@@ -66,7 +68,7 @@ struct Rehome<A> {
 #[async_trait]
 impl<A: HttpServerApp + Send + Sync + 'static> ServerApp for Rehome<A> {
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
-        let mut stream = if self.on { gateway::threads::rehome(stream) } else { stream };
+        let mut stream = if self.on { rehome(stream) } else { stream };
         loop {
             stream = self.app.process_new(stream, shutdown).await?;
         }
@@ -115,4 +117,34 @@ fn main() {
         server.add_service(service);
     }
     server.run_forever()
+}
+
+/// A new plain-TCP downstream connection, registered with the calling thread's reactor (see
+/// `gateway::threads`); any other stream (TLS, Unix socket), or one that cannot be moved, is
+/// returned as it is. Call it before anything is read from the connection.
+pub fn rehome(stream: Stream) -> Stream {
+    if !stream.as_any().is::<L4Stream>() {
+        return stream;
+    }
+    let Ok(old) = stream.into_any().downcast::<L4Stream>() else { unreachable!("checked above") };
+    // SAFETY: the descriptor belongs to `old`, alive for this borrow.
+    let dup = match unsafe { BorrowedFd::borrow_raw(old.as_raw_fd()) }.try_clone_to_owned() {
+        Ok(fd) => fd,
+        Err(_) => return old,
+    };
+    let std_stream = std::net::TcpStream::from(dup);
+    let moved = std_stream.set_nonblocking(true).and_then(|()| tokio::net::TcpStream::from_std(std_stream));
+    let Ok(tcp) = moved else {
+        return old;
+    };
+    let mut new = L4Stream::from(tcp);
+    let digest = SocketDigest::from_raw_fd(new.as_raw_fd());
+    if let Some(peer) = old.get_socket_digest().and_then(|d| d.peer_addr().cloned()) {
+        let _ = digest.peer_addr.set(Some(peer));
+    }
+    new.set_socket_digest(digest);
+    // Dropping `old` deregisters the socket from the acceptor's reactor and closes its
+    // descriptor; the connection lives on in the duplicate.
+    drop(old);
+    Box::new(new)
 }
