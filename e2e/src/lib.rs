@@ -5,7 +5,12 @@
 //! per test, a new topic per test, campaign ids that are unique per test.
 
 pub mod client;
+pub mod drain;
 pub mod load;
+pub mod mix;
 pub mod order_writer;
+pub mod page;
+pub mod progress;
 pub mod report;
 pub mod stack;
+pub mod watch;
