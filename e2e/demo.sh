@@ -4,26 +4,31 @@
 #   bash e2e/demo.sh
 #
 # Brings the stack up (installing what is missing), builds release binaries, creates a fresh
-# campaign whose window is open now, publishes its stock (PostgreSQL -> Redis), starts the
-# order writer and the gateway, sends a crowd of simulated buyers at the gateway, waits for
-# every queued reservation to settle, prints the report and the reconciliation, and stops what
-# it started. Every buyer speaks the full protocol: a login JWT (the demo plays the shop's auth
-# service with a key of its own), the captcha's proof of work, a campaign token, signed orders.
-# Knobs (environment): STOCK (1000), USERS (20000), REQUESTS_PER_USER (2), POW_BITS (8),
-# CONCURRENCY (256), GATEWAY_PORT (8080), WRITER_PORT (8081), PROFILE (release; the test
-# command runs a small sale with PROFILE=debug, reusing the binaries its tests built).
+# campaign whose window opens START_IN seconds later, publishes its stock (PostgreSQL -> Redis),
+# starts the order writer and the gateway (their /metrics on port + 1000), and sends the crowd
+# (seckill-load): early birds knock before the window opens, everyone idles until the gateway's
+# clock says open, then all get a campaign token (login JWT played with the demo's own auth key,
+# the captcha's proof of work, the token endpoint) and send their signed orders at once, mixed
+# with hot users and bots; queued requests are polled until they settle, half of the winners pay,
+# the other half's orders close after PAY_WINDOW_SECS and their stock is sold again to a resale
+# wave. Then the report (text, JSON and an HTML page), the invariants, the reconciliation; it
+# stops what it started and exits non-zero when an invariant breaks.
+# Knobs (environment): STOCK (1000), USERS (50000), REQUESTS_PER_USER (4), POW_BITS (8),
+# CONCURRENCY (256), START_IN (15), PAY_WINDOW_SECS (60), GATEWAY_PORT (8080), WRITER_PORT
+# (8081), PROFILE (release; the test command runs a small sale with PROFILE=debug, reusing the
+# binaries its tests built).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 STOCK=${STOCK:-1000}
-USERS=${USERS:-20000}
-REQUESTS_PER_USER=${REQUESTS_PER_USER:-2}
+USERS=${USERS:-50000}
+REQUESTS_PER_USER=${REQUESTS_PER_USER:-4}
 CONCURRENCY=${CONCURRENCY:-256}
 START_IN=${START_IN:-15}
 # Winners have this long to pay; half of them do, the other half's orders close and their stock
 # is sold again to a resale wave of losers.
-PAY_WINDOW_SECS=${PAY_WINDOW_SECS:-20}
+PAY_WINDOW_SECS=${PAY_WINDOW_SECS:-60}
 export PAY_WINDOW_SECS
 GATEWAY_PORT=${GATEWAY_PORT:-8080}
 PROFILE=${PROFILE:-release}

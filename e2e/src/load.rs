@@ -90,7 +90,7 @@ impl Outcome {
         if !matches!(s.kind, Kind::Early | Kind::Resale) {
             self.in_burst(&s, burst_start);
         }
-        if let (true, Some(id)) = (s.code == "QUEUED", s.request_id) {
+        if let (true, Some(id)) = (s.code.starts_with("QUEUED"), s.request_id) {
             self.queued.insert(id, (s.user, s.kind));
         }
         *self.answers.entry(s.kind).or_default().entry(s.code).or_default() += 1;

@@ -23,7 +23,8 @@ pub enum Kind {
     BotBadSignature,
     /// A bot: a buyer's signed request sent again as it was (to the other gateway when there
     /// are two): a safe retry, which must get the first answer (`QUEUED_SAME_ID` when that was
-    /// QUEUED with the same request id), never a second reservation.
+    /// QUEUED with the same request id), never a second reservation (`QUEUED_AFTER_<code>`: the
+    /// buyer's own request was answered `<code>` and reserved nothing, the copy reserved once).
     BotResend,
     /// A bot: the buyer's nonce reused in a newly signed request (a later timestamp): REPLAY.
     BotReplay,
@@ -113,6 +114,8 @@ fn code_of(reply: &Reply) -> (String, Option<String>) {
     }
 }
 
+/// Sends `order`; a buyer whose connection failed (the gateway gone, say) sends the same signed
+/// request again, as a real client would: a safe retry, 3 tries in all, 300 ms apart.
 async fn send_one(
     http: &reqwest::Client,
     base: &str,
@@ -122,7 +125,15 @@ async fn send_one(
     kind: Kind,
 ) -> Sent {
     let t = Instant::now();
-    let reply = ticket.send(http, base, order).await;
+    let tries = if kind.is_bot() { 1 } else { 3 };
+    let mut reply = ticket.send(http, base, order).await;
+    for _ in 1..tries {
+        if reply.0 != 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        reply = ticket.send(http, base, order).await;
+    }
     let (code, request_id) = code_of(&reply);
     Sent { user: user.to_string(), kind, code, request_id, took: t.elapsed(), at: Instant::now() }
 }
@@ -165,6 +176,11 @@ pub async fn attempt(http: &reqwest::Client, gateways: &[String], job: &Job, tic
                 // The first answer again: no new reservation.
                 again.code = "QUEUED_SAME_ID".into();
                 again.request_id = None;
+            } else if again.code == "QUEUED" && first.code != "QUEUED" {
+                // The copy reserved where the buyer's own request had not (its nonce was never
+                // spent: answered before reserve.lua ran). One reservation for one signed request,
+                // shown apart; a copy of a request that was QUEUED reserving again stays QUEUED.
+                again.code = format!("QUEUED_AFTER_{}", first.code);
             }
             vec![first, again]
         }

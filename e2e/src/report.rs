@@ -278,6 +278,14 @@ impl Report {
         let c = &checks;
         let bot_queued: u64 =
             out.answers.iter().filter(|(k, _)| k.is_bot()).filter_map(|(_, m)| m.get("QUEUED")).sum();
+        let bot_after: u64 = out
+            .answers
+            .iter()
+            .filter(|(k, _)| k.is_bot())
+            .flat_map(|(_, m)| m.iter())
+            .filter(|(c, _)| c.starts_with("QUEUED_AFTER_"))
+            .map(|(_, n)| n)
+            .sum();
         let bot_sent: u64 =
             out.answers.iter().filter(|(k, _)| k.is_bot()).flat_map(|(_, m)| m.values()).sum();
         let early = out.answers.get(&Kind::Early);
@@ -331,7 +339,8 @@ impl Report {
                 name: "no bot request reserved anything",
                 ok: bot_queued == 0 && c.bot_orders == 0 && c.bot_held == 0,
                 detail: format!(
-                    "{bot_sent} bot requests, {bot_queued} answered QUEUED; bot accounts hold {} units in Redis, {} orders",
+                    "{bot_sent} bot requests, {bot_queued} answered QUEUED; bot accounts hold {} units in Redis, {} orders; \
+                     {bot_after} copies of a buyer's request reserved where the buyer's own had not (QUEUED_AFTER_*)",
                     c.bot_held, c.bot_orders
                 ),
             },
