@@ -254,7 +254,7 @@ redis_fault() { # fault policy
   stop_sale
   local found
   found=$(sed -n 's/^  differences: //p' "$RUN/repair.log" 2>/dev/null | head -n 1)
-  verdict "$1" "$OK" "appendfsync $2: Redis killed mid-burst, restarted from its AOF; reconcile found ${found:-?} differences and repaired them; lost $(figure "len(r['checks']['queued_without_outcome'])") of $(figure "r['codes'].get('QUEUED',0)") QUEUED answers; $COMMON"
+  verdict "$1" "$OK" "appendfsync $2: Redis killed mid-burst, restarted from its AOF; reconcile --repair after the drain found ${found:-?} differences; lost $(figure "len(r['checks']['queued_without_outcome'])") of $(figure "r['codes'].get('QUEUED',0)") QUEUED answers; $COMMON"
   export SECKILL_REDIS_APPENDFSYNC=everysec
   bash e2e/stack.sh down redis >/dev/null
   bash e2e/stack.sh up redis >/dev/null
