@@ -7,7 +7,7 @@
 #
 # Usage: e2e/stack.sh up|down|kill|status|stopped [redis|postgres|kafka]...
 #
-#   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light;
+#   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light python3;
 #            cargo install tansu 0.6.0), starts the servers that are not running, waits until
 #            each answers, writes .stack/env. Running it again is harmless.
 #   down     stops the servers this script started (PID files), waits for them to exit.
@@ -70,6 +70,7 @@ install_missing() {
   command -v wrk >/dev/null 2>&1 || pkgs+=(wrk)     # benchmarks: outside load tool
   command -v nginx >/dev/null 2>&1 || pkgs+=(nginx-light) # benchmarks: the peer
   command -v sqlite3 >/dev/null 2>&1 || pkgs+=(sqlite3)   # the broker's index (up_kafka)
+  command -v python3 >/dev/null 2>&1 || pkgs+=(python3)   # e2e/faults.sh reads the crowd's JSON report
   if ((${#pkgs[@]})); then
     [[ $(id -u) == 0 ]] || die "missing ${pkgs[*]}: run as root, or: sudo apt-get install -y ${pkgs[*]}"
     log "installing ${pkgs[*]} (apt-get)"
