@@ -4,6 +4,7 @@
 //! Tests never mock Redis, PostgreSQL or Kafka. They isolate themselves instead: a new database
 //! per test, a new topic per test, campaign ids that are unique per test.
 
+pub mod checks;
 pub mod client;
 pub mod drain;
 pub mod load;

@@ -77,7 +77,7 @@ pub struct Outcome {
     pub settle: Duration,
     /// Payment answers by code.
     pub payments: BTreeMap<String, u64>,
-    /// QUEUED answers of the resale wave, and their final results.
+    /// QUEUED answers of the resale wave.
     pub resale_queued: u64,
     /// Final results of the resale wave.
     pub resale_results: BTreeMap<String, u64>,
