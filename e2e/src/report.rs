@@ -176,7 +176,11 @@ impl Report {
                     queued,
                     lost,
                     c.queued_without_outcome.first().map(|id| format!(" (e.g. {id})")).unwrap_or_default(),
-                    if lost_allowed > 0 { format!("; measured, not judged (allowed {lost_allowed})") } else { String::new() }
+                    match lost_allowed {
+                        0 => String::new(),
+                        u64::MAX => "; measured, not judged".to_string(),
+                        n => format!("; up to {n} allowed"),
+                    }
                 ),
             },
             Verdict {
