@@ -41,3 +41,111 @@ login_issuer = "shop-auth"
 login_audience = "seckill"
 TOML
 }
+
+# ---------------------------------------------------------------------------------------------
+# A sale on the stack of .stack/env (the demo's and the fault tests' pieces). Each function reads
+# SECKILL_REDIS_URL, SECKILL_PG_ADMIN_URL, SECKILL_KAFKA_BROKER and the keys of edge_keys,
+# SECKILL_GATEWAY_KEY and SECKILL_PAYMENT_KEY from the environment, and ROOT (the repository).
+
+# The database URL of campaign ID's sale.
+sale_db_url() { # id
+  printf '%s/sale_%s' "${SECKILL_PG_ADMIN_URL%/*}" "$1"
+}
+
+# Writes RUN/campaigns/ID.toml (every edge defense on) and RUN/order-writer.toml, creates the
+# sale's database and topic, and publishes the stock to Redis. STARTS_AT: an RFC 3339 time.
+sale_create() { # run id stock starts_at writer_port bin_dir
+  local run=$1 id=$2 stock=$3 starts=$4 wport=$5 bin=$6
+  mkdir -p "$run/campaigns"
+  cat >"$run/campaigns/$id.toml" <<TOML
+id = "$id"
+sku = "SKU-DEMO-PHONE"
+stock = $stock
+per_user_limit = 1
+price_cents = 99900
+starts_at = "$starts"
+ends_at = "$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)"
+pay_window_secs = ${PAY_WINDOW_SECS:-900}
+
+[limits]
+max_inflight = 4096
+# The simulated crowd comes from one loopback address: a per-address polling limit sized for
+# one buyer would throttle all of them (real buyers each have their own).
+result_per_sec = 0
+device_per_sec = 5
+user_per_sec = 5
+
+# Every defense on; a small proof of work so the crowd's own hashing stays a minor share.
+[defense]
+captcha = "pow"
+pow_bits = ${POW_BITS:-8}
+token_ttl_secs = 300
+timestamp_window_secs = 30
+
+[eligibility]
+min_level = 1
+
+# One account's orders across every gateway (counted in Redis); open: a slow Redis lets them on.
+[[global_limit]]
+by = "user"
+max = 20
+window_secs = 10
+on_error = "open"
+TOML
+  sed -e "s#^listen = .*#listen = \"127.0.0.1:$wport\"#" \
+    -e "s#^redis_url = .*#redis_url = \"$SECKILL_REDIS_URL\"#" \
+    -e "s#^postgres_url = .*#postgres_url = \"$(sale_db_url "$id")\"#" \
+    -e "s#^brokers = .*#brokers = [\"$SECKILL_KAFKA_BROKER\"]#" \
+    -e "s#^topic = .*#topic = \"reservations.$id\"#" \
+    -e "s#^lua_dir = .*#lua_dir = \"$ROOT/lua\"#" \
+    -e "s#^migrations_dir = .*#migrations_dir = \"$ROOT/sql\"#" \
+    -e "s#^age_secs = .*#age_secs = ${SWEEP_AGE_SECS:-10}#" \
+    conf/order-writer.toml >"$run/order-writer.toml"
+  printf '\n[admin]\nlisten = "127.0.0.1:%s"\n' "$((wport + 1000))" >>"$run/order-writer.toml"
+  psql "$SECKILL_PG_ADMIN_URL" -qc "CREATE DATABASE sale_$id" >/dev/null
+  local ow=("$bin/order-writer" --config "$run/order-writer.toml")
+  "${ow[@]}" migrate
+  "${ow[@]}" topic create
+  "${ow[@]}" campaign publish "$id"
+}
+
+# Writes RUN/NAME.toml: a gateway server file for campaign ID's sale listening on PORT (its
+# admin listener, /metrics, on PORT + 1000), result queries to the order writer on WRITER_PORT.
+gateway_conf() { # run name port id writer_port
+  local run=$1 name=$2 port=$3 id=$4 wport=$5
+  sed -e "s#^listen = .*#listen = \"127.0.0.1:$port\"#" \
+    -e "s#^url = \"redis://.*#url = \"$SECKILL_REDIS_URL\"#" \
+    -e "s#^upstreams = \\[\"127.0.0.1:8081\"\\]#upstreams = [\"127.0.0.1:$wport\"]#" \
+    -e "s#^brokers = .*#brokers = [\"$SECKILL_KAFKA_BROKER\"]#" \
+    -e "s#^topic = .*#topic = \"reservations.$id\"#" \
+    -e "s#^upgrade_sock = .*#upgrade_sock = \"$run/$name-upgrade.sock\"#" \
+    conf/server.toml >"$run/$name.toml"
+  printf '\n[admin]\nlisten = "127.0.0.1:%s"\n' "$((port + 1000))" >>"$run/$name.toml"
+}
+
+# Waits (20 s at most) until something listens on 127.0.0.1:PORT; else prints LOG's tail, fails.
+wait_port() { # name port log
+  for _ in $(seq 1 100); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$2") 2>/dev/null; then return 0; fi
+    sleep 0.2
+  done
+  echo "$1 did not listen on 127.0.0.1:$2 within 20 s; its log:" >&2
+  tail -n 40 "$3" >&2
+  return 1
+}
+
+# Peak resident memory (VmHWM) of process PID, in MiB, or "?" once it is gone.
+peak_rss_mib() { # pid
+  awk '/^VmHWM:/ {printf "%.0f", $2 / 1024; found = 1} END {if (!found) printf "?"}' \
+    "/proc/$1/status" 2>/dev/null || printf '?'
+}
+
+# The PID of a server of the stack in SECKILL_STACK_DIR (default .stack): redis, postgres, kafka.
+stack_pid() { # name
+  local dir=${SECKILL_STACK_DIR:-$ROOT/.stack}
+  case $1 in
+    redis) head -n 1 "$dir/redis/redis.pid" ;;
+    postgres) head -n 1 "$dir/pg/data/postmaster.pid" ;;
+    kafka) head -n 1 "$dir/kafka/tansu.pid" ;;
+  esac
+}

@@ -5,13 +5,15 @@
 #   PostgreSQL (trust auth on loopback)  127.0.0.1:5440   superuser `postgres`
 #   tansu 0.6.0, Kafka API (sqlite)      127.0.0.1:19092
 #
-# Usage: e2e/stack.sh up|down|status|stopped [redis|postgres|kafka]...
+# Usage: e2e/stack.sh up|down|kill|status|stopped [redis|postgres|kafka]...
 #
-#   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light;
+#   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light python3;
 #            cargo install tansu 0.6.0), starts the servers that are not running, waits until
 #            each answers, writes .stack/env. Running it again is harmless.
 #   down     stops the servers this script started (PID files), waits for them to exit.
 #            Keeps their data. Running it again is harmless.
+#   kill     SIGKILL of the servers this script started (PostgreSQL: `pg_ctl stop -m immediate`,
+#            its crash stop): the fault tests' crash, on a stack of their own. Keeps their data.
 #   status   one line per server; exit status 0 when all named servers are up, 3 otherwise.
 #   stopped  prints the names of the named servers that are not running (for scripts).
 #
@@ -19,10 +21,13 @@
 # files, and `env`, which exports SECKILL_REDIS_URL, SECKILL_PG_ADMIN_URL and
 # SECKILL_KAFKA_BROKER for the tests. Servers listen on 127.0.0.1 only. Ports can be moved
 # with SECKILL_REDIS_PORT, SECKILL_PG_PORT and SECKILL_KAFKA_PORT (source .stack/env after).
+# SECKILL_STACK_DIR moves the whole folder (a second stack beside the first: e2e/faults.sh);
+# SECKILL_REDIS_APPENDFSYNC (everysec, or always) is Redis' AOF fsync policy at its start.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-STACK="$ROOT/.stack"
+STACK=${SECKILL_STACK_DIR:-$ROOT/.stack}
+APPENDFSYNC=${SECKILL_REDIS_APPENDFSYNC:-everysec}
 HOST=127.0.0.1
 REDIS_PORT=${SECKILL_REDIS_PORT:-6390}
 PG_PORT=${SECKILL_PG_PORT:-5440}
@@ -65,6 +70,7 @@ install_missing() {
   command -v wrk >/dev/null 2>&1 || pkgs+=(wrk)     # benchmarks: outside load tool
   command -v nginx >/dev/null 2>&1 || pkgs+=(nginx-light) # benchmarks: the peer
   command -v sqlite3 >/dev/null 2>&1 || pkgs+=(sqlite3)   # the broker's index (up_kafka)
+  command -v python3 >/dev/null 2>&1 || pkgs+=(python3)   # e2e/faults.sh reads the crowd's JSON report
   if ((${#pkgs[@]})); then
     [[ $(id -u) == 0 ]] || die "missing ${pkgs[*]}: run as root, or: sudo apt-get install -y ${pkgs[*]}"
     log "installing ${pkgs[*]} (apt-get)"
@@ -163,7 +169,7 @@ up_redis() {
   # The script alone writes redis.pid: with redis-server's own --pidfile on the same file, a
   # readiness check could read it in the instant Redis truncates it and call Redis dead.
   setsid redis-server --bind "$HOST" --port "$REDIS_PORT" --dir "$dir" \
-    --appendonly yes --appendfsync everysec --daemonize no \
+    --appendonly yes --appendfsync "$APPENDFSYNC" --daemonize no \
     --logfile "$dir/redis.log" </dev/null >>"$dir/redis.log" 2>&1 &
   echo $! >"$dir/redis.pid"
   wait_ready redis redis_ping
@@ -322,7 +328,7 @@ cmd_up() {
     log "$s up on $HOST:$(port "$s") ($((SECONDS - t)) s)"
   done
   write_env
-  log "addresses written to .stack/env"
+  log "addresses written to ${STACK#$ROOT/}/env"
 }
 
 cmd_down() {
@@ -335,6 +341,26 @@ cmd_down() {
     fi
     if [[ $s == postgres ]]; then down_postgres; else stop_pid "$s"; fi
     log "$s stopped"
+  done
+}
+
+cmd_kill() {
+  local s pid
+  for s in "$@"; do
+    if ! alive "$(pidfile "$s")" "$(progname "$s")"; then
+      log "$s is not running"
+      continue
+    fi
+    pid=$(head -n 1 "$(pidfile "$s")")
+    if [[ $s == postgres ]]; then
+      as_pg "$(pg_bin)/pg_ctl" -D "$STACK/pg/data" -s -w -t "$STOP_TIMEOUT" -m immediate stop ||
+        die "postgres did not stop within ${STOP_TIMEOUT} s (see $(logfile postgres))"
+    else
+      kill -KILL "$pid"
+      for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+      rm -f "$(pidfile "$s")"
+    fi
+    log "$s (pid $pid) killed"
   done
 }
 
@@ -372,10 +398,11 @@ main() {
   case $cmd in
     up) cmd_up "${services[@]}" ;;
     down) cmd_down "${services[@]}" ;;
+    kill) cmd_kill "${services[@]}" ;;
     status) cmd_status "${services[@]}" ;;
     stopped) cmd_stopped "${services[@]}" ;;
     *)
-      echo "usage: $0 up|down|status|stopped [${ALL[*]}]..." >&2
+      echo "usage: $0 up|down|kill|status|stopped [${ALL[*]}]..." >&2
       exit 2
       ;;
   esac

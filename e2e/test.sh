@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # All tests of the workspace against the real local stack: the README's test command, and what
 # CI runs (.ci/run). Brings the stack up (installing what is missing), then checks formatting,
-# lints, runs `cargo test --workspace`, then a small end-to-end sale (e2e/demo.sh). Exits non-zero on the first failure.
+# lints, runs `cargo test --workspace`, then a small end-to-end sale (e2e/demo.sh) and the short
+# fault tests (e2e/faults.sh --short). Exits non-zero on the first failure.
 #
 # The stack is left running if it was running before; servers this script had to start are
 # stopped again when it ends, pass or fail.
@@ -59,8 +60,14 @@ cargo test --locked --workspace
 # against PostgreSQL and Redis (the demo exits non-zero when one breaks). Debug binaries, just
 # built by cargo test; its own ports so a running demo does not collide.
 phase "end-to-end sale"
-PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 \
+PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
   GATEWAY_PORT=18080 WRITER_PORT=18081 bash e2e/demo.sh
+
+# The same sale under faults, short: the order writer, the broker, PostgreSQL, Redis (both fsync
+# policies), the gateway killed mid-sale and restarted, two gateways on one Redis, Redis paused.
+# A stack of its own (e2e/faults.sh): the servers it kills are its own.
+phase "faults (short)"
+bash e2e/faults.sh --short
 
 phase_done
 PHASE=""

@@ -4,8 +4,14 @@
 //! Tests never mock Redis, PostgreSQL or Kafka. They isolate themselves instead: a new database
 //! per test, a new topic per test, campaign ids that are unique per test.
 
+pub mod checks;
 pub mod client;
+pub mod drain;
 pub mod load;
+pub mod mix;
 pub mod order_writer;
+pub mod page;
+pub mod progress;
 pub mod report;
 pub mod stack;
+pub mod watch;

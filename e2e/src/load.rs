@@ -1,21 +1,39 @@
-//! The crowd: every simulated user gets a campaign token (its login JWT from the shop's auth
-//! service, played with the demo's key; the captcha's proof of work; the token endpoint), then
-//! the burst of signed order requests, then result polling with backoff.
+//! The crowd: every simulated user (and bot) gets a campaign token (its login JWT from the shop's
+//! auth service, played with the demo's key; the captcha's proof of work; the token endpoint);
+//! early birds knock before the window opens; everyone idles until the gateway's clock says open;
+//! then the step burst of signed orders, mixed with hot users and bots; then every queued request
+//! is polled (backoff, `Retry-After`) until it settles, and a share of the winners pay.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use serde::Deserialize;
 
-use crate::client::{get_ticket, nonce, Ticket};
+use crate::client::{get_ticket, Ticket};
+use crate::mix::{attempt, bot_user, Job, Kind, Sent};
+use crate::progress::Progress;
+
+/// Who is in the crowd besides plain buyers.
+#[derive(Debug, Clone)]
+pub struct Mix {
+    /// Users (among the crowd's) who also fire many attempts at once.
+    pub hot_users: u32,
+    /// Concurrent attempts of each hot user.
+    pub hot_attempts: u32,
+    /// Bot requests of each bot kind.
+    pub bots_per_kind: u32,
+    /// Users who send one order before the window opens.
+    pub early_birds: u32,
+    /// Percentage of winners who pay (the others let their order close).
+    pub pay_percent: u32,
+}
 
 /// What the crowd looks like.
 #[derive(Debug, Clone)]
 pub struct Crowd {
-    /// Gateway base URL, without a trailing slash.
-    pub gateway: String,
+    /// Gateway base URLs, without a trailing slash (attempts go round robin).
+    pub gateways: Vec<String>,
     /// Campaign id.
     pub campaign: String,
     /// Distinct users.
@@ -28,33 +46,72 @@ pub struct Crowd {
     pub settle: Duration,
     /// The shop's auth service (mints the users' login JWTs).
     pub auth: crate::client::Auth,
+    /// Hot users, bots, early birds, payers.
+    pub mix: Mix,
+    /// The order writer's base URL and the payment provider's key (payments), if any.
+    pub payments: Option<(String, Vec<u8>)>,
 }
 
 /// What the crowd saw.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// Order answers by code (`HTTP_<status>` when the body had no code, `ERROR` on transport errors).
-    pub answers: BTreeMap<String, u64>,
-    /// Latency of order requests, microseconds.
-    pub latency_us: Option<Histogram<u64>>,
-    /// Wall time of the token phase (captcha, proof of work, token, for every user).
+    /// Answers by kind of attempt, then by code.
+    pub answers: BTreeMap<Kind, BTreeMap<String, u64>>,
+    /// Latency of order requests by answer code, microseconds.
+    pub latency_us: BTreeMap<String, Histogram<u64>>,
+    /// Answers per 250 ms of the burst, by code.
+    pub timeline: Vec<BTreeMap<String, u64>>,
+    /// Wall time of the token phase (captcha, proof of work, token, for every user and bot).
     pub tokens: Duration,
-    /// Users refused a token, by code.
+    /// Accounts refused a token, by code.
     pub token_refusals: BTreeMap<String, u64>,
+    /// Whether the early birds went before the window opened (false: it was open already).
+    pub early_before_open: bool,
     /// Wall time of the burst.
     pub burst: Duration,
-    /// request id -> user, for every QUEUED answer.
-    pub queued: HashMap<String, String>,
+    /// request id -> (user, kind), for every QUEUED answer.
+    pub queued: HashMap<String, (String, Kind)>,
     /// Final results of queued requests by code (`UNSETTLED` when still queued at the deadline).
     pub results: BTreeMap<String, u64>,
     /// Wall time until every queued request settled (or the deadline).
     pub settle: Duration,
+    /// Payment answers by code.
+    pub payments: BTreeMap<String, u64>,
+    /// QUEUED answers of the resale wave.
+    pub resale_queued: u64,
+    /// Final results of the resale wave.
+    pub resale_results: BTreeMap<String, u64>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Answer {
-    code: Option<String>,
-    request_id: Option<String>,
+impl Outcome {
+    /// Counts an answer; the burst's (not the early birds' token answers, nor the resale wave's)
+    /// also in the latency and the timeline.
+    fn record(&mut self, s: Sent, burst_start: Instant) {
+        if !matches!(s.kind, Kind::Early | Kind::Resale) {
+            self.in_burst(&s, burst_start);
+        }
+        if let (true, Some(id)) = (s.code.starts_with("QUEUED"), s.request_id) {
+            self.queued.insert(id, (s.user, s.kind));
+        }
+        *self.answers.entry(s.kind).or_default().entry(s.code).or_default() += 1;
+    }
+
+    fn in_burst(&mut self, s: &Sent, burst_start: Instant) {
+        self.latency_us
+            .entry(s.code.clone())
+            .or_insert_with(|| Histogram::new_with_bounds(1, 120_000_000, 3).expect("static bounds"))
+            .saturating_record(s.took.as_micros() as u64);
+        let bucket = (s.at.saturating_duration_since(burst_start).as_millis() / 250) as usize;
+        if self.timeline.len() <= bucket {
+            self.timeline.resize(bucket + 1, BTreeMap::new());
+        }
+        *self.timeline[bucket].entry(s.code.clone()).or_default() += 1;
+    }
+
+    /// Order attempts sent.
+    pub fn attempts(&self) -> u64 {
+        self.answers.values().flat_map(|m| m.values()).sum()
+    }
 }
 
 /// Refuses targets off the loopback range: load goes only to this machine.
@@ -87,122 +144,224 @@ fn gcd(a: u32, b: u32) -> u32 {
     }
 }
 
-/// Runs the burst, then polls results until all settle or the deadline passes.
+/// The burst's jobs: the buyers' schedule with, at its head (while there is stock to take, so
+/// the defenses rather than the sold-out flag answer them), each hot user's attempts together
+/// (in flight at once) every 10th job and a bot every 2nd, bot kinds in turn.
+fn burst_jobs(crowd: &Crowd) -> Vec<Job> {
+    let order = schedule(crowd.users, crowd.requests_per_user);
+    let m = &crowd.mix;
+    let hot = m.hot_users.min(crowd.users);
+    let bot_kinds =
+        [Kind::BotBadSignature, Kind::BotResend, Kind::BotReplay, Kind::BotStale, Kind::BotDevice];
+    let bots = bot_kinds.len() as u32 * m.bots_per_kind;
+    let (mut hot_next, mut bot_next) = (0u32, 0u32);
+    let mut jobs = Vec::with_capacity(order.len() + (hot * m.hot_attempts + bots) as usize);
+    for (i, u) in order.into_iter().enumerate() {
+        let gateway = i;
+        jobs.push(Job { user: format!("user-{u}"), kind: Kind::Buyer, gateway });
+        if i % 10 == 0 && hot_next < hot {
+            for _ in 0..m.hot_attempts {
+                jobs.push(Job { user: format!("user-{hot_next}"), kind: Kind::Hot, gateway: jobs.len() });
+            }
+            hot_next += 1;
+        }
+        if i % 2 == 0 && bot_next < bots {
+            let kind = bot_kinds[(bot_next % bot_kinds.len() as u32) as usize];
+            let n = bot_next / bot_kinds.len() as u32;
+            let user = if matches!(kind, Kind::BotResend | Kind::BotReplay) {
+                format!("user-{u}")
+            } else {
+                bot_user(kind, n)
+            };
+            jobs.push(Job { user, kind, gateway });
+            bot_next += 1;
+        }
+    }
+    jobs
+}
+
+/// The accounts that need a token: every user, and the bots with accounts of their own.
+fn accounts(crowd: &Crowd) -> Vec<String> {
+    let mut all: Vec<String> = (0..crowd.users).map(|u| format!("user-{u}")).collect();
+    for kind in Kind::OWN_ACCOUNT_BOTS {
+        all.extend((0..crowd.mix.bots_per_kind).map(|i| bot_user(kind, i)));
+    }
+    all
+}
+
+/// The campaign's window start and the gateway's clock offset (server - local), milliseconds.
+async fn window(client: &reqwest::Client, crowd: &Crowd) -> anyhow::Result<(i64, i64)> {
+    let url = format!("{}/seckill/{}/info", crowd.gateways[0], crowd.campaign);
+    let t0 = chrono::Utc::now().timestamp_millis();
+    let info: serde_json::Value = client.get(&url).send().await?.json().await?;
+    let t1 = chrono::Utc::now().timestamp_millis();
+    let server = info["server_time_ms"].as_i64().unwrap_or(t1);
+    let starts = info["starts_at"]
+        .as_str()
+        .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok())
+        .map(|t| t.timestamp_millis())
+        .unwrap_or(server);
+    Ok((starts, server - (t0 + t1) / 2))
+}
+
+/// Runs everything up to the drain: tokens, early birds, the wait, the burst, the drain.
 pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(crowd.concurrency)
         .timeout(Duration::from_secs(10))
         .build()?;
-    let mut out =
-        Outcome { latency_us: Some(Histogram::new_with_bounds(1, 60_000_000, 3)?), ..Default::default() };
+    let mut out = Outcome::default();
+    let (starts_ms, offset_ms) = window(&client, crowd).await?;
 
+    // Early birds knock before the window opens: the captcha and token step answers first.
+    let server_now = || chrono::Utc::now().timestamp_millis() + offset_ms;
+    out.early_before_open = server_now() + 500 < starts_ms;
+    if out.early_before_open && crowd.mix.early_birds > 0 {
+        let now = Instant::now();
+        let early: Vec<String> =
+            (0..crowd.mix.early_birds.min(crowd.users)).map(|u| format!("user-{u}")).collect();
+        for (user, t, took) in tickets(&client, crowd, early, None).await {
+            let code = match t {
+                Ok(_) => "TOKEN_ISSUED".to_string(),
+                Err(code) => code,
+            };
+            out.record(
+                Sent { user, kind: Kind::Early, code, request_id: None, took, at: Instant::now() },
+                now,
+            );
+        }
+    }
+    let wait = starts_ms - server_now();
+    if wait > 0 {
+        eprintln!("seckill-load: idle until the window opens by the gateway's clock ({wait} ms)");
+        tokio::time::sleep(Duration::from_millis(wait as u64 + 20)).await;
+    }
+
+    // The window is open: everyone at once, through captcha and token, then the orders.
+    eprintln!("seckill-load: window open: tokens");
     let started = Instant::now();
-    let got: Vec<(u32, Result<Ticket, String>)> = futures::stream::iter(0..crowd.users)
-        .map(|u| {
-            let (client, crowd) = (client.clone(), crowd.clone());
-            async move {
-                let login = crowd.auth.login(&format!("user-{u}"), serde_json::json!({"level": 1}));
-                let device = format!("device-{u}");
-                let t = get_ticket(&client, &crowd.gateway, &crowd.campaign, &login, &device).await;
-                (
-                    u,
-                    t.map_err(|(status, body)| {
-                        body["code"].as_str().map_or(format!("HTTP_{status}"), str::to_string)
-                    }),
-                )
-            }
-        })
-        .buffer_unordered(crowd.concurrency)
-        .collect()
-        .await;
-    let mut tickets = HashMap::new();
-    for (u, t) in got {
+    let bar = Progress::start("tokens", accounts(crowd).len() as u64);
+    let mut tickets_of = HashMap::new();
+    for (u, t, _) in tickets(&client, crowd, accounts(crowd), Some(&bar)).await {
         match t {
             Ok(t) => {
-                tickets.insert(u, t);
+                tickets_of.insert(u, t);
             }
             Err(code) => *out.token_refusals.entry(code).or_default() += 1,
         }
     }
+    bar.finish();
     out.tokens = started.elapsed();
+    let tickets = tickets_of;
+
+    eprintln!("seckill-load: burst started");
+    let jobs = burst_jobs(crowd);
+    let started = Instant::now();
+    let bar = Progress::start("burst", jobs.len() as u64);
+    for s in send_all(&client, crowd, &tickets, jobs, Some(&bar)).await {
+        out.record(s, started);
+    }
+    bar.finish();
+    out.burst = started.elapsed();
+    eprintln!("seckill-load: burst done, draining");
 
     let started = Instant::now();
-    let jobs: Vec<(u32, &Ticket)> = schedule(crowd.users, crowd.requests_per_user)
-        .into_iter()
-        .filter_map(|u| tickets.get(&u).map(|t| (u, t)))
-        .collect();
-    let mut answers = futures::stream::iter(jobs)
-        .map(|(u, ticket)| {
-            let client = client.clone();
-            let base = crowd.gateway.clone();
-            async move {
-                let user = format!("user-{u}");
-                let signed = ticket.sign(1, chrono::Utc::now().timestamp(), &nonce());
-                let t = Instant::now();
-                let (status, body) = ticket.send(&client, &base, &signed).await;
-                let answer: Answer =
-                    serde_json::from_value(body).unwrap_or(Answer { code: None, request_id: None });
-                let code = match (status, answer.code) {
-                    (0, _) => ("ERROR".to_string(), None),
-                    (_, Some(code)) => (code, answer.request_id),
-                    (status, None) => (format!("HTTP_{status}"), None),
-                };
-                (user, code, t.elapsed())
-            }
-        })
-        .buffer_unordered(crowd.concurrency);
-    while let Some((user, (code, request_id), took)) = answers.next().await {
-        if let Some(h) = out.latency_us.as_mut() {
-            h.saturating_record(took.as_micros() as u64);
-        }
-        if code == "QUEUED" {
-            if let Some(id) = request_id {
-                out.queued.insert(id, user);
-            }
-        }
-        *out.answers.entry(code).or_default() += 1;
-    }
-    out.burst = started.elapsed();
-
-    let settle_started = Instant::now();
-    let deadline = settle_started + crowd.settle;
-    let ids: Vec<String> = out.queued.keys().cloned().collect();
-    let results = futures::stream::iter(ids)
-        .map(|id| {
-            let client = client.clone();
-            let url = format!("{}/seckill/{}/result/{}", crowd.gateway, crowd.campaign, id);
-            async move { poll(&client, &url, deadline).await }
-        })
-        .buffer_unordered(crowd.concurrency.min(64));
-    let codes: Vec<String> = results.collect().await;
-    for code in codes {
-        *out.results.entry(code).or_default() += 1;
-    }
-    out.settle = settle_started.elapsed();
+    let ids: Vec<(String, String)> = out.queued.iter().map(|(id, (u, _))| (id.clone(), u.clone())).collect();
+    let (results, payments) = crate::drain::drain(&client, crowd, ids, started + crowd.settle).await;
+    out.results = results;
+    out.payments = payments;
+    out.settle = started.elapsed();
+    eprintln!("seckill-load: drained in {:.1} s", out.settle.as_secs_f64());
     Ok(out)
 }
 
-/// Result codes that end polling; anything else (QUEUED, NOT_FOUND while the order writer has
-/// not seen the record yet, a 5xx code, a transport error) is asked again.
-const FINAL: [&str; 5] = ["SUCCESS", "SOLD_OUT", "FAILED", "PAID", "CLOSED"];
+/// Gets each of `users` a campaign token (login, captcha and its proof of work, token), with the
+/// crowd's concurrency: the ticket or the refusal's code, and how long it took.
+async fn tickets(
+    client: &reqwest::Client,
+    crowd: &Crowd,
+    users: Vec<String>,
+    bar: Option<&Progress>,
+) -> Vec<(String, Result<Ticket, String>, Duration)> {
+    futures::stream::iter(users)
+        .map(|user| async move {
+            let login = crowd.auth.login(&user, serde_json::json!({"level": 1}));
+            let device = format!("device-{user}");
+            let t0 = Instant::now();
+            let t = get_ticket(client, &crowd.gateways[0], &crowd.campaign, &login, &device).await;
+            if let Some(b) = bar {
+                b.add(1);
+            }
+            let t = t.map_err(|(status, body)| {
+                body["code"].as_str().map_or(format!("HTTP_{status}"), str::to_string)
+            });
+            (user, t, t0.elapsed())
+        })
+        .buffer_unordered(crowd.concurrency)
+        .collect()
+        .await
+}
 
-/// Polls one result with exponential backoff (50 ms doubling to 1 s) until it is final.
-async fn poll(client: &reqwest::Client, url: &str, deadline: Instant) -> String {
-    let mut wait = Duration::from_millis(50);
-    loop {
-        let code = match client.get(url).send().await {
-            Ok(r) => r.json::<Answer>().await.ok().and_then(|a| a.code).unwrap_or_else(|| "ERROR".into()),
-            Err(_) => "ERROR".into(),
-        };
-        if FINAL.contains(&code.as_str()) {
-            return code;
+/// Sends `jobs` with the crowd's concurrency and returns every answer.
+async fn send_all(
+    client: &reqwest::Client,
+    crowd: &Crowd,
+    tickets: &HashMap<String, Ticket>,
+    jobs: Vec<Job>,
+    bar: Option<&Progress>,
+) -> Vec<Sent> {
+    let sent: Vec<Vec<Sent>> =
+        futures::stream::iter(jobs.into_iter().filter(|j| tickets.contains_key(&j.user)))
+            .map(|job| {
+                let client = client.clone();
+                let ticket = &tickets[&job.user];
+                async move {
+                    let s = attempt(&client, &crowd.gateways, &job, ticket).await;
+                    if let Some(b) = bar {
+                        b.add(1);
+                    }
+                    s
+                }
+            })
+            .buffer_unordered(crowd.concurrency)
+            .collect()
+            .await;
+    sent.into_iter().flatten().collect()
+}
+
+/// The resale wave: after unpaid orders closed and their stock went back on sale, `users`
+/// buyers who got nothing in the burst try once more (fresh tokens); their results are polled.
+pub async fn resale(crowd: &Crowd, out: &mut Outcome, users: u32) -> anyhow::Result<()> {
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
+    let winners: std::collections::HashSet<&String> = out.queued.values().map(|(u, _)| u).collect();
+    let losers: Vec<String> = (0..crowd.users)
+        .map(|u| format!("user-{u}"))
+        .filter(|u| !winners.contains(u))
+        .take(users as usize)
+        .collect();
+    let tickets: HashMap<String, Ticket> = tickets(&client, crowd, losers.clone(), None)
+        .await
+        .into_iter()
+        .filter_map(|(u, t, _)| t.ok().map(|t| (u, t)))
+        .collect();
+    let jobs = losers
+        .into_iter()
+        .enumerate()
+        .map(|(i, user)| Job { user, kind: Kind::Resale, gateway: i })
+        .collect();
+    let now = Instant::now();
+    let mut ids = Vec::new();
+    for s in send_all(&client, crowd, &tickets, jobs, None).await {
+        if let (true, Some(id)) = (s.code == "QUEUED", s.request_id.clone()) {
+            ids.push((id, s.user.clone()));
         }
-        if Instant::now() + wait > deadline {
-            return "UNSETTLED".into();
-        }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(Duration::from_secs(1));
+        out.record(s, now);
     }
+    out.resale_queued = ids.len() as u64;
+    let no_pay = Crowd { payments: None, ..crowd.clone() };
+    let (results, _) = crate::drain::drain(&client, &no_pay, ids, Instant::now() + crowd.settle).await;
+    out.resale_results = results;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -218,6 +377,32 @@ mod tests {
         }
         // Users are interleaved, not in id order.
         assert_ne!(&s[..3], &[0, 1, 2]);
+    }
+
+    #[test]
+    fn the_burst_mixes_hot_users_and_every_bot_kind() {
+        let crowd = Crowd {
+            gateways: vec!["http://127.0.0.1:1".into()],
+            campaign: "c".into(),
+            users: 100,
+            requests_per_user: 2,
+            concurrency: 1,
+            settle: Duration::ZERO,
+            auth: crate::client::Auth::hs256(b"k").unwrap(),
+            mix: Mix { hot_users: 3, hot_attempts: 5, bots_per_kind: 2, early_birds: 0, pay_percent: 0 },
+            payments: None,
+        };
+        let jobs = burst_jobs(&crowd);
+        let count = |k: Kind| jobs.iter().filter(|j| j.kind == k).count();
+        assert_eq!(count(Kind::Buyer), 200);
+        assert_eq!(count(Kind::Hot), 15);
+        for k in [Kind::BotBadSignature, Kind::BotResend, Kind::BotReplay, Kind::BotStale, Kind::BotDevice] {
+            assert_eq!(count(k), 2, "{k:?}");
+        }
+        assert!(jobs
+            .iter()
+            .filter(|j| Kind::OWN_ACCOUNT_BOTS.contains(&j.kind))
+            .all(|j| j.user.starts_with("bot-")));
     }
 
     #[test]

@@ -1,39 +1,84 @@
 //! `seckill-load`: a flash sale's crowd, and the report of what happened.
 //!
-//! Gets every user a campaign token (login JWT, proof of work, token endpoint), sends a burst
-//! of signed order requests from simulated users to the gateway, polls each queued
-//! request's result with backoff, then checks the outcome against PostgreSQL and Redis: never
-//! more orders than stock, never more than the limit per user, and no accepted reservation
-//! without an order or a release.
+//! Gets every user (and bot) a campaign token (login JWT, proof of work, token endpoint); early
+//! birds knock before the window opens; everyone idles until the gateway's clock says open; then
+//! the step burst of signed orders, mixed with hot users and bots; every queued request is polled
+//! until it settles and a share of the winners pay; optionally, once the others' orders closed,
+//! a resale wave buys the released stock. Then the outcome is checked against PostgreSQL and
+//! Redis: never more orders than stock, never more than the limit per user, no accepted
+//! reservation without an order or a refusal, Redis and PostgreSQL agree, no bot reserved
+//! anything. Exits non-zero when one fails.
 
 use anyhow::Context;
 use clap::Parser;
 
-use e2e::load::{self, Crowd};
+use e2e::load::{self, Crowd, Mix};
 use e2e::report::{self, Report};
 
 /// Command line.
 #[derive(Debug, Parser)]
-#[command(name = "seckill-load", about = "Run a crowd of buyers against the gateway and report")]
+#[command(name = "seckill-load", about = "Run a crowd of buyers and bots against the gateway and report")]
 struct Args {
-    /// Gateway base URL (loopback only).
-    #[arg(long, default_value = "http://127.0.0.1:8080")]
-    gateway: String,
+    /// Gateway base URL (loopback only); give it twice for two gateways (round robin).
+    #[arg(long, required = true)]
+    gateway: Vec<String>,
     /// Campaign id.
     #[arg(long)]
     campaign: String,
     /// Distinct users in the crowd.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 50_000)]
     users: u32,
-    /// Order requests each user sends (more than the limit exercises the per-user dedupe).
-    #[arg(long, default_value_t = 2)]
+    /// Order requests each user sends in the burst (more than the limit exercises the dedupe).
+    #[arg(long, default_value_t = 4)]
     requests_per_user: u32,
     /// Requests in flight at once.
     #[arg(long, default_value_t = 256)]
     concurrency: usize,
+    /// Hot users: users who also fire many attempts at once.
+    #[arg(long, default_value_t = 50)]
+    hot_users: u32,
+    /// Concurrent attempts of each hot user.
+    #[arg(long, default_value_t = 20)]
+    hot_attempts: u32,
+    /// Bot requests of each kind (bad signature, resent request, reused nonce, stale timestamp,
+    /// rotated device).
+    #[arg(long, default_value_t = 250)]
+    bots_per_kind: u32,
+    /// Users who send an order before the window opens.
+    #[arg(long, default_value_t = 200)]
+    early_birds: u32,
+    /// Percentage of winners who pay (the others let their order close).
+    #[arg(long, default_value_t = 50)]
+    pay_percent: u32,
+    /// The order writer's base URL, for payments (none without it).
+    #[arg(long)]
+    writer: Option<String>,
+    /// The payment provider's key (the order writer's `payment_key`).
+    #[arg(long, env = "SECKILL_PAYMENT_KEY", hide_env_values = true)]
+    payment_key: Option<String>,
+    /// After the drain, wait (at most this many seconds) until every unpaid order closed, then
+    /// send a resale wave of `--resale-users` losers at the released stock. 0: no resale.
+    #[arg(long, default_value_t = 0)]
+    close_wait_secs: u64,
+    /// Users in the resale wave.
+    #[arg(long, default_value_t = 200)]
+    resale_users: u32,
     /// Seconds to wait for every queued request to settle.
     #[arg(long, default_value_t = 60)]
     settle_secs: u64,
+    /// A shell command run after the drain, before the checks (a reconcile --repair, say).
+    #[arg(long)]
+    after_drain: Option<String>,
+    /// Queued answers that may end without an order or a refusal: measured, not judged (a
+    /// durability window); "any" for no bound.
+    #[arg(long, default_value = "0")]
+    lost_allowed: String,
+    /// A process whose peak RSS the report shows: NAME=PID (repeatable).
+    #[arg(long)]
+    process: Vec<String>,
+    /// A /metrics endpoint the report scrapes after the drain: NAME=URL (repeatable).
+    #[arg(long)]
+    metrics: Vec<String>,
     /// PostgreSQL URL of the order writer's database (for the checks).
     #[arg(long, env = "SECKILL_PG_URL")]
     pg_url: String,
@@ -47,30 +92,87 @@ struct Args {
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
+    /// Also write the report as a self-contained HTML page (SVG plots) to this file.
+    #[arg(long)]
+    html: Option<std::path::PathBuf>,
+}
+
+fn pair(s: &str) -> anyhow::Result<(String, String)> {
+    s.split_once('=')
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .with_context(|| format!("expected NAME=VALUE, got {s:?}"))
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     protocol::logging::init();
     let args = Args::parse();
-    load::require_loopback(&args.gateway)?;
+    for g in &args.gateway {
+        load::require_loopback(g)?;
+    }
+    let lost_allowed = match args.lost_allowed.as_str() {
+        "any" => u64::MAX,
+        n => n.parse().context("--lost-allowed: a number or \"any\"")?,
+    };
+    let payments = match (&args.writer, &args.payment_key) {
+        (Some(w), Some(k)) => {
+            load::require_loopback(w)?;
+            Some((w.trim_end_matches('/').to_string(), k.as_bytes().to_vec()))
+        }
+        _ => None,
+    };
     let crowd = Crowd {
-        gateway: args.gateway.trim_end_matches('/').to_string(),
+        gateways: args.gateway.iter().map(|g| g.trim_end_matches('/').to_string()).collect(),
         campaign: args.campaign.clone(),
         users: args.users,
         requests_per_user: args.requests_per_user,
         concurrency: args.concurrency,
         settle: std::time::Duration::from_secs(args.settle_secs),
         auth: e2e::client::Auth::hs256(args.login_key.as_bytes())?,
+        mix: Mix {
+            hot_users: args.hot_users,
+            hot_attempts: args.hot_attempts,
+            bots_per_kind: args.bots_per_kind,
+            early_birds: args.early_birds,
+            pay_percent: if payments.is_some() { args.pay_percent } else { 0 },
+        },
+        payments,
     };
-    let outcome = load::run(&crowd).await.context("running the crowd")?;
+    let mut outcome = load::run(&crowd).await.context("running the crowd")?;
+    if args.close_wait_secs > 0 {
+        report::wait_closed(
+            &args.campaign,
+            &args.pg_url,
+            std::time::Duration::from_secs(args.close_wait_secs),
+        )
+        .await?;
+        load::resale(&crowd, &mut outcome, args.resale_users).await.context("the resale wave")?;
+    }
+    if let Some(cmd) = &args.after_drain {
+        eprintln!("seckill-load: after the drain: {cmd}");
+        let status = std::process::Command::new("sh").arg("-c").arg(cmd).status()?;
+        anyhow::ensure!(status.success(), "--after-drain command failed: {status}");
+    }
     let checks = report::check(&args.campaign, &args.pg_url, &args.redis_url, &outcome)
         .await
         .context("checking the outcome against PostgreSQL and Redis")?;
-    let report = Report::new(&crowd, &outcome, checks);
+    let mut report = Report::new(&crowd, &outcome, checks, lost_allowed);
+    for p in &args.process {
+        let (name, pid) = pair(p)?;
+        report.peak_rss_mib.insert(name, e2e::watch::peak_rss_mib(&pid));
+    }
+    for m in &args.metrics {
+        let (name, url) = pair(m)?;
+        load::require_loopback(&url)?;
+        report.metrics.insert(name, e2e::watch::scrape(&url).await);
+    }
     println!("{}", report.render());
-    if let Some(path) = args.json {
-        std::fs::write(&path, serde_json::to_vec_pretty(&report)?)
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.html {
+        std::fs::write(path, e2e::page::html(&report))
             .with_context(|| format!("writing {}", path.display()))?;
     }
     if !report.passed() {

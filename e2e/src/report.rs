@@ -1,114 +1,12 @@
-//! The report of a sale: what the crowd saw, and the invariants checked against the servers.
+//! The report of a sale: what the crowd saw, and the invariants judged on what the servers hold.
 
 use std::collections::BTreeMap;
 
-use fred::prelude::*;
 use serde::Serialize;
-use sqlx::Row;
 
+pub use crate::checks::{check, wait_closed, Checks};
 use crate::load::{Crowd, Outcome};
-use protocol::keys::CampaignKeys;
-
-/// Figures read back from PostgreSQL and Redis after the sale.
-#[derive(Debug, Default, Serialize)]
-pub struct Checks {
-    /// Stock of the campaign in PostgreSQL.
-    pub total_stock: i64,
-    /// Units the database counts as sold.
-    pub db_sold: i64,
-    /// Orders by status.
-    pub orders: BTreeMap<String, i64>,
-    /// Units held by orders that are not closed.
-    pub units_held: i64,
-    /// The most units any one user holds.
-    pub max_units_per_user: i64,
-    /// Per-user limit (from Redis).
-    pub per_user_limit: i64,
-    /// Remaining stock in Redis.
-    pub redis_stock: i64,
-    /// Reservations still in the outbox (no order, no release yet).
-    pub outbox: i64,
-    /// Units buyers hold in Redis (Σ `bought`: reserved, less released, plus re-taken).
-    pub held_qty: i64,
-    /// Units Redis gave back (into the stock, or aside while replenishment is paused).
-    pub released_qty: i64,
-    /// Units released while replenishment is paused, not yet back in the stock.
-    pub aside_qty: i64,
-    /// The stock Redis was published with (meta `total`).
-    pub redis_initial: i64,
-    /// Reservations the database refused (sold out or over the limit in PostgreSQL).
-    pub db_refusals: i64,
-    /// Queued request ids with neither an order nor a recorded refusal.
-    pub queued_without_outcome: Vec<String>,
-}
-
-/// Reads the figures.
-pub async fn check(
-    campaign: &str,
-    pg_url: &str,
-    redis_url: &str,
-    outcome: &Outcome,
-) -> anyhow::Result<Checks> {
-    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(pg_url).await?;
-    let mut c = Checks::default();
-    let row = sqlx::query("SELECT total_stock, sold FROM campaigns WHERE id = $1")
-        .bind(campaign)
-        .fetch_one(&pool)
-        .await?;
-    c.total_stock = row.get(0);
-    c.db_sold = row.get(1);
-    for row in sqlx::query("SELECT status, count(*) FROM orders WHERE campaign_id = $1 GROUP BY status")
-        .bind(campaign)
-        .fetch_all(&pool)
-        .await?
-    {
-        c.orders.insert(row.get(0), row.get(1));
-    }
-    let row = sqlx::query(
-        "SELECT coalesce(sum(qty), 0)::BIGINT, coalesce(max(qty), 0)::BIGINT FROM (
-             SELECT user_id, sum(qty) AS qty FROM orders
-             WHERE campaign_id = $1 AND status <> 'CLOSED' GROUP BY user_id) u",
-    )
-    .bind(campaign)
-    .fetch_one(&pool)
-    .await?;
-    c.units_held = row.get(0);
-    c.max_units_per_user = row.get(1);
-
-    let ids: Vec<String> = outcome.queued.keys().cloned().collect();
-    let settled: Vec<String> = sqlx::query_scalar(
-        "SELECT request_id FROM orders WHERE request_id = ANY($1)
-         UNION SELECT request_id FROM reservation_results WHERE request_id = ANY($1)",
-    )
-    .bind(&ids)
-    .fetch_all(&pool)
-    .await?;
-    let settled: std::collections::HashSet<String> = settled.into_iter().collect();
-    c.db_refusals = sqlx::query_scalar(
-        "SELECT count(*) FROM reservation_results WHERE campaign_id = $1 AND reason <> 'RECONCILED_NO_ORDER'",
-    )
-    .bind(campaign)
-    .fetch_one(&pool)
-    .await?;
-
-    let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
-    redis.init().await?;
-    let keys = CampaignKeys::new(campaign);
-    let released: std::collections::HashSet<String> =
-        redis.hkeys::<Vec<String>, _>(&keys.released).await?.into_iter().collect();
-    c.queued_without_outcome =
-        ids.into_iter().filter(|id| !settled.contains(id) && !released.contains(id)).collect();
-    c.redis_stock = redis.get::<Option<i64>, _>(&keys.stock).await?.unwrap_or(0);
-    c.outbox = redis.hlen(&keys.outbox).await?;
-    c.per_user_limit = redis.hget::<Option<i64>, _, _>(&keys.meta, "limit").await?.unwrap_or(0);
-    let bought: std::collections::HashMap<String, i64> = redis.hgetall(&keys.bought).await?;
-    c.held_qty = bought.values().sum();
-    c.released_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "released_qty").await?.unwrap_or(0);
-    c.aside_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "aside_qty").await?.unwrap_or(0);
-    c.redis_initial = redis.hget::<Option<i64>, _, _>(&keys.meta, "total").await?.unwrap_or(0);
-    redis.quit().await?;
-    Ok(c)
-}
+use crate::mix::Kind;
 
 /// One invariant and whether it held.
 #[derive(Debug, Serialize)]
@@ -148,47 +46,117 @@ fn refusal_verdict(c: &Checks) -> Verdict {
     }
 }
 
+/// Latency of one answer code, milliseconds.
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    /// Answers with this code.
+    pub count: u64,
+    /// Percentiles.
+    pub p50: f64,
+    /// 90th.
+    pub p90: f64,
+    /// 99th.
+    pub p99: f64,
+    /// 99.9th.
+    pub p999: f64,
+    /// Slowest.
+    pub max: f64,
+    /// The distribution (quantile, ms), for the page's plot.
+    #[serde(skip)]
+    pub curve: Vec<(f64, f64)>,
+}
+
 /// The whole report.
 #[derive(Debug, Serialize)]
 pub struct Report {
     /// Users in the crowd.
     pub users: u32,
-    /// Requests sent.
-    pub requests: u64,
-    /// Seconds every user took to get a campaign token (captcha, proof of work, token).
+    /// Order attempts sent (every kind).
+    pub attempts: u64,
+    /// Seconds every account took to get a campaign token (captcha, proof of work, token).
     pub token_secs: f64,
-    /// Users refused a token, by code.
+    /// Accounts refused a token, by code.
     pub token_refusals: BTreeMap<String, u64>,
-    /// Order answers by code.
-    pub answers: BTreeMap<String, u64>,
+    /// Answers by kind of attempt, then code.
+    pub answers: BTreeMap<String, BTreeMap<String, u64>>,
+    /// Answers by code, every kind.
+    pub codes: BTreeMap<String, u64>,
+    /// Whether the early birds went before the window opened.
+    pub early_before_open: bool,
     /// Burst wall time, seconds.
     pub burst_secs: f64,
-    /// Order requests per second during the burst.
-    pub requests_per_sec: f64,
-    /// Latency percentiles of order requests, milliseconds: p50, p90, p99, max.
-    pub latency_ms: [f64; 4],
+    /// Order attempts per second at the gateway during the burst.
+    pub attempts_per_sec: f64,
+    /// Latency by answer code.
+    pub latency_ms: BTreeMap<String, Latency>,
+    /// Answers per 250 ms of the burst, by code.
+    pub timeline: Vec<BTreeMap<String, u64>>,
     /// Final results of queued requests.
     pub results: BTreeMap<String, u64>,
-    /// Seconds until queued requests settled.
-    pub settle_secs: f64,
+    /// Seconds until queued requests settled (the drain).
+    pub drain_secs: f64,
+    /// Payment answers by code.
+    pub payments: BTreeMap<String, u64>,
+    /// Resale wave: QUEUED answers, and their final results.
+    pub resale_queued: u64,
+    /// Final results of the resale wave.
+    pub resale_results: BTreeMap<String, u64>,
+    /// Peak resident memory of each watched process, MiB (`None`: not readable).
+    pub peak_rss_mib: BTreeMap<String, Option<u64>>,
+    /// `seckill_*` series scraped from each `/metrics` after the drain.
+    pub metrics: BTreeMap<String, Vec<String>>,
     /// Figures from the servers.
     pub checks: Checks,
     /// Invariants.
     pub verdicts: Vec<Verdict>,
 }
 
+fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    let curve =
+        [0.0, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 0.9999, 1.0].iter().map(|&q| (q, ms(q))).collect();
+    Latency {
+        count: h.len(),
+        p50: ms(0.5),
+        p90: ms(0.9),
+        p99: ms(0.99),
+        p999: ms(0.999),
+        max: h.max() as f64 / 1000.0,
+        curve,
+    }
+}
+
 impl Report {
-    /// Builds the report and judges the invariants.
-    pub fn new(crowd: &Crowd, out: &Outcome, checks: Checks) -> Self {
-        let requests: u64 = out.answers.values().sum();
-        let pct =
-            |q: f64| out.latency_us.as_ref().map(|h| h.value_at_quantile(q) as f64 / 1000.0).unwrap_or(0.0);
-        let max = out.latency_us.as_ref().map(|h| h.max() as f64 / 1000.0).unwrap_or(0.0);
+    /// Builds the report and judges the invariants. `lost_allowed`: how many queued answers may
+    /// end without an order or a refusal (0 but for a measured durability window).
+    pub fn new(crowd: &Crowd, out: &Outcome, checks: Checks, lost_allowed: u64) -> Self {
+        let attempts = out.attempts();
+        let mut codes = BTreeMap::new();
+        for m in out.answers.values() {
+            for (c, n) in m {
+                *codes.entry(c.clone()).or_default() += n;
+            }
+        }
         let queued = out.queued.len() as i64;
         let c = &checks;
+        let bot_queued: u64 =
+            out.answers.iter().filter(|(k, _)| k.is_bot()).filter_map(|(_, m)| m.get("QUEUED")).sum();
+        let bot_after: u64 = out
+            .answers
+            .iter()
+            .filter(|(k, _)| k.is_bot())
+            .flat_map(|(_, m)| m.iter())
+            .filter(|(c, _)| c.starts_with("QUEUED_AFTER_"))
+            .map(|(_, n)| n)
+            .sum();
+        let bot_sent: u64 =
+            out.answers.iter().filter(|(k, _)| k.is_bot()).flat_map(|(_, m)| m.values()).sum();
+        let early = out.answers.get(&Kind::Early);
+        let early_queued = early.and_then(|m| m.get("QUEUED")).copied().unwrap_or(0);
+        let lost = c.queued_without_outcome.len() as u64;
         let verdicts = vec![
             Verdict {
-                name: "never oversold",
+                name: "oversold = 0",
                 ok: c.units_held <= c.total_stock && c.db_sold == c.units_held,
                 detail: format!(
                     "{} units held by orders, database sold = {}, stock = {}",
@@ -196,22 +164,27 @@ impl Report {
                 ),
             },
             Verdict {
-                name: "never more than the limit per user",
+                name: "over-limit per user = 0",
                 ok: c.max_units_per_user <= c.per_user_limit,
                 detail: format!("max per user = {}, limit = {}", c.max_units_per_user, c.per_user_limit),
             },
             Verdict {
-                name: "no accepted reservation lost",
-                ok: c.queued_without_outcome.is_empty(),
+                name: "lost = 0 (every QUEUED answer became an order or a recorded refusal)",
+                ok: lost <= lost_allowed,
                 detail: format!(
-                    "{} queued answers, {} without an order or a recorded refusal{}",
+                    "{} queued answers, {} without an order or a recorded refusal{}{}",
                     queued,
-                    c.queued_without_outcome.len(),
-                    c.queued_without_outcome.first().map(|id| format!(" (e.g. {id})")).unwrap_or_default()
+                    lost,
+                    c.queued_without_outcome.first().map(|id| format!(" (e.g. {id})")).unwrap_or_default(),
+                    match lost_allowed {
+                        0 => String::new(),
+                        u64::MAX => "; measured, not judged".to_string(),
+                        n => format!("; up to {n} allowed"),
+                    }
                 ),
             },
             Verdict {
-                name: "Redis and PostgreSQL agree",
+                name: "reconcile differences = 0 (Redis and PostgreSQL agree)",
                 // initial - held by buyers - aside = remaining, and every unit a buyer holds is an
                 // order or still in the outbox.
                 ok: c.total_stock - c.held_qty - c.aside_qty == c.redis_stock
@@ -229,19 +202,44 @@ impl Report {
                     c.outbox
                 ),
             },
+            Verdict {
+                name: "no bot request reserved anything",
+                ok: bot_queued == 0 && c.bot_orders == 0 && c.bot_held == 0,
+                detail: format!(
+                    "{bot_sent} bot requests, {bot_queued} answered QUEUED; bot accounts hold {} units in Redis, {} orders; \
+                     {bot_after} copies of a buyer's request reserved where the buyer's own had not (QUEUED_AFTER_*)",
+                    c.bot_held, c.bot_orders
+                ),
+            },
+            Verdict {
+                name: "nothing reserved before the window opened",
+                ok: !out.early_before_open || early_queued == 0,
+                detail: match early {
+                    Some(m) if out.early_before_open => format!("early birds' answers: {m:?}"),
+                    _ => "no early birds (the window was open when the crowd was ready)".into(),
+                },
+            },
             refusal_verdict(c),
         ];
         Report {
             users: crowd.users,
-            requests,
+            attempts,
             token_secs: out.tokens.as_secs_f64(),
             token_refusals: out.token_refusals.clone(),
-            answers: out.answers.clone(),
+            answers: out.answers.iter().map(|(k, m)| (k.name().to_string(), m.clone())).collect(),
+            codes,
+            early_before_open: out.early_before_open,
             burst_secs: out.burst.as_secs_f64(),
-            requests_per_sec: requests as f64 / out.burst.as_secs_f64().max(1e-9),
-            latency_ms: [pct(0.5), pct(0.9), pct(0.99), max],
+            attempts_per_sec: attempts as f64 / out.burst.as_secs_f64().max(1e-9),
+            latency_ms: out.latency_us.iter().map(|(c, h)| (c.clone(), latency(h))).collect(),
+            timeline: out.timeline.clone(),
             results: out.results.clone(),
-            settle_secs: out.settle.as_secs_f64(),
+            drain_secs: out.settle.as_secs_f64(),
+            payments: out.payments.clone(),
+            resale_queued: out.resale_queued,
+            resale_results: out.resale_results.clone(),
+            peak_rss_mib: BTreeMap::new(),
+            metrics: BTreeMap::new(),
             checks,
             verdicts,
         }
@@ -259,34 +257,57 @@ impl Report {
         let _ = writeln!(s, "== flash sale report ==");
         let _ = writeln!(
             s,
-            "tokens: {} users through captcha (proof of work) and token in {:.2} s; refused: {:?}",
+            "tokens: {} accounts through captcha (proof of work) and token in {:.2} s; refused: {:?}",
             self.users, self.token_secs, self.token_refusals
         );
         let _ = writeln!(
             s,
-            "crowd: {} users, {} order requests in {:.2} s ({:.0} req/s)",
-            self.users, self.requests, self.burst_secs, self.requests_per_sec
+            "burst: {} users, {} order attempts in {:.2} s ({:.0} attempts/s at the gateway)",
+            self.users, self.attempts, self.burst_secs, self.attempts_per_sec
         );
-        let [p50, p90, p99, max] = self.latency_ms;
-        let _ = writeln!(s, "latency: p50 {p50:.2} ms, p90 {p90:.2} ms, p99 {p99:.2} ms, max {max:.2} ms");
-        let _ = writeln!(s, "answers:");
-        for (code, n) in &self.answers {
-            let _ = writeln!(s, "  {code:<20} {n:>8}");
+        let _ = writeln!(s, "answers by kind:");
+        for (kind, m) in &self.answers {
+            let list: Vec<String> = m.iter().map(|(c, n)| format!("{c} {n}")).collect();
+            let _ = writeln!(s, "  {kind:<22} {}", list.join(", "));
         }
-        let _ = writeln!(s, "results of queued requests (settled in {:.2} s):", self.settle_secs);
-        for (code, n) in &self.results {
-            let _ = writeln!(s, "  {code:<20} {n:>8}");
+        let _ = writeln!(s, "latency by answer (ms):     count      p50      p90      p99    p99.9      max");
+        for (code, l) in &self.latency_ms {
+            let _ = writeln!(
+                s,
+                "  {code:<22} {:>8} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                l.count, l.p50, l.p90, l.p99, l.p999, l.max
+            );
+        }
+        let _ = writeln!(s, "drain: queued requests settled in {:.2} s: {:?}", self.drain_secs, self.results);
+        let _ = writeln!(s, "payments: {:?}", self.payments);
+        if self.resale_queued > 0 || !self.resale_results.is_empty() {
+            let _ = writeln!(
+                s,
+                "released stock resold: {} queued in the resale wave, results {:?}",
+                self.resale_queued, self.resale_results
+            );
         }
         let c = &self.checks;
-        let _ = writeln!(s, "orders in PostgreSQL: {:?}", c.orders);
+        let _ = writeln!(s, "orders after the drain: {:?}", c.orders);
         let _ = writeln!(
             s,
             "stock: {} total, {} sold (db), {} left in Redis, {} in the outbox",
             c.total_stock, c.db_sold, c.redis_stock, c.outbox
         );
+        if !self.peak_rss_mib.is_empty() {
+            let list: Vec<String> = self
+                .peak_rss_mib
+                .iter()
+                .map(|(p, m)| format!("{p} {}", m.map_or("?".into(), |m| format!("{m} MiB"))))
+                .collect();
+            let _ = writeln!(s, "peak RSS: {}", list.join(", "));
+        }
+        for (name, lines) in &self.metrics {
+            let _ = writeln!(s, "/metrics of {name}: {} seckill_ series (in the JSON report)", lines.len());
+        }
         let _ = writeln!(s, "invariants:");
         for v in &self.verdicts {
-            let _ = writeln!(s, "  [{}] {}: {}", if v.ok { "ok" } else { "FAILED" }, v.name, v.detail);
+            let _ = writeln!(s, "  [{}] {}: {}", if v.ok { "PASS" } else { "FAIL" }, v.name, v.detail);
         }
         let _ = writeln!(s, "verdict: {}", if self.passed() { "PASS" } else { "FAIL" });
         s

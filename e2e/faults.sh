@@ -1,0 +1,351 @@
+#!/usr/bin/env bash
+# The main job under faults: a sale with the full crowd (buyers, hot users, bots, early birds,
+# payers), a fault injected mid-sale into a server this script started itself, and the same
+# invariant checks after each (oversold 0, over-limit 0, lost 0, Redis and PostgreSQL agree, no
+# bot reserved anything), then the fault's own promise. One verdict line per fault.
+#
+#   bash e2e/faults.sh [--short] [FAULT...]
+#
+# Faults (all by default):
+#   writer          kill -9 of the order writer mid-sale, restarted
+#   broker          the Kafka broker (tansu) killed with kill -9 mid-sale, restarted
+#   postgres        PostgreSQL crash-stopped (immediate) while batches commit, restarted
+#   redis-always    Redis kill -9 mid-sale, restarted from its AOF, appendfsync always: 0 lost
+#   redis-everysec  the same with appendfsync everysec: lost answers measured and printed
+#   gateway         the gateway kill -9 mid-burst, restarted: nothing it reserved is lost
+#   two-gateways    two gateways on one Redis behind the crowd: limits, dedupe, nonces hold
+#   redis-slow      Redis paused (SIGSTOP) mid-burst: SERVICE_DEGRADED within the gateway's
+#                   bound, its connections do not pile up; then resumed (SIGCONT)
+#
+# Every server is this script's own: a second stack (Redis, PostgreSQL, tansu) under
+# .stack/faults on ports of its own (FAULTS_REDIS_PORT 6490, FAULTS_PG_PORT 5490,
+# FAULTS_KAFKA_PORT 19190), and its own gateway and order writer (18480..18482, metrics +1000).
+# Faults are sent by PID to those processes only; the stack is stopped at the end. --short: a
+# small crowd (1,500 users x 2 on stock 600) and debug binaries (the test command); else
+# 20,000 users x 2 on stock 5,000 and release binaries. The fault comes 0.1 s into the burst.
+# Exits non-zero when a fault's verdict is FAIL.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+SHORT=0
+[[ "${1:-}" == --short ]] && { SHORT=1; shift; }
+ALL_FAULTS=(writer broker postgres redis-always redis-everysec gateway two-gateways redis-slow)
+FAULTS=("$@")
+((${#FAULTS[@]})) || FAULTS=("${ALL_FAULTS[@]}")
+for f in "${FAULTS[@]}"; do
+  [[ " ${ALL_FAULTS[*]} " == *" $f "* ]] || { echo "unknown fault '$f' (one of: ${ALL_FAULTS[*]})" >&2; exit 2; }
+done
+
+if ((SHORT)); then
+  PROFILE=${PROFILE:-debug} USERS=${USERS:-1500} STOCK=${STOCK:-600} CROWD_MIX=(--hot-users 5 --bots-per-kind 10 --early-birds 10)
+else
+  PROFILE=${PROFILE:-release} USERS=${USERS:-20000} STOCK=${STOCK:-5000} CROWD_MIX=()
+fi
+CONCURRENCY=${CONCURRENCY:-128}
+START_IN=${START_IN:-5}
+PAUSE_SECS=${PAUSE_SECS:-3} # how long redis-slow keeps Redis stopped
+GW_PORT=18480
+GW2_PORT=18482
+WRITER_PORT=18481
+
+log() { printf '%s faults: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+
+# The fault stack: a stack.sh stack of its own.
+export SECKILL_STACK_DIR="$ROOT/.stack/faults"
+export SECKILL_REDIS_PORT=${FAULTS_REDIS_PORT:-6490}
+export SECKILL_PG_PORT=${FAULTS_PG_PORT:-5490}
+export SECKILL_KAFKA_PORT=${FAULTS_KAFKA_PORT:-19190}
+export SECKILL_REDIS_APPENDFSYNC=everysec
+# The writer's sweeper at its shortest (6 s): records a killed gateway or broker dropped are
+# produced again sooner.
+export SWEEP_AGE_SECS=6
+
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+log "building $PROFILE binaries"
+build_all "$PROFILE"
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$([[ "$PROFILE" == release ]] && echo release || echo debug)"
+
+PIDS=()
+stop_pid() { # pid: SIGTERM, 10 s, then SIGKILL
+  local pid=$1
+  kill -TERM "$pid" 2>/dev/null || return 0
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+}
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+  bash e2e/stack.sh down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+log "bringing the fault stack up under .stack/faults"
+bash e2e/stack.sh down >/dev/null 2>&1 || true
+bash e2e/stack.sh up
+# shellcheck disable=SC1091
+. "$SECKILL_STACK_DIR/env"
+SECKILL_GATEWAY_KEY=$(random_key faults-gateway-key-)
+SECKILL_PAYMENT_KEY=$(random_key faults-payment-key-)
+export SECKILL_GATEWAY_KEY SECKILL_PAYMENT_KEY
+edge_keys faults
+
+# --- one sale ---------------------------------------------------------------------------------
+
+# sale NAME: a campaign opening START_IN s from now, its files under .stack/faults/runs/NAME.
+sale() {
+  RUN="$SECKILL_STACK_DIR/runs/$1"
+  rm -rf "$RUN"
+  mkdir -p "$RUN"
+  ID="f$(echo "$1" | tr -d -)$(date -u +%H%M%S)"
+  sale_create "$RUN" "$ID" "$STOCK" "$(date -u -d "+$START_IN seconds" +%Y-%m-%dT%H:%M:%SZ)" \
+    "$WRITER_PORT" "$BIN" >"$RUN/setup.log" 2>&1 || { cat "$RUN/setup.log"; return 1; }
+  gateway_conf "$RUN" gateway "$GW_PORT" "$ID" "$WRITER_PORT"
+  gateway_conf "$RUN" gateway2 "$GW2_PORT" "$ID" "$WRITER_PORT"
+}
+
+start_writer() {
+  "$BIN/order-writer" --config "$RUN/order-writer.toml" serve >>"$RUN/order-writer.log" 2>&1 &
+  WRITER_PID=$!
+  PIDS+=("$WRITER_PID")
+  wait_port order-writer "$WRITER_PORT" "$RUN/order-writer.log"
+}
+
+start_gateway() { # name port: sets GATEWAY_PID
+  "$BIN/gateway" --conf "$RUN/$1.toml" --lua-dir "$ROOT/lua" >>"$RUN/$1.log" 2>&1 &
+  GATEWAY_PID=$!
+  PIDS+=("$GATEWAY_PID")
+  wait_port "$1" "$2" "$RUN/$1.log"
+}
+
+# crowd ARGS...: the crowd in the background (CROWD_PID), its output in RUN/crowd.log.
+crowd() {
+  "$BIN/seckill-load" --campaign "$ID" --users "$USERS" --requests-per-user 2 \
+    --concurrency "$CONCURRENCY" "${CROWD_MIX[@]}" --writer "http://127.0.0.1:$WRITER_PORT" \
+    --settle-secs 120 --pg-url "$(sale_db_url "$ID")" --redis-url "$SECKILL_REDIS_URL" \
+    --json "$RUN/report.json" "$@" >"$RUN/crowd.log" 2>&1 &
+  CROWD_PID=$!
+}
+
+# Waits (60 s at most) until the crowd's log has a line with TEXT.
+wait_crowd() { # text
+  for _ in $(seq 1 600); do
+    grep -q "$1" "$RUN/crowd.log" 2>/dev/null && return 0
+    kill -0 "$CROWD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "the crowd never said '$1'; its log:" >&2
+  tail -n 20 "$RUN/crowd.log" >&2
+  return 1
+}
+
+# Waits for the crowd to end; CROWD_RC is its exit status (non-zero: an invariant failed).
+end_crowd() {
+  CROWD_RC=0
+  wait "$CROWD_PID" || CROWD_RC=$?
+}
+
+# A figure of the crowd's JSON report (a Python expression on `r`).
+figure() { # expr
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print($1)" "$RUN/report.json" 2>/dev/null || echo "?"
+}
+
+# After the crowd: the outbox empties (60 s at most: the sweeper produces what a fault dropped)
+# and `order-writer reconcile` finds no difference. Sets SETTLED (0: yes) and DIFFS.
+settle_and_reconcile() {
+  local key="sk:{$ID}:outbox" n=1
+  for _ in $(seq 1 120); do
+    n=$(redis-cli -p "$SECKILL_REDIS_PORT" hlen "$key" 2>/dev/null || echo 1)
+    [[ "$n" == 0 ]] && break
+    sleep 0.5
+  done
+  "$BIN/order-writer" --config "$RUN/order-writer.toml" reconcile "$ID" >"$RUN/reconcile.log" 2>&1 || true
+  DIFFS=$(sed -n 's/^  differences: //p' "$RUN/reconcile.log" | tail -n 1)
+  SETTLED=$([[ "$n" == 0 && "$DIFFS" == 0 ]] && echo 0 || echo 1)
+}
+
+# Stops this sale's gateways and writer.
+stop_sale() {
+  local pid
+  for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+  PIDS=()
+}
+
+VERDICTS=()
+FAILED=0
+verdict() { # fault ok(0/1) detail
+  local line
+  line=$(printf '%-15s %s  %s' "$1" "$([[ $2 == 0 ]] && echo PASS || echo FAIL)" "$3")
+  VERDICTS+=("$line")
+  [[ $2 == 0 ]] || FAILED=1
+  log "verdict: $line"
+  [[ $2 == 0 ]] || log "its files: $RUN (crowd.log, report.json, reconcile.log, *.log)"
+}
+
+# The checks every fault ends with: the crowd's invariants, then the outbox drained and
+# reconcile clean. Sets OK (0 when all held) and COMMON (the figures).
+common_checks() {
+  end_crowd
+  settle_and_reconcile
+  OK=$((CROWD_RC == 0 && SETTLED == 0 ? 0 : 1))
+  COMMON="invariants $([[ $CROWD_RC == 0 ]] && echo held || echo FAILED); $(figure "r['checks']['orders']") orders; queued $(figure "sum(r['codes'].get(k,0) for k in ['QUEUED'])"), lost $(figure "len(r['checks']['queued_without_outcome'])"); reconcile differences $DIFFS"
+}
+
+# --- the faults -------------------------------------------------------------------------------
+
+# A server of the fault stack: kill -9 (PostgreSQL: its immediate stop) mid-burst, up again after
+# DOWN seconds.
+server_fault() { # fault server down
+  sale "$1"
+  start_writer
+  start_gateway gateway "$GW_PORT"
+  crowd --gateway "http://127.0.0.1:$GW_PORT"
+  wait_crowd "burst started"
+  sleep 0.1
+  local t=$SECONDS
+  bash e2e/stack.sh kill "$2" >>"$RUN/fault.log" 2>&1
+  sleep "$3"
+  bash e2e/stack.sh up "$2" >>"$RUN/fault.log" 2>&1
+  local back=$((SECONDS - t))
+  common_checks
+  stop_sale
+  verdict "$1" "$OK" "$2 killed mid-burst, back after ${back} s; $COMMON"
+}
+
+fault_writer() {
+  sale writer
+  start_writer
+  start_gateway gateway "$GW_PORT"
+  crowd --gateway "http://127.0.0.1:$GW_PORT"
+  wait_crowd "burst started"
+  sleep 0.1
+  kill -KILL "$WRITER_PID"
+  wait "$WRITER_PID" 2>/dev/null || true
+  sleep 1
+  start_writer
+  common_checks
+  stop_sale
+  verdict writer "$OK" "order writer killed mid-burst, restarted; $COMMON"
+}
+
+fault_broker() { server_fault broker kafka 2; }
+fault_postgres() { server_fault postgres postgres 2; }
+
+# Redis with appendfsync POLICY: kill -9 mid-burst, restarted from its AOF. The crowd runs
+# `reconcile --repair` after the drain (Redis may have lost the last writes); with `always` no
+# queued answer may be lost, with `everysec` the lost ones are counted.
+redis_fault() { # fault policy
+  export SECKILL_REDIS_APPENDFSYNC=$2
+  bash e2e/stack.sh down redis >/dev/null
+  bash e2e/stack.sh up redis >/dev/null
+  sale "$1"
+  start_writer
+  start_gateway gateway "$GW_PORT"
+  local allowed=0
+  [[ $2 == always ]] || allowed=any
+  crowd --gateway "http://127.0.0.1:$GW_PORT" --lost-allowed "$allowed" \
+    --after-drain "'$BIN/order-writer' --config '$RUN/order-writer.toml' reconcile '$ID' --repair > '$RUN/repair.log' 2>&1"
+  wait_crowd "burst started"
+  sleep 0.1
+  bash e2e/stack.sh kill redis >>"$RUN/fault.log" 2>&1
+  bash e2e/stack.sh up redis >>"$RUN/fault.log" 2>&1
+  common_checks
+  stop_sale
+  local found
+  found=$(sed -n 's/^  differences: //p' "$RUN/repair.log" 2>/dev/null | head -n 1)
+  verdict "$1" "$OK" "appendfsync $2: Redis killed mid-burst, restarted from its AOF; reconcile --repair after the drain found ${found:-?} differences; lost $(figure "len(r['checks']['queued_without_outcome'])") of $(figure "r['codes'].get('QUEUED',0)") QUEUED answers; $COMMON"
+  export SECKILL_REDIS_APPENDFSYNC=everysec
+  bash e2e/stack.sh down redis >/dev/null
+  bash e2e/stack.sh up redis >/dev/null
+}
+fault_redis-always() { redis_fault redis-always always; }
+fault_redis-everysec() { redis_fault redis-everysec everysec; }
+
+fault_gateway() {
+  sale gateway
+  start_writer
+  start_gateway gateway "$GW_PORT"
+  local first=$GATEWAY_PID
+  crowd --gateway "http://127.0.0.1:$GW_PORT"
+  wait_crowd "burst started"
+  sleep 0.1
+  kill -KILL "$first"
+  wait "$first" 2>/dev/null || true
+  sleep 0.5
+  start_gateway gateway "$GW_PORT"
+  common_checks
+  stop_sale
+  verdict gateway "$OK" "gateway killed mid-burst, restarted; answers $(figure "r['codes']"); $COMMON"
+}
+
+fault_two-gateways() {
+  sale two-gateways
+  start_writer
+  start_gateway gateway "$GW_PORT"
+  start_gateway gateway2 "$GW2_PORT"
+  crowd --gateway "http://127.0.0.1:$GW_PORT" --gateway "http://127.0.0.1:$GW2_PORT"
+  common_checks
+  stop_sale
+  verdict two-gateways "$OK" "bots across gateways: $(figure "{k: v for k, v in r['answers'].items() if k.startswith('bot')}"); $COMMON"
+}
+
+# Gateway connections to Redis (by the gateway's PID) and from the crowd.
+conns() { # gateway-pid port
+  ss -Htnp state established "( dport = :$SECKILL_REDIS_PORT )" 2>/dev/null | grep -c "pid=$1," || true
+}
+client_conns() { ss -Htn state established "( sport = :$GW_PORT )" 2>/dev/null | wc -l; }
+
+fault_redis-slow() {
+  sale redis-slow
+  start_writer
+  start_gateway gateway "$GW_PORT"
+  local gw=$GATEWAY_PID redis before max_r=0 max_c=0 r c
+  redis=$(stack_pid redis)
+  crowd --gateway "http://127.0.0.1:$GW_PORT"
+  wait_crowd "burst started"
+  sleep 0.1
+  before=$(conns "$gw")
+  kill -STOP "$redis"
+  for _ in $(seq 1 $((PAUSE_SECS * 5))); do
+    r=$(conns "$gw")
+    c=$(client_conns)
+    ((r > max_r)) && max_r=$r
+    ((c > max_c)) && max_c=$c
+    sleep 0.2
+  done
+  kill -CONT "$redis"
+  common_checks
+  stop_sale
+  local degraded p99 max bound_ms=2000
+  degraded=$(figure "r['codes'].get('SERVICE_DEGRADED',0)")
+  p99=$(figure "r['latency_ms'].get('SERVICE_DEGRADED',{}).get('p99','none')")
+  max=$(figure "r['latency_ms'].get('SERVICE_DEGRADED',{}).get('max','none')")
+  # The promise: answers while Redis is stopped are SERVICE_DEGRADED, each well before Redis comes
+  # back (the gateway's bound: timeout_ms 100 and an undo bounded by 5x that, under 2 s in all),
+  # the gateway keeps its pool (no new Redis connection per request), and the crowd's
+  # connections stay within its concurrency.
+  local ok=$OK
+  [[ "$degraded" =~ ^[0-9]+$ && $degraded -gt 0 ]] || ok=1
+  python3 -c "import sys; sys.exit(0 if float('$max') < $bound_ms else 1)" 2>/dev/null || ok=1
+  ((max_r <= before + 4)) || ok=1
+  ((max_c <= CONCURRENCY + 16)) || ok=1
+  verdict redis-slow "$ok" "Redis stopped ${PAUSE_SECS} s mid-burst: $degraded SERVICE_DEGRADED, p99 $p99 ms, max $max ms (bound $bound_ms); gateway->Redis connections $before before, at most $max_r during; crowd connections at most $max_c (concurrency $CONCURRENCY); $COMMON"
+}
+
+# --- run --------------------------------------------------------------------------------------
+
+log "faults: ${FAULTS[*]} ($([[ $SHORT == 1 ]] && echo short || echo full): $USERS users x 2, stock $STOCK, $PROFILE)"
+for f in "${FAULTS[@]}"; do
+  log "==> $f"
+  t=$SECONDS
+  if ! "fault_$f"; then
+    verdict "$f" 1 "the fault test itself failed (see above)"
+    stop_sale
+  fi
+  log "$f done in $((SECONDS - t)) s"
+done
+echo
+echo "== fault verdicts =="
+printf '%s\n' "${VERDICTS[@]}"
+exit "$FAILED"

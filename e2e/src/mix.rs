@@ -1,0 +1,215 @@
+//! Who is in the crowd besides plain buyers, and what one attempt of each sends: hot users (one
+//! user, many attempts at once), early birds (before the window opens), bots (a bad signature, a
+//! replayed nonce, a stale timestamp, a rotated device id) and the resale wave (after unpaid
+//! orders closed).
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::client::{nonce, Reply, SignedOrder, Ticket};
+
+/// The kind of an attempt: who sends it and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A user's signed order.
+    Buyer,
+    /// One of a hot user's many concurrent attempts.
+    Hot,
+    /// An order sent before the window opened.
+    Early,
+    /// A bot: the signature does not match.
+    BotBadSignature,
+    /// A bot: a buyer's signed request sent again as it was (to the other gateway when there
+    /// are two): a safe retry, which must get the first answer (`QUEUED_SAME_ID` when that was
+    /// QUEUED with the same request id), never a second reservation (`QUEUED_AFTER_<code>`: the
+    /// buyer's own request was answered `<code>` and reserved nothing, the copy reserved once).
+    BotResend,
+    /// A bot: the buyer's nonce reused in a newly signed request (a later timestamp): REPLAY.
+    BotReplay,
+    /// A bot: signed, but its timestamp is ten minutes old.
+    BotStale,
+    /// A bot: a token used from another device id than it was issued to.
+    BotDevice,
+    /// After unpaid orders closed: a user who got nothing tries again.
+    Resale,
+}
+
+impl Kind {
+    /// Name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Buyer => "buyer",
+            Kind::Hot => "hot user",
+            Kind::Early => "early bird",
+            Kind::BotBadSignature => "bot: bad signature",
+            Kind::BotResend => "bot: resent request",
+            Kind::BotReplay => "bot: reused nonce",
+            Kind::BotStale => "bot: stale timestamp",
+            Kind::BotDevice => "bot: rotated device",
+            Kind::Resale => "resale",
+        }
+    }
+
+    /// Whether this is a bot's request (must never reserve anything).
+    pub fn is_bot(self) -> bool {
+        matches!(
+            self,
+            Kind::BotBadSignature | Kind::BotResend | Kind::BotReplay | Kind::BotStale | Kind::BotDevice
+        )
+    }
+
+    /// The bot kinds that use a bot account of their own (resend and replay reuse a buyer's).
+    pub const OWN_ACCOUNT_BOTS: [Kind; 3] = [Kind::BotBadSignature, Kind::BotStale, Kind::BotDevice];
+}
+
+/// The user name of bot `i` of `kind` (bot accounts are named `bot-...`: the checks look for
+/// anything they hold).
+pub fn bot_user(kind: Kind, i: u32) -> String {
+    let tag = match kind {
+        Kind::BotBadSignature => "sig",
+        Kind::BotStale => "stale",
+        _ => "dev",
+    };
+    format!("bot-{tag}-{i}")
+}
+
+/// One attempt to send.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// The user (its ticket's key).
+    pub user: String,
+    /// What it sends.
+    pub kind: Kind,
+    /// Which gateway (index into the crowd's list); a replay goes to the next one.
+    pub gateway: usize,
+}
+
+/// One answer of the gateway to one request.
+#[derive(Debug, Clone)]
+pub struct Sent {
+    /// The user.
+    pub user: String,
+    /// What was sent.
+    pub kind: Kind,
+    /// The answer's code (`ERROR`: transport error, `HTTP_<status>`: no code in the body).
+    pub code: String,
+    /// The request id of a QUEUED answer.
+    pub request_id: Option<String>,
+    /// Round trip.
+    pub took: Duration,
+    /// When the answer came.
+    pub at: Instant,
+}
+
+fn code_of(reply: &Reply) -> (String, Option<String>) {
+    let (status, body) = reply;
+    if *status == 0 {
+        return ("ERROR".into(), None);
+    }
+    match body["code"].as_str() {
+        Some(code) => (code.to_string(), body["request_id"].as_str().map(str::to_string)),
+        None => (format!("HTTP_{status}"), None),
+    }
+}
+
+/// Sends `order`; a buyer whose connection failed (the gateway gone, say) sends the same signed
+/// request again, as a real client would: a safe retry, 3 tries in all, 300 ms apart.
+async fn send_one(
+    http: &reqwest::Client,
+    base: &str,
+    ticket: &Ticket,
+    order: &SignedOrder,
+    user: &str,
+    kind: Kind,
+) -> Sent {
+    let t = Instant::now();
+    let tries = if kind.is_bot() { 1 } else { 3 };
+    let mut reply = ticket.send(http, base, order).await;
+    for _ in 1..tries {
+        if reply.0 != 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        reply = ticket.send(http, base, order).await;
+    }
+    let (code, request_id) = code_of(&reply);
+    Sent { user: user.to_string(), kind, code, request_id, took: t.elapsed(), at: Instant::now() }
+}
+
+/// Sends one job: one request, or two for a replay (the buyer's, then the bot's copy of it).
+pub async fn attempt(http: &reqwest::Client, gateways: &[String], job: &Job, ticket: &Ticket) -> Vec<Sent> {
+    let base = &gateways[job.gateway % gateways.len()];
+    let now = chrono::Utc::now().timestamp();
+    match job.kind {
+        Kind::Buyer | Kind::Hot | Kind::Early | Kind::Resale => {
+            let order = ticket.sign(1, now, &nonce());
+            vec![send_one(http, base, ticket, &order, &job.user, job.kind).await]
+        }
+        Kind::BotBadSignature => {
+            let mut order = ticket.sign(1, now, &nonce());
+            order.signature = tamper(&order.signature);
+            vec![send_one(http, base, ticket, &order, &job.user, job.kind).await]
+        }
+        Kind::BotStale => {
+            let order = ticket.sign(1, now - 600, &nonce());
+            vec![send_one(http, base, ticket, &order, &job.user, job.kind).await]
+        }
+        Kind::BotDevice => {
+            let mut rotated = ticket.clone();
+            rotated.device = format!("rotated-{}", nonce());
+            let order = ticket.sign(1, now, &nonce());
+            vec![send_one(http, base, &rotated, &order, &job.user, job.kind).await]
+        }
+        Kind::BotResend | Kind::BotReplay => {
+            let order = ticket.sign(1, now, &nonce());
+            let first = send_one(http, base, ticket, &order, &job.user, Kind::Buyer).await;
+            let other = &gateways[(job.gateway + 1) % gateways.len()];
+            let mut again = if job.kind == Kind::BotResend {
+                send_one(http, other, ticket, &order, &job.user, job.kind).await
+            } else {
+                let reused = ticket.sign(1, now + 1, &order.nonce);
+                send_one(http, other, ticket, &reused, &job.user, job.kind).await
+            };
+            if again.code == "QUEUED" && again.request_id.is_some() && again.request_id == first.request_id {
+                // The first answer again: no new reservation.
+                again.code = "QUEUED_SAME_ID".into();
+                again.request_id = None;
+            } else if again.code == "QUEUED" && first.code != "QUEUED" {
+                // The copy reserved where the buyer's own request had not (its nonce was never
+                // spent: answered before reserve.lua ran). One reservation for one signed request,
+                // shown apart; a copy of a request that was QUEUED reserving again stays QUEUED.
+                again.code = format!("QUEUED_AFTER_{}", first.code);
+            }
+            vec![first, again]
+        }
+    }
+}
+
+/// The signature with its first hex digit changed.
+fn tamper(signature: &str) -> String {
+    let mut s: Vec<char> = signature.chars().collect();
+    if let Some(c) = s.first_mut() {
+        *c = if *c == '0' { '1' } else { '0' };
+    }
+    s.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tampered_signature_differs_in_one_digit() {
+        assert_eq!(tamper("0abc"), "1abc");
+        assert_eq!(tamper("fabc"), "0abc");
+    }
+
+    #[test]
+    fn only_bots_are_bots() {
+        assert!(Kind::BotReplay.is_bot() && Kind::BotResend.is_bot() && Kind::BotDevice.is_bot());
+        assert!(!Kind::Hot.is_bot() && !Kind::Early.is_bot() && !Kind::Resale.is_bot());
+        assert!(bot_user(Kind::BotStale, 3).starts_with("bot-"));
+    }
+}
