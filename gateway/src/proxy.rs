@@ -363,7 +363,7 @@ impl Gateway {
         // The budget place is given back once the answer is written (`logging`).
         ctx.permit = admitted.permit.take();
         let body = read_body(session).await?;
-        let order = self.edge.verify(&c, admitted, &head(session), &body).await?;
+        let order = self.edge.verify(&conf, &c, admitted, &head(session), &body).await?;
         if order.global == Checked::FailedOpen {
             self.observer.global_limits_failed_open(campaign);
         }

@@ -101,7 +101,7 @@ impl Shop {
                 let mut admitted = self.edge.admit(&conf, &c, &head(session), path)?;
                 *permit = admitted.permit.take();
                 let body = body(session).await?;
-                let order = self.edge.verify(&c, admitted, &head(session), &body).await?;
+                let order = self.edge.verify(&conf, &c, admitted, &head(session), &body).await?;
                 let queued = self.edge.reserve(&conf, &c, &order, id).await?;
                 let id = match queued {
                     plugins::sale::Queued::New => id.to_string(),

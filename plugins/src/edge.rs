@@ -4,7 +4,7 @@
 //! ```text
 //! let admitted = edge.admit(&conf, &campaign, &head, hidden_path)?;   // the request line and headers
 //! let body = /* the proxy reads the body (at most a few KB) */;
-//! let order = edge.verify(&campaign, admitted, &head, &body).await?;         // signature, eligibility, global limits
+//! let order = edge.verify(&conf, &campaign, admitted, &head, &body).await?;  // signature, eligibility, global limits
 //! let queued = edge.reserve(&conf, &campaign, &order, request_id).await?;    // reserve.lua, then Kafka
 //! ```
 //!
@@ -47,8 +47,7 @@ use crate::reserve::Reserver;
 use crate::sale::{Order, Place, Queued, Sale};
 use crate::signature::{self, Request};
 use crate::sold_out::{now_ms, SoldOutFlag};
-use crate::token::EdgeKeys;
-use crate::verified::VerifiedToken;
+use crate::token::{CampaignClaims, EdgeKeys};
 use crate::{switches, window, Denial};
 
 /// `X-Forwarded-For`: the client address behind a trusted proxy.
@@ -112,8 +111,8 @@ pub struct CampaignRef<'a> {
 /// An order whose request line and headers passed every check ([`Edge::admit`]).
 #[derive(Debug)]
 pub struct Admitted {
-    /// The verified campaign token, with its path and signing key.
-    pub token: Arc<VerifiedToken>,
+    /// The verified campaign token.
+    pub claims: CampaignClaims,
     /// The client's address.
     pub ip: Option<IpAddr>,
     /// The quantity asked.
@@ -129,7 +128,7 @@ pub struct Admitted {
 #[derive(Debug)]
 pub struct Verified {
     /// The verified campaign token.
-    pub token: Arc<VerifiedToken>,
+    pub claims: CampaignClaims,
     /// The quantity asked.
     pub qty: i64,
     nonce: String,
@@ -196,9 +195,9 @@ impl Edge {
         let qty = input::qty(head.uri.query())?;
         let ip = head.client_ip(conf.trusted_proxies);
         self.limiter.check_request(id, &campaign.limits, ip, device)?;
-        let token = conf.keys.verify_cached(head.header(http::header::AUTHORIZATION.as_str()), id, device)?;
-        self.limiter.check_account(id, &campaign.limits, &token.claims.sub)?;
-        conf.keys.check_verified_path(&token, path)?;
+        let claims = conf.keys.verify(head.header(http::header::AUTHORIZATION.as_str()), id, device)?;
+        self.limiter.check_account(id, &campaign.limits, &claims.sub)?;
+        conf.keys.check_path(&claims, path)?;
         let signed = signature::parse(
             head.header(TIMESTAMP_HEADER),
             head.header(NONCE_HEADER),
@@ -211,7 +210,7 @@ impl Edge {
             timestamp: signed.timestamp.to_string(),
             nonce: signed.nonce.to_string(),
             signature: signed.signature.to_ascii_lowercase(),
-            token,
+            claims,
             permit: Some(permit),
         })
     }
@@ -221,6 +220,7 @@ impl Edge {
     /// Redis call, only when it has rules).
     pub async fn verify(
         &self,
+        conf: &Conf<'_>,
         c: &CampaignRef<'_>,
         admitted: Admitted,
         head: &Head<'_>,
@@ -238,12 +238,12 @@ impl Edge {
             nonce: &admitted.nonce,
             signature: &admitted.signature,
         };
-        signature::verify(&admitted.token.signing_key, &request, &signed)?;
-        c.eligibility.check(&admitted.token.claims.login(), Utc::now().timestamp())?;
-        let Admitted { token, ip, qty, nonce, signature, .. } = admitted;
-        let who = Subject { ip, device: Some(&token.claims.dev), user: &token.claims.sub };
+        signature::verify(&conf.keys.signing_key(&admitted.claims.jti), &request, &signed)?;
+        c.eligibility.check(&admitted.claims.login(), Utc::now().timestamp())?;
+        let Admitted { claims, ip, qty, nonce, signature, .. } = admitted;
+        let who = Subject { ip, device: Some(&claims.dev), user: &claims.sub };
         let global = self.global.check(c.campaign, who, now_ms()).await?;
-        Ok(Verified { token, qty, nonce, signature, global })
+        Ok(Verified { claims, qty, nonce, signature, global })
     }
 
     /// The reservation of a verified order: one bounded `reserve.lua` call, which also spends
@@ -258,17 +258,12 @@ impl Edge {
     ) -> Result<Queued, Denial> {
         let campaign = c.campaign.id.as_str();
         let nonce = Nonce {
-            key: CampaignKeys::new(campaign).nonce(&order.token.claims.jti, &order.nonce),
+            key: CampaignKeys::new(campaign).nonce(&order.claims.jti, &order.nonce),
             ttl_secs: c.campaign.defense.nonce_ttl_secs(),
             fingerprint: order.signature.clone(),
         };
-        let reservation = Order {
-            campaign,
-            request_id,
-            user: &order.token.claims.sub,
-            qty: order.qty,
-            nonce: Some(&nonce),
-        };
+        let reservation =
+            Order { campaign, request_id, user: &order.claims.sub, qty: order.qty, nonce: Some(&nonce) };
         let place = Place { sold_out: c.sold_out, sold_out_ttl: conf.sold_out_ttl, signer: conf.signer };
         self.sale.reserve(reservation, place).await
     }

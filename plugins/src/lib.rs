@@ -49,7 +49,6 @@ pub mod signature;
 pub mod sold_out;
 pub mod switches;
 pub mod token;
-pub mod verified;
 pub mod window;
 
 /// Why a request is answered at the edge instead of going on.

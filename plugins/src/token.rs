@@ -21,10 +21,7 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 
-use std::sync::Arc;
-
 use crate::auth::Login;
-use crate::verified::{VerifiedToken, VerifiedTokens};
 use crate::Denial;
 
 /// Characters of the hidden path segment (hex; 64 bits).
@@ -89,7 +86,6 @@ pub struct EdgeKeys {
     path: hmac::Key,
     signing: hmac::Key,
     challenge: hmac::Key,
-    verified: Arc<VerifiedTokens>,
 }
 
 impl std::fmt::Debug for EdgeKeys {
@@ -124,7 +120,6 @@ impl EdgeKeys {
             path: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "path")),
             signing: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "signing")),
             challenge: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "challenge")),
-            verified: Arc::default(),
         })
     }
 
@@ -207,46 +202,6 @@ impl EdgeKeys {
         Ok(claims)
     }
 
-    /// [`Self::verify`], through the table of tokens this process verified before
-    /// ([`crate::verified`]): the token with its hidden path and signing key derived. A token
-    /// seen before costs a lookup; its campaign and device are checked every time.
-    pub fn verify_cached(
-        &self,
-        authorization: Option<&[u8]>,
-        campaign: &str,
-        device: Option<&str>,
-    ) -> Result<Arc<VerifiedToken>, Denial> {
-        let bad = |m: &'static str| Denial::new(Code::BadToken, m);
-        let token = crate::auth::bearer(authorization)
-            .ok_or_else(|| bad("Authorization: Bearer <campaign token> is required"))?;
-        if let Some(hit) = self.verified.get(token.as_bytes(), chrono::Utc::now().timestamp()) {
-            if hit.claims.cmp != campaign {
-                return Err(bad("the campaign token is for another campaign"));
-            }
-            if device != Some(hit.claims.dev.as_str()) {
-                return Err(bad("the campaign token was issued to another device (x-device-id)"));
-            }
-            return Ok(hit);
-        }
-        let claims = self.verify(authorization, campaign, device)?;
-        let entry = Arc::new(VerifiedToken {
-            path: self.path(&claims.sub, &claims.cmp, &claims.jti),
-            signing_key: self.signing_key(&claims.jti),
-            claims,
-        });
-        self.verified.insert(token.as_bytes(), Arc::clone(&entry));
-        Ok(entry)
-    }
-
-    /// Whether `path` is the hidden path of a verified `token` (compared in constant time).
-    pub fn check_verified_path(&self, token: &VerifiedToken, path: &str) -> Result<(), Denial> {
-        if constant_eq(token.path.as_bytes(), path.as_bytes()) {
-            Ok(())
-        } else {
-            Err(Denial::new(Code::BadPath, "no such order path"))
-        }
-    }
-
     /// Whether `path` is the hidden path of `claims` (compared in constant time).
     pub fn check_path(&self, claims: &CampaignClaims, path: &str) -> Result<(), Denial> {
         let expected = self.path(&claims.sub, &claims.cmp, &claims.jti);
@@ -308,34 +263,6 @@ mod tests {
         let u2 = k.issue(&login("u2"), "c1", "d1", 60, now).unwrap();
         assert_eq!(k.check_path(&claims, &u2.path).unwrap_err().code, Code::BadPath, "another user's path");
         assert_eq!(k.check_path(&claims, "order").unwrap_err().code, Code::BadPath);
-    }
-
-    #[test]
-    fn a_cached_token_is_checked_like_a_new_one() {
-        let now = chrono::Utc::now().timestamp();
-        let k = keys();
-        let t = k.issue(&login("u1"), "c1", "d1", 60, now).unwrap();
-        let first = k.verify_cached(Some(&bearer(&t.token)), "c1", Some("d1")).unwrap();
-        let again = k.verify_cached(Some(&bearer(&t.token)), "c1", Some("d1")).unwrap();
-        assert!(Arc::ptr_eq(&first, &again), "the second is a lookup");
-        assert!(k.check_verified_path(&again, &t.path).is_ok());
-        assert_eq!(k.check_verified_path(&again, "0123456789abcdef").unwrap_err().code, Code::BadPath);
-        assert_eq!(hex::encode(hmac::sign(&again.signing_key, b"x").as_ref()), {
-            let key = hex::decode(&t.signing_key).unwrap();
-            hex::encode(hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, &key), b"x").as_ref())
-        });
-        // Campaign and device are checked on every lookup.
-        let code = |r: Result<Arc<VerifiedToken>, Denial>| r.unwrap_err().code;
-        assert_eq!(code(k.verify_cached(Some(&bearer(&t.token)), "c2", Some("d1"))), Code::BadToken);
-        assert_eq!(code(k.verify_cached(Some(&bearer(&t.token)), "c1", Some("d2"))), Code::BadToken);
-        // A tampered token is never a hit, and expired ones are refused as before.
-        let tampered = format!("{}x", t.token);
-        assert_eq!(code(k.verify_cached(Some(&bearer(&tampered)), "c1", Some("d1"))), Code::BadToken);
-        let old = k.issue(&login("u1"), "c1", "d1", 10, now - 100).unwrap();
-        assert_eq!(code(k.verify_cached(Some(&bearer(&old.token)), "c1", Some("d1"))), Code::TokenExpired);
-        // Other keys (a reload with another master key) have a table of their own.
-        let other = EdgeKeys::derive(b"another-master-key-0123456789").unwrap();
-        assert_eq!(code(other.verify_cached(Some(&bearer(&t.token)), "c1", Some("d1"))), Code::BadToken);
     }
 
     #[test]
