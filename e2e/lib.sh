@@ -42,6 +42,20 @@ login_audience = "seckill"
 TOML
 }
 
+# Sets the local sold-out flag of CAMPAIGN (published with no stock) at the gateway BASE: one
+# buyer's signed order (target/release/presign: captcha, token, signature) that Redis answers
+# SOLD_OUT. A bare POST no longer does: it stops at the token check and never reaches Redis.
+# FILE keeps the signed order, so a later call is a safe retry of it (SOLD_OUT again: the flag is
+# set again, at this or another gateway on the same Redis).
+sold_out_flag() { # base campaign file
+  local base=$1 campaign=$2 file=$3 path auth dev ts nonce sig
+  [[ -s "$file" ]] || target/release/presign --base "$base" --campaign "$campaign" --users 1 --out "$file" >/dev/null
+  IFS=$'\t' read -r path auth dev ts nonce sig <"$file"
+  curl -s -X POST "$base$path" -H "Authorization: $auth" -H "X-Device-Id: $dev" -H "X-Timestamp: $ts" \
+    -H "X-Nonce: $nonce" -H "X-Signature: $sig" | grep -q '"SOLD_OUT"' ||
+    { echo "the sold-out flag of $campaign was not set at $base" >&2; return 1; }
+}
+
 # ---------------------------------------------------------------------------------------------
 # A sale on the stack of .stack/env (the demo's and the fault tests' pieces). Each function reads
 # SECKILL_REDIS_URL, SECKILL_PG_ADMIN_URL, SECKILL_KAFKA_BROKER and the keys of edge_keys,

@@ -268,17 +268,8 @@ target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --u
 head -n 1 "$WORK/orders.tsv" >"$WORK/warm.tsv"
 sed -i 1d "$WORK/orders.tsv"
 wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$GW_PORT" -- good 1 "$WORK/warm.tsv" >/dev/null 2>&1
-# The sold-out flag of $SOLD: set by Redis answering SOLD_OUT to a valid signed order (a bare
-# POST is refused at the token check and never reaches Redis); sent again before each run that
-# relies on the flag (a safe retry, answered SOLD_OUT again, sets it again).
-target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$SOLD" --users 1 --out "$WORK/sold1.tsv" >/dev/null
-mark_sold() {
-  local path auth dev ts nonce sig answer
-  IFS=$'\t' read -r path auth dev ts nonce sig <"$WORK/sold1.tsv"
-  answer=$(curl -s -X POST "http://127.0.0.1:$GW_PORT$path" -H "Authorization: $auth" -H "X-Device-Id: $dev" \
-    -H "X-Timestamp: $ts" -H "X-Nonce: $nonce" -H "X-Signature: $sig")
-  [[ "$answer" == *'"SOLD_OUT"'* ]] || { echo "the sold-out flag was not set: $answer" >&2; exit 1; }
-}
+# The sold-out flag of $SOLD (lib.sh), set again before each run that relies on it.
+mark_sold() { sold_out_flag "http://127.0.0.1:$GW_PORT" "$SOLD" "$WORK/sold1.tsv"; }
 mark_sold
 
 NGINX_PIDS="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"

@@ -42,6 +42,9 @@ done
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
 build_all release
+# The edge's keys for this run (each gateway's [defense]); the login key also signs the one
+# buyer's login JWT that sets the sold-out flag.
+edge_keys obs
 
 WORK=$(mktemp -d -t gw-observe.XXXXXX)
 RUN=$(date +%s)$$
@@ -98,6 +101,7 @@ upstreams = ["127.0.0.1:$(free_port)"]
 health_check_interval_ms = 60000
 [kafka]
 brokers = ["127.0.0.1:$(free_port)"]
+$(defense_table)
 SERVER
     if [[ $v == metrics || $v == both ]]; then printf '[admin]\nlisten = "127.0.0.1:%s"\n' "${ADMIN[$v]}"; fi
     if [[ $v == log || $v == both ]]; then printf '[access_log]\noutput = "access-%s.log"\n' "$v"; fi
@@ -126,7 +130,7 @@ for round in $(seq "$ROUNDS"); do
   for v in "${VARIANTS[@]}"; do
     url="http://127.0.0.1:${PORT[$v]}/seckill/$SOLD/order"
     # Sets (or renews) the flag; every request of the run is then answered without Redis.
-    curl -s -o /dev/null -X POST -H 'x-user-id: warm' "$url"
+    sold_out_flag "http://127.0.0.1:${PORT[$v]}" "$SOLD" "$WORK/sold.tsv" || exit 1
     before=$(ticks "${PID[$v]}")
     wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$WORK/latency.lua" "$url" >"$WORK/$v-$round.out" 2>&1
     after=$(ticks "${PID[$v]}")

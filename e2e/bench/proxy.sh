@@ -199,19 +199,8 @@ function done(summary, latency, requests)
 end
 LUA
 
-if [[ -n "$REDIS_URL" ]]; then
-  # One buyer's signed order (captcha, token, signature: e2e/src/bin/presign.rs), sent just
-  # before (s): Redis answers SOLD_OUT and sets the gateway's local flag, so (s)'s orders stop at
-  # the flag, before any input check.
-  target/release/presign --base "http://127.0.0.1:$GW" --campaign "$SOLD" --users 1 --out "$WORK/sold.tsv" >/dev/null
-fi
-sold_out_flag() {
-  local path auth dev ts nonce sig
-  IFS=$'\t' read -r path auth dev ts nonce sig <"$WORK/sold.tsv"
-  curl -s -X POST -H "Authorization: $auth" -H "X-Device-Id: $dev" -H "X-Timestamp: $ts" -H "X-Nonce: $nonce" \
-    -H "X-Signature: $sig" "http://127.0.0.1:$GW$path" | grep -q SOLD_OUT ||
-    { echo "(s): the sold-out campaign's signed order did not answer SOLD_OUT" >&2; exit 1; }
-}
+# (s) relies on the sold-out flag of $SOLD, set by one buyer's signed order (lib.sh).
+sold_out() { sold_out_flag "http://127.0.0.1:$GW" "$SOLD" "$WORK/sold.tsv" || exit 1; }
 cat >"$WORK/post.lua" <<'LUA'
 function request() return wrk.format("POST", nil, nil, nil) end
 function done(summary, latency, requests)
@@ -249,7 +238,7 @@ read -r C C50 C99 CE CCPU CUP <<<"$(run_wrk c "https://127.0.0.1:$GWS/" "$GW_PID
 read -r D D50 D99 DE DCPU DUP <<<"$(run_wrk d "https://127.0.0.1:$NXS/" "$NX_PIDS")"
 read -r E E50 E99 EE ECPU _ <<<"$(run_wrk e "http://127.0.0.1:$UP/" "$UP_PIDS")"
 if [[ -n "$REDIS_URL" ]]; then
-  sold_out_flag
+  sold_out
   read -r S S50 S99 SE SCPU _ <<<"$(run_wrk s "http://127.0.0.1:$GW/seckill/$SOLD/order" "$GW_PID" "$WORK/post.lua")"
   curl -s -X POST "http://127.0.0.1:$GW/seckill/$SOLD/order" | grep -q SOLD_OUT ||
     { echo "(s): the flag was gone by the end of the run (sold_out_ttl_ms)" >&2; exit 1; }

@@ -95,16 +95,21 @@ fn latency_svg(r: &Report) -> String {
     for (i, (_, l)) in r.latency_ms.iter().enumerate() {
         let points: Vec<String> =
             l.curve.iter().map(|&(q, ms)| format!("{:.1},{:.1}", x(q), y(ms))).collect();
-        let _ = write!(
-            s,
-            "<polyline fill='none' stroke-width='2' stroke='{}' points='{}'/>",
-            COLORS[i % COLORS.len()],
-            points.join(" ")
-        );
+        polyline(&mut s, i, &points);
     }
     legend(&mut s, &names);
     s.push_str("</svg>");
     s
+}
+
+/// The `i`-th series' line through `points` ("x,y" each).
+fn polyline(s: &mut String, i: usize, points: &[String]) {
+    let _ = write!(
+        s,
+        "<polyline fill='none' stroke-width='2' stroke='{}' points='{}'/>",
+        COLORS[i % COLORS.len()],
+        points.join(" ")
+    );
 }
 
 /// One line per answer code: answers in each 250 ms of the burst.
@@ -132,12 +137,7 @@ fn timeline_svg(r: &Report) -> String {
             .enumerate()
             .map(|(t, m)| format!("{:.1},{:.1}", x(t), y(m.get(*name).copied().unwrap_or(0))))
             .collect();
-        let _ = write!(
-            s,
-            "<polyline fill='none' stroke-width='2' stroke='{}' points='{}'/>",
-            COLORS[i % COLORS.len()],
-            points.join(" ")
-        );
+        polyline(&mut s, i, &points);
     }
     legend(&mut s, &names);
     s.push_str("</svg>");
