@@ -19,6 +19,9 @@
 //! (431) and the proxy checks fields and body per request ([`admit`]). After a refusal the
 //! connection is closed after a bounded lingering read, so the client reads the answer rather
 //! than a reset.
+//!
+//! On the way upstream, [`forwarded_headers`] says who the client is (`X-Forwarded-For`,
+//! `X-Real-IP`, `X-Forwarded-Proto`), as Nginx's `proxy_set_header` lines would.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +34,10 @@ use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::{Stream, ALPN};
 use pingora_core::server::ShutdownWatch;
 use pingora_core::upstreams::peer::HttpPeer;
+use pingora_http::RequestHeader;
 use pingora_proxy::Session;
+use plugins::client_ip::{self, TrustedProxies};
+use plugins::edge::X_FORWARDED_FOR;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -267,4 +273,34 @@ pub fn upgrade_timeouts(session: &mut Session, peer: &mut HttpPeer, active: &Act
         peer.options.read_timeout = Some(idle);
         session.as_downstream_mut().set_read_timeout(Some(idle));
     }
+}
+
+const X_REAL_IP: &str = "x-real-ip";
+const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
+
+/// Who the client is, for the upstream (like Nginx's `proxy_set_header` trio): `X-Forwarded-For`
+/// (a client's own survives only behind a `trusted` proxy), `X-Real-IP`, and `X-Forwarded-Proto`
+/// (a trusted proxy's is kept, it terminated TLS; otherwise the gateway's own scheme).
+pub fn forwarded_headers(
+    session: &Session,
+    upstream_request: &mut RequestHeader,
+    trusted: Option<&TrustedProxies>,
+) -> pingora_core::Result<()> {
+    upstream_request.remove_header(X_FORWARDED_FOR);
+    upstream_request.remove_header(X_REAL_IP);
+    let mut proxy_says_proto = false;
+    let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+    if let (Some(peer), Some(trusted)) = (peer, trusted) {
+        let xff = session.req_header().headers.get(X_FORWARDED_FOR).map(|v| v.as_bytes());
+        let real = client_ip::client_ip(Some(peer), xff, trusted).unwrap_or(peer);
+        let chain = client_ip::forwarded_for(peer, xff, trusted);
+        upstream_request.insert_header(X_FORWARDED_FOR, chain)?;
+        upstream_request.insert_header(X_REAL_IP, real.to_string())?;
+        proxy_says_proto =
+            trusted.contains(&peer) && upstream_request.headers.contains_key(X_FORWARDED_PROTO);
+    }
+    if !proxy_says_proto {
+        upstream_request.insert_header(X_FORWARDED_PROTO, scheme(session))?;
+    }
+    Ok(())
 }

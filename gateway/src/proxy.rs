@@ -35,8 +35,7 @@ use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use plugins::budget::Permit;
-use plugins::client_ip;
-use plugins::edge::{Edge, Head, X_FORWARDED_FOR};
+use plugins::edge::{Edge, Head};
 use plugins::global_limit::Checked;
 use plugins::sale::Queued;
 use plugins::Denial;
@@ -50,8 +49,6 @@ use crate::observe::{self, Observer, Trace};
 use crate::reload::{Active, SharedState};
 use crate::routes::{self, CampaignPath};
 
-const X_REAL_IP: &str = "x-real-ip";
-const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 const X_REQUEST_ID: &str = "x-request-id";
 
 /// Longest order or token request body read.
@@ -262,26 +259,8 @@ impl ProxyHttp for Gateway {
         upstream_request: &mut RequestHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
-        // Who the client is, for the upstream (like Nginx's proxy_set_header trio); a client's
-        // own X-Forwarded-For survives only behind a trusted proxy.
-        // A trusted proxy's X-Forwarded-Proto (it terminated TLS) is kept; otherwise the gateway's own
-        // scheme: "https" when it terminated TLS, else "http".
-        upstream_request.remove_header(X_FORWARDED_FOR);
-        upstream_request.remove_header(X_REAL_IP);
-        let mut proxy_says_proto = false;
-        if let (Some(peer), Some(active)) = (peer_ip(session), &ctx.active) {
-            let trusted = &active.server.trusted_proxies;
-            let xff = session.req_header().headers.get(X_FORWARDED_FOR).map(|v| v.as_bytes());
-            let real = client_ip::client_ip(Some(peer), xff, trusted).unwrap_or(peer);
-            let chain = client_ip::forwarded_for(peer, xff, trusted);
-            upstream_request.insert_header(X_FORWARDED_FOR, chain)?;
-            upstream_request.insert_header(X_REAL_IP, real.to_string())?;
-            proxy_says_proto =
-                trusted.contains(&peer) && upstream_request.headers.contains_key(X_FORWARDED_PROTO);
-        }
-        if !proxy_says_proto {
-            upstream_request.insert_header(X_FORWARDED_PROTO, frontdoor::scheme(session))?;
-        }
+        let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
+        frontdoor::forwarded_headers(session, upstream_request, trusted)?;
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
         if ctx.request_id.is_empty() {
             ctx.request_id = new_request_id();
