@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use protocol::signing::{Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 
-use crate::load::Crowd;
+use crate::crowd::Crowd;
 use crate::progress::Progress;
 
 /// Result codes that end polling; anything else (QUEUED, NOT_FOUND while the order writer has

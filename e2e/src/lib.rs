@@ -6,6 +6,7 @@
 
 pub mod checks;
 pub mod client;
+pub mod crowd;
 pub mod drain;
 pub mod load;
 pub mod mix;

@@ -11,46 +11,9 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 
 use crate::client::{get_ticket, Ticket};
+pub use crate::crowd::{Crowd, Mix};
 use crate::mix::{attempt, bot_user, Job, Kind, Sent};
 use crate::progress::Progress;
-
-/// Who is in the crowd besides plain buyers.
-#[derive(Debug, Clone)]
-pub struct Mix {
-    /// Users (among the crowd's) who also fire many attempts at once.
-    pub hot_users: u32,
-    /// Concurrent attempts of each hot user.
-    pub hot_attempts: u32,
-    /// Bot requests of each bot kind.
-    pub bots_per_kind: u32,
-    /// Users who send one order before the window opens.
-    pub early_birds: u32,
-    /// Percentage of winners who pay (the others let their order close).
-    pub pay_percent: u32,
-}
-
-/// What the crowd looks like.
-#[derive(Debug, Clone)]
-pub struct Crowd {
-    /// Gateway base URLs, without a trailing slash (attempts go round robin).
-    pub gateways: Vec<String>,
-    /// Campaign id.
-    pub campaign: String,
-    /// Distinct users.
-    pub users: u32,
-    /// Requests per user.
-    pub requests_per_user: u32,
-    /// Requests in flight at once.
-    pub concurrency: usize,
-    /// How long queued requests may take to settle.
-    pub settle: Duration,
-    /// The shop's auth service (mints the users' login JWTs).
-    pub auth: crate::client::Auth,
-    /// Hot users, bots, early birds, payers.
-    pub mix: Mix,
-    /// The order writer's base URL and the payment provider's key (payments), if any.
-    pub payments: Option<(String, Vec<u8>)>,
-}
 
 /// What the crowd saw.
 #[derive(Debug, Default)]
