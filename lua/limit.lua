@@ -12,29 +12,24 @@
 -- KEYS: per rule i (1..n), in the order of the campaign's [[global_limit]] rules:
 --   2i-1  STRING counter of the current window   (sk:{c}:limit:<by>:<value>:<window number>)
 --   2i    STRING counter of the previous window
--- ARGV: 1 ms into the current window of each rule, then per rule i: 2i max, 2i+1 window in ms
---   (ARGV[1] is a list "into1,into2,..." so every rule has its own window length)
+-- ARGV: per rule i: 3i-2 max, 3i-1 window in ms, 3i ms into the current window
 -- Returns {rule, retry_after_ms}:
 --   {0, 0}   passed: every rule's current counter incremented (expiring after two windows)
 --   {i, ms}  rule i is over its max: nothing counted; ms until its current window ends
 
-local into = {}
-for v in string.gmatch(ARGV[1], '[^,]+') do
-  into[#into + 1] = tonumber(v)
-end
 local n = #KEYS / 2
 for i = 1, n do
-  local max, window = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
+  local max, window, into = tonumber(ARGV[3 * i - 2]), tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])
   local cur = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
   local prev = tonumber(redis.call('GET', KEYS[2 * i]) or '0')
-  local estimate = prev * (window - into[i]) / window + cur
+  local estimate = prev * (window - into) / window + cur
   if estimate + 1 > max then
-    return {i, window - into[i]}
+    return {i, window - into}
   end
 end
 for i = 1, n do
   if redis.call('INCR', KEYS[2 * i - 1]) == 1 then
-    redis.call('PEXPIRE', KEYS[2 * i - 1], 2 * tonumber(ARGV[2 * i + 1]))
+    redis.call('PEXPIRE', KEYS[2 * i - 1], 2 * tonumber(ARGV[3 * i - 1]))
   end
 end
 return {0, 0}

@@ -262,14 +262,13 @@ impl Scripts {
     pub async fn limit(&self, client: &Client, rules: &[LimitRule]) -> Result<LimitOutcome, ScriptError> {
         const NAME: &str = "limit.lua";
         let mut keys = Vec::with_capacity(rules.len() * 2);
-        let mut args = Vec::with_capacity(rules.len() * 2 + 1);
-        let into: Vec<String> = rules.iter().map(|r| r.into_ms.to_string()).collect();
-        args.push(into.join(","));
+        let mut args = Vec::with_capacity(rules.len() * 3);
         for r in rules {
             keys.push(r.current.clone());
             keys.push(r.previous.clone());
             args.push(r.max.to_string());
             args.push(r.window_ms.max(1).to_string());
+            args.push(r.into_ms.to_string());
         }
         let out: Vec<fred::types::Value> = self.limit.evalsha_with_reload(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
