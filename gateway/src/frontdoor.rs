@@ -275,6 +275,11 @@ pub fn upgrade_timeouts(session: &mut Session, peer: &mut HttpPeer, active: &Act
     }
 }
 
+/// The socket peer's address (`None` on a Unix socket).
+pub fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
+    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
+}
+
 const X_REAL_IP: &str = "x-real-ip";
 const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 
@@ -289,7 +294,7 @@ pub fn forwarded_headers(
     upstream_request.remove_header(X_FORWARDED_FOR);
     upstream_request.remove_header(X_REAL_IP);
     let mut proxy_says_proto = false;
-    let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+    let peer = peer_ip(session);
     if let (Some(peer), Some(trusted)) = (peer, trusted) {
         let xff = session.req_header().headers.get(X_FORWARDED_FOR).map(|v| v.as_bytes());
         let real = client_ip::client_ip(Some(peer), xff, trusted).unwrap_or(peer);

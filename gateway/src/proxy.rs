@@ -25,7 +25,6 @@
 //! runs once per request and is never retried. Client copies of the signature headers are
 //! stripped from every proxied request (result queries and shop routes).
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -353,7 +352,7 @@ impl Gateway {
 /// The request line and headers as the edge's checks read them.
 pub(crate) fn head(session: &Session) -> Head<'_> {
     let req = session.req_header();
-    Head { method: &req.method, uri: &req.uri, headers: &req.headers, peer: peer_ip(session) }
+    Head { method: &req.method, uri: &req.uri, headers: &req.headers, peer: frontdoor::peer_ip(session) }
 }
 
 /// Reads the request body, at most [`MAX_BODY`] bytes within 2 s; `BAD_REQUEST` otherwise.
@@ -381,11 +380,6 @@ pub(crate) async fn read_body(session: &mut Session) -> std::result::Result<Vec<
         Ok(Ok(result)) => result,
         Ok(Err(())) | Err(_) => Err(Denial::new(Code::BadRequest, "the body could not be read")),
     }
-}
-
-/// The socket peer's address (`None` on a Unix socket).
-pub(crate) fn peer_ip(session: &Session) -> Option<IpAddr> {
-    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
 }
 
 pub(crate) fn new_request_id() -> String {
