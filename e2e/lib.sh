@@ -57,6 +57,54 @@ sold_out_flag() { # base campaign file
 }
 
 # ---------------------------------------------------------------------------------------------
+# Benchmark pieces (e2e/bench/*.sh).
+
+# The eight keys of campaign ID in the order every Lua script takes them as KEYS[1..8]
+# (protocol/src/keys.rs).
+campaign_keys() { # id
+  local k
+  for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$1" "$k"; done
+}
+
+# A free TCP port on loopback.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# CPU time (user + system, clock ticks) of the processes PID..., from /proc.
+cpu_ticks() { # pid...
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t"
+}
+
+# A benchmark's campaign file FILE: ID open from an hour ago for two hours, STOCK units, no rate
+# limit in the way (one load tool on one address), a proof of work of BITS (0: the captcha's cost
+# is the client's, not the gateway's), tokens and timestamps that outlive the runs (orders are
+# signed before them).
+bench_campaign() { # file id stock bits
+  local now
+  now=$(date -u +%s)
+  cat >"$1" <<CAMPAIGN
+id = "$2"
+sku = "SKU-BENCH"
+stock = $3
+per_user_limit = 1
+price_cents = 100
+starts_at = $(date -u -d "@$((now - 3600))" +%Y-%m-%dT%H:%M:%SZ)
+ends_at = $(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
+[limits]
+max_inflight = 100000
+ip_per_sec = 0
+device_per_sec = 0
+user_per_sec = 0
+campaign_per_sec = 0
+[defense]
+pow_bits = $4
+token_ttl_secs = 600
+timestamp_window_secs = 300
+CAMPAIGN
+}
+
+# ---------------------------------------------------------------------------------------------
 # A sale on the stack of .stack/env (the demo's and the fault tests' pieces). Each function reads
 # SECKILL_REDIS_URL, SECKILL_PG_ADMIN_URL, SECKILL_KAFKA_BROKER and the keys of edge_keys,
 # SECKILL_GATEWAY_KEY and SECKILL_PAYMENT_KEY from the environment, and ROOT (the repository).

@@ -75,20 +75,18 @@ BUYERS=${BUYERS:-150000}
 # login JWTs in presign.
 edge_keys bench
 
-keys() { local c=$1; for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
   [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
   [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
   for c in "$OPEN" "$SOLD" "$RB" "$POW8" "$POW16"; do
     # shellcheck disable=SC2046
-    "${RCLI[@]}" del $(keys "$c") >/dev/null 2>&1 || true
+    "${RCLI[@]}" del $(campaign_keys "$c") >/dev/null 2>&1 || true
   done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 GW_PORT=$(free_port)
 NGINX_410=$(free_port)
 NGINX_202=$(free_port)
@@ -121,7 +119,7 @@ NGINX_PID=$(cat "$WORK/nginx/nginx.pid")
 # --- Redis: publish the campaigns with lua/publish.lua (the same script the order writer runs) ---
 publish() { # campaign total
   # shellcheck disable=SC2046
-  "${RCLI[@]}" --eval lua/publish.lua $(keys "$1") , 1 "$2" 1 SKU-BENCH 100 1 >/dev/null
+  "${RCLI[@]}" --eval lua/publish.lua $(campaign_keys "$1") , 1 "$2" 1 SKU-BENCH 100 1 >/dev/null
 }
 publish "$OPEN" 100000000
 publish "$SOLD" 0
@@ -130,33 +128,12 @@ publish "$RB" 100000000
 # --- the gateway (release) ---
 mkdir -p "$WORK/conf/campaigns"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/conf/key"
-now=$(date -u +%s)
-start=$(date -u -d "@$((now - 3600))" +%Y-%m-%dT%H:%M:%SZ)
-end=$(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
 POW8="bench-pow8-$RUN"
 POW16="bench-pow16-$RUN"
-for c in "$OPEN" "$SOLD" "$POW8" "$POW16"; do
-  case $c in "$POW8") bits=8 ;; "$POW16") bits=16 ;; *) bits=0 ;; esac
-  cat >"$WORK/conf/campaigns/$c.toml" <<CAMPAIGN
-id = "$c"
-sku = "SKU-BENCH"
-stock = 100000000
-per_user_limit = 1
-price_cents = 100
-starts_at = $start
-ends_at = $end
-[limits]
-max_inflight = 100000
-ip_per_sec = 0                # one load tool on one address
-device_per_sec = 0
-user_per_sec = 0
-campaign_per_sec = 0
-[defense]
-pow_bits = $bits              # (a): 0, the captcha's cost is the client's, not the gateway's
-token_ttl_secs = 600          # the signed orders are made before the runs
-timestamp_window_secs = 300
-CAMPAIGN
-done
+bench_campaign "$WORK/conf/campaigns/$OPEN.toml" "$OPEN" 100000000 0
+bench_campaign "$WORK/conf/campaigns/$SOLD.toml" "$SOLD" 0 0
+bench_campaign "$WORK/conf/campaigns/$POW8.toml" "$POW8" 100000000 8
+bench_campaign "$WORK/conf/campaigns/$POW16.toml" "$POW16" 100000000 16
 cat >"$WORK/conf/server.toml" <<SERVER
 [server]
 listen = "127.0.0.1:$GW_PORT"
@@ -224,8 +201,6 @@ function done(summary, latency, requests)
 end
 LUA
 
-# CPU time (user + system, clock ticks) of processes, from /proc.
-ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 HZ=$(getconf CLK_TCK)
 REDIS_PID=$("${RCLI[@]}" info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
 # CPU microseconds per request of each process, over the run `label` (its wrk output).
@@ -234,7 +209,7 @@ cpu_per_request() { # label before_gw before_redis before_nginx
   n=$(awk '/requests in/ {print $1}' "$WORK/$1.out")
   python3 -c "
 n = max(1, $n); hz = $HZ
-gw, rd, ng = ($(ticks "$GW_PID") - $2), ($(ticks "$REDIS_PID") - $3), ($(ticks $NGINX_PIDS) - $4)
+gw, rd, ng = ($(cpu_ticks "$GW_PID") - $2), ($(cpu_ticks "$REDIS_PID") - $3), ($(cpu_ticks $NGINX_PIDS) - $4)
 f = lambda t: t * 1e6 / hz / n
 print(f'{f(gw):.1f} {f(rd):.1f} {f(ng):.1f}')"
 }
@@ -273,24 +248,24 @@ mark_sold() { sold_out_flag "http://127.0.0.1:$GW_PORT" "$SOLD" "$WORK/sold1.tsv
 mark_sold
 
 NGINX_PIDS="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"
-read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
+read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders.tsv")"
 read -r A_CPU_GW A_CPU_REDIS A_CPU_NGINX <<<"$(cpu_per_request a "$g" "$r" "$n")"
 reserved=$("${RCLI[@]}" hlen "sk:{$OPEN}:bought") # buyers holding a unit (limit 1)
-read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
+read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 mark_sold
 read -r B_RPS B_P50 B_P99 B_NON <<<"$(run_wrk b "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order")"
 read -r B_CPU_GW B_CPU_REDIS B_CPU_NGINX <<<"$(cpu_per_request b "$g" "$r" "$n")"
-read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
+read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 sed "s#^/seckill/$OPEN/#/seckill/$SOLD/#" "$WORK/orders.tsv" >"$WORK/sold.tsv"
 mark_sold
 read -r G_RPS G_P50 G_P99 _ <<<"$(run_wrk g "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/sold.tsv")"
 read -r G_CPU_GW G_CPU_REDIS G_CPU_NGINX <<<"$(cpu_per_request g "$g" "$r" "$n")"
-read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
+read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 read -r F_RPS F_P50 F_P99 _ <<<"$(run_wrk f "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" bad "$THREADS" "$WORK/orders.tsv")"
 read -r F_CPU_GW F_CPU_REDIS F_CPU_NGINX <<<"$(cpu_per_request f "$g" "$r" "$n")"
 for _ in $(seq 64); do head -n 1 "$WORK/orders.tsv"; done >"$WORK/one.tsv" # a line for each wrk thread
-read -r g r n <<<"$(ticks "$GW_PID") $(ticks "$REDIS_PID") $(ticks $NGINX_PIDS)"
+read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 read -r H_RPS H_P50 H_P99 _ <<<"$(run_wrk h "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" bad "$THREADS" "$WORK/one.tsv")"
 read -r H_CPU_GW _ _ <<<"$(cpu_per_request h "$g" "$r" "$n")"
 # (c): EVALSHA of the same script, same connections; random request ids and users.
@@ -298,17 +273,17 @@ SHA=$("${RCLI[@]}" script load "$(cat lua/reserve.lua)")
 C_N=$(python3 -c "print(max(100000, int(float('$A_RPS') * 3 * ${DURATION%s})))")
 # shellcheck disable=SC2046
 C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --threads "$THREADS" -n "$C_N" \
-  -r 100000000000 -q evalsha "$SHA" 9 $(keys "$RB") "sk:{$RB}:nonce:__rand_int__" "$RB" __rand_int__ __rand_int__ 1 330 fp |
+  -r 100000000000 -q evalsha "$SHA" 9 $(campaign_keys "$RB") "sk:{$RB}:nonce:__rand_int__" "$RB" __rand_int__ __rand_int__ 1 330 fp |
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
 read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"
 # (t): tokens with a real proof of work; the gateway's CPU per token from its ticks.
 token_run() { # campaign users -> "tokens/s gateway-us-per-token"
   local before tps
-  before=$(ticks "$GW_PID")
+  before=$(cpu_ticks "$GW_PID")
   target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$1" --users "$2" --out "$WORK/t.tsv" >"$WORK/t.out"
   tps=$(sed -n 's/.*(\([0-9.]*\) tokens\/s).*/\1/p' "$WORK/t.out" | head -1)
-  python3 -c "print('${tps:-0}', f'{($(ticks "$GW_PID") - $before) * 1e6 / $HZ / $2:.1f}')"
+  python3 -c "print('${tps:-0}', f'{($(cpu_ticks "$GW_PID") - $before) * 1e6 / $HZ / $2:.1f}')"
 }
 read -r T8_TPS T8_CPU <<<"$(token_run "$POW8" 4000)"
 read -r T16_TPS T16_CPU <<<"$(token_run "$POW16" 1000)"

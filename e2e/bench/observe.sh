@@ -51,36 +51,23 @@ RUN=$(date +%s)$$
 SOLD="bench-obs-$RUN"
 VARIANTS=(off metrics log both)
 declare -A PID PORT ADMIN
-keys() { local c=$1; for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
 cleanup() {
   for v in "${VARIANTS[@]}"; do
     [[ -n "${PID[$v]:-}" ]] && kill "${PID[$v]}" 2>/dev/null && wait "${PID[$v]}" 2>/dev/null || true
   done
   # shellcheck disable=SC2046
-  "${RCLI[@]}" del $(keys "$SOLD") >/dev/null 2>&1 || true
+  "${RCLI[@]}" del $(campaign_keys "$SOLD") >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # The campaign, published with no stock (lua/publish.lua, as the order writer does): the first
 # order sets each gateway's sold-out flag, every later one is answered by the flag.
 # shellcheck disable=SC2046
-"${RCLI[@]}" --eval lua/publish.lua $(keys "$SOLD") , 1 0 1 SKU-BENCH 100 1 >/dev/null
+"${RCLI[@]}" --eval lua/publish.lua $(campaign_keys "$SOLD") , 1 0 1 SKU-BENCH 100 1 >/dev/null
 mkdir -p "$WORK/campaigns"
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/key"
-now=$(date -u +%s)
-cat >"$WORK/campaigns/$SOLD.toml" <<CAMPAIGN
-id = "$SOLD"
-sku = "SKU-BENCH"
-stock = 0
-per_user_limit = 1
-price_cents = 100
-starts_at = $(date -u -d "@$((now - 3600))" +%Y-%m-%dT%H:%M:%SZ)
-ends_at = $(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
-[limits]
-max_inflight = 100000
-CAMPAIGN
+bench_campaign "$WORK/campaigns/$SOLD.toml" "$SOLD" 0 0
 
 # One server file per variant; Kafka and the order writer are closed ports (never used here).
 for v in "${VARIANTS[@]}"; do
@@ -113,7 +100,6 @@ for v in "${VARIANTS[@]}"; do
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:${PORT[$v]}/" && break; sleep 0.1; done
 done
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 declare -A REQS TICKS RPS_SUM P50_SUM P99_SUM
 for v in "${VARIANTS[@]}"; do REQS[$v]=0; TICKS[$v]=0; RPS_SUM[$v]=0; P50_SUM[$v]=0; P99_SUM[$v]=0; done
@@ -131,9 +117,9 @@ for round in $(seq "$ROUNDS"); do
     url="http://127.0.0.1:${PORT[$v]}/seckill/$SOLD/order"
     # Sets (or renews) the flag; every request of the run is then answered without Redis.
     sold_out_flag "http://127.0.0.1:${PORT[$v]}" "$SOLD" "$WORK/sold.tsv" || exit 1
-    before=$(ticks "${PID[$v]}")
+    before=$(cpu_ticks "${PID[$v]}")
     wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "$WORK/latency.lua" "$url" >"$WORK/$v-$round.out" 2>&1
-    after=$(ticks "${PID[$v]}")
+    after=$(cpu_ticks "${PID[$v]}")
     n=$(awk '/requests in/ {print $1}' "$WORK/$v-$round.out")
     REQS[$v]=$((REQS[$v] + n))
     TICKS[$v]=$((TICKS[$v] + after - before))

@@ -57,7 +57,6 @@ cleanup() {
 trap cleanup EXIT
 export SECKILL_GATEWAY_KEY="bench-gateway-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
 export SECKILL_PAYMENT_KEY="bench-payment-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 # run LABEL FLOOD(0|1): sets RATE to the drain rate (orders/s).
 run() {

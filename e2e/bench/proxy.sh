@@ -62,7 +62,6 @@ FLOOR1_PID=""
 FLOORW_PID=""
 RUN=$(date +%s)$$
 SOLD="bench-proxy-sold-$RUN"
-keys() { local c=$1; for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$c" "$k"; done; }
 rcli() { local hp=${REDIS_URL#redis://}; hp=${hp%%/*}; redis-cli -h "${hp%:*}" -p "${hp##*:}" "$@"; }
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
@@ -70,7 +69,7 @@ cleanup() {
   [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
   [[ -n "$FLOORW_PID" ]] && kill "$FLOORW_PID" 2>/dev/null && wait "$FLOORW_PID" 2>/dev/null || true
   # shellcheck disable=SC2046
-  [[ -n "$REDIS_URL" ]] && rcli del $(keys "$SOLD") >/dev/null 2>&1 || true
+  [[ -n "$REDIS_URL" ]] && rcli del $(campaign_keys "$SOLD") >/dev/null 2>&1 || true
   for pidfile in "$WORK"/up/nginx.pid "$WORK"/px/nginx.pid; do
     [[ -s "$pidfile" ]] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
@@ -78,7 +77,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); FL=$(free_port); FL1=$(free_port); FLW=$(free_port)
 
 # The run's certificate (both proxies serve the same one).
@@ -127,27 +125,8 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/gw/key"
 if [[ -n "$REDIS_URL" ]]; then
   # (s): a campaign published sold out with lua/publish.lua (as the order writer does).
   # shellcheck disable=SC2046
-  rcli --eval lua/publish.lua $(keys "$SOLD") , 1 0 1 SKU-BENCH 100 1 >/dev/null
-  now=$(date -u +%s)
-  cat >"$WORK/gw/campaigns/$SOLD.toml" <<CAMPAIGN
-id = "$SOLD"
-sku = "SKU-BENCH"
-stock = 0
-per_user_limit = 1
-price_cents = 100
-starts_at = $(date -u -d "@$((now - 3600))" +%Y-%m-%dT%H:%M:%SZ)
-ends_at = $(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
-[limits]
-max_inflight = 100000
-ip_per_sec = 0
-device_per_sec = 0
-user_per_sec = 0
-campaign_per_sec = 0
-[defense]
-pow_bits = 0
-token_ttl_secs = 600
-timestamp_window_secs = 300
-CAMPAIGN
+  rcli --eval lua/publish.lua $(campaign_keys "$SOLD") , 1 0 1 SKU-BENCH 100 1 >/dev/null
+  bench_campaign "$WORK/gw/campaigns/$SOLD.toml" "$SOLD" 0 0
 fi
 cat >"$WORK/gw/server.toml" <<SERVER
 [server]
@@ -209,8 +188,6 @@ function done(summary, latency, requests)
 end
 LUA
 
-# CPU time (user + system, clock ticks) of processes, from /proc.
-ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo "$t"; }
 HZ=$(getconf CLK_TCK)
 UP_PIDS="$(cat "$WORK/up/nginx.pid") $(pgrep -P "$(cat "$WORK/up/nginx.pid")" | tr '\n' ' ')"
 NX_PIDS="$(cat "$WORK/px/nginx.pid") $(pgrep -P "$(cat "$WORK/px/nginx.pid")" | tr '\n' ' ')"
@@ -219,11 +196,11 @@ NX_PIDS="$(cat "$WORK/px/nginx.pid") $(pgrep -P "$(cat "$WORK/px/nginx.pid")" | 
 # request of the proxy's processes and of the upstream's.
 run_wrk() { # label url "proxy pids" [script]
   local before_p before_u n
-  before_p=$(ticks $3)
-  before_u=$(ticks $UP_PIDS)
+  before_p=$(cpu_ticks $3)
+  before_u=$(cpu_ticks $UP_PIDS)
   wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "${4:-$WORK/pct.lua}" "$2" >"$WORK/$1.out" 2>&1
   n=$(awk '/requests in/ {print $1}' "$WORK/$1.out")
-  awk -v n="$n" -v hz="$HZ" -v p="$(($(ticks $3) - before_p))" -v u="$(($(ticks $UP_PIDS) - before_u))" \
+  awk -v n="$n" -v hz="$HZ" -v p="$(($(cpu_ticks $3) - before_p))" -v u="$(($(cpu_ticks $UP_PIDS) - before_u))" \
     '/^Requests\/sec:/ {r=$2} /^P50_US/ {p50=$2} /^P99_US/ {p99=$2} /^ERRORS/ {e=$2}
      END {n = n > 0 ? n : 1; printf "%s %.2f %.2f %d %.1f %.1f\n", r, p50/1000, p99/1000, e, p*1e6/hz/n, u*1e6/hz/n}' "$WORK/$1.out"
 }
