@@ -4,6 +4,9 @@
 --
 -- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
 -- ARGV: 1 stock version  2 total  3 per-user limit  4 sku  5 price cents  6 price version
+--       7 buckets (campaign with buckets: how many; "" or "1" without)  8 this bucket's index
+-- A campaign with B buckets is published once per bucket, each with its share of the stock as
+-- `total` (protocol::scripts::bucket_shares); meta `buckets` and `bucket` say which it is.
 -- Returns {code, state, stock_version}:
 --    1  published (state READY)
 --    0  already published with this stock version and untouched: nothing changed
@@ -26,5 +29,8 @@ end
 redis.call('HSET', meta,
   'state', 'READY', 'stock_version', version, 'total', ARGV[2], 'limit', ARGV[3],
   'sku', ARGV[4], 'price_cents', ARGV[5], 'price_version', ARGV[6])
+if tonumber(ARGV[7] or '') and tonumber(ARGV[7]) > 1 then
+  redis.call('HSET', meta, 'buckets', ARGV[7], 'bucket', ARGV[8])
+end
 redis.call('SET', stock_key, ARGV[2])
 return {1, 'READY', version}

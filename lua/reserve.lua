@@ -16,7 +16,12 @@
 -- released + re-taken); two stats HINCRBYs cost 2.4 us a call (about 10%).
 -- ARGV:
 --   1 campaign id  2 request id  3 user id  4 quantity
---   5 nonce TTL in seconds  6 request fingerprint (with KEYS[9] only)
+--   5 nonce TTL in seconds  6 request fingerprint (with KEYS[9] only; "" without)
+--   7 "1": a bucket of a campaign with buckets, and other buckets may still give stock to this
+--     one (lua/transfer.lua): a short stock answers 3 instead of 0 and the nonce is forgotten,
+--     so that the same request may come again once stock moved here. "" or absent: the last word.
+-- Meta `buckets` (written by publish.lua on a campaign with buckets) goes into the record, so
+-- that whoever reads it finds the buyer's home bucket (protocol::keys::Bucket::of_user).
 -- Returns {code, remaining, record}:
 --    1  reserved: remaining stock after the decrement, record = the outbox JSON
 --    0  sold out: remaining (0, or less than the quantity asked for)
@@ -26,6 +31,7 @@
 --   -4  bad quantity (below 1 or above the per-user limit): the limit
 --   -5  replay: the nonce was used by another request (another fingerprint): 0
 --    2  safe retry of a reserved request: 0, record = that request's id
+--    3  this bucket is short (ARGV[7] = "1" only): remaining; nothing written, nonce forgotten
 --
 -- Nonce (KEYS[9]): one SET NX with a TTL (>= the timestamp window) before anything else,
 -- holding "<fingerprint> <request id>". Taken already: another fingerprint is a replay (-5);
@@ -39,7 +45,8 @@ local meta, stock_key, bought, outbox, pending = KEYS[1], KEYS[2], KEYS[3], KEYS
 local campaign, request_id, user = ARGV[1], ARGV[2], ARGV[3]
 local qty = tonumber(ARGV[4])
 
-local m = redis.call('HMGET', meta, 'state', 'limit', 'sku', 'price_cents', 'price_version', 'stock_version')
+local m = redis.call('HMGET', meta, 'state', 'limit', 'sku', 'price_cents', 'price_version', 'stock_version',
+  'buckets')
 local state, limit = m[1], tonumber(m[2])
 if (state ~= 'READY' and state ~= 'LIVE') or not limit then
   return {-3, 0, ''}
@@ -55,6 +62,9 @@ end
 
 local stock = tonumber(redis.call('GET', stock_key) or '0')
 if stock < qty then
+  if ARGV[7] == '1' then
+    return {3, stock, ''}
+  end
   return {0, stock, ''}
 end
 
@@ -74,6 +84,7 @@ local record = cjson.encode({
   price_version = tonumber(m[5]),
   stock_version = tonumber(m[6]),
   reserved_at_ms = now_ms,
+  buckets = tonumber(m[7]),
 })
 
 local remaining = redis.call('DECRBY', stock_key, qty)
@@ -104,6 +115,10 @@ if first then
   return {tonumber(code), tonumber(n), ''}
 end
 local out = reserve()
+if out[1] == 3 then
+  redis.call('DEL', nonce_key)
+  return out
+end
 if out[1] ~= 1 then
   redis.call('SET', nonce_key, fingerprint .. ' ' .. ARGV[2] .. ' ' .. out[1] .. ' ' .. out[2], 'KEEPTTL')
 end

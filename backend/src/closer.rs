@@ -89,7 +89,11 @@ pub async fn release_closed(
     .await?;
     let mut done = Vec::new();
     for (id, campaign, request_id, user, qty) in rows {
-        match scripts.shared.release(redis, &campaign, &request_id, &user, qty).await {
+        match scripts
+            .shared
+            .release(redis, &protocol::keys::Bucket::single(&campaign), &request_id, &user, qty)
+            .await
+        {
             Ok(_) => done.push(id),
             Err(e) => {
                 tracing::warn!(request_id, error = %e, "release after close failed; will retry");

@@ -135,7 +135,7 @@ pub fn generated_user(tag: &str, i: u64, users: u64) -> String {
 pub fn refusal(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Option<String> {
     Some(match outcome {
         ReserveOutcome::Reserved { .. } => return None,
-        ReserveOutcome::SoldOut { remaining } => {
+        ReserveOutcome::SoldOut { remaining } | ReserveOutcome::BucketShort { remaining } => {
             format!("campaign {campaign} is sold out ({remaining} units left in Redis)")
         }
         ReserveOutcome::LimitReached { held } => format!(
@@ -175,7 +175,7 @@ pub async fn generate(
         let user = generated_user(tag, i, users);
         let rid = uuid::Uuid::now_v7().to_string();
         let outcome = scripts
-            .reserve(redis, campaign, &rid, &user, 1, None)
+            .reserve(redis, &protocol::keys::Bucket::single(campaign), &rid, &user, 1, None, false)
             .await
             .with_context(|| format!("reserve.lua for {user}"))?;
         if let Some(why) = refusal(campaign, &user, &outcome) {

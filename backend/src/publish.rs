@@ -150,7 +150,11 @@ pub async fn publish(
 
     // 2. Redis: the script refuses by itself when the campaign is LIVE or has reservations.
     let spec = PublishSpec { stock_version, total, limit, sku, price_cents, price_version };
-    let outcome = scripts.shared.publish(redis, id, &spec).await.context("publishing to Redis")?;
+    let outcome = scripts
+        .shared
+        .publish(redis, &protocol::keys::Bucket::single(id), &spec)
+        .await
+        .context("publishing to Redis")?;
     apply_pause(redis, scripts, id, c.switches.pause_replenish).await?;
     let result = match outcome {
         PublishOutcome::Published => Published::Ready { stock_version, stock: total },

@@ -96,7 +96,7 @@ async fn the_result_query_follows_a_reservation_from_queued_to_its_outcome() {
     // A reservation released without an order reads FAILED, reason RELEASED.
     let gone = env.reserve("gina", 1).await;
     let gone_id = protocol::record::Reservation::from_json(&gone).unwrap().request_id;
-    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &gone_id, None).await.unwrap();
+    let out = env.scripts.shared.undo(&env.redis, &env.bucket(), &gone_id, None).await.unwrap();
     assert!(matches!(out, protocol::scripts::ReleaseOutcome::Released { .. }), "{out:?}");
     let resp = reqwest::get(format!("{base}/seckill/{}/result/{gone_id}", env.campaign)).await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);

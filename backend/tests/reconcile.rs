@@ -41,7 +41,7 @@ async fn reconciliation_finds_and_repairs_each_kind_of_difference() {
     // RESERVED_WITHOUT_ORDER: u4 reserved long ago (by Redis' clock), never produced.
     env.age_reservation(&rec(&u4).request_id, Duration::from_secs(3600)).await;
     // DOUBLE_RELEASE: u1's live order released in Redis.
-    env.scripts.shared.release(&env.redis, &env.campaign, &rec(&u1).request_id, "u1", 1).await.unwrap();
+    env.scripts.shared.release(&env.redis, &env.bucket(), &rec(&u1).request_id, "u1", 1).await.unwrap();
     // CLOSED_NOT_RELEASED: u2's order closed, Redis not told.
     sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE request_id = $1")
         .bind(rec(&u2).request_id)
@@ -180,7 +180,7 @@ async fn a_unit_re_taken_by_repair_returns_once_when_its_order_closes() {
     env.drain(10).await;
     assert_eq!(env.redis_stock().await, 4);
     // A wrong release of the live order's unit.
-    env.scripts.shared.release(&env.redis, &env.campaign, &id, "buyer", 1).await.unwrap();
+    env.scripts.shared.release(&env.redis, &env.bucket(), &id, "buyer", 1).await.unwrap();
     assert_eq!(env.redis_stock().await, 5);
     let age = Duration::from_secs(60);
     let rep = reconcile(env.stores(age), &env.campaign, true).await.unwrap();

@@ -48,7 +48,8 @@ async fn pause_replenish_sets_released_units_aside_until_it_is_turned_off() {
     assert_eq!(env.stat("aside_qty").await, 1);
     assert!(!replenish.heard(&env.campaign, Duration::from_millis(300)).await);
     // So the edge keeps answering sold out.
-    let late = env.scripts.shared.reserve(&env.redis, &env.campaign, "late-1", "c", 1, None).await.unwrap();
+    let late =
+        env.scripts.shared.reserve(&env.redis, &env.bucket(), "late-1", "c", 1, None, false).await.unwrap();
     assert_eq!(late, ReserveOutcome::SoldOut { remaining: 0 });
     // Reconcile sees the unit aside, and every equation holds.
     let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
@@ -62,7 +63,8 @@ async fn pause_replenish_sets_released_units_aside_until_it_is_turned_off() {
     assert_eq!(env.stat("aside_qty").await, 0);
     assert_eq!(env.stat("returned_qty").await, 1);
     assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await);
-    let again = env.scripts.shared.reserve(&env.redis, &env.campaign, "late-2", "c", 1, None).await.unwrap();
+    let again =
+        env.scripts.shared.reserve(&env.redis, &env.bucket(), "late-2", "c", 1, None, false).await.unwrap();
     assert!(matches!(again, ReserveOutcome::Reserved { remaining: 0, .. }), "{again:?}");
     let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
     assert!(rep.redis_balanced && rep.across_balanced, "{}", rep.text);
@@ -78,17 +80,17 @@ async fn every_release_into_the_stock_tells_the_gateways() {
     // The gateway's undo of a late reservation.
     let undone = env.reserve("undone", 1).await;
     let id = Reservation::from_json(&undone).unwrap().request_id;
-    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &id, None).await.unwrap();
+    let out = env.scripts.shared.undo(&env.redis, &env.bucket(), &id, None).await.unwrap();
     assert_eq!(out, ReleaseOutcome::Released { remaining: 3 });
     assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await, "undo");
     // A release by request id (the writer's refusal, a repair, the closer all call this).
     let r = env.reserve("released", 1).await;
     let id = Reservation::from_json(&r).unwrap().request_id;
-    let out = env.scripts.shared.release(&env.redis, &env.campaign, &id, "released", 1).await.unwrap();
+    let out = env.scripts.shared.release(&env.redis, &env.bucket(), &id, "released", 1).await.unwrap();
     assert_eq!(out, ReleaseOutcome::Released { remaining: 3 });
     assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await, "release");
     // A release that changes nothing says nothing.
-    let out = env.scripts.shared.release(&env.redis, &env.campaign, &id, "released", 1).await.unwrap();
+    let out = env.scripts.shared.release(&env.redis, &env.bucket(), &id, "released", 1).await.unwrap();
     assert_eq!(out, ReleaseOutcome::AlreadyReleased);
     assert!(!replenish.heard(&env.campaign, Duration::from_millis(300)).await);
 }
@@ -102,7 +104,7 @@ async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
     let swept_id = Reservation::from_json(&swept).unwrap().request_id;
     let claimed = env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
     assert_eq!(claimed, vec![String::from_utf8(swept.clone()).unwrap()]);
-    let out = env.scripts.shared.undo(&env.redis, &env.campaign, &swept_id, None).await.unwrap();
+    let out = env.scripts.shared.undo(&env.redis, &env.bucket(), &swept_id, None).await.unwrap();
     assert_eq!(out, ReleaseOutcome::Claimed);
     assert_eq!(env.redis_stock().await, 4, "the reservation stands");
     assert_eq!(env.outbox_len().await, 1);
@@ -117,13 +119,13 @@ async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
     let undone = env.reserve("undone", 1).await;
     let undone_id = Reservation::from_json(&undone).unwrap().request_id;
     assert!(matches!(
-        env.scripts.shared.undo(&env.redis, &env.campaign, &undone_id, None).await.unwrap(),
+        env.scripts.shared.undo(&env.redis, &env.bucket(), &undone_id, None).await.unwrap(),
         ReleaseOutcome::Released { .. }
     ));
     let claimed = env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
     assert!(claimed.is_empty(), "{claimed:?}");
     assert_eq!(
-        env.scripts.shared.undo(&env.redis, &env.campaign, &undone_id, None).await.unwrap(),
+        env.scripts.shared.undo(&env.redis, &env.bucket(), &undone_id, None).await.unwrap(),
         ReleaseOutcome::NothingHeld
     );
     assert_eq!(env.redis_stock().await, 4);
@@ -148,9 +150,8 @@ async fn an_undo_forgets_the_nonce_its_request_spent_unless_the_reservation_stan
         fingerprint: format!("sig-{n}"),
     };
     let reserve = |id: &'static str, n: protocol::scripts::Nonce| {
-        let (scripts, redis, campaign) =
-            (env.scripts.shared.clone(), env.redis.clone(), env.campaign.clone());
-        async move { scripts.reserve(&redis, &campaign, id, "buyer", 1, Some(&n)).await.unwrap() }
+        let (scripts, redis, campaign) = (env.scripts.shared.clone(), env.redis.clone(), env.bucket());
+        async move { scripts.reserve(&redis, &campaign, id, "buyer", 1, Some(&n), false).await.unwrap() }
     };
 
     // Undone (the buyer was told SERVICE_DEGRADED, nothing reserved): the same signed request
@@ -158,7 +159,7 @@ async fn an_undo_forgets_the_nonce_its_request_spent_unless_the_reservation_stan
     let first = reserve("first", nonce("n1")).await;
     assert!(matches!(first, ReserveOutcome::Reserved { .. }), "{first:?}");
     let out =
-        env.scripts.shared.undo(&env.redis, &env.campaign, "first", Some(&nonce("n1").key)).await.unwrap();
+        env.scripts.shared.undo(&env.redis, &env.bucket(), "first", Some(&nonce("n1").key)).await.unwrap();
     assert!(matches!(out, ReleaseOutcome::Released { .. }), "{out:?}");
     let again = reserve("again", nonce("n1")).await;
     assert!(matches!(again, ReserveOutcome::Reserved { .. }), "a new attempt, not a retry: {again:?}");
@@ -167,7 +168,7 @@ async fn an_undo_forgets_the_nonce_its_request_spent_unless_the_reservation_stan
 
     // An undo of another request id never forgets a nonce it did not spend.
     let out =
-        env.scripts.shared.undo(&env.redis, &env.campaign, "nobody", Some(&nonce("n1").key)).await.unwrap();
+        env.scripts.shared.undo(&env.redis, &env.bucket(), "nobody", Some(&nonce("n1").key)).await.unwrap();
     assert_eq!(out, ReleaseOutcome::NothingHeld);
     assert_eq!(reserve("fourth", nonce("n1")).await, ReserveOutcome::Retry { request_id: "again".into() });
 
@@ -178,7 +179,7 @@ async fn an_undo_forgets_the_nonce_its_request_spent_unless_the_reservation_stan
     assert!(matches!(swept, ReserveOutcome::Reserved { .. }), "{swept:?}");
     env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
     let out =
-        env.scripts.shared.undo(&env.redis, &env.campaign, "swept", Some(&nonce("n2").key)).await.unwrap();
+        env.scripts.shared.undo(&env.redis, &env.bucket(), "swept", Some(&nonce("n2").key)).await.unwrap();
     assert_eq!(out, ReleaseOutcome::Claimed);
     assert_eq!(reserve("retry", nonce("n2")).await, ReserveOutcome::Retry { request_id: "swept".into() });
 }

@@ -70,7 +70,11 @@ async fn a_proxy_of_its_own_sells_through_the_edge_api() {
         price_cents: 100,
         price_version: 1,
     };
-    Scripts::load(&scripts::default_dir()).unwrap().publish(&redis, &campaign, &spec).await.unwrap();
+    Scripts::load(&scripts::default_dir())
+        .unwrap()
+        .publish(&redis, &protocol::keys::Bucket::single(&campaign), &spec)
+        .await
+        .unwrap();
 
     let dir = std::env::temp_dir().join(format!("embed-{campaign}"));
     std::fs::create_dir_all(&dir).unwrap();

@@ -23,6 +23,7 @@ async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
     let scripts = Scripts::load(&scripts::default_dir())?;
     let campaign = stack::unique("smoke-");
     let keys = CampaignKeys::new(&campaign);
+    let bucket = protocol::keys::Bucket::single(&campaign);
     let spec = PublishSpec {
         stock_version: 1,
         total: 5,
@@ -32,12 +33,12 @@ async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
         price_version: 3,
     };
 
-    assert_eq!(scripts.publish(&client, &campaign, &spec).await?, PublishOutcome::Published);
-    assert_eq!(scripts.publish(&client, &campaign, &spec).await?, PublishOutcome::Unchanged);
+    assert_eq!(scripts.publish(&client, &bucket, &spec).await?, PublishOutcome::Published);
+    assert_eq!(scripts.publish(&client, &bucket, &spec).await?, PublishOutcome::Unchanged);
     let stock: i64 = client.get(&keys.stock).await?;
     assert_eq!(stock, 5);
 
-    let outcome = scripts.reserve(&client, &campaign, "req-1", "user-1", 2, None).await?;
+    let outcome = scripts.reserve(&client, &bucket, "req-1", "user-1", 2, None, false).await?;
     let ReserveOutcome::Reserved { remaining, record } = outcome else {
         panic!("expected a reservation, got {outcome:?}");
     };
@@ -55,9 +56,9 @@ async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
     assert_eq!(stored.as_deref(), Some(record.as_str()));
 
     // The script's own rules, decided inside Redis.
-    let again = scripts.reserve(&client, &campaign, "req-2", "user-1", 1, None).await?;
+    let again = scripts.reserve(&client, &bucket, "req-2", "user-1", 1, None, false).await?;
     assert_eq!(again, ReserveOutcome::LimitReached { held: 2 });
-    let dup = scripts.reserve(&client, &campaign, "req-1", "user-2", 1, None).await?;
+    let dup = scripts.reserve(&client, &bucket, "req-1", "user-2", 1, None, false).await?;
     assert_eq!(dup, ReserveOutcome::Duplicate);
     let stock: i64 = client.get(&keys.stock).await?;
     assert_eq!(stock, 3, "refused reservations must not touch the stock");

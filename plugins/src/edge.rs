@@ -30,7 +30,7 @@ use fred::clients::Pool;
 use http::{HeaderMap, Method, Uri};
 use protocol::campaign::Campaign;
 use protocol::codes::Code;
-use protocol::keys::CampaignKeys;
+use protocol::keys::Bucket;
 use protocol::scripts::{Nonce, Scripts};
 use protocol::signing::{Signer, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
@@ -257,13 +257,21 @@ impl Edge {
         request_id: &str,
     ) -> Result<Queued, Denial> {
         let campaign = c.campaign.id.as_str();
+        let buckets = (c.campaign.buckets, c.campaign.bucket_tries);
+        let home = Bucket::of_user(campaign, &order.claims.sub, c.campaign.buckets);
         let nonce = Nonce {
-            key: CampaignKeys::new(campaign).nonce(&order.claims.jti, &order.nonce),
+            key: home.keys.nonce(&order.claims.jti, &order.nonce),
             ttl_secs: c.campaign.defense.nonce_ttl_secs(),
             fingerprint: order.signature.clone(),
         };
-        let reservation =
-            Order { campaign, request_id, user: &order.claims.sub, qty: order.qty, nonce: Some(&nonce) };
+        let reservation = Order {
+            campaign,
+            buckets,
+            request_id,
+            user: &order.claims.sub,
+            qty: order.qty,
+            nonce: Some(&nonce),
+        };
         let place = Place { sold_out: c.sold_out, sold_out_ttl: conf.sold_out_ttl, signer: conf.signer };
         self.sale.reserve(reservation, place).await
     }

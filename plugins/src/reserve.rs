@@ -9,11 +9,19 @@
 //! already claimed the entry (then the reservation stands and is on its way to an order: the
 //! buyer is told QUEUED). Only when the undo fails too is the outcome unknown, and the answer
 //! says so (the result URL will tell).
+//!
+//! Hot-stock buckets (seed: 热点 Key 分桶): a campaign with B buckets reserves in the buyer's home
+//! bucket, where their limit and nonces live. When it is short, stock moves to it from the other
+//! buckets, in order and at most `tries` of them (`lua/transfer.lua`: at least half of what the
+//! other bucket has, so one move serves the next buyers too), and the reservation is asked again.
+//! "Sold out" for the local flag means every bucket was found empty.
 
 use std::time::Duration;
 
 use fred::clients::Pool;
+use fred::prelude::Client;
 use protocol::codes::Code;
+use protocol::keys::Bucket;
 use protocol::scripts::{Nonce, ReleaseOutcome, ReserveOutcome, Scripts};
 use protocol::timing::undo_timeout;
 
@@ -65,26 +73,94 @@ impl Reserver {
         Self { pool, scripts, timeout }
     }
 
-    /// Runs `reserve.lua` once, with the order's `nonce` checked in the same call. Never
-    /// retried by the caller: a timeout may hide a reservation that did happen, and the outbox
-    /// (swept by the order writer) is what keeps it.
+    /// Reserves in `user`'s home bucket of `campaign` (of `buckets`), with the order's `nonce`
+    /// checked in the same call; when that bucket is short, moves stock to it from up to `tries`
+    /// other buckets and asks again. Never retried by the caller: a timeout may hide a
+    /// reservation that did happen, and the outbox (swept by the order writer) is what keeps it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn reserve(
         &self,
         campaign: &str,
+        (buckets, tries): (u32, u32),
         request_id: &str,
         user: &str,
         qty: i64,
         nonce: Option<&Nonce>,
-    ) -> Result<ReserveOutcome, ReserveError> {
-        // One client (one connection) for the call and its undo: Redis runs them in this order.
+    ) -> Result<Decision, ReserveError> {
+        // One client (one connection) for every call and the undo: Redis runs them in this order.
         let client = self.pool.next_connected();
-        let call = self.scripts.reserve(client, campaign, request_id, user, qty, nonce);
+        let home = Bucket::of_user(campaign, user, buckets);
+        let tries = if buckets > 1 { tries.min(buckets - 1) } else { 0 };
+        let call = |fall_over: bool| self.once(client, &home, request_id, user, qty, nonce, fall_over);
+        let mut outcome = call(tries > 0).await?;
+        let mut empty = 0;
+        for k in 1..=tries {
+            let ReserveOutcome::BucketShort { remaining } = outcome else { break };
+            let other = Bucket::nth(campaign, home.index + k, buckets);
+            match self.transfer(client, &other, &home, &format!("{request_id}:{k}"), qty - remaining).await {
+                Ok(0) => empty += 1,
+                Ok(_) => outcome = call(k < tries).await?,
+                Err(e) => {
+                    tracing::warn!(request_id, bucket = other.index, error = %e, "stock transfer failed");
+                    break;
+                }
+            }
+        }
+        if let ReserveOutcome::BucketShort { .. } = outcome {
+            outcome = call(false).await?;
+        }
+        let everywhere = empty + 1 == buckets;
+        let sold_out_everywhere =
+            everywhere && matches!(outcome, ReserveOutcome::SoldOut { remaining } if remaining <= 0);
+        Ok(Decision { outcome, sold_out_everywhere })
+    }
+
+    /// Moves up to `want` units (at least half of what `from` holds) from `from` to `to`, as
+    /// one transfer: "give" then "take", each bounded. Returns the units moved (0: `from` is
+    /// empty). A "take" that fails leaves the units in flight, recorded in `from`'s `sent`
+    /// ledger; the order writer's sweeper finishes the transfer.
+    async fn transfer(
+        &self,
+        client: &Client,
+        from: &Bucket,
+        to: &Bucket,
+        transfer_id: &str,
+        want: i64,
+    ) -> Result<i64, String> {
+        let give = self.scripts.give(client, from, transfer_id, to.index, want.max(1), true);
+        let (given, _) = match tokio::time::timeout(self.timeout, give).await {
+            Ok(r) => r.map_err(|e| e.to_string())?,
+            Err(_) => return Err(format!("give: no answer within {:?}", self.timeout)),
+        };
+        if given > 0 {
+            let take = self.scripts.take(client, to, transfer_id, given);
+            match tokio::time::timeout(self.timeout, take).await {
+                Ok(r) => r.map_err(|e| format!("take (the sweeper finishes it): {e}"))?,
+                Err(_) => return Err("take: no answer (the sweeper finishes it)".into()),
+            };
+        }
+        Ok(given)
+    }
+
+    /// One `reserve.lua` call in `bucket`, undone when its answer does not come back.
+    #[allow(clippy::too_many_arguments)]
+    async fn once(
+        &self,
+        client: &Client,
+        bucket: &Bucket,
+        request_id: &str,
+        user: &str,
+        qty: i64,
+        nonce: Option<&Nonce>,
+        fall_over: bool,
+    ) -> Result<ReserveOutcome, ReserveError> {
+        let call = self.scripts.reserve(client, bucket, request_id, user, qty, nonce, fall_over);
         let cause = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(outcome)) => return Ok(outcome),
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("redis did not answer within {:?}", self.timeout),
         };
-        let undo = self.scripts.undo(client, campaign, request_id, nonce.map(|n| n.key.as_str()));
+        let undo = self.scripts.undo(client, bucket, request_id, nonce.map(|n| n.key.as_str()));
         match tokio::time::timeout(undo_timeout(self.timeout), undo).await {
             Ok(Ok(ReleaseOutcome::Claimed)) => Err(ReserveError::Claimed(cause)),
             Ok(Ok(_)) => Err(ReserveError::Undone(cause)),
@@ -92,6 +168,15 @@ impl Reserver {
             Err(_) => Err(ReserveError::Unknown { cause, undo: "no answer".into() }),
         }
     }
+}
+
+/// What the reservation decided, and whether it found every bucket empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The last `reserve.lua` answer.
+    pub outcome: ReserveOutcome,
+    /// Sold out, and every bucket was found empty: the local sold-out flag may be set.
+    pub sold_out_everywhere: bool,
 }
 
 /// The answer for an outcome that is not a reservation; `None` for [`ReserveOutcome::Reserved`].
@@ -102,8 +187,10 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
             Code::Replay,
             "this nonce was used by another request; sign each order with a new one",
         ),
-        ReserveOutcome::SoldOut { remaining: 0 } => Denial::new(Code::SoldOut, "sold out"),
-        ReserveOutcome::SoldOut { remaining } => {
+        ReserveOutcome::SoldOut { remaining: 0 } | ReserveOutcome::BucketShort { remaining: 0 } => {
+            Denial::new(Code::SoldOut, "sold out")
+        }
+        ReserveOutcome::SoldOut { remaining } | ReserveOutcome::BucketShort { remaining } => {
             Denial::new(Code::SoldOut, format!("only {remaining} left, fewer than the quantity asked"))
         }
         ReserveOutcome::LimitReached { held } => {
@@ -117,11 +204,6 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
         }
         ReserveOutcome::Duplicate => Denial::new(Code::Internal, "request id used twice"),
     })
-}
-
-/// Whether `outcome` should set the local sold-out flag: nothing is left at all.
-pub fn sets_sold_out_flag(outcome: &ReserveOutcome) -> bool {
-    matches!(outcome, ReserveOutcome::SoldOut { remaining } if *remaining <= 0)
 }
 
 /// The answer when Redis gave no decision for `request_id` of `campaign`. Not for
@@ -155,10 +237,6 @@ mod tests {
         assert_eq!(code(ReserveOutcome::BadQuantity { limit: 2 }), Some(Code::BadRequest));
         assert_eq!(code(ReserveOutcome::Replay), Some(Code::Replay));
         assert_eq!(code(ReserveOutcome::Retry { request_id: "r".into() }), None, "a safe retry is QUEUED");
-        assert!(sets_sold_out_flag(&ReserveOutcome::SoldOut { remaining: 0 }));
-        assert!(
-            !sets_sold_out_flag(&ReserveOutcome::SoldOut { remaining: 1 }),
-            "a smaller qty may still fit"
-        );
+        assert_eq!(code(ReserveOutcome::BucketShort { remaining: 0 }), Some(Code::SoldOut));
     }
 }

@@ -20,6 +20,9 @@ use crate::Denial;
 pub struct Order<'a> {
     /// The campaign id.
     pub campaign: &'a str,
+    /// The campaign's hot-stock buckets and how many others an order may ask for stock
+    /// (`buckets`, `bucket_tries` of its file; `(1, 0)` without buckets).
+    pub buckets: (u32, u32),
     /// The id the proxy gave the request.
     pub request_id: &'a str,
     /// The buyer.
@@ -67,19 +70,20 @@ impl Sale {
     /// and on its way to Kafka, or, for a safe retry, was before. Never retried (a timeout may
     /// hide a reservation; see [`Reserver::reserve`]).
     pub async fn reserve(&self, order: Order<'_>, place: Place<'_>) -> Result<Queued, Denial> {
-        let Order { campaign, request_id, user, qty, nonce } = order;
+        let Order { campaign, buckets, request_id, user, qty, nonce } = order;
         let asked = now_ms();
-        let outcome = match self.reserver.reserve(campaign, request_id, user, qty, nonce).await {
-            Ok(outcome) => outcome,
+        let decision = match self.reserver.reserve(campaign, buckets, request_id, user, qty, nonce).await {
+            Ok(decision) => decision,
             Err(ReserveError::Claimed(cause)) => {
                 tracing::info!(request_id, cause, "late reservation already swept: QUEUED");
                 return Ok(Queued::New);
             }
             Err(e) => return Err(reserve::degraded(&e, campaign, request_id)),
         };
-        if reserve::sets_sold_out_flag(&outcome) {
+        if decision.sold_out_everywhere {
             place.sold_out.mark(asked, now_ms(), place.sold_out_ttl);
         }
+        let outcome = decision.outcome;
         if let Some(d) = reserve::denial(&outcome) {
             return Err(d);
         }

@@ -13,7 +13,7 @@ use toml::Spanned;
 use crate::conf::{self, ConfError};
 use crate::defense::{Defense, Eligibility, RawDefense, RawEligibility};
 use crate::global_limit::{self, GlobalLimit, RawGlobalLimit};
-use crate::keys::valid_campaign_id;
+use crate::keys::{valid_campaign_id, MAX_BUCKETS};
 
 /// The kill switches of a campaign. They take effect on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -109,6 +109,14 @@ struct Raw {
     eligibility: Option<RawEligibility>,
     #[serde(default)]
     global_limit: Vec<RawGlobalLimit>,
+    #[serde(default = "default_buckets")]
+    buckets: Spanned<i64>,
+    #[serde(default)]
+    bucket_tries: Option<Spanned<i64>>,
+}
+
+fn default_buckets() -> Spanned<i64> {
+    Spanned::new(0..0, 1)
 }
 
 fn default_pay_window() -> Spanned<i64> {
@@ -145,6 +153,13 @@ pub struct Campaign {
     /// Limits counted in Redis across every gateway process (`[[global_limit]]`), at most one
     /// per dimension; empty: none (no Redis call).
     pub global_limits: Vec<GlobalLimit>,
+    /// Hot-stock buckets (1 to [`MAX_BUCKETS`]; 1: off): the stock split over this many key sets,
+    /// each on its own Redis Cluster slot ([`crate::keys::Bucket`]). Fixed once published.
+    pub buckets: u32,
+    /// Other buckets a buyer's order asks for stock, in order, when the buyer's home bucket is
+    /// short (1 to `buckets - 1`; default all of them; 0 without buckets). Sold out is declared
+    /// at the edge only when every bucket was found empty.
+    pub bucket_tries: u32,
 }
 
 /// Where a campaign's window stands at a given time.
@@ -253,6 +268,20 @@ impl Campaign {
                 format!("a second rule by {:?}: one rule per dimension", global_limits[i].by.as_str()),
             ));
         }
+        let buckets = *raw.buckets.get_ref();
+        if !(1..=i64::from(MAX_BUCKETS)).contains(&buckets) {
+            return Err(err(raw.buckets.span(), "buckets", format!("must be between 1 and {MAX_BUCKETS}")));
+        }
+        let bucket_tries = match &raw.bucket_tries {
+            None => buckets - 1,
+            Some(t) if buckets == 1 => {
+                return Err(err(t.span(), "bucket_tries", "needs buckets = 2 or more".into()))
+            }
+            Some(t) if !(1..buckets).contains(t.get_ref()) => {
+                return Err(err(t.span(), "bucket_tries", format!("must be between 1 and {}", buckets - 1)))
+            }
+            Some(t) => *t.get_ref(),
+        };
         let defense =
             raw.defense.as_ref().map_or(Ok(Defense::default()), RawDefense::check).map_err(field_err)?;
         let eligibility = raw
@@ -274,6 +303,8 @@ impl Campaign {
             defense,
             eligibility,
             global_limits,
+            buckets: buckets as u32,
+            bucket_tries: bucket_tries as u32,
         })
     }
 
@@ -346,6 +377,26 @@ ip_per_sec = 20
         assert_eq!(err.field.as_deref(), Some(field), "{err}");
         assert!(err.to_string().contains(words), "{err}");
         assert!(err.to_string().starts_with("conf/campaigns/phone.toml:"), "{err}");
+    }
+
+    #[test]
+    fn buckets_default_to_one_and_their_tries_to_all_others() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!((c.buckets, c.bucket_tries), (1, 0));
+        let c = parse(&GOOD.replace("stock = 100", "stock = 100\nbuckets = 4")).unwrap();
+        assert_eq!((c.buckets, c.bucket_tries), (4, 3));
+        let c = parse(&GOOD.replace("stock = 100", "stock = 100\nbuckets = 4\nbucket_tries = 1")).unwrap();
+        assert_eq!((c.buckets, c.bucket_tries), (4, 1));
+    }
+
+    #[test]
+    fn bad_buckets_are_refused_with_their_line() {
+        let with = |extra: &str| GOOD.replace("stock = 100", &format!("stock = 100\n{extra}"));
+        expect_err(&with("buckets = 0"), 5, "buckets", "between 1 and 64");
+        expect_err(&with("buckets = 65"), 5, "buckets", "between 1 and 64");
+        expect_err(&with("buckets = 3\nbucket_tries = 3"), 6, "bucket_tries", "between 1 and 2");
+        expect_err(&with("buckets = 3\nbucket_tries = 0"), 6, "bucket_tries", "between 1 and 2");
+        expect_err(&with("bucket_tries = 1"), 5, "bucket_tries", "needs buckets = 2");
     }
 
     #[test]

@@ -2,6 +2,15 @@
 //!
 //! Every key of one campaign carries the same hash tag `{<campaign>}` so that the reservation
 //! script, which touches several of them atomically, runs unchanged on Redis Cluster.
+//!
+//! A campaign with hot-stock buckets (`buckets = B` in its file, B > 1) splits its sale over B
+//! key sets, one [`Bucket`] each, with the tags `{<campaign>#<n>}` chosen to fall in B different
+//! ranges of the cluster's 16384 slots (so, with slots spread evenly, on different masters). Each
+//! bucket is a whole ledger (meta, stock, bought, outbox, ...), so every script still touches one
+//! slot. A buyer's records (what they hold, their nonces, their reservations) live in their home
+//! bucket only, [`home_bucket`]: the per-user limit and the nonce hold across buckets because a
+//! buyer never reserves anywhere else. When the home bucket runs short, stock moves to it from
+//! the other buckets (`lua/transfer.lua`), never the buyer to the stock.
 
 /// Pub/sub channel on which "stock came back" messages are published; the payload is the
 /// campaign id. Every gateway process clears its local sold-out flag for that campaign.
@@ -29,6 +38,12 @@ pub struct CampaignKeys {
     /// derived from `bought`): `released_count`, `released_qty` (cumulative), `aside_qty` (released while `pause_replenish` is on, not yet
     /// back in the stock), `returned_qty`, `acked_count`, `adopted_count`, `adopted_qty`.
     pub stats: String,
+    /// HASH: transfer id -> `<to bucket> <qty> <ms>`: units this bucket gave to another bucket
+    /// (`lua/transfer.lua` "give"). Kept as the ledger of every transfer.
+    pub sent: String,
+    /// HASH: transfer id -> qty: units this bucket received (`lua/transfer.lua` "take"); a
+    /// transfer id is received once, so a repeated "take" never adds twice.
+    pub received: String,
     /// HASH: request id -> who claimed the outbox entry as its producer of last resort: `sweep`
     /// (the sweeper produced it again) or `repair` (reconciliation is deciding it). A claimed
     /// entry may be on its way to an order, so the gateway's undo leaves it alone. Written only
@@ -39,7 +54,12 @@ pub struct CampaignKeys {
 impl CampaignKeys {
     /// Keys for `campaign`. The id is used verbatim inside the hash tag.
     pub fn new(campaign: &str) -> Self {
-        let tag = format!("sk:{{{campaign}}}");
+        Self::tagged(campaign)
+    }
+
+    /// Keys under the hash tag `{tag}`: a campaign id, or a bucket's `<campaign>#<n>`.
+    fn tagged(tag: &str) -> Self {
+        let tag = format!("sk:{{{tag}}}");
         Self {
             meta: format!("{tag}:meta"),
             stock: format!("{tag}:stock"),
@@ -48,6 +68,8 @@ impl CampaignKeys {
             pending: format!("{tag}:pending"),
             released: format!("{tag}:released"),
             stats: format!("{tag}:stats"),
+            sent: format!("{tag}:sent"),
+            received: format!("{tag}:received"),
             claims: format!("{tag}:claims"),
         }
     }
@@ -92,6 +114,85 @@ impl CampaignKeys {
     }
 }
 
+/// The most buckets a campaign may have.
+pub const MAX_BUCKETS: u32 = 64;
+
+/// One bucket of a campaign's sale: the key set of one script call. A campaign without buckets
+/// has one, whose keys are [`CampaignKeys::new`]'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    /// The campaign id.
+    pub campaign: String,
+    /// This bucket, from 0.
+    pub index: u32,
+    /// How many buckets the campaign has (1 to [`MAX_BUCKETS`]).
+    pub count: u32,
+    /// Its keys.
+    pub keys: CampaignKeys,
+}
+
+impl Bucket {
+    /// Bucket `index` of `count` of `campaign` (`count` is clamped to 1..=[`MAX_BUCKETS`],
+    /// `index` taken modulo it).
+    pub fn nth(campaign: &str, index: u32, count: u32) -> Self {
+        let count = count.clamp(1, MAX_BUCKETS);
+        let index = index % count;
+        let keys = if count == 1 {
+            CampaignKeys::new(campaign)
+        } else {
+            CampaignKeys::tagged(&format!("{campaign}#{}", bucket_suffix(campaign, index, count)))
+        };
+        Self { campaign: campaign.to_string(), index, count, keys }
+    }
+
+    /// The only bucket of a campaign without buckets.
+    pub fn single(campaign: &str) -> Self {
+        Self::nth(campaign, 0, 1)
+    }
+
+    /// `user`'s home bucket: where everything of theirs lives.
+    pub fn of_user(campaign: &str, user: &str, count: u32) -> Self {
+        Self::nth(campaign, home_bucket(user, count), count)
+    }
+
+    /// Every bucket of `campaign`, in order.
+    pub fn all(campaign: &str, count: u32) -> Vec<Self> {
+        let count = count.clamp(1, MAX_BUCKETS);
+        (0..count).map(|i| Self::nth(campaign, i, count)).collect()
+    }
+
+    /// The hash slot of this bucket's keys on a Redis Cluster.
+    pub fn slot(&self) -> u16 {
+        fred::util::redis_keyslot(self.keys.stock.as_bytes())
+    }
+}
+
+/// The home bucket of `user` among `count`: FNV-1a of `bucket:<user>`, modulo `count` (another
+/// hash than the Kafka partition's, so that buckets and partitions do not line up). Stable
+/// across processes and versions: the gateway, the order writer and reconciliation agree.
+pub fn home_bucket(user: &str, count: u32) -> u32 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in b"bucket:".iter().chain(user.as_bytes()) {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % u64::from(count.clamp(1, MAX_BUCKETS))) as u32
+}
+
+/// The `n` of bucket `index`'s tag `<campaign>#<n>`: the smallest whose hash slot falls in the
+/// `index`-th of `count` equal ranges of the 16384 slots, so that the buckets land on different
+/// slots and, with slots spread evenly over the masters, on different masters.
+fn bucket_suffix(campaign: &str, index: u32, count: u32) -> u32 {
+    const SLOTS: u32 = 16384;
+    let (lo, hi) = (index * SLOTS / count, (index + 1) * SLOTS / count);
+    (0..200_000)
+        .find(|n| {
+            let slot = u32::from(fred::util::redis_keyslot(format!("{campaign}#{n}").as_bytes()));
+            (lo..hi).contains(&slot)
+        })
+        .unwrap_or(index)
+}
+
 /// Checks that a campaign id is safe to embed in a key and a URL path:
 /// 1 to 64 characters of `[A-Za-z0-9_-]`.
 pub fn valid_campaign_id(id: &str) -> bool {
@@ -113,6 +214,46 @@ mod tests {
         assert_eq!(keys.all().len(), 8);
         assert_eq!(keys.nonce("j1", "n1"), "sk:{phone-42}:nonce:j1:n1");
         assert_eq!(keys.challenge("c1"), "sk:{phone-42}:challenge:c1");
+    }
+
+    #[test]
+    fn a_single_bucket_is_the_campaign_itself() {
+        assert_eq!(Bucket::single("c").keys, CampaignKeys::new("c"));
+        assert_eq!(Bucket::of_user("c", "alice", 1).keys, CampaignKeys::new("c"));
+    }
+
+    #[test]
+    fn buckets_spread_over_the_slot_ranges_and_keep_one_tag_each() {
+        for count in [2, 3, 8] {
+            let all = Bucket::all("phone-42", count);
+            assert_eq!(all.len(), count as usize);
+            for (i, b) in all.iter().enumerate() {
+                let slot = u32::from(b.slot());
+                assert!(
+                    (i as u32 * 16384 / count..(i as u32 + 1) * 16384 / count).contains(&slot),
+                    "bucket {i} of {count} at slot {slot}"
+                );
+                let tag = b.keys.meta.strip_suffix(":meta").unwrap();
+                assert!(tag.starts_with("sk:{phone-42#"), "{tag}");
+                for key in b.keys.all().iter().chain([&b.keys.sent, &b.keys.received]) {
+                    assert!(key.starts_with(tag), "{key}");
+                    assert_eq!(fred::util::redis_keyslot(key.as_bytes()), b.slot(), "{key}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn home_buckets_are_stable_and_spread() {
+        assert_eq!(home_bucket("alice", 3), home_bucket("alice", 3));
+        assert_eq!(home_bucket("alice", 1), 0);
+        let mut seen = [0u32; 3];
+        for i in 0..3000 {
+            seen[home_bucket(&format!("u{i}"), 3) as usize] += 1;
+        }
+        assert!(seen.iter().all(|n| (800..1200).contains(n)), "{seen:?}");
+        assert_eq!(Bucket::of_user("c", "alice", 3).index, home_bucket("alice", 3));
+        assert_eq!(Bucket::nth("c", 7, 3).index, 1, "index modulo count");
     }
 
     #[test]

@@ -29,12 +29,29 @@ pub struct Reservation {
     pub stock_version: i64,
     /// Redis server time of the reservation, in milliseconds since the Unix epoch.
     pub reserved_at_ms: i64,
+    /// How many hot-stock buckets the campaign has (absent: 1). The reservation lives in the
+    /// buyer's home bucket, [`Reservation::bucket`].
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub buckets: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 impl Reservation {
     /// Parses a record as stored in the outbox or carried in a Kafka message.
     pub fn from_json(bytes: &[u8]) -> Result<Self, serde_json::Error> {
         serde_json::from_slice(bytes)
+    }
+
+    /// The bucket whose keys hold this reservation: the buyer's home bucket.
+    pub fn bucket(&self) -> crate::keys::Bucket {
+        crate::keys::Bucket::of_user(&self.campaign, &self.user, self.buckets)
     }
 }
 
@@ -63,6 +80,12 @@ mod tests {
         assert_eq!(r.request_id, "r1");
         assert_eq!(r.price_cents, 999);
         assert_eq!(r.reserved_at_ms, 1_700_000_000_000);
+        assert_eq!(r.buckets, 1, "a record without buckets is of a campaign without");
+        assert_eq!(r.bucket().keys, crate::keys::CampaignKeys::new("c"));
+        let raw = br#"{"request_id":"r1","campaign":"c","user":"u","sku":"s","qty":1,
+            "price_cents":999,"price_version":2,"stock_version":3,"reserved_at_ms":1,"buckets":3}"#;
+        let r = Reservation::from_json(raw).unwrap();
+        assert_eq!(r.bucket(), crate::keys::Bucket::of_user("c", "u", 3));
     }
 
     #[test]

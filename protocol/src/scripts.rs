@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use fred::prelude::{Client, Error as RedisError};
 use fred::types::scripts::Script;
 
-use crate::keys::{CampaignKeys, REPLENISH_CHANNEL};
+use crate::keys::{Bucket, REPLENISH_CHANNEL};
 
 /// Why the scripts could not be loaded or called.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +42,7 @@ pub struct Scripts {
     release: Script,
     publish: Script,
     limit: Script,
+    transfer: Script,
 }
 
 /// What `reserve.lua` decided.
@@ -75,6 +76,13 @@ pub enum ReserveOutcome {
     },
     /// The nonce was used by another request: a replay. Nothing was read or written.
     Replay,
+    /// A bucket of a campaign with buckets is short of the quantity, and other buckets may still
+    /// give it stock (asked for with `fall_over`): nothing was written and the nonce is
+    /// forgotten, so the same request may be sent again once stock moved here.
+    BucketShort {
+        /// Stock left in this bucket.
+        remaining: i64,
+    },
     /// The same signed request came again with its nonce (a safe retry) and had reserved:
     /// answer QUEUED with the first request's id. Nothing was reserved now.
     Retry {
@@ -145,6 +153,18 @@ pub enum ReleaseOutcome {
     Claimed,
 }
 
+/// What the "take" half of `transfer.lua` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeOutcome {
+    /// The units were added now; `remaining` is the bucket's stock after it.
+    Added {
+        /// Stock after the transfer.
+        remaining: i64,
+    },
+    /// This transfer id was taken before: nothing changed.
+    AddedBefore,
+}
+
 /// What `publish.lua` decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PublishOutcome {
@@ -178,6 +198,13 @@ pub struct PublishSpec {
     pub price_version: i64,
 }
 
+/// The share of `total` units of each of `count` buckets: `total / count` each, the remainder one
+/// unit each to the first buckets. Sums to `total`.
+pub fn bucket_shares(total: i64, count: u32) -> Vec<i64> {
+    let n = i64::from(count.max(1));
+    (0..n).map(|i| total / n + i64::from(i < total % n)).collect()
+}
+
 /// The default folder of the scripts: `lua/` at the workspace root, as seen from a crate of it.
 pub fn default_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("lua")
@@ -197,13 +224,15 @@ fn int(script: &'static str, v: &fred::types::Value) -> Result<i64, ScriptError>
 }
 
 impl Scripts {
-    /// Reads `reserve.lua`, `release.lua`, `publish.lua` and `limit.lua` from `dir`.
+    /// Reads `reserve.lua`, `release.lua`, `publish.lua`, `limit.lua` and `transfer.lua` from
+    /// `dir`.
     pub fn load(dir: &Path) -> Result<Self, ScriptError> {
         Ok(Self {
             reserve: read(dir, "reserve.lua")?,
             release: read(dir, "release.lua")?,
             publish: read(dir, "publish.lua")?,
             limit: read(dir, "limit.lua")?,
+            transfer: read(dir, "transfer.lua")?,
         })
     }
 
@@ -214,31 +243,40 @@ impl Scripts {
 
     /// Loads every script into the server's script cache (optional: calls reload on NOSCRIPT).
     pub async fn preload(&self, client: &Client) -> Result<(), ScriptError> {
-        for s in [&self.reserve, &self.release, &self.publish, &self.limit] {
+        for s in [&self.reserve, &self.release, &self.publish, &self.limit, &self.transfer] {
             s.load(client).await?;
         }
         Ok(())
     }
 
-    /// Runs `reserve.lua` for one request; with a `nonce`, the nonce is checked and spent in
-    /// the same call (replay and safe retry, see the script).
+    /// Runs `reserve.lua` for one request in `bucket` (the buyer's home bucket); with a `nonce`,
+    /// the nonce is checked and spent in the same call (replay and safe retry, see the script).
+    /// With `fall_over`, a short bucket answers [`ReserveOutcome::BucketShort`] instead of
+    /// [`ReserveOutcome::SoldOut`].
+    #[allow(clippy::too_many_arguments)]
     pub async fn reserve(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         request_id: &str,
         user: &str,
         qty: i64,
         nonce: Option<&Nonce>,
+        fall_over: bool,
     ) -> Result<ReserveOutcome, ScriptError> {
         const NAME: &str = "reserve.lua";
-        let mut keys = CampaignKeys::new(campaign).all();
-        let mut args = vec![campaign.to_string(), request_id.to_string(), user.to_string(), qty.to_string()];
-        if let Some(n) = nonce {
-            keys.push(n.key.clone());
-            args.push(n.ttl_secs.to_string());
-            args.push(n.fingerprint.clone());
+        let mut keys = bucket.keys.all();
+        let mut args =
+            vec![bucket.campaign.clone(), request_id.to_string(), user.to_string(), qty.to_string()];
+        match nonce {
+            Some(n) => {
+                keys.push(n.key.clone());
+                args.push(n.ttl_secs.to_string());
+                args.push(n.fingerprint.clone());
+            }
+            None => args.extend([String::new(), String::new()]),
         }
+        args.push(if fall_over { "1" } else { "" }.to_string());
         let out: Vec<fred::types::Value> = self.reserve.evalsha_with_reload(client, keys, args).await?;
         if out.len() != 3 {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
@@ -253,6 +291,7 @@ impl Scripts {
             -4 => ReserveOutcome::BadQuantity { limit: n },
             -5 => ReserveOutcome::Replay,
             2 => ReserveOutcome::Retry { request_id: out[2].as_string().unwrap_or_default() },
+            3 => ReserveOutcome::BucketShort { remaining: n },
             other => return Err(ScriptError::Protocol { script: NAME, detail: format!("code {other}") }),
         })
     }
@@ -287,12 +326,12 @@ impl Scripts {
     pub async fn release(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         request_id: &str,
         user: &str,
         qty: i64,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        self.run_release(client, campaign, [request_id, user, &qty.to_string(), ""], None).await
+        self.run_release(client, bucket, [request_id, user, &qty.to_string(), ""], None).await
     }
 
     /// The gateway's undo of a reservation call whose answer never came back: releases what the
@@ -305,25 +344,25 @@ impl Scripts {
     pub async fn undo(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         request_id: &str,
         nonce_key: Option<&str>,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        self.run_release(client, campaign, [request_id, "", "1", "undo"], nonce_key).await
+        self.run_release(client, bucket, [request_id, "", "1", "undo"], nonce_key).await
     }
 
     /// `release.lua` with its first four arguments: request id, user, quantity, mode.
     async fn run_release(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         [request_id, user, qty, mode]: [&str; 4],
         nonce_key: Option<&str>,
     ) -> Result<ReleaseOutcome, ScriptError> {
         const NAME: &str = "release.lua";
-        let mut keys = CampaignKeys::new(campaign).all();
+        let mut keys = bucket.keys.all();
         keys.extend(nonce_key.map(str::to_string));
-        let args: Vec<String> = [request_id, user, qty, mode, REPLENISH_CHANNEL, campaign]
+        let args: Vec<String> = [request_id, user, qty, mode, REPLENISH_CHANNEL, &bucket.campaign]
             .into_iter()
             .map(str::to_string)
             .collect();
@@ -340,15 +379,16 @@ impl Scripts {
         }
     }
 
-    /// Runs `publish.lua` for `campaign`.
+    /// Runs `publish.lua` for one `bucket`, with `spec.total` its share of the stock
+    /// ([`bucket_shares`]).
     pub async fn publish(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         spec: &PublishSpec,
     ) -> Result<PublishOutcome, ScriptError> {
         const NAME: &str = "publish.lua";
-        let keys = CampaignKeys::new(campaign).all();
+        let keys = bucket.keys.all();
         let args = vec![
             spec.stock_version.to_string(),
             spec.total.to_string(),
@@ -356,6 +396,8 @@ impl Scripts {
             spec.sku.clone(),
             spec.price_cents.to_string(),
             spec.price_version.to_string(),
+            bucket.count.to_string(),
+            bucket.index.to_string(),
         ];
         let out: Vec<fred::types::Value> = self.publish.evalsha_with_reload(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
@@ -369,6 +411,64 @@ impl Scripts {
     }
 }
 
+impl Scripts {
+    /// The "give" half of a transfer (`transfer.lua`): takes up to `qty` units (with `half`, at
+    /// least half of what is there) out of `from` for bucket `to`, under `transfer_id`. Returns
+    /// `(given, remaining)`; given 0 when `from` is empty. Follow it with [`Scripts::take`] on
+    /// bucket `to`; the order writer's sweeper finishes a transfer whose take never ran.
+    pub async fn give(
+        &self,
+        client: &Client,
+        from: &Bucket,
+        transfer_id: &str,
+        to: u32,
+        qty: i64,
+        half: bool,
+    ) -> Result<(i64, i64), ScriptError> {
+        const NAME: &str = "transfer.lua";
+        let keys = vec![from.keys.meta.clone(), from.keys.stock.clone(), from.keys.sent.clone()];
+        let args = vec![
+            "give".to_string(),
+            transfer_id.to_string(),
+            to.to_string(),
+            qty.to_string(),
+            if half { "half" } else { "" }.to_string(),
+        ];
+        let out: Vec<fred::types::Value> = self.transfer.evalsha_with_reload(client, keys, args).await?;
+        match out.as_slice() {
+            [given, remaining] => Ok((int(NAME, given)?, int(NAME, remaining)?)),
+            other => Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", other.len()) }),
+        }
+    }
+
+    /// The "take" half of a transfer: adds `qty` units to `to` once per `transfer_id`.
+    pub async fn take(
+        &self,
+        client: &Client,
+        to: &Bucket,
+        transfer_id: &str,
+        qty: i64,
+    ) -> Result<TakeOutcome, ScriptError> {
+        const NAME: &str = "transfer.lua";
+        let keys = vec![to.keys.meta.clone(), to.keys.stock.clone(), to.keys.received.clone()];
+        let args = vec![
+            "take".to_string(),
+            transfer_id.to_string(),
+            qty.to_string(),
+            REPLENISH_CHANNEL.to_string(),
+            to.campaign.clone(),
+        ];
+        let out: Vec<fred::types::Value> = self.transfer.evalsha_with_reload(client, keys, args).await?;
+        let code = out.first().map(|v| int(NAME, v)).transpose()?;
+        let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
+        match code {
+            Some(1) => Ok(TakeOutcome::Added { remaining: n }),
+            Some(0) => Ok(TakeOutcome::AddedBefore),
+            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -377,6 +477,16 @@ mod tests {
     fn scripts_load_from_the_workspace() {
         let s = Scripts::load(&default_dir()).unwrap();
         assert_eq!(s.reserve_sha().len(), 40);
+    }
+
+    #[test]
+    fn bucket_shares_sum_to_the_total() {
+        assert_eq!(bucket_shares(10, 3), vec![4, 3, 3]);
+        assert_eq!(bucket_shares(2, 3), vec![1, 1, 0]);
+        assert_eq!(bucket_shares(7, 1), vec![7]);
+        for (total, count) in [(0, 5), (100_000, 7), (1, 64)] {
+            assert_eq!(bucket_shares(total, count).iter().sum::<i64>(), total);
+        }
     }
 
     #[test]

@@ -272,6 +272,7 @@ mod tests {
             price_version: 1,
             stock_version: 1,
             reserved_at_ms: at,
+            buckets: 1,
         }
     }
 

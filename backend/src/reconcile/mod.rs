@@ -279,7 +279,11 @@ async fn repair_stale(st: Stores<'_>, campaign: &str, d: &Difference) -> anyhow:
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    let released = st.scripts.shared.release(st.redis, campaign, &d.request_id, &d.user, d.qty).await?;
+    let released = st
+        .scripts
+        .shared
+        .release(st.redis, &protocol::keys::Bucket::single(campaign), &d.request_id, &d.user, d.qty)
+        .await?;
     Ok(Repair::Done(format!("refused as RECONCILED_NO_ORDER, then {released:?}")))
 }
 
@@ -287,7 +291,7 @@ async fn repair_one(st: Stores<'_>, campaign: &str, d: &Difference) -> anyhow::R
     let release = || async {
         st.scripts
             .shared
-            .release(st.redis, campaign, &d.request_id, &d.user, d.qty)
+            .release(st.redis, &protocol::keys::Bucket::single(campaign), &d.request_id, &d.user, d.qty)
             .await
             .map_err(anyhow::Error::from)
     };

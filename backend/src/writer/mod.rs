@@ -130,7 +130,7 @@ pub async fn settle(redis: &RedisClient, scripts: &RedisScripts, outcome: &Batch
                 continue;
             }
         }
-        if let Err(e) = scripts.shared.release(redis, &r.campaign, &r.request_id, &r.user, r.qty).await {
+        if let Err(e) = scripts.shared.release(redis, &r.bucket(), &r.request_id, &r.user, r.qty).await {
             tracing::warn!(request_id = %r.request_id, error = %e, "compensation failed; the sweeper will redeliver");
         }
     }

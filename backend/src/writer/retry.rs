@@ -169,6 +169,7 @@ mod tests {
             price_version: 1,
             stock_version: 1,
             reserved_at_ms: 1,
+            buckets: 1,
         }
     }
 

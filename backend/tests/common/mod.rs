@@ -96,7 +96,13 @@ impl Env {
     /// Reserves through the real reservation script; returns the record bytes.
     pub async fn reserve(&self, user: &str, qty: i64) -> Vec<u8> {
         let rid = uuid::Uuid::now_v7().to_string();
-        match self.scripts.shared.reserve(&self.redis, &self.campaign, &rid, user, qty, None).await.unwrap() {
+        match self
+            .scripts
+            .shared
+            .reserve(&self.redis, &self.bucket(), &rid, user, qty, None, false)
+            .await
+            .unwrap()
+        {
             ReserveOutcome::Reserved { record, .. } => record.into_bytes(),
             other => panic!("reserve for {user}: {other:?}"),
         }
@@ -250,6 +256,11 @@ impl Env {
     }
 
     /// A Redis hash length / field of this campaign's keys.
+    /// The campaign's only bucket (these tests' campaigns have no buckets).
+    pub fn bucket(&self) -> protocol::keys::Bucket {
+        protocol::keys::Bucket::single(&self.campaign)
+    }
+
     pub fn keys(&self) -> protocol::keys::CampaignKeys {
         protocol::keys::CampaignKeys::new(&self.campaign)
     }

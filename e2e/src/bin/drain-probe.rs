@@ -58,7 +58,10 @@ async fn main() -> anyhow::Result<()> {
     for i in 0..a.count {
         let rid = uuid::Uuid::now_v7().to_string();
         let user = format!("probe-{tag}-{i}");
-        let record = match scripts.reserve(&redis, &a.campaign, &rid, &user, 1, None).await? {
+        let record = match scripts
+            .reserve(&redis, &protocol::keys::Bucket::single(&a.campaign), &rid, &user, 1, None, false)
+            .await?
+        {
             ReserveOutcome::Reserved { record, .. } => record.into_bytes(),
             other => bail!("reservation {i} of {}: {other:?}", a.count),
         };

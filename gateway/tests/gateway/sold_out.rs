@@ -54,7 +54,8 @@ async fn after_sold_out_redis_is_not_called_until_a_replenish_message() {
 
     // Two units come back (unpaid orders closed), and the order writer announces it.
     for (user, id) in &bought[..2] {
-        let released = scripts().release(&redis, &campaign, id, user, 1).await.unwrap();
+        let released =
+            scripts().release(&redis, &protocol::keys::Bucket::single(&campaign), id, user, 1).await.unwrap();
         assert!(matches!(released, ReleaseOutcome::Released { .. }));
     }
     let receivers: i64 = redis.publish(REPLENISH_CHANNEL, campaign.as_str()).await.unwrap();

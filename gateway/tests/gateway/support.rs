@@ -117,7 +117,7 @@ pub async fn publish(redis: &Client, campaign: &str, stock: i64, limit: i64) -> 
         price_cents: 999,
         price_version: 1,
     };
-    scripts().publish(redis, campaign, &spec).await.unwrap()
+    scripts().publish(redis, &protocol::keys::Bucket::single(campaign), &spec).await.unwrap()
 }
 
 /// `cmdstat_evalsha` calls so far on the server of `redis`.

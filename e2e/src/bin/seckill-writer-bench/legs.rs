@@ -55,6 +55,7 @@ async fn backlog(
             price_version: 1,
             stock_version: 1,
             reserved_at_ms: now.timestamp_millis(),
+            buckets: 1,
         };
         let value = serde_json::to_vec(&rec)?;
         let signature = signer.sign(&value);
