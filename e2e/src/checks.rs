@@ -7,7 +7,7 @@ use serde::Serialize;
 use sqlx::Row;
 
 use crate::load::Outcome;
-use protocol::keys::CampaignKeys;
+use protocol::keys::Bucket;
 
 /// Figures read back from PostgreSQL and Redis after the sale.
 #[derive(Debug, Default, Serialize)]
@@ -95,17 +95,38 @@ pub async fn check(
     .fetch_one(&pool)
     .await?;
 
+    // A campaign with hot-stock buckets keeps its sale in several key sets: every figure is the
+    // sum over them (a buyer's records are in one bucket only, their home bucket).
+    let buckets: i32 = sqlx::query_scalar("SELECT buckets FROM campaigns WHERE id = $1")
+        .bind(campaign)
+        .fetch_optional(&pool)
+        .await?
+        .unwrap_or(1);
     let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
     redis.init().await?;
-    let keys = CampaignKeys::new(campaign);
-    let released: std::collections::HashSet<String> =
-        redis.hkeys::<Vec<String>, _>(&keys.released).await?.into_iter().collect();
+    let mut released = std::collections::HashSet::new();
+    let mut bought = std::collections::HashMap::<String, i64>::new();
+    let (mut sent, mut received) = (0i64, 0i64);
+    for bucket in Bucket::all(campaign, buckets.max(1) as u32) {
+        let keys = &bucket.keys;
+        released.extend(redis.hkeys::<Vec<String>, _>(&keys.released).await?);
+        c.redis_stock += redis.get::<Option<i64>, _>(&keys.stock).await?.unwrap_or(0);
+        c.outbox += redis.hlen::<i64, _>(&keys.outbox).await?;
+        if bucket.index == 0 {
+            c.per_user_limit = redis.hget::<Option<i64>, _, _>(&keys.meta, "limit").await?.unwrap_or(0);
+        }
+        bought.extend(redis.hgetall::<std::collections::HashMap<String, i64>, _>(&keys.bought).await?);
+        c.released_qty += redis.hget::<Option<i64>, _, _>(&keys.stats, "released_qty").await?.unwrap_or(0);
+        c.aside_qty += redis.hget::<Option<i64>, _, _>(&keys.stats, "aside_qty").await?.unwrap_or(0);
+        c.redis_initial += redis.hget::<Option<i64>, _, _>(&keys.meta, "total").await?.unwrap_or(0);
+        let s: std::collections::HashMap<String, String> = redis.hgetall(&keys.sent).await?;
+        sent += s.values().filter_map(|v| v.split(' ').nth(1)?.parse::<i64>().ok()).sum::<i64>();
+        received += redis.hvals::<Vec<i64>, _>(&keys.received).await?.iter().sum::<i64>();
+    }
+    // Units in flight between two buckets (sent, not yet received) are stock not yet sold.
+    c.redis_stock += sent - received;
     c.queued_without_outcome =
         ids.into_iter().filter(|id| !settled.contains(id) && !released.contains(id)).collect();
-    c.redis_stock = redis.get::<Option<i64>, _>(&keys.stock).await?.unwrap_or(0);
-    c.outbox = redis.hlen(&keys.outbox).await?;
-    c.per_user_limit = redis.hget::<Option<i64>, _, _>(&keys.meta, "limit").await?.unwrap_or(0);
-    let bought: std::collections::HashMap<String, i64> = redis.hgetall(&keys.bought).await?;
     c.held_qty = bought.values().sum();
     c.bot_held = bought.iter().filter(|(u, _)| u.starts_with("bot-")).map(|(_, n)| n).sum();
     c.bot_orders =
@@ -113,9 +134,6 @@ pub async fn check(
             .bind(campaign)
             .fetch_one(&pool)
             .await?;
-    c.released_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "released_qty").await?.unwrap_or(0);
-    c.aside_qty = redis.hget::<Option<i64>, _, _>(&keys.stats, "aside_qty").await?.unwrap_or(0);
-    c.redis_initial = redis.hget::<Option<i64>, _, _>(&keys.meta, "total").await?.unwrap_or(0);
     redis.quit().await?;
     Ok(c)
 }
