@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::cluster::EvalRetry;
 use fred::prelude::{Client, Error as RedisError};
 use fred::types::scripts::Script;
 
@@ -239,7 +240,7 @@ impl Scripts {
             args.push(n.ttl_secs.to_string());
             args.push(n.fingerprint.clone());
         }
-        let out: Vec<fred::types::Value> = self.reserve.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.reserve.evalsha_with_retry(client, keys, args).await?;
         if out.len() != 3 {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
         }
@@ -270,7 +271,7 @@ impl Scripts {
             args.push(r.window_ms.max(1).to_string());
             args.push(r.into_ms.to_string());
         }
-        let out: Vec<fred::types::Value> = self.limit.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.limit.evalsha_with_retry(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
         let ms = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
         match code {
@@ -327,7 +328,7 @@ impl Scripts {
             .into_iter()
             .map(str::to_string)
             .collect();
-        let out: Vec<fred::types::Value> = self.release.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.release.evalsha_with_retry(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
         let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
         match code {
@@ -357,7 +358,7 @@ impl Scripts {
             spec.price_cents.to_string(),
             spec.price_version.to_string(),
         ];
-        let out: Vec<fred::types::Value> = self.publish.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.publish.evalsha_with_retry(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
         let text = |i: usize| out.get(i).and_then(|v| v.as_string()).unwrap_or_default();
         match code {
