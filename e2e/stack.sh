@@ -4,8 +4,16 @@
 #   Redis 7 (AOF, appendfsync everysec)  127.0.0.1:6390
 #   PostgreSQL (trust auth on loopback)  127.0.0.1:5440   superuser `postgres`
 #   tansu 0.6.0, Kafka API (sqlite)      127.0.0.1:19092
+#   Redis Cluster, 3 masters (on demand) 127.0.0.1:7390..7392 (cluster bus: port + 10000)
 #
-# Usage: e2e/stack.sh up|down|kill|status|stopped [redis|postgres|kafka]...
+# Usage: e2e/stack.sh up|down|kill|status|stopped [redis|postgres|kafka|cluster]...
+#
+# Without names a command means redis, postgres and kafka (`status` adds the cluster once it has
+# been started in this folder). The cluster is started only when named: `e2e/stack.sh up cluster`. Its three
+# redis-server processes (`cluster-enabled yes`, AOF like the single Redis) keep data, log and PID
+# file under .stack/cluster/<port>; the first `up` joins them with `redis-cli --cluster create
+# ... --cluster-replicas 0` (each master gets a third of the slots), later ones find it created
+# (nodes.conf). It counts as up when every node answers `cluster_state:ok`.
 #
 #   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light python3;
 #            cargo install tansu 0.6.0), starts the servers that are not running, waits until
@@ -14,13 +22,15 @@
 #            Keeps their data. Running it again is harmless.
 #   kill     SIGKILL of the servers this script started (PostgreSQL: `pg_ctl stop -m immediate`,
 #            its crash stop): the fault tests' crash, on a stack of their own. Keeps their data.
-#   status   one line per server; exit status 0 when all named servers are up, 3 otherwise.
+#   status   one line per server (per node for the cluster); exit status 0 when all named servers are up, 3 otherwise.
 #   stopped  prints the names of the named servers that are not running (for scripts).
 #
 # Everything lives under .stack/ at the repository root (ignored by git): data, logs, PID
 # files, and `env`, which exports SECKILL_REDIS_URL, SECKILL_PG_ADMIN_URL and
-# SECKILL_KAFKA_BROKER for the tests. Servers listen on 127.0.0.1 only. Ports can be moved
-# with SECKILL_REDIS_PORT, SECKILL_PG_PORT and SECKILL_KAFKA_PORT (source .stack/env after).
+# SECKILL_KAFKA_BROKER for the tests, and SECKILL_REDIS_CLUSTER_URL when the cluster is up (fred's
+# form: redis-cluster://127.0.0.1:7390?node=127.0.0.1:7391&node=127.0.0.1:7392). Servers listen
+# on 127.0.0.1 only. Ports can be moved with SECKILL_REDIS_PORT, SECKILL_PG_PORT,
+# SECKILL_KAFKA_PORT and SECKILL_CLUSTER_PORT (the first of the three; source .stack/env after).
 # SECKILL_STACK_DIR moves the whole folder (a second stack beside the first: e2e/faults.sh);
 # SECKILL_REDIS_APPENDFSYNC (everysec, or always) is Redis' AOF fsync policy at its start.
 set -euo pipefail
@@ -32,10 +42,13 @@ HOST=127.0.0.1
 REDIS_PORT=${SECKILL_REDIS_PORT:-6390}
 PG_PORT=${SECKILL_PG_PORT:-5440}
 KAFKA_PORT=${SECKILL_KAFKA_PORT:-19092}
+CLUSTER_PORT=${SECKILL_CLUSTER_PORT:-7390}
+CLUSTER_PORTS=("$CLUSTER_PORT" "$((CLUSTER_PORT + 1))" "$((CLUSTER_PORT + 2))")
 TANSU_VERSION=0.6.0
 READY_TIMEOUT=${SECKILL_STACK_READY_TIMEOUT:-60} # seconds, per server
 STOP_TIMEOUT=30                                  # seconds, per server
-ALL=(redis postgres kafka)
+ALL=(redis postgres kafka)          # what a command without names means
+KNOWN=(redis postgres kafka cluster) # what a command accepts
 
 CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
 export PATH="$CARGO_BIN:$PATH"
@@ -118,19 +131,36 @@ pidfile() {
     redis) echo "$STACK/redis/redis.pid" ;;
     postgres) echo "$STACK/pg/data/postmaster.pid" ;;
     kafka) echo "$STACK/kafka/tansu.pid" ;;
+    cluster) echo "$STACK/cluster/$CLUSTER_PORT/redis.pid" ;; # its first node
   esac
 }
-progname() { case $1 in redis) echo redis-server ;; postgres) echo postgres ;; kafka) echo tansu ;; esac; }
-port() { case $1 in redis) echo "$REDIS_PORT" ;; postgres) echo "$PG_PORT" ;; kafka) echo "$KAFKA_PORT" ;; esac; }
+progname() {
+  case $1 in redis | cluster) echo redis-server ;; postgres) echo postgres ;; kafka) echo tansu ;; esac
+}
+port() {
+  case $1 in
+    redis) echo "$REDIS_PORT" ;;
+    postgres) echo "$PG_PORT" ;;
+    kafka) echo "$KAFKA_PORT" ;;
+    cluster) echo "$CLUSTER_PORT" ;;
+  esac
+}
 logfile() {
   case $1 in
     redis) echo "$STACK/redis/redis.log" ;;
     postgres) echo "$STACK/pg/postgres.log" ;;
     kafka) echo "$STACK/kafka/tansu.log" ;;
+    cluster) echo "$STACK/cluster/$CLUSTER_PORT/redis.log" ;;
   esac
 }
 
-running() { alive "$(pidfile "$1")" "$(progname "$1")" && port_open "$(port "$1")"; }
+running() {
+  if [[ $1 == cluster ]]; then
+    cluster_running
+  else
+    alive "$(pidfile "$1")" "$(progname "$1")" && port_open "$(port "$1")"
+  fi
+}
 
 fail_start() {
   local name=$1 why=$2 lf
@@ -173,6 +203,138 @@ up_redis() {
     --logfile "$dir/redis.log" </dev/null >>"$dir/redis.log" 2>&1 &
   echo $! >"$dir/redis.pid"
   wait_ready redis redis_ping
+}
+
+# ---------------------------------------------------------------------------------------------
+# Redis Cluster: three masters, no replicas. Each node is a server of its own (data, log and PID
+# file under cluster/<port>); the name `cluster` means the three.
+
+node_dir() { echo "$STACK/cluster/$1"; }
+node_alive() { alive "$(node_dir "$1")/redis.pid" redis-server; }
+node_info() { redis-cli -h "$HOST" -p "$1" cluster info 2>/dev/null | tr -d '\r'; }
+node_ok() { node_info "$1" | grep -qx 'cluster_state:ok'; }
+
+# Every node runs, answers, and sees the cluster's state as ok.
+cluster_running() {
+  local p
+  for p in "${CLUSTER_PORTS[@]}"; do
+    node_alive "$p" && port_open "$p" && node_ok "$p" || return 1
+  done
+}
+
+# Some node runs (what down and kill act on).
+cluster_alive() {
+  local p
+  for p in "${CLUSTER_PORTS[@]}"; do node_alive "$p" && return 0; done
+  return 1
+}
+
+# The slots have been handed out already (by an earlier `up`: the nodes keep it in nodes.conf).
+cluster_created() {
+  local p
+  for p in "${CLUSTER_PORTS[@]}"; do
+    node_info "$p" | grep -q '^cluster_slots_assigned:[1-9]' && return 0
+  done
+  return 1
+}
+
+fail_node() { # port why
+  printf '%s stack: error: cluster node %s did not come up: %s\n--- last lines of %s ---\n' \
+    "$(date -u +%H:%M:%S)" "$1" "$2" "$(node_dir "$1")/redis.log" >&2
+  tail -n 40 "$(node_dir "$1")/redis.log" >&2 2>/dev/null || echo "(no log)" >&2
+  exit 1
+}
+
+up_node() { # port
+  local p=$1 dir deadline
+  dir=$(node_dir "$p")
+  mkdir -p "$dir"
+  if node_alive "$p"; then
+    port_open "$p" && return 0
+    log "cluster node $p (pid $(head -n 1 "$dir/redis.pid")) does not answer: restarting"
+    stop_node "$p"
+  fi
+  port_open "$p" &&
+    die "cluster: port $HOST:$p is taken by a process this script did not start; stop it or choose another port (SECKILL_CLUSTER_PORT)"
+  port_open "$((p + 10000))" &&
+    die "cluster: bus port $HOST:$((p + 10000)) is taken by a process this script did not start (SECKILL_CLUSTER_PORT)"
+  setsid redis-server --bind "$HOST" --port "$p" --dir "$dir" \
+    --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
+    --appendonly yes --appendfsync "$APPENDFSYNC" --daemonize no \
+    --logfile "$dir/redis.log" </dev/null >>"$dir/redis.log" 2>&1 &
+  echo $! >"$dir/redis.pid"
+  deadline=$((SECONDS + READY_TIMEOUT))
+  until [[ "$(redis-cli -h "$HOST" -p "$p" ping 2>/dev/null)" == PONG ]]; do
+    node_alive "$p" || fail_node "$p" "the process exited"
+    ((SECONDS < deadline)) || fail_node "$p" "not ready after ${READY_TIMEOUT} s"
+    sleep 0.2
+  done
+}
+
+up_cluster() {
+  local p nodes=() deadline
+  for p in "${CLUSTER_PORTS[@]}"; do
+    up_node "$p"
+    nodes+=("$HOST:$p")
+  done
+  if ! cluster_created; then
+    log "cluster: redis-cli --cluster create ${nodes[*]} --cluster-replicas 0"
+    redis-cli --cluster create "${nodes[@]}" --cluster-replicas 0 --cluster-yes \
+      >>"$(node_dir "$CLUSTER_PORT")/create.log" 2>&1 || {
+      tail -n 20 "$(node_dir "$CLUSTER_PORT")/create.log" >&2
+      die "redis-cli --cluster create failed"
+    }
+  fi
+  deadline=$((SECONDS + READY_TIMEOUT))
+  for p in "${CLUSTER_PORTS[@]}"; do
+    until node_ok "$p"; do
+      node_alive "$p" || fail_node "$p" "the process exited"
+      ((SECONDS < deadline)) || fail_node "$p" "no cluster_state:ok after ${READY_TIMEOUT} s"
+      sleep 0.2
+    done
+  done
+}
+
+# SIGTERM to one node, then wait (bounded), then SIGKILL.
+stop_node() { # port
+  local pf pid deadline
+  pf="$(node_dir "$1")/redis.pid"
+  pid=$(head -n 1 "$pf")
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + STOP_TIMEOUT))
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((SECONDS >= deadline)); then
+      log "cluster node $1 (pid $pid) still running after ${STOP_TIMEOUT} s: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.5
+      break
+    fi
+    sleep 0.1
+  done
+  rm -f "$pf"
+}
+
+down_cluster() {
+  local p
+  for p in "${CLUSTER_PORTS[@]}"; do node_alive "$p" && stop_node "$p"; done
+  return 0
+}
+
+kill_cluster() {
+  local p pid
+  for p in "${CLUSTER_PORTS[@]}"; do
+    node_alive "$p" || continue
+    pid=$(head -n 1 "$(node_dir "$p")/redis.pid")
+    kill -KILL "$pid"
+    for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    rm -f "$(node_dir "$p")/redis.pid"
+  done
+}
+
+# fred's URL of the cluster: the first node, the others as `node` parameters.
+cluster_url() {
+  printf 'redis-cluster://%s:%s?node=%s:%s&node=%s:%s' "$HOST" "${CLUSTER_PORTS[0]}" \
+    "$HOST" "${CLUSTER_PORTS[1]}" "$HOST" "${CLUSTER_PORTS[2]}"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -306,6 +468,9 @@ export SECKILL_REDIS_URL=redis://$HOST:$REDIS_PORT
 export SECKILL_PG_ADMIN_URL=postgres://postgres@$HOST:$PG_PORT/postgres
 export SECKILL_KAFKA_BROKER=$HOST:$KAFKA_PORT
 EOF
+  if cluster_running; then
+    echo "export SECKILL_REDIS_CLUSTER_URL='$(cluster_url)'" >>"$STACK/env"
+  fi
 }
 
 cmd_up() {
@@ -315,6 +480,12 @@ cmd_up() {
   for s in "$@"; do
     if running "$s"; then
       log "$s already up on $HOST:$(port "$s")"
+      continue
+    fi
+    if [[ $s == cluster ]]; then # each node is checked and started on its own
+      local t=$SECONDS
+      up_cluster
+      log "cluster up on $HOST:${CLUSTER_PORTS[0]}..${CLUSTER_PORTS[2]} ($((SECONDS - t)) s)"
       continue
     fi
     if alive "$(pidfile "$s")" "$(progname "$s")"; then
@@ -334,6 +505,10 @@ cmd_up() {
 cmd_down() {
   local s
   for s in "$@"; do
+    if [[ $s == cluster ]]; then
+      if cluster_alive; then down_cluster && log "cluster stopped"; else log "cluster is not running"; fi
+      continue
+    fi
     if ! alive "$(pidfile "$s")" "$(progname "$s")"; then
       log "$s is not running"
       [[ $s == postgres ]] || rm -f "$(pidfile "$s")"
@@ -347,6 +522,10 @@ cmd_down() {
 cmd_kill() {
   local s pid
   for s in "$@"; do
+    if [[ $s == cluster ]]; then
+      if cluster_alive; then kill_cluster && log "cluster killed"; else log "cluster is not running"; fi
+      continue
+    fi
     if ! alive "$(pidfile "$s")" "$(progname "$s")"; then
       log "$s is not running"
       continue
@@ -367,6 +546,10 @@ cmd_kill() {
 cmd_status() {
   local s all_up=0 pid
   for s in "$@"; do
+    if [[ $s == cluster ]]; then
+      status_cluster || all_up=3
+      continue
+    fi
     if running "$s"; then
       pid=$(head -n 1 "$(pidfile "$s")")
       printf '%-9s up    %s:%s  pid %s  log %s\n' "$s" "$HOST" "$(port "$s")" "$pid" "$(logfile "$s")"
@@ -381,6 +564,27 @@ cmd_status() {
   return $all_up
 }
 
+# One line per cluster node; fails unless every node is up with cluster_state:ok.
+status_cluster() {
+  local p dir state ok=0
+  for p in "${CLUSTER_PORTS[@]}"; do
+    dir=$(node_dir "$p")
+    if node_alive "$p" && port_open "$p"; then
+      state=$(node_info "$p" | sed -n 's/^cluster_state://p')
+      printf '%-9s up    %s:%s  pid %s  cluster_state:%s  log %s\n' cluster "$HOST" "$p" \
+        "$(head -n 1 "$dir/redis.pid")" "${state:-?}" "$dir/redis.log"
+      [[ $state == ok ]] || ok=3
+    elif node_alive "$p"; then
+      printf '%-9s hung  %s:%s  process alive, port closed  log %s\n' cluster "$HOST" "$p" "$dir/redis.log"
+      ok=3
+    else
+      printf '%-9s down  %s:%s\n' cluster "$HOST" "$p"
+      ok=3
+    fi
+  done
+  return $ok
+}
+
 cmd_stopped() {
   local s
   for s in "$@"; do running "$s" || echo "$s"; done
@@ -390,10 +594,13 @@ main() {
   local cmd=${1:-}
   [[ $# -gt 0 ]] && shift
   local services=("$@")
-  ((${#services[@]})) || services=("${ALL[@]}")
+  if ((${#services[@]} == 0)); then
+    services=("${ALL[@]}")
+    [[ $cmd == status && -d "$STACK/cluster" ]] && services+=(cluster)
+  fi
   local s
   for s in "${services[@]}"; do
-    [[ " ${ALL[*]} " == *" $s "* ]] || die "unknown server '$s' (one of: ${ALL[*]})"
+    [[ " ${KNOWN[*]} " == *" $s "* ]] || die "unknown server '$s' (one of: ${KNOWN[*]})"
   done
   case $cmd in
     up) cmd_up "${services[@]}" ;;
@@ -402,7 +609,7 @@ main() {
     status) cmd_status "${services[@]}" ;;
     stopped) cmd_stopped "${services[@]}" ;;
     *)
-      echo "usage: $0 up|down|kill|status|stopped [${ALL[*]}]..." >&2
+      echo "usage: $0 up|down|kill|status|stopped [${KNOWN[*]}]..." >&2
       exit 2
       ;;
   esac

@@ -259,8 +259,12 @@ impl Config {
             .get_ref()
             .parse()
             .map_err(|e| err(raw.listen.span(), "listen", format!("not an address host:port: {e}")))?;
-        if !raw.redis_url.get_ref().starts_with("redis://") {
-            return Err(err(raw.redis_url.span(), "redis_url", "must start with redis://".into()));
+        if !protocol::cluster::accepted_url(raw.redis_url.get_ref()) {
+            return Err(err(
+                raw.redis_url.span(),
+                "redis_url",
+                format!("must be {}", protocol::cluster::URL_FORMS),
+            ));
         }
         let pg = raw.postgres_url.get_ref();
         if !(pg.starts_with("postgres://") || pg.starts_with("postgresql://")) {

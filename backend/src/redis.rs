@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use fred::prelude::*;
 use fred::types::scripts::Script;
+use protocol::cluster::EvalRetry;
 use protocol::keys::{CampaignKeys, REPLENISH_CHANNEL};
 use protocol::scripts::{self, Scripts};
 
@@ -79,7 +80,7 @@ impl RedisScripts {
     ) -> anyhow::Result<Vec<String>> {
         let keys = CampaignKeys::new(campaign).all();
         let args = vec!["sweep".to_string(), age.as_millis().to_string(), limit.to_string()];
-        Ok(self.claim.evalsha_with_reload(client, keys, args).await?)
+        Ok(self.claim.evalsha_with_retry(client, keys, args).await?)
     }
 
     /// A repair's claim on one outbox entry (`claim.lua` "repair"): the sweeper skips it until
@@ -92,7 +93,7 @@ impl RedisScripts {
     ) -> anyhow::Result<RepairClaim> {
         let keys = CampaignKeys::new(campaign).all();
         let args = vec!["repair".to_string(), request_id.to_string()];
-        let out: Vec<i64> = self.claim.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<i64> = self.claim.evalsha_with_retry(client, keys, args).await?;
         match out.as_slice() {
             [1, at, now] => Ok(RepairClaim::Claimed { reserved_at_ms: *at, now_ms: *now }),
             [0, _, _] => Ok(RepairClaim::Gone),
@@ -109,7 +110,7 @@ impl RedisScripts {
     ) -> anyhow::Result<()> {
         let keys = CampaignKeys::new(campaign).all();
         let args = vec!["unrepair".to_string(), request_id.to_string()];
-        let _: i64 = self.claim.evalsha_with_reload(client, keys, args).await?;
+        let _: i64 = self.claim.evalsha_with_retry(client, keys, args).await?;
         Ok(())
     }
 
@@ -123,7 +124,7 @@ impl RedisScripts {
             REPLENISH_CHANNEL.to_string(),
             campaign.to_string(),
         ];
-        let out: Vec<i64> = self.pause.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<i64> = self.pause.evalsha_with_retry(client, keys, args).await?;
         match out.as_slice() {
             [1, returned] => Ok(Some(*returned)),
             [-3, _] => Ok(None),
@@ -138,7 +139,7 @@ impl RedisScripts {
             return Ok(0);
         }
         let keys = CampaignKeys::new(campaign).all();
-        let n: i64 = self.ack.evalsha_with_reload(client, keys, request_ids.to_vec()).await?;
+        let n: i64 = self.ack.evalsha_with_retry(client, keys, request_ids.to_vec()).await?;
         Ok(n)
     }
 
@@ -155,11 +156,7 @@ impl RedisScripts {
         let keys = CampaignKeys::new(campaign).all();
         let out: Vec<i64> = self
             .adopt
-            .evalsha_with_reload(
-                client,
-                keys,
-                vec![request_id.to_string(), user.to_string(), qty.to_string()],
-            )
+            .evalsha_with_retry(client, keys, vec![request_id.to_string(), user.to_string(), qty.to_string()])
             .await?;
         match out.as_slice() {
             [1, taken] => Ok(Some(*taken)),

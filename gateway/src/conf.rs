@@ -361,8 +361,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     }
 
     let r = &raw.redis;
-    if !(r.url.get_ref().starts_with("redis://") || r.url.get_ref().starts_with("rediss://")) {
-        return Err(c.err(r.url.span(), "redis.url", "must start with redis:// or rediss://"));
+    if !protocol::cluster::accepted_url(r.url.get_ref()) {
+        return Err(c.err(r.url.span(), "redis.url", format!("must be {}", protocol::cluster::URL_FORMS)));
     }
     fred::types::config::Config::from_url(r.url.get_ref())
         .map_err(|e| c.err(r.url.span(), "redis.url", format!("not a Redis URL: {e}")))?;

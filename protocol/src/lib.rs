@@ -7,6 +7,8 @@
 //! - [`codes`]: the answer codes clients see, with their HTTP statuses;
 //! - [`signing`]: the HMAC header the gateway signs and the order writer verifies;
 //! - [`scripts`]: the Lua scripts under `lua/`, loaded from disk and called by SHA;
+//! - [`cluster`]: the Redis URL forms (one Redis or a Redis Cluster), and the retry of a script
+//!   refused with `TRYAGAIN` during a slot migration;
 //! - [`secret`]: secrets referenced from configuration (`env:NAME` or `file:PATH`), never inline;
 //! - [`conf`]: TOML parsing whose errors name the file, line, column and field;
 //! - [`campaign`]: the per-campaign file both binaries read, with its [`defense`] tables and
@@ -16,6 +18,7 @@
 //! - [`logging`]: the log output every binary sets up the same way.
 
 pub mod campaign;
+pub mod cluster;
 pub mod codes;
 pub mod conf;
 pub mod defense;

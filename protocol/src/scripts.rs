@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::cluster::EvalRetry;
 use fred::prelude::{Client, Error as RedisError};
 use fred::types::scripts::Script;
 
@@ -277,7 +278,7 @@ impl Scripts {
             None => args.extend([String::new(), String::new()]),
         }
         args.push(if fall_over { "1" } else { "" }.to_string());
-        let out: Vec<fred::types::Value> = self.reserve.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.reserve.evalsha_with_retry(client, keys, args).await?;
         if out.len() != 3 {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
         }
@@ -309,7 +310,7 @@ impl Scripts {
             args.push(r.window_ms.max(1).to_string());
             args.push(r.into_ms.to_string());
         }
-        let out: Vec<fred::types::Value> = self.limit.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.limit.evalsha_with_retry(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
         let ms = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
         match code {
@@ -366,7 +367,7 @@ impl Scripts {
             .into_iter()
             .map(str::to_string)
             .collect();
-        let out: Vec<fred::types::Value> = self.release.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.release.evalsha_with_retry(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
         let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
         match code {
@@ -399,7 +400,7 @@ impl Scripts {
             bucket.count.to_string(),
             bucket.index.to_string(),
         ];
-        let out: Vec<fred::types::Value> = self.publish.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.publish.evalsha_with_retry(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
         let text = |i: usize| out.get(i).and_then(|v| v.as_string()).unwrap_or_default();
         match code {
@@ -434,7 +435,7 @@ impl Scripts {
             qty.to_string(),
             if half { "half" } else { "" }.to_string(),
         ];
-        let out: Vec<fred::types::Value> = self.transfer.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.transfer.evalsha_with_retry(client, keys, args).await?;
         match out.as_slice() {
             [given, remaining] => Ok((int(NAME, given)?, int(NAME, remaining)?)),
             other => Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", other.len()) }),
@@ -458,7 +459,7 @@ impl Scripts {
             REPLENISH_CHANNEL.to_string(),
             to.campaign.clone(),
         ];
-        let out: Vec<fred::types::Value> = self.transfer.evalsha_with_reload(client, keys, args).await?;
+        let out: Vec<fred::types::Value> = self.transfer.evalsha_with_retry(client, keys, args).await?;
         let code = out.first().map(|v| int(NAME, v)).transpose()?;
         let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
         match code {

@@ -1,0 +1,177 @@
+//! Redis Cluster: what the gateway and the order writer need beyond what fred does for them.
+//!
+//! Both accept a single Redis or a Redis Cluster, chosen by the URL's scheme ([`URL_FORMS`]):
+//! fred's `Config::from_url` picks its cluster mode from `redis-cluster://`. In that mode fred
+//! routes each command by its first key's slot, follows `MOVED` (and refreshes its slot map) and
+//! `ASK` redirections itself, and `Script::load` loads a script on every primary. Every script
+//! of the sale keeps its keys on one slot (the campaign's hash tag, [`crate::keys`]), so each
+//! stays one atomic call on one node.
+//!
+//! What fred leaves to the caller is `TRYAGAIN`: while a slot migrates, a script whose keys are
+//! not all on the node it reached (some moved already, some not yet, or some not created) is
+//! refused with it. [`EvalRetry::evalsha_with_retry`] retries those, briefly.
+
+use std::time::Duration;
+
+use fred::clients::Client;
+use fred::error::Error;
+use fred::types::scripts::Script;
+use fred::types::{FromValue, MultipleKeys, MultipleValues};
+
+/// The Redis URL forms both binaries accept (for conf error messages and docs).
+pub const URL_FORMS: &str = "redis://host:port (one Redis) or \
+     redis-cluster://host:port?node=host:port&node=host:port (a Redis Cluster; rediss:// and \
+     rediss-cluster:// for TLS)";
+
+/// Whether `url` has one of the schemes of [`URL_FORMS`] (the rest is fred's to parse).
+pub fn accepted_url(url: &str) -> bool {
+    ["redis://", "rediss://", "redis-cluster://", "rediss-cluster://"].iter().any(|s| url.starts_with(s))
+}
+
+/// How many times a call refused with `TRYAGAIN` is sent again.
+pub const TRYAGAIN_RETRIES: u32 = 4;
+
+/// The pause before each retry: the retries take at most 4 x 5 ms = 20 ms beyond the calls
+/// themselves, well under the gateway's smallest reservation bound (`redis.timeout_ms`, 100 ms by
+/// default), which still bounds the whole call. A migration that splits a campaign's keys for
+/// longer fails the call with the `TRYAGAIN` error, as any Redis error: the gateway answers
+/// `SERVICE_DEGRADED`, the order writer's loops try again on their next pass.
+pub const TRYAGAIN_PAUSE: Duration = Duration::from_millis(5);
+
+/// Whether `e` is Redis' `TRYAGAIN` refusal (fred gives it no error kind of its own).
+pub fn is_tryagain(e: &Error) -> bool {
+    e.details().starts_with("TRYAGAIN")
+}
+
+/// Runs `call` once, then again after [`TRYAGAIN_PAUSE`] while it fails with `TRYAGAIN`, at
+/// most [`TRYAGAIN_RETRIES`] more times; any other outcome is returned at once.
+pub async fn retry_tryagain<T, F, Fut>(mut call: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut retries = 0;
+    loop {
+        match call().await {
+            Err(e) if is_tryagain(&e) && retries < TRYAGAIN_RETRIES => {
+                retries += 1;
+                tokio::time::sleep(TRYAGAIN_PAUSE).await;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// `EVALSHA` that survives a slot migration.
+pub trait EvalRetry {
+    /// fred's `evalsha_with_reload` (a `NOSCRIPT` loads the script on every primary and calls
+    /// again), retried by [`retry_tryagain`] when Redis answers `TRYAGAIN`.
+    ///
+    /// Safe to send again: `TRYAGAIN` is Redis Cluster's refusal before it runs a command
+    /// (the node checks where the keys are before anything executes), so the script did not
+    /// run and nothing of it was written. Every other error, a timeout included, is returned
+    /// as it is: the script may have run, and only the caller knows how to undo it.
+    fn evalsha_with_retry<R, K, V>(
+        &self,
+        client: &Client,
+        keys: K,
+        args: V,
+    ) -> impl std::future::Future<Output = Result<R, Error>> + Send
+    where
+        R: FromValue + Send,
+        K: Into<MultipleKeys> + Send,
+        V: TryInto<MultipleValues> + Send,
+        V::Error: Into<Error> + Send;
+}
+
+impl EvalRetry for Script {
+    async fn evalsha_with_retry<R, K, V>(&self, client: &Client, keys: K, args: V) -> Result<R, Error>
+    where
+        R: FromValue + Send,
+        K: Into<MultipleKeys> + Send,
+        V: TryInto<MultipleValues> + Send,
+        V::Error: Into<Error> + Send,
+    {
+        let keys: MultipleKeys = keys.into();
+        let args: MultipleValues = args.try_into().map_err(Into::into)?;
+        retry_tryagain(|| self.evalsha_with_reload(client, keys.clone(), args.clone())).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use fred::error::ErrorKind;
+
+    use super::*;
+
+    fn tryagain() -> Error {
+        Error::new(ErrorKind::Unknown, "TRYAGAIN Multiple keys request during rehashing of slot")
+    }
+
+    #[test]
+    fn only_tryagain_is_tryagain() {
+        assert!(is_tryagain(&tryagain()));
+        for other in ["MOVED 3999 127.0.0.1:6381", "ASK 3999 127.0.0.1:6381", "NOSCRIPT", "ERR x TRYAGAIN"] {
+            assert!(!is_tryagain(&Error::new(ErrorKind::Unknown, other)), "{other}");
+        }
+        assert!(!is_tryagain(&Error::new(ErrorKind::Timeout, "Request timed out.")));
+    }
+
+    #[tokio::test]
+    async fn tryagain_is_retried_until_the_call_runs() {
+        let calls = Cell::new(0);
+        let out = retry_tryagain(|| {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move {
+                if n < 3 {
+                    Err(tryagain())
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(out.unwrap(), 3);
+        assert_eq!(calls.get(), 3);
+    }
+
+    #[tokio::test]
+    async fn tryagain_retries_are_bounded() {
+        let calls = Cell::new(0);
+        let out: Result<(), Error> = retry_tryagain(|| {
+            calls.set(calls.get() + 1);
+            async { Err(tryagain()) }
+        })
+        .await;
+        assert!(is_tryagain(&out.unwrap_err()), "the last refusal is returned");
+        assert_eq!(calls.get(), 1 + TRYAGAIN_RETRIES);
+    }
+
+    #[tokio::test]
+    async fn other_errors_are_not_retried() {
+        for kind in [ErrorKind::Timeout, ErrorKind::IO, ErrorKind::Unknown] {
+            let calls = Cell::new(0);
+            let out: Result<(), Error> = retry_tryagain(|| {
+                calls.set(calls.get() + 1);
+                let kind = kind.clone();
+                async move { Err(Error::new(kind, "ERR something else")) }
+            })
+            .await;
+            assert!(out.is_err());
+            assert_eq!(calls.get(), 1, "{kind:?}: the script may have run; never sent twice");
+        }
+    }
+
+    #[test]
+    fn url_forms() {
+        for ok in ["redis://127.0.0.1:6390", "redis-cluster://127.0.0.1:7390?node=127.0.0.1:7391"] {
+            assert!(accepted_url(ok), "{ok}");
+        }
+        for bad in ["127.0.0.1:6390", "redis-sentinel://127.0.0.1:26379", "http://x", "redis+unix:///s"] {
+            assert!(!accepted_url(bad), "{bad}");
+        }
+    }
+}
