@@ -3,6 +3,9 @@
 //! hold: the per-user limit and the nonce across buckets (also after a bucket is replenished), a
 //! quantity gathered from several buckets (the fragmented remainder), "sold out everywhere" only
 //! when every bucket is empty, and never more reserved than the stock under concurrency.
+//!
+//! On the stack's Redis Cluster when it is up (`SECKILL_REDIS_CLUSTER_URL`, as `e2e/test.sh`
+//! runs them), else on its single Redis.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -24,7 +27,7 @@ struct Sale {
 impl Sale {
     /// A campaign of `stock` units over `buckets` buckets, `limit` per user, published.
     async fn new(stock: i64, limit: i64, buckets: u32) -> Self {
-        let url = stack::redis_url();
+        let url = std::env::var("SECKILL_REDIS_CLUSTER_URL").unwrap_or_else(|_| stack::redis_url());
         let redis = stack::redis_client(&url).await.unwrap();
         let pool = Builder::from_config(Config::from_url(&url).unwrap()).build_pool(4).unwrap();
         pool.init().await.unwrap();
@@ -189,4 +192,26 @@ async fn concurrent_buyers_never_get_more_than_the_stock_nor_one_more_than_the_l
     let (held, sent, received) = sale.ledgers().await;
     assert_eq!((held, sent), (50, received), "every transfer sent was received");
     assert!(sold_out_everywhere > 0, "the late buyers were told sold out everywhere");
+}
+
+#[tokio::test]
+async fn on_the_cluster_three_buckets_are_on_three_masters() {
+    let Ok(url) = std::env::var("SECKILL_REDIS_CLUSTER_URL") else {
+        panic!("no Redis Cluster: start it with `bash e2e/stack.sh up cluster` and source .stack/env")
+    };
+    let redis = stack::redis_client(&url).await.unwrap();
+    // CLUSTER SLOTS: [[first, last, [host, port, id], ...], ...]
+    let slots: Vec<Vec<Value>> =
+        redis.custom(fred::cmd!("CLUSTER", "SLOTS"), Vec::<String>::new()).await.unwrap();
+    let owner = |slot: u16| -> String {
+        slots
+            .iter()
+            .find(|r| r[0].as_i64().unwrap() <= i64::from(slot) && i64::from(slot) <= r[1].as_i64().unwrap())
+            .map(|r| format!("{:?}", r[2]))
+            .unwrap()
+    };
+    let campaign = stack::unique("placed-");
+    let owners: std::collections::HashSet<String> =
+        Bucket::all(&campaign, 3).iter().map(|b| owner(b.slot())).collect();
+    assert_eq!(owners.len(), 3, "the buckets' slots are owned by three masters: {owners:?}");
 }

@@ -44,7 +44,10 @@ async fn main() -> anyhow::Result<()> {
             price_cents: 100,
             price_version: 1,
         };
-        let out = scripts.publish(&redis, bucket, &spec).await.with_context(|| format!("bucket {}", bucket.index))?;
+        let out = scripts
+            .publish(&redis, bucket, &spec)
+            .await
+            .with_context(|| format!("bucket {}", bucket.index))?;
         println!("bucket {} slot {} stock {share}: {out:?}", bucket.index, bucket.slot());
     }
     Ok(())
