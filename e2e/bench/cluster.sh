@@ -185,16 +185,6 @@ f = lambda t: t * 1e6 / hz / n
 gw, single, nodes = f($(cpu_ticks $gw_pids) - $gw0), f($(cpu_ticks "$SINGLE_PID") - $single0), f($nodes_ticks)
 busy = (gw + single + nodes) * rps / 1e6
 print(f'%-34s %10.0f %8.1f %10.1f %8.1f   %-18s %-22s %5.2f' % ('$label', rps, $p99 / 1000, gw, single, '$per_node', '$calls', busy))"
-  echo "$rps" >"$WORK/$key.rps"
-  local per_node="" calls=""
-  for k in "${!NODE_PIDS[@]}"; do
-    per_node+="$(python3 -c "print(f'{($(cpu_ticks "${NODE_PIDS[$k]}") - ${node0[$k]}) * 1e6 / $HZ / max(1, $n):.1f}')") "
-    calls+="$(($(evalsha_calls "${NODE_PORTS[$k]}") - ${calls0[$k]})) "
-  done
-  python3 -c "
-n = max(1, $n); hz = $HZ
-f = lambda t: t * 1e6 / hz / n
-print(f'%-34s %10.0f %8.1f %10.1f %8.1f   %-18s %s' % ('$label', $rps, $p99 / 1000, f($(cpu_ticks $gw_pids) - $gw0), f($(cpu_ticks "$SINGLE_PID") - $single0), '$per_node', '$calls'))"
 }
 
 printf '\n%-34s %10s %8s %10s %8s   %-18s %-22s %5s\n' "" "reserv./s" "p99 ms" "gw us/req" "1 Redis" "masters us/req" "EVALSHA per master" "cores"
