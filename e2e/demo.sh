@@ -17,6 +17,15 @@
 # CONCURRENCY (256), START_IN (15), PAY_WINDOW_SECS (60), GATEWAY_PORT (8080), WRITER_PORT
 # (8081), PROFILE (release; the test command runs a small sale with PROFILE=debug, reusing the
 # binaries its tests built).
+# The deployment (defaults: one Redis, one gateway, one order writer):
+#   REDIS_URL  the Redis of the sale: the stack's single Redis (SECKILL_REDIS_URL), or a Redis
+#              Cluster, e.g. "$SECKILL_REDIS_CLUSTER_URL" after `e2e/stack.sh up cluster`
+#   GATEWAYS   gateway processes (1): the Nth listens on GATEWAY_PORT + 10 x (N - 1); the crowd
+#              spreads its requests over all of them, round robin, as an L4 balancer would
+#   WRITERS    order writers (1 or 2): two split the topic's partitions (`serve --partitions`
+#              0,1 and 2,3), the second on WRITER_PORT + 10; each gateway's result queries go
+#              to both
+#   BUCKETS    the campaign's stock buckets (1): above 1, `buckets = BUCKETS` in its file
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,6 +42,12 @@ export PAY_WINDOW_SECS
 GATEWAY_PORT=${GATEWAY_PORT:-8080}
 PROFILE=${PROFILE:-release}
 WRITER_PORT=${WRITER_PORT:-8081}
+GATEWAYS=${GATEWAYS:-1}
+WRITERS=${WRITERS:-1}
+BUCKETS=${BUCKETS:-1}
+export BUCKETS
+[[ $GATEWAYS =~ ^[1-9]$ ]] || { echo "demo: GATEWAYS must be 1 to 9" >&2; exit 2; }
+[[ $WRITERS == 1 || $WRITERS == 2 ]] || { echo "demo: WRITERS must be 1 or 2" >&2; exit 2; }
 
 log() { printf '%s demo: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -40,6 +55,9 @@ log "bringing the stack up"
 bash e2e/stack.sh up
 # shellcheck disable=SC1091
 . .stack/env
+# The sale's Redis; e2e/lib.sh writes it into every conf file.
+SECKILL_REDIS_URL=${REDIS_URL:-$SECKILL_REDIS_URL}
+export SECKILL_REDIS_URL
 
 log "building $PROFILE binaries"
 # shellcheck source=e2e/lib.sh
@@ -75,31 +93,62 @@ trap cleanup EXIT
 STARTS_AT=$(date -u -d "+$START_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
 log "creating database, topic and campaign $ID (stock $STOCK, opens $STARTS_AT)"
 sale_create "$RUN" "$ID" "$STOCK" "$STARTS_AT" "$WRITER_PORT" "$BIN"
-gateway_conf "$RUN" gateway "$GATEWAY_PORT" "$ID" "$WRITER_PORT"
 OW=("$BIN/order-writer" --config "$RUN/order-writer.toml")
 
-log "starting the order writer and the gateway"
-"${OW[@]}" serve >"$RUN/order-writer.log" 2>&1 &
-PIDS+=($!)
-WRITER_PID=$!
-wait_port order-writer "$WRITER_PORT" "$RUN/order-writer.log"
-"$BIN/gateway" --conf "$RUN/gateway.toml" --lua-dir "$ROOT/lua" >"$RUN/gateway.log" 2>&1 &
-PIDS+=($!)
-GATEWAY_PID=$!
-wait_port gateway "$GATEWAY_PORT" "$RUN/gateway.log"
-log "gateway      http://127.0.0.1:$GATEWAY_PORT  metrics :$((GATEWAY_PORT + 1000))  (log $RUN/gateway.log)"
-log "order writer http://127.0.0.1:$WRITER_PORT  metrics :$((WRITER_PORT + 1000))  (log $RUN/order-writer.log)"
+# The crowd's arguments for every process it watches and scrapes.
+CROWD=()
+log "starting $WRITERS order writer(s) and $GATEWAYS gateway(s)"
+if ((WRITERS == 1)); then
+  "${OW[@]}" serve >"$RUN/order-writer.log" 2>&1 &
+  PIDS+=($!)
+  CROWD+=(--process "order-writer=$!")
+  WRITER_PORTS=("$WRITER_PORT")
+else
+  # The second writer: the same file on its own ports; each consumes half of the partitions.
+  WRITER_PORTS=("$WRITER_PORT" "$((WRITER_PORT + 10))")
+  sed -e "s#^listen = \"127.0.0.1:$WRITER_PORT\"#listen = \"127.0.0.1:${WRITER_PORTS[1]}\"#" \
+    -e "s#^listen = \"127.0.0.1:$((WRITER_PORT + 1000))\"#listen = \"127.0.0.1:$((WRITER_PORTS[1] + 1000))\"#" \
+    "$RUN/order-writer.toml" >"$RUN/order-writer-2.toml"
+  "${OW[@]}" serve --partitions 0,1 >"$RUN/order-writer.log" 2>&1 &
+  PIDS+=($!)
+  CROWD+=(--process "order-writer=$!")
+  "$BIN/order-writer" --config "$RUN/order-writer-2.toml" serve --partitions 2,3 >"$RUN/order-writer-2.log" 2>&1 &
+  PIDS+=($!)
+  CROWD+=(--process "order-writer-2=$!")
+fi
+UPSTREAMS=""
+for i in "${!WRITER_PORTS[@]}"; do
+  log_name=$( ((i == 0)) && echo order-writer || echo "order-writer-$((i + 1))")
+  wait_port "$log_name" "${WRITER_PORTS[$i]}" "$RUN/$log_name.log"
+  log "$log_name http://127.0.0.1:${WRITER_PORTS[$i]}  metrics :$((WRITER_PORTS[i] + 1000))  (log $RUN/$log_name.log)"
+  CROWD+=(--metrics "$log_name=http://127.0.0.1:$((WRITER_PORTS[i] + 1000))/metrics")
+  UPSTREAMS+="${UPSTREAMS:+, }\"127.0.0.1:${WRITER_PORTS[$i]}\""
+done
+for n in $(seq 1 "$GATEWAYS"); do
+  name=$( ((n == 1)) && echo gateway || echo "gateway-$n")
+  port=$((GATEWAY_PORT + 10 * (n - 1)))
+  gateway_conf "$RUN" "$name" "$port" "$ID" "$WRITER_PORT"
+  sed -i "s#^upstreams = .*#upstreams = [$UPSTREAMS]#" "$RUN/$name.toml"
+  "$BIN/gateway" --conf "$RUN/$name.toml" --lua-dir "$ROOT/lua" >"$RUN/$name.log" 2>&1 &
+  PIDS+=($!)
+  CROWD+=(--gateway "http://127.0.0.1:$port" --process "$name=$!")
+  CROWD+=(--metrics "$name=http://127.0.0.1:$((port + 1000))/metrics")
+  wait_port "$name" "$port" "$RUN/$name.log"
+  log "$name http://127.0.0.1:$port  metrics :$((port + 1000))  (log $RUN/$name.log)"
+done
+if [[ $SECKILL_REDIS_URL == redis-cluster://* ]]; then
+  for pid in $(stack_pid cluster); do CROWD+=(--process "redis-server-$pid=$pid"); done
+else
+  CROWD+=(--process "redis-server=$(stack_pid redis)")
+fi
 log "redis $SECKILL_REDIS_URL  postgres $(sale_db_url "$ID")  kafka $SECKILL_KAFKA_BROKER"
 
 log "the sale: $USERS users x $REQUESTS_PER_USER requests, $CONCURRENCY in flight, stock $STOCK"
 status=0
-"$BIN/seckill-load" --gateway "http://127.0.0.1:$GATEWAY_PORT" --campaign "$ID" \
+"$BIN/seckill-load" "${CROWD[@]}" --campaign "$ID" \
   --users "$USERS" --requests-per-user "$REQUESTS_PER_USER" --concurrency "$CONCURRENCY" \
   --writer "http://127.0.0.1:$WRITER_PORT" --close-wait-secs "$((PAY_WINDOW_SECS + 60))" \
-  --metrics "gateway=http://127.0.0.1:$((GATEWAY_PORT + 1000))/metrics" \
-  --metrics "order-writer=http://127.0.0.1:$((WRITER_PORT + 1000))/metrics" \
-  --process "gateway=$GATEWAY_PID" --process "order-writer=$WRITER_PID" \
-  --process "redis-server=$(stack_pid redis)" --process "postgres=$(stack_pid postgres)" --process "tansu=$(stack_pid kafka)" \
+  --process "postgres=$(stack_pid postgres)" --process "tansu=$(stack_pid kafka)" \
   --pg-url "$(sale_db_url "$ID")" --redis-url "$SECKILL_REDIS_URL" \
   --json "$RUN/report.json" --html "$RUN/report.html" || status=$?
 

@@ -114,15 +114,25 @@ sale_db_url() { # id
   printf '%s/sale_%s' "${SECKILL_PG_ADMIN_URL%/*}" "$1"
 }
 
+# SECKILL_REDIS_URL for a sed replacement: a cluster URL's `&` (between its nodes) is sed's
+# "whole match" there.
+redis_url_for_sed() {
+  printf '%s' "${SECKILL_REDIS_URL//&/\\&}"
+}
+
 # Writes RUN/campaigns/ID.toml (every edge defense on) and RUN/order-writer.toml, creates the
 # sale's database and topic, and publishes the stock to Redis. STARTS_AT: an RFC 3339 time.
+# BUCKETS (environment, default 1): above 1, the campaign's stock is split over that many
+# buckets (`buckets = BUCKETS`).
 sale_create() { # run id stock starts_at writer_port bin_dir
-  local run=$1 id=$2 stock=$3 starts=$4 wport=$5 bin=$6
+  local run=$1 id=$2 stock=$3 starts=$4 wport=$5 bin=$6 buckets=""
+  ((${BUCKETS:-1} > 1)) && buckets="buckets = $BUCKETS"
   mkdir -p "$run/campaigns"
   cat >"$run/campaigns/$id.toml" <<TOML
 id = "$id"
 sku = "SKU-DEMO-PHONE"
 stock = $stock
+$buckets
 per_user_limit = 1
 price_cents = 99900
 starts_at = "$starts"
@@ -155,7 +165,7 @@ window_secs = 10
 on_error = "open"
 TOML
   sed -e "s#^listen = .*#listen = \"127.0.0.1:$wport\"#" \
-    -e "s#^redis_url = .*#redis_url = \"$SECKILL_REDIS_URL\"#" \
+    -e "s#^redis_url = .*#redis_url = \"$(redis_url_for_sed)\"#" \
     -e "s#^postgres_url = .*#postgres_url = \"$(sale_db_url "$id")\"#" \
     -e "s#^brokers = .*#brokers = [\"$SECKILL_KAFKA_BROKER\"]#" \
     -e "s#^topic = .*#topic = \"reservations.$id\"#" \
@@ -176,7 +186,7 @@ TOML
 gateway_conf() { # run name port id writer_port
   local run=$1 name=$2 port=$3 id=$4 wport=$5
   sed -e "s#^listen = .*#listen = \"127.0.0.1:$port\"#" \
-    -e "s#^url = \"redis://.*#url = \"$SECKILL_REDIS_URL\"#" \
+    -e "s#^url = \"redis://.*#url = \"$(redis_url_for_sed)\"#" \
     -e "s#^upstreams = \\[\"127.0.0.1:8081\"\\]#upstreams = [\"127.0.0.1:$wport\"]#" \
     -e "s#^brokers = .*#brokers = [\"$SECKILL_KAFKA_BROKER\"]#" \
     -e "s#^topic = .*#topic = \"reservations.$id\"#" \
@@ -202,12 +212,14 @@ peak_rss_mib() { # pid
     "/proc/$1/status" 2>/dev/null || printf '?'
 }
 
-# The PID of a server of the stack in SECKILL_STACK_DIR (default .stack): redis, postgres, kafka.
+# The PID of a server of the stack in SECKILL_STACK_DIR (default .stack): redis, postgres, kafka;
+# cluster: the PIDs of its nodes, one a line.
 stack_pid() { # name
   local dir=${SECKILL_STACK_DIR:-$ROOT/.stack}
   case $1 in
     redis) head -n 1 "$dir/redis/redis.pid" ;;
     postgres) head -n 1 "$dir/pg/data/postmaster.pid" ;;
     kafka) head -n 1 "$dir/kafka/tansu.pid" ;;
+    cluster) cat "$dir"/cluster/*/redis.pid ;;
   esac
 }

@@ -1,10 +1,12 @@
 //! End-to-end tests of the gateway binary: each test starts its own gateway process(es) on free
 //! loopback ports against real Redis (the stack's, or a private `redis-server` where a test
 //! must count commands or kill Redis), with wiremock as the shop's and the result query's
-//! upstream; `sale` adds the stack's Kafka and PostgreSQL and the real order writer.
+//! upstream; `sale` adds the stack's Kafka and PostgreSQL and the real order writer; `cluster`
+//! runs the sale on the stack's Redis Cluster (`e2e/stack.sh up cluster`).
 
 mod support;
 
+mod cluster;
 mod conf;
 mod defense;
 mod global_limits;

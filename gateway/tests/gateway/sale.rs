@@ -28,7 +28,9 @@ pub(crate) const PARTITIONS: i32 = 4;
 pub(crate) struct Sale {
     pg_url: String,
     pub(crate) pool: PgPool,
-    redis: Client,
+    /// The Redis of the sale (the stack's, or its Redis Cluster: `cluster.rs`).
+    pub(crate) redis_url: String,
+    pub(crate) redis: Client,
     kafka: Arc<rskafka::client::Client>,
     topic: String,
     pub(crate) campaign: String,
@@ -58,11 +60,16 @@ impl Drop for Writer {
 
 impl Sale {
     pub(crate) async fn new(stock: i64) -> Sale {
+        Sale::on(&e2e::stack::redis_url(), stock).await
+    }
+
+    /// The same on the Redis at `redis_url`.
+    pub(crate) async fn on(redis_url: &str, stock: i64) -> Sale {
         let root = e2e::stack::workspace_root();
         let pg_url = e2e::stack::fresh_database().await.expect("PostgreSQL of the stack");
         let pool = backend::db::connect(&pg_url, 4).await.unwrap();
         backend::db::migrate(&pool, &root.join("sql")).await.unwrap();
-        let redis = client(&e2e::stack::redis_url()).await.expect("Redis of the stack");
+        let redis = client(redis_url).await.expect("Redis of the stack");
         let kafka = Arc::new(
             backend::kafka::client(&[e2e::stack::kafka_broker()], Duration::from_secs(10))
                 .await
@@ -81,14 +88,14 @@ impl Sale {
             .await
             .unwrap();
         assert!(matches!(out, Published::Ready { .. }), "{out:?}");
-        Sale { pg_url, pool, redis, kafka, topic, campaign, dir }
+        Sale { pg_url, pool, redis_url: redis_url.into(), redis, kafka, topic, campaign, dir }
     }
 
     /// A gateway conf selling this campaign, producing to this topic at `brokers`.
     pub(crate) fn gateway_conf(&self, brokers: &str, kafka_extra: &str) -> GatewayConf {
         let text =
             std::fs::read_to_string(self.dir.join("campaigns").join(format!("{}.toml", self.campaign)));
-        let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &self.campaign, "");
+        let mut conf = GatewayConf::new(&self.redis_url, "127.0.0.1:1", &self.campaign, "");
         conf.campaigns = vec![(self.campaign.clone(), text.unwrap())];
         // The longest reservation bound the conf allows: three bursts of 2,000 and an order writer
         // share two cores with Redis, and a slow answer would be undone (SERVICE_DEGRADED).
@@ -115,7 +122,13 @@ impl Sale {
             payment_key: b"test-payment-key-0123456789",
         });
         let admin_listen = admin.map(|port| format!("127.0.0.1:{port}").parse().unwrap());
-        let cfg = Config { sweep_age, close_interval: Duration::from_secs(60), admin_listen, ..base };
+        let cfg = Config {
+            redis_url: self.redis_url.clone(),
+            sweep_age,
+            close_interval: Duration::from_secs(60),
+            admin_listen,
+            ..base
+        };
         let (shutdown, _) = watch::channel(false);
         let task = tokio::spawn(backend::serve::serve(cfg, shutdown.clone(), false));
         Writer { shutdown, task: Some(task) }
@@ -181,7 +194,7 @@ impl Sale {
     }
 
     /// The outbox's request ids.
-    async fn outbox(&self) -> HashSet<String> {
+    pub(crate) async fn outbox(&self) -> HashSet<String> {
         let ids: Vec<String> = self.redis.hkeys(CampaignKeys::new(&self.campaign).outbox).await.unwrap();
         ids.into_iter().collect()
     }
