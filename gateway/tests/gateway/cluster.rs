@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use fred::types::Value;
-use protocol::keys::CampaignKeys;
+use protocol::keys::{Bucket, CampaignKeys};
 use protocol::scripts::{ReleaseOutcome, ReserveOutcome};
 
 use crate::sale::Sale;
@@ -308,7 +308,7 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
     let (host, port) = to.addr.split_once(':').unwrap();
     let _: Value =
         from.client.custom(fred::cmd!("MIGRATE"), vec![host, port, &keys.stock, "0", "5000"]).await.unwrap();
-    let refused = scripts().reserve(&redis, &campaign, "r-1", "alice", 1, None).await;
+    let refused = scripts().reserve(&redis, &Bucket::single(&campaign), "r-1", "alice", 1, None, false).await;
     let err = refused.expect_err("a script over split keys is refused");
     assert!(
         err.to_string().contains("TRYAGAIN"),
@@ -317,7 +317,7 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
 
     // The rest of the migration; the same call now runs on the new owner, once.
     migrate_slot(&nodes, slot, from, to, 20).await;
-    let out = scripts().reserve(&redis, &campaign, "r-1", "alice", 1, None).await.unwrap();
+    let out = scripts().reserve(&redis, &Bucket::single(&campaign), "r-1", "alice", 1, None, false).await.unwrap();
     assert!(matches!(out, ReserveOutcome::Reserved { remaining: 4, .. }), "{out:?}");
     let stock: i64 = redis.get(&keys.stock).await.unwrap();
     assert_eq!(stock, 4, "the refused call took nothing");
@@ -348,7 +348,7 @@ async fn a_release_on_the_cluster_clears_the_gateways_sold_out_flag() {
 
     // release.lua publishes on REPLENISH_CHANNEL from the campaign's node; the cluster bus
     // carries it to the node the gateway's subscriber is on.
-    let released = scripts().release(&redis, &campaign, &id, "buyer", 1).await.unwrap();
+    let released = scripts().release(&redis, &Bucket::single(&campaign), &id, "buyer", 1).await.unwrap();
     assert!(matches!(released, ReleaseOutcome::Released { .. }), "{released:?}");
     let sold = eventually(Duration::from_secs(5), || {
         let (http, campaign, gw) = (http.clone(), campaign.clone(), &gw);
