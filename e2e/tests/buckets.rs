@@ -201,8 +201,7 @@ async fn on_the_cluster_three_buckets_are_on_three_masters() {
     };
     let redis = stack::redis_client(&url).await.unwrap();
     // CLUSTER SLOTS: [[first, last, [host, port, id], ...], ...]
-    let slots: Vec<Vec<Value>> =
-        redis.custom(fred::cmd!("CLUSTER", "SLOTS"), Vec::<String>::new()).await.unwrap();
+    let slots: Vec<Vec<Value>> = redis.custom(fred::cmd!("CLUSTER"), vec!["SLOTS"]).await.unwrap();
     let owner = |slot: u16| -> String {
         slots
             .iter()

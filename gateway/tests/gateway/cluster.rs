@@ -317,7 +317,8 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
 
     // The rest of the migration; the same call now runs on the new owner, once.
     migrate_slot(&nodes, slot, from, to, 20).await;
-    let out = scripts().reserve(&redis, &Bucket::single(&campaign), "r-1", "alice", 1, None, false).await.unwrap();
+    let out =
+        scripts().reserve(&redis, &Bucket::single(&campaign), "r-1", "alice", 1, None, false).await.unwrap();
     assert!(matches!(out, ReserveOutcome::Reserved { remaining: 4, .. }), "{out:?}");
     let stock: i64 = redis.get(&keys.stock).await.unwrap();
     assert_eq!(stock, 4, "the refused call took nothing");
