@@ -161,11 +161,14 @@ pub struct Generated {
     pub stopped: Option<String>,
 }
 
-/// Reserves `n` units of `campaign` through `reserve.lua`, one per call, over `users` users.
+/// Reserves `n` units of `campaign` (with `buckets` hot-stock buckets) through `reserve.lua`,
+/// one per call, over `users` users, each in the user's home bucket. A short home bucket stops
+/// the generation like a sold-out sale (no stock is moved between buckets here).
 pub async fn generate(
     redis: &RedisClient,
     scripts: &Scripts,
     campaign: &str,
+    buckets: u32,
     n: u64,
     users: u64,
 ) -> anyhow::Result<Generated> {
@@ -175,7 +178,15 @@ pub async fn generate(
         let user = generated_user(tag, i, users);
         let rid = uuid::Uuid::now_v7().to_string();
         let outcome = scripts
-            .reserve(redis, &protocol::keys::Bucket::single(campaign), &rid, &user, 1, None, false)
+            .reserve(
+                redis,
+                &protocol::keys::Bucket::of_user(campaign, &user, buckets),
+                &rid,
+                &user,
+                1,
+                None,
+                false,
+            )
             .await
             .with_context(|| format!("reserve.lua for {user}"))?;
         if let Some(why) = refusal(campaign, &user, &outcome) {
