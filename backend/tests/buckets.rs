@@ -1,0 +1,248 @@
+//! Hot-stock buckets in the order writer: publish splits the stock; a reservation lives, is
+//! acked, swept, closed and released in its buyer's home bucket; the sweeper finishes a transfer
+//! whose take never ran; reconciliation balances a bucketed sale and names a planted difference
+//! with its bucket; rebalance evens the buckets and keeps the sum.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backend::producer::Producer;
+use backend::publish::{publish, Published};
+use backend::reconcile::{reconcile, Kind};
+use backend::{closer, rebalance, sweeper};
+use common::{Env, GATEWAY_KEY};
+use fred::prelude::*;
+use protocol::record::Reservation;
+use protocol::scripts::bucket_shares;
+use protocol::signing::Signer;
+
+/// A user whose home bucket is `index`.
+fn user_in(env: &Env, index: u32, prefix: &str) -> String {
+    (0..10_000)
+        .map(|i| format!("{prefix}{i}"))
+        .find(|u| env.home(u).index == index)
+        .expect("a user for every bucket")
+}
+
+async fn hlen(env: &Env, key: &str) -> i64 {
+    env.redis.hlen(key).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn publish_splits_the_stock_and_never_changes_the_count_of_a_published_campaign() {
+    let env = Env::with_buckets(10, 1, 1, 3).await;
+    assert_eq!(env.bucket_stocks().await, bucket_shares(10, 3));
+    for b in env.all_buckets() {
+        let meta: HashMap<String, String> = env.redis.hgetall(&b.keys.meta).await.unwrap();
+        assert_eq!(meta.get("buckets").map(String::as_str), Some("3"), "{meta:?}");
+        assert_eq!(meta.get("bucket"), Some(&b.index.to_string()));
+        assert_eq!(meta.get("total"), Some(&bucket_shares(10, 3)[b.index as usize].to_string()));
+        assert_eq!(meta.get("pause_replenish").map(String::as_str), Some("0"), "every bucket paused or not");
+    }
+    assert_eq!(env.count("SELECT buckets::int8 FROM campaigns WHERE id = $1").await, 3);
+    // Nothing of the campaign is under its own (unbucketed) keys.
+    assert_eq!(hlen(&env, &env.keys().meta).await, 0);
+
+    let dir = env.dir.join("campaigns");
+    let again = publish(&env.pool, &env.redis, &env.scripts, &dir, &env.campaign).await.unwrap();
+    assert_eq!(again, Published::Unchanged { stock_version: 1 });
+
+    // READY: another count is refused, naming the file and the field; nothing changes.
+    let file = dir.join(format!("{}.toml", env.campaign));
+    std::fs::write(&file, common::campaign_toml_buckets(&env.campaign, 10, 1, 2)).unwrap();
+    let err = publish(&env.pool, &env.redis, &env.scripts, &dir, &env.campaign).await.unwrap_err();
+    let msg = format!("{err:#}");
+    assert!(msg.contains(&format!("{}.toml", env.campaign)) && msg.contains("buckets"), "{msg}");
+    assert!(msg.contains("set buckets = 3"), "{msg}");
+    assert_eq!(env.count("SELECT buckets::int8 FROM campaigns WHERE id = $1").await, 3);
+    assert_eq!(env.bucket_stocks().await, bucket_shares(10, 3));
+
+    // pause_replenish reaches every bucket.
+    let paused = format!(
+        "{}[switches]\npause_replenish = true\n",
+        common::campaign_toml_buckets(&env.campaign, 10, 1, 3)
+    );
+    std::fs::write(&file, paused).unwrap();
+    publish(&env.pool, &env.redis, &env.scripts, &dir, &env.campaign).await.unwrap();
+    for b in env.all_buckets() {
+        let p: Option<String> = env.redis.hget(&b.keys.meta, "pause_replenish").await.unwrap();
+        assert_eq!(p.as_deref(), Some("1"), "bucket {}", b.index);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reservation_is_acked_swept_closed_and_released_in_its_home_bucket() {
+    let env = Env::with_buckets(9, 1, 1, 3).await;
+    let (a, b) = (user_in(&env, 2, "a"), user_in(&env, 1, "b"));
+    let (home_a, home_b) = (env.home(&a), env.home(&b));
+
+    // a: reserved in bucket 2, written and acked there.
+    let rec_a = env.reserve_home(&a, 1).await;
+    let id_a = Reservation::from_json(&rec_a).unwrap().request_id;
+    assert_eq!(env.bucket_stocks().await, vec![3, 3, 2]);
+    env.produce(0, vec![rec_a]).await;
+    env.drain(10).await;
+    assert_eq!(hlen(&env, &home_a.keys.outbox).await, 0, "acked in the home bucket");
+    let acked: Option<i64> = env.redis.hget(&home_a.keys.stats, "acked_count").await.unwrap();
+    assert_eq!(acked, Some(1));
+
+    // b: reserved in bucket 1, never produced: the sweeper finds it there and produces it.
+    env.reserve_home(&b, 1).await;
+    let producer = Producer::start(
+        env.kafka.clone(),
+        &env.topic,
+        env.partitions,
+        100,
+        Duration::from_secs(3),
+        Arc::new(Signer::new(GATEWAY_KEY)),
+    );
+    let n =
+        sweeper::sweep_once(&env.pool, &env.redis, &env.scripts, &producer, Duration::ZERO).await.unwrap();
+    assert_eq!(n, 1);
+    env.drain(10).await;
+    assert_eq!(hlen(&env, &home_b.keys.outbox).await, 0);
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 2);
+
+    // a's order closes unpaid: its unit goes back to bucket 2, the ledger there names it.
+    sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE request_id = $1")
+        .bind(&id_a)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(closer::close_due(&env.pool, 10).await.unwrap(), 1);
+    assert_eq!(closer::release_closed(&env.pool, &env.redis, &env.scripts, 10).await.unwrap(), 1);
+    assert_eq!(env.bucket_stocks().await, vec![3, 2, 3]);
+    let released: bool = env.redis.hexists(&home_a.keys.released, &id_a).await.unwrap();
+    assert!(released);
+    let held: Option<i64> = env.redis.hget(&home_a.keys.bought, &a).await.unwrap();
+    assert_eq!(held, None, "a holds nothing any more");
+    let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
+    assert!(rep.redis_balanced && rep.pg_balanced && rep.across_balanced, "{}", rep.text);
+    assert!(rep.differences.is_empty(), "{}", rep.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sweeper_finishes_a_transfer_whose_take_never_ran_once() {
+    let env = Env::with_buckets(10, 1, 1, 2).await;
+    let all = env.all_buckets();
+    let (given, _) = env.scripts.shared.give(&env.redis, &all[0], "t-stuck", 1, 2, false).await.unwrap();
+    assert_eq!(given, 2);
+    assert_eq!(env.bucket_stocks().await, vec![3, 5], "in flight: in neither stock");
+    // Not older than the sweep age yet: left to the caller that gave it.
+    let young =
+        sweeper::finish_transfers_once(&env.pool, &env.redis, &env.scripts, Duration::from_secs(3600))
+            .await
+            .unwrap();
+    assert_eq!(young, 0);
+    assert_eq!(env.bucket_stocks().await, vec![3, 5]);
+
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let n =
+        sweeper::finish_transfers_once(&env.pool, &env.redis, &env.scripts, Duration::ZERO).await.unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(env.bucket_stocks().await, vec![3, 7]);
+    let again =
+        sweeper::finish_transfers_once(&env.pool, &env.redis, &env.scripts, Duration::ZERO).await.unwrap();
+    assert_eq!(again, 0, "a second pass adds nothing");
+    assert_eq!(env.bucket_stocks().await, vec![3, 7]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconcile_balances_a_bucketed_sale_and_names_each_difference_with_its_bucket() {
+    let env = Env::with_buckets(12, 2, 1, 3).await;
+    let all = env.all_buckets();
+    // Buyers in every bucket; bucket 0 takes 3 units from bucket 1 (a whole transfer) first.
+    let (given, _) = env.scripts.shared.give(&env.redis, &all[1], "t-done", 0, 3, false).await.unwrap();
+    env.scripts.shared.take(&env.redis, &all[0], "t-done", given).await.unwrap();
+    let mut records = Vec::new();
+    for (i, n) in [(0, 2), (1, 1), (2, 2)] {
+        records.push(env.reserve_home(&user_in(&env, i, "r"), n).await);
+    }
+    env.produce(0, records).await;
+    env.drain(10).await;
+    let age = Duration::from_secs(60);
+    let rep = reconcile(env.stores(age), &env.campaign, false).await.unwrap();
+    assert!(rep.redis_balanced && rep.pg_balanced && rep.across_balanced, "{}", rep.text);
+    assert!(rep.differences.is_empty(), "{}", rep.text);
+    for b in &all {
+        let line = format!("bucket {} ({}", b.index, b.keys.meta.strip_suffix(":meta").unwrap());
+        assert!(rep.text.contains(&line), "{line} in {}", rep.text);
+    }
+    assert!(rep.text.contains("in flight 0"), "{}", rep.text);
+
+    // A unit removed from bucket 2's stock: Redis differs, in bucket 2 only.
+    let _: i64 = env.redis.decr(&all[2].keys.stock).await.unwrap();
+    let rep = reconcile(env.stores(age), &env.campaign, false).await.unwrap();
+    assert!(!rep.redis_balanced && rep.across_balanced, "{}", rep.text);
+    let differs: Vec<&str> =
+        rep.text.lines().filter(|l| l.contains("DIFFERS") && l.contains("  bucket ")).collect();
+    assert_eq!(differs.len(), 1, "{}", rep.text);
+    assert!(differs[0].trim_start().starts_with("bucket 2 "), "{}", rep.text);
+    let _: i64 = env.redis.incr(&all[2].keys.stock).await.unwrap();
+
+    // A transfer whose take never ran, and an order not acked in its buyer's home bucket.
+    env.scripts.shared.give(&env.redis, &all[2], "t-stuck", 1, 1, false).await.unwrap();
+    let late = env.reserve_home(&user_in(&env, 0, "late"), 1).await;
+    env.produce(0, vec![late.clone()]).await;
+    env.drain(10).await;
+    let late = Reservation::from_json(&late).unwrap();
+    let _: i64 = env
+        .redis
+        .hset(&env.home(&late.user).keys.outbox, (&late.request_id, serde_json::to_string(&late).unwrap()))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let rep = reconcile(env.stores(Duration::ZERO), &env.campaign, true).await.unwrap();
+    let found: Vec<(Kind, String, u32)> =
+        rep.differences.iter().map(|d| (d.kind, d.request_id.clone(), d.bucket)).collect();
+    assert_eq!(
+        found,
+        vec![
+            (Kind::OrderedNotAcked, late.request_id.clone(), 0),
+            (Kind::TransferInFlight, "t-stuck".into(), 1)
+        ],
+        "{}",
+        rep.text
+    );
+    assert!(rep.text.contains("TRANSFER_IN_FLIGHT t-stuck bucket=1"), "{}", rep.text);
+    assert_eq!(rep.repaired.len(), 2, "{}", rep.text);
+    let rep = reconcile(env.stores(Duration::ZERO), &env.campaign, false).await.unwrap();
+    assert!(rep.redis_balanced && rep.across_balanced && rep.differences.is_empty(), "{}", rep.text);
+    assert_eq!(env.bucket_stocks().await.iter().sum::<i64>(), 12 - 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rebalance_evens_the_buckets_and_keeps_the_sum() {
+    let env = Env::with_buckets(10, 1, 1, 3).await;
+    let all = env.all_buckets();
+    // Everything moved into bucket 0.
+    for (i, qty) in [(1u32, 3i64), (2, 3)] {
+        let id = format!("pile-{i}");
+        env.scripts.shared.give(&env.redis, &all[i as usize], &id, 0, qty, false).await.unwrap();
+        env.scripts.shared.take(&env.redis, &all[0], &id, qty).await.unwrap();
+    }
+    assert_eq!(env.bucket_stocks().await, vec![10, 0, 0]);
+    let out = rebalance::rebalance(&env.pool, &env.redis, &env.scripts.shared, &env.campaign).await.unwrap();
+    assert_eq!(out.before, vec![10, 0, 0]);
+    assert_eq!(out.after, vec![4, 3, 3]);
+    assert_eq!(env.bucket_stocks().await, vec![4, 3, 3]);
+    assert!(out.to_string().contains("after: [4, 3, 3] (sum 10)"), "{out}");
+
+    // Already even: nothing moves; the ledgers still balance.
+    let again =
+        rebalance::rebalance(&env.pool, &env.redis, &env.scripts.shared, &env.campaign).await.unwrap();
+    assert!(again.moved.is_empty() && again.after == vec![4, 3, 3], "{again}");
+    let rep = reconcile(env.stores(Duration::ZERO), &env.campaign, false).await.unwrap();
+    assert!(rep.redis_balanced && rep.differences.is_empty(), "{}", rep.text);
+
+    // A campaign without buckets is refused, clearly.
+    let single = Env::new(5, 1, 1).await;
+    let err = rebalance::rebalance(&single.pool, &single.redis, &single.scripts.shared, &single.campaign)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("no hot-stock buckets"), "{err}");
+    assert_eq!(single.redis_stock().await, 5);
+}
