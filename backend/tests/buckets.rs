@@ -16,7 +16,7 @@ use backend::{closer, rebalance, sweeper};
 use common::{Env, GATEWAY_KEY};
 use fred::prelude::*;
 use protocol::record::Reservation;
-use protocol::scripts::bucket_shares;
+use protocol::scripts::{bucket_shares, ReserveOutcome};
 use protocol::signing::Signer;
 
 /// A user whose home bucket is `index`.
@@ -245,4 +245,40 @@ async fn rebalance_evens_the_buckets_and_keeps_the_sum() {
         .unwrap_err();
     assert!(err.to_string().contains("no hot-stock buckets"), "{err}");
     assert_eq!(single.redis_stock().await, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn generated_reservations_move_stock_to_short_home_buckets_until_every_bucket_is_empty() {
+    let env = Env::with_buckets(7, 1, 1, 3).await;
+    let scripts = &env.scripts.shared;
+    // 7 units, 10 users: every unit is sold wherever its buyer's home is, then sold out.
+    let g = backend::produce::generate(&env.redis, scripts, &env.campaign, 3, 10, 10).await.unwrap();
+    assert_eq!(g.records.len(), 7, "{:?}", g.stopped);
+    assert!(g.stopped.unwrap_or_default().contains("sold out"));
+    assert_eq!(env.bucket_stocks().await, vec![0, 0, 0]);
+    for r in &g.records {
+        let rec = Reservation::from_json(&r.value).unwrap();
+        let held: Option<i64> = env.redis.hget(&env.home(&rec.user).keys.bought, &rec.user).await.unwrap();
+        assert_eq!(held, Some(1), "{} holds in its home bucket", rec.user);
+    }
+    // Every transfer was taken: the Redis equation holds in every bucket.
+    let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
+    assert!(rep.redis_balanced, "{}", rep.text);
+
+    // Buyers all at home in bucket 0 get the units of buckets 1 and 2 moved to them.
+    let env = Env::with_buckets(3, 1, 1, 3).await;
+    for prefix in ["x", "y", "z"] {
+        let user = user_in(&env, 0, prefix);
+        let rid = format!("rid-{prefix}");
+        let out =
+            backend::produce::reserve_home(&env.redis, scripts, &env.campaign, 3, &rid, &user).await.unwrap();
+        assert!(matches!(out, ReserveOutcome::Reserved { .. }), "{user}: {out:?}");
+    }
+    let sent: i64 =
+        hlen(&env, &env.all_buckets()[1].keys.sent).await + hlen(&env, &env.all_buckets()[2].keys.sent).await;
+    assert_eq!((sent, hlen(&env, &env.all_buckets()[0].keys.received).await), (2, 2));
+    let last = user_in(&env, 0, "w");
+    let out =
+        backend::produce::reserve_home(&env.redis, scripts, &env.campaign, 3, "rid-w", &last).await.unwrap();
+    assert_eq!(out, ReserveOutcome::SoldOut { remaining: 0 });
 }
