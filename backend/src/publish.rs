@@ -167,9 +167,22 @@ pub async fn publish(
     }
 
     // 2. Redis, bucket by bucket with its share: the script refuses by itself when a bucket is
-    // LIVE or has reservations.
+    // LIVE or has reservations. With several buckets, one already selling stops the publish
+    // before any other bucket is loaded, so the shares are never half new, half old (the
+    // script's own refusal still covers a reservation that lands between the two).
+    let all = Bucket::all(id, buckets);
+    if buckets > 1 {
+        if let Some((index, state)) = selling(redis, &all).await? {
+            apply_pause(redis, scripts, id, buckets, c.switches.pause_replenish).await?;
+            return Ok(Published::RefusedLive {
+                detail: format!(
+                    "campaign {id} (bucket {index} of {buckets}) is {state} in Redis or has reservations; no bucket was loaded"
+                ),
+            });
+        }
+    }
     let mut outcomes = Vec::with_capacity(buckets as usize);
-    for (bucket, share) in Bucket::all(id, buckets).iter().zip(bucket_shares(total, buckets)) {
+    for (bucket, share) in all.iter().zip(bucket_shares(total, buckets)) {
         let spec =
             PublishSpec { stock_version, total: share, limit, sku: sku.clone(), price_cents, price_version };
         let out = scripts.shared.publish(redis, bucket, &spec).await.context("publishing to Redis")?;
@@ -194,6 +207,21 @@ pub async fn publish(
         .execute(pool)
         .await?;
     Ok(result)
+}
+
+/// The first bucket that is LIVE or has reservations (what `publish.lua` refuses), with its
+/// state.
+async fn selling(redis: &RedisClient, all: &[Bucket]) -> anyhow::Result<Option<(u32, String)>> {
+    use fred::prelude::{HashesInterface, KeysInterface};
+    for b in all {
+        let state: Option<String> = redis.hget(&b.keys.meta, "state").await?;
+        let reserved: i64 =
+            redis.exists(vec![b.keys.bought.clone(), b.keys.outbox.clone(), b.keys.released.clone()]).await?;
+        if state.as_deref() == Some("LIVE") || reserved > 0 {
+            return Ok(Some((b.index, state.unwrap_or_default())));
+        }
+    }
+    Ok(None)
 }
 
 /// A campaign row as publish reads it back.

@@ -49,6 +49,14 @@ async fn publish_splits_the_stock_and_never_changes_the_count_of_a_published_cam
     let dir = env.dir.join("campaigns");
     let again = publish(&env.pool, &env.redis, &env.scripts, &dir, &env.campaign).await.unwrap();
     assert_eq!(again, Published::Unchanged { stock_version: 1 });
+    // A reservation in bucket 1: publishing again is refused, naming it; no bucket is reloaded.
+    env.reserve_home(&user_in(&env, 1, "p"), 1).await;
+    let out = publish(&env.pool, &env.redis, &env.scripts, &dir, &env.campaign).await.unwrap();
+    let text = out.to_string();
+    assert!(text.contains("bucket 1 of 3") && text.contains("no bucket was loaded"), "{text}");
+    let mut expect = bucket_shares(10, 3);
+    expect[1] -= 1;
+    assert_eq!(env.bucket_stocks().await, expect);
 
     // READY: another count is refused, naming the file and the field; nothing changes.
     let file = dir.join(format!("{}.toml", env.campaign));
@@ -58,7 +66,7 @@ async fn publish_splits_the_stock_and_never_changes_the_count_of_a_published_cam
     assert!(msg.contains(&format!("{}.toml", env.campaign)) && msg.contains("buckets"), "{msg}");
     assert!(msg.contains("set buckets = 3"), "{msg}");
     assert_eq!(env.count("SELECT buckets::int8 FROM campaigns WHERE id = $1").await, 3);
-    assert_eq!(env.bucket_stocks().await, bucket_shares(10, 3));
+    assert_eq!(env.bucket_stocks().await, expect);
 
     // pause_replenish reaches every bucket.
     let paused = format!(
