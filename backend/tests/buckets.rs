@@ -290,3 +290,41 @@ async fn generated_reservations_move_stock_to_short_home_buckets_until_every_buc
         backend::produce::reserve_home(&env.redis, scripts, &env.campaign, 3, "rid-w", &last).await.unwrap();
     assert_eq!(out, ReserveOutcome::SoldOut { remaining: 0 });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_command_line_rebalances_and_generates_on_a_bucketed_campaign() {
+    let env = Env::with_buckets(9, 1, 2, 3).await;
+    let conf = common::bin::write_conf(&env, 50);
+    let run = |args: &[&str]| {
+        let out = common::bin::command(&conf, args).env("RUST_LOG", "warn").output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let all = env.all_buckets();
+    env.scripts.shared.give(&env.redis, &all[2], "cli-pile", 0, 3, false).await.unwrap();
+    env.scripts.shared.take(&env.redis, &all[0], "cli-pile", 3).await.unwrap();
+    let (ok, out, err) = run(&["campaign", "rebalance", &env.campaign]);
+    assert!(ok, "{err}");
+    assert!(out.contains("before: [6, 3, 0] (sum 9)") && out.contains("after: [3, 3, 3] (sum 9)"), "{out}");
+    let (ok, out, err) = run(&["campaign", "rebalance", &env.campaign]);
+    assert!(ok && out.contains("already even: nothing moved"), "{out}{err}");
+
+    let (ok, out, err) = run(&["produce", "--generate", "9", "--campaign", &env.campaign, "--users", "9"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("reserved 9 of 9 units"), "{out}");
+    assert_eq!(env.bucket_stocks().await, vec![0, 0, 0]);
+    env.drain(50).await;
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 9);
+    for b in &all {
+        assert_eq!(hlen(&env, &b.keys.outbox).await, 0, "bucket {} acked", b.index);
+    }
+
+    let single = Env::new(5, 1, 1).await;
+    let conf = common::bin::write_conf(&single, 50);
+    let out = common::bin::command(&conf, &["campaign", "rebalance", &single.campaign]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no hot-stock buckets"));
+}
