@@ -328,3 +328,31 @@ async fn the_command_line_rebalances_and_generates_on_a_bucketed_campaign() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no hot-stock buckets"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_order_redis_never_held_is_adopted_in_its_home_bucket_with_stock_moved_there() {
+    let env = Env::with_buckets(6, 2, 1, 2).await;
+    let all = env.all_buckets();
+    let real = env.reserve_home(&user_in(&env, 1, "r"), 1).await;
+    // An order Redis never reserved, for a buyer at home in bucket 0.
+    let mut ghost = Reservation::from_json(&real).unwrap();
+    ghost.request_id = "ghost-in-bucket-0".into();
+    ghost.user = user_in(&env, 0, "g");
+    env.produce(0, vec![real, serde_json::to_vec(&ghost).unwrap()]).await;
+    env.drain(10).await;
+    // Bucket 0 is empty: its stock went to bucket 1.
+    env.scripts.shared.give(&env.redis, &all[0], "empty-0", 1, 3, false).await.unwrap();
+    env.scripts.shared.take(&env.redis, &all[1], "empty-0", 3).await.unwrap();
+    assert_eq!(env.bucket_stocks().await, vec![0, 5]);
+
+    let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, true).await.unwrap();
+    let found: Vec<(Kind, u32)> = rep.differences.iter().map(|d| (d.kind, d.bucket)).collect();
+    assert_eq!(found, vec![(Kind::OrderWithoutReservation, 0)], "{}", rep.text);
+    assert!(rep.repaired[0].2.starts_with("re-took 1 unit(s)"), "{}", rep.text);
+    assert_eq!(env.bucket_stocks().await, vec![0, 4]);
+    let held: Option<i64> = env.redis.hget(&all[0].keys.bought, &ghost.user).await.unwrap();
+    assert_eq!(held, Some(1));
+    let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, true).await.unwrap();
+    assert!(rep.redis_balanced && rep.across_balanced && rep.differences.is_empty(), "{}", rep.text);
+    assert_eq!(env.bucket_stocks().await, vec![0, 4], "a second repair moves nothing");
+}

@@ -24,7 +24,8 @@
 //! With hot-stock buckets every bucket is read; Redis' equation is checked per bucket (share +
 //! received − sent − held − set aside = stock, one line each, with its key tag and slot) and
 //! summed; the equations across the stores use the sums. Every difference names its bucket (the
-//! user's home bucket, where its repair acts; for a transfer, the receiving bucket).
+//! user's home bucket, where its repair acts; for a transfer, the receiving bucket). An adopt in a
+//! home bucket short of the quantity first moves the shortage there from the other buckets.
 //!
 //! What it cannot repair: a Redis stock that is short because of a lost reservation whose units are
 //! already sold out (adopt takes at most what is left and says so); orders beyond PostgreSQL's
@@ -270,6 +271,32 @@ async fn repair_stale(st: Stores<'_>, home: &Bucket, d: &Difference) -> anyhow::
     Ok(Repair::Done(format!("refused as RECONCILED_NO_ORDER, then {released:?}")))
 }
 
+/// Before an adopt in `home` (one of `count` buckets): when the home bucket holds less than the
+/// order's quantity (stock and set aside), moves the shortage to it from the other buckets, as
+/// the gateway would for a buyer, so the adopt re-takes the whole quantity while the sale has
+/// it anywhere. Transfer ids `repair-<request id>-<k>`: a repair run again moves nothing twice.
+async fn fill_home(st: Stores<'_>, home: &Bucket, count: u32, d: &Difference) -> anyhow::Result<()> {
+    if count <= 1 {
+        return Ok(());
+    }
+    let stock: Option<i64> = st.redis.get(&home.keys.stock).await?;
+    let aside: Option<i64> = st.redis.hget(&home.keys.stats, "aside_qty").await?;
+    let mut short = d.qty - stock.unwrap_or(0) - aside.unwrap_or(0);
+    for k in 1..count {
+        if short <= 0 {
+            break;
+        }
+        let donor = Bucket::nth(&home.campaign, home.index + k, count);
+        let id = format!("repair-{}-{k}", d.request_id);
+        let (given, _) = st.scripts.shared.give(st.redis, &donor, &id, home.index, short, false).await?;
+        if given > 0 {
+            st.scripts.shared.take(st.redis, home, &id, given).await?;
+            short -= given;
+        }
+    }
+    Ok(())
+}
+
 /// Repairs `d` in its bucket (`count` buckets).
 async fn repair_one(st: Stores<'_>, campaign: &str, count: u32, d: &Difference) -> anyhow::Result<Repair> {
     let home = Bucket::nth(campaign, d.bucket, count);
@@ -306,6 +333,7 @@ async fn repair_one(st: Stores<'_>, campaign: &str, count: u32, d: &Difference) 
             format!("acked {}", st.scripts.ack(st.redis, &home, std::slice::from_ref(&d.request_id)).await?)
         }
         Kind::DoubleRelease | Kind::OrderWithoutReservation => {
+            fill_home(st, &home, count, d).await?;
             match st.scripts.adopt(st.redis, &home, &d.request_id, &d.user, d.qty).await? {
                 Some(taken) if taken == d.qty => format!("re-took {taken} unit(s) from the Redis sale"),
                 Some(taken) => format!("re-took only {taken} of {} unit(s): Redis stock was short (oversold at the edge; needs a human)", d.qty),
