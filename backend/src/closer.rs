@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fred::prelude::Client as RedisClient;
+use protocol::keys::Bucket;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
@@ -71,29 +72,29 @@ pub async fn close_due(pool: &PgPool, limit: i64) -> anyhow::Result<usize> {
     Ok(closed.len())
 }
 
-/// Gives back to Redis the stock of closed orders not released there yet. Returns how many were
-/// released now.
+/// Gives back to Redis the stock of closed orders not released there yet, each into its
+/// buyer's home bucket. Returns how many were released now.
 pub async fn release_closed(
     pool: &PgPool,
     redis: &RedisClient,
     scripts: &RedisScripts,
     limit: i64,
 ) -> anyhow::Result<usize> {
-    let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
-        "SELECT id, campaign_id, request_id, user_id, qty FROM orders
-          WHERE status = 'CLOSED' AND NOT redis_released
-          ORDER BY id LIMIT $1",
+    // The buyer's home bucket holds the reservation: B comes with the order.
+    let rows: Vec<(i64, String, String, String, i64, i32)> = sqlx::query_as(
+        "SELECT o.id, o.campaign_id, o.request_id, o.user_id, o.qty,
+                COALESCE((SELECT c.buckets FROM campaigns c WHERE c.id = o.campaign_id), 1)
+           FROM orders o
+          WHERE o.status = 'CLOSED' AND NOT o.redis_released
+          ORDER BY o.id LIMIT $1",
     )
     .bind(limit)
     .fetch_all(pool)
     .await?;
     let mut done = Vec::new();
-    for (id, campaign, request_id, user, qty) in rows {
-        match scripts
-            .shared
-            .release(redis, &protocol::keys::Bucket::single(&campaign), &request_id, &user, qty)
-            .await
-        {
+    for (id, campaign, request_id, user, qty, buckets) in rows {
+        let home = Bucket::of_user(&campaign, &user, buckets.max(1) as u32);
+        match scripts.shared.release(redis, &home, &request_id, &user, qty).await {
             Ok(_) => done.push(id),
             Err(e) => {
                 tracing::warn!(request_id, error = %e, "release after close failed; will retry");

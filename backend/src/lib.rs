@@ -20,6 +20,7 @@
 //! - [`serve`]: all of it in one process.
 
 pub mod admin;
+pub mod buckets;
 pub mod closer;
 pub mod config;
 pub mod db;
@@ -31,6 +32,7 @@ pub mod payment;
 pub mod produce;
 pub mod producer;
 pub mod publish;
+pub mod rebalance;
 pub mod reconcile;
 pub mod redis;
 pub mod reply;

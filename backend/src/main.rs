@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use backend::config::Config;
-use backend::{db, kafka, produce, publish, reconcile, redis, serve};
+use backend::{db, kafka, produce, publish, rebalance, reconcile, redis, serve};
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -84,6 +84,12 @@ enum CampaignCommand {
         /// Campaign id.
         id: String,
     },
+    /// Evens the stock of a campaign's hot-stock buckets (moves units from the buckets above
+    /// the even share to those below); prints each bucket's stock before and after.
+    Rebalance {
+        /// Campaign id.
+        id: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -141,6 +147,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("campaign {id}: {out}");
             Ok(())
         }
+        Command::Campaign { command: CampaignCommand::Rebalance { id } } => {
+            let pool = db::connect(&cfg.postgres_url, 2).await?;
+            let r = redis::connect(&cfg.redis_url).await?;
+            let scripts = protocol::scripts::Scripts::load(&cfg.lua_dir)?;
+            let out = rebalance::rebalance(&pool, &r, &scripts, &id).await?;
+            println!("campaign {id}:\n{out}");
+            Ok(())
+        }
         Command::Produce { file, generate, campaign, users } => {
             let (records, stopped) = match (file, generate) {
                 (Some(path), _) => (produce::read_file(&path)?, None),
@@ -160,7 +174,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                     let r = redis::connect(&cfg.redis_url).await?;
                     let scripts = protocol::scripts::Scripts::load(&cfg.lua_dir)?;
-                    let g = produce::generate(&r, &scripts, &campaign, n, users).await?;
+                    let pool = db::connect(&cfg.postgres_url, 1).await?;
+                    let buckets = backend::buckets::count(&pool, &campaign).await?.unwrap_or(1);
+                    let g = produce::generate(&r, &scripts, &campaign, buckets, n, users).await?;
                     if g.records.is_empty() {
                         anyhow::bail!("nothing reserved: {}", g.stopped.unwrap_or_default());
                     }

@@ -48,6 +48,8 @@ pub struct WriterMetrics {
     pub sweeper_produced: IntCounter,
     /// Sweeper produces that failed (a later pass retries).
     pub sweeper_errors: IntCounter,
+    /// Transfers between hot-stock buckets the sweeper finished (their "take" never ran).
+    pub sweeper_transfers_finished: IntCounter,
     /// Unpaid orders closed past their pay-by time.
     pub closer_closed: IntCounter,
     /// Closed orders whose units went back to Redis.
@@ -137,6 +139,10 @@ impl WriterMetrics {
                 "Outbox entries the sweeper produced to Kafka again",
             ),
             sweeper_errors: counter("seckill_writer_sweeper_errors_total", "Sweeper produces that failed"),
+            sweeper_transfers_finished: counter(
+                "seckill_writer_sweeper_transfers_finished_total",
+                "Transfers between buckets whose take the sweeper ran (the caller stopped after the give)",
+            ),
             closer_closed: counter(
                 "seckill_writer_closer_closed_total",
                 "Unpaid orders closed at their pay-by time",
@@ -171,6 +177,7 @@ impl WriterMetrics {
             Box::new(m.refusals.clone()),
             Box::new(m.sweeper_produced.clone()),
             Box::new(m.sweeper_errors.clone()),
+            Box::new(m.sweeper_transfers_finished.clone()),
             Box::new(m.closer_closed.clone()),
             Box::new(m.closer_released.clone()),
             Box::new(m.orders.clone()),

@@ -50,6 +50,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use fred::prelude::Client as RedisClient;
+use protocol::keys::Bucket;
 use protocol::record::Reservation;
 use protocol::scripts::{ReserveOutcome, Scripts};
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
@@ -152,6 +153,39 @@ pub fn refusal(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Option<S
     })
 }
 
+/// Reserves one unit for `user` in their home bucket, as the gateway does: when that bucket is
+/// short, stock moves to it from each other bucket in turn (`lua/transfer.lua`, at least half of
+/// what the donor holds, transfer id `<request id>:<k>`) and the reservation is asked again;
+/// sold out once every bucket was tried.
+pub async fn reserve_home(
+    redis: &RedisClient,
+    scripts: &Scripts,
+    campaign: &str,
+    buckets: u32,
+    request_id: &str,
+    user: &str,
+) -> Result<ReserveOutcome, protocol::scripts::ScriptError> {
+    let home = Bucket::of_user(campaign, user, buckets);
+    let call = |fall_over: bool| scripts.reserve(redis, &home, request_id, user, 1, None, fall_over);
+    let mut outcome = call(buckets > 1).await?;
+    for k in 1..buckets {
+        if !matches!(outcome, ReserveOutcome::BucketShort { .. }) {
+            break;
+        }
+        let donor = Bucket::nth(campaign, home.index + k, buckets);
+        let transfer = format!("{request_id}:{k}");
+        let (given, _) = scripts.give(redis, &donor, &transfer, home.index, 1, true).await?;
+        if given > 0 {
+            scripts.take(redis, &home, &transfer, given).await?;
+            outcome = call(k + 1 < buckets).await?;
+        }
+    }
+    if let ReserveOutcome::BucketShort { .. } = outcome {
+        outcome = call(false).await?;
+    }
+    Ok(outcome)
+}
+
 /// What `--generate` reserved, and why it stopped early, if it did.
 #[derive(Debug, Default)]
 pub struct Generated {
@@ -161,11 +195,13 @@ pub struct Generated {
     pub stopped: Option<String>,
 }
 
-/// Reserves `n` units of `campaign` through `reserve.lua`, one per call, over `users` users.
+/// Reserves `n` units of `campaign` (with `buckets` hot-stock buckets) through `reserve.lua`,
+/// one per call, over `users` users, each in the user's home bucket ([`reserve_home`]).
 pub async fn generate(
     redis: &RedisClient,
     scripts: &Scripts,
     campaign: &str,
+    buckets: u32,
     n: u64,
     users: u64,
 ) -> anyhow::Result<Generated> {
@@ -174,8 +210,7 @@ pub async fn generate(
     for i in 0..n {
         let user = generated_user(tag, i, users);
         let rid = uuid::Uuid::now_v7().to_string();
-        let outcome = scripts
-            .reserve(redis, &protocol::keys::Bucket::single(campaign), &rid, &user, 1, None, false)
+        let outcome = reserve_home(redis, scripts, campaign, buckets, &rid, &user)
             .await
             .with_context(|| format!("reserve.lua for {user}"))?;
         if let Some(why) = refusal(campaign, &user, &outcome) {

@@ -4,6 +4,11 @@
 //! Running it twice is harmless; it never resets a campaign that is LIVE or has reservations
 //! (restarting any process never refills stock).
 //!
+//! A campaign with hot-stock buckets (`buckets = B`) is published bucket by bucket, each with its
+//! share of the stock ([`protocol::scripts::bucket_shares`]). B is stored while the campaign is
+//! DRAFT only: a file asking another B later is refused (a buyer's home bucket must never move
+//! under a live sale).
+//!
 //! It is also how an operator applies the `pause_replenish` switch of a live campaign: edit the
 //! file, publish again. The switch goes to PostgreSQL and to Redis (`lua/pause.lua`), whatever
 //! the stock's state; turning it off returns the units released meanwhile (set aside) to the
@@ -14,7 +19,9 @@ use std::path::Path;
 use anyhow::Context;
 use fred::prelude::Client as RedisClient;
 use protocol::campaign::Campaign;
-use protocol::scripts::{PublishOutcome, PublishSpec};
+use protocol::conf::ConfError;
+use protocol::keys::Bucket;
+use protocol::scripts::{bucket_shares, PublishOutcome, PublishSpec};
 use sqlx::PgPool;
 
 use crate::redis::RedisScripts;
@@ -81,10 +88,11 @@ pub async fn publish(
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO campaigns (id, sku, total_stock, per_user_limit, price_cents, starts_at, ends_at,
-                                pay_window_secs, pause_replenish)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                                pay_window_secs, pause_replenish, buckets)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
          ON CONFLICT (id) DO UPDATE SET
              pause_replenish = EXCLUDED.pause_replenish,
+             buckets = CASE WHEN campaigns.state = 'DRAFT' THEN EXCLUDED.buckets ELSE campaigns.buckets END,
              updated_at = now(),
              sku = CASE WHEN campaigns.state = 'DRAFT' THEN EXCLUDED.sku ELSE campaigns.sku END,
              per_user_limit = CASE WHEN campaigns.state = 'DRAFT'
@@ -111,28 +119,38 @@ pub async fn publish(
     .bind(c.ends_at.to_utc())
     .bind(c.pay_window_secs)
     .bind(c.switches.pause_replenish)
+    .bind(c.buckets as i32)
     .execute(&mut *tx)
     .await?;
-    let (state, stock_version, total, sold, limit, sku, price_cents, price_version): (
-        String,
-        i64,
-        i64,
-        i64,
-        i64,
-        String,
-        i64,
-        i64,
-    ) = sqlx::query_as(
-        "SELECT state, stock_version, total_stock, sold, per_user_limit, sku, price_cents, price_version
+    let row: Row = sqlx::query_as(
+        "SELECT state, stock_version, total_stock, sold, per_user_limit, sku, price_cents, price_version, buckets
            FROM campaigns WHERE id = $1",
     )
     .bind(id)
     .fetch_one(&mut *tx)
     .await?;
+    let (state, stock_version, total, sold, limit, sku, price_cents, price_version, buckets) = row;
+    let buckets = buckets.max(1) as u32;
+    if buckets != c.buckets {
+        // Only a campaign past DRAFT keeps its count; nothing of this publish is written.
+        tx.rollback().await?;
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        return Err(ConfError::at(
+            &file,
+            &text,
+            field_span(&text, "buckets"),
+            Some("buckets"),
+            format!(
+                "campaign {id} is {state} with {buckets} bucket(s); the count never changes once published \
+                 (a buyer's home bucket would move under the sale): set buckets = {buckets}"
+            ),
+        )
+        .into());
+    }
     tx.commit().await?;
 
     if state == "LIVE" || state == "ENDED" || sold > 0 {
-        apply_pause(redis, scripts, id, c.switches.pause_replenish).await?;
+        apply_pause(redis, scripts, id, buckets, c.switches.pause_replenish).await?;
         return Ok(Published::RefusedLive {
             detail: format!(
                 "campaign {id} is {state} in PostgreSQL with {sold} sold; its stock is never reset"
@@ -148,23 +166,39 @@ pub async fn publish(
         );
     }
 
-    // 2. Redis: the script refuses by itself when the campaign is LIVE or has reservations.
-    let spec = PublishSpec { stock_version, total, limit, sku, price_cents, price_version };
-    let outcome = scripts
-        .shared
-        .publish(redis, &protocol::keys::Bucket::single(id), &spec)
-        .await
-        .context("publishing to Redis")?;
-    apply_pause(redis, scripts, id, c.switches.pause_replenish).await?;
-    let result = match outcome {
-        PublishOutcome::Published => Published::Ready { stock_version, stock: total },
-        PublishOutcome::Unchanged => Published::Unchanged { stock_version },
-        PublishOutcome::RefusedLive { state, stock_version } => {
+    // 2. Redis, bucket by bucket with its share: the script refuses by itself when a bucket is
+    // LIVE or has reservations. With several buckets, one already selling stops the publish
+    // before any other bucket is loaded, so the shares are never half new, half old (the
+    // script's own refusal still covers a reservation that lands between the two).
+    let all = Bucket::all(id, buckets);
+    if buckets > 1 {
+        if let Some((index, state)) = selling(redis, &all).await? {
+            apply_pause(redis, scripts, id, buckets, c.switches.pause_replenish).await?;
             return Ok(Published::RefusedLive {
                 detail: format!(
-                    "campaign {id} is {state} in Redis (stock version {stock_version}) or has reservations"
+                    "campaign {id} (bucket {index} of {buckets}) is {state} in Redis or has reservations; no bucket was loaded"
                 ),
-            })
+            });
+        }
+    }
+    let mut outcomes = Vec::with_capacity(buckets as usize);
+    for (bucket, share) in all.iter().zip(bucket_shares(total, buckets)) {
+        let spec =
+            PublishSpec { stock_version, total: share, limit, sku: sku.clone(), price_cents, price_version };
+        let out = scripts.shared.publish(redis, bucket, &spec).await.context("publishing to Redis")?;
+        outcomes.push(out);
+    }
+    apply_pause(redis, scripts, id, buckets, c.switches.pause_replenish).await?;
+    let result = match combine(&outcomes) {
+        (PublishOutcome::Published, _) => Published::Ready { stock_version, stock: total },
+        (PublishOutcome::Unchanged, _) => Published::Unchanged { stock_version },
+        (PublishOutcome::RefusedLive { state, stock_version }, index) => {
+            let which = if buckets > 1 { format!(" (bucket {index} of {buckets})") } else { String::new() };
+            return Ok(Published::RefusedLive {
+                detail: format!(
+                    "campaign {id}{which} is {state} in Redis (stock version {stock_version}) or has reservations"
+                ),
+            });
         }
     };
     // 3. READY in PostgreSQL (never moves a LIVE row back).
@@ -175,15 +209,69 @@ pub async fn publish(
     Ok(result)
 }
 
-/// Applies the `pause_replenish` switch to Redis; turning it off returns the units set aside.
-/// Returns how many went back to the stock (`None`: the campaign is not in Redis).
+/// The first bucket that is LIVE or has reservations (what `publish.lua` refuses), with its
+/// state.
+async fn selling(redis: &RedisClient, all: &[Bucket]) -> anyhow::Result<Option<(u32, String)>> {
+    use fred::prelude::{HashesInterface, KeysInterface};
+    for b in all {
+        let state: Option<String> = redis.hget(&b.keys.meta, "state").await?;
+        let reserved: i64 =
+            redis.exists(vec![b.keys.bought.clone(), b.keys.outbox.clone(), b.keys.released.clone()]).await?;
+        if state.as_deref() == Some("LIVE") || reserved > 0 {
+            return Ok(Some((b.index, state.unwrap_or_default())));
+        }
+    }
+    Ok(None)
+}
+
+/// A campaign row as publish reads it back.
+type Row = (String, i64, i64, i64, i64, String, i64, i64, i32);
+
+/// The outcome of a publish of every bucket, from each bucket's (in bucket order): refused when
+/// any bucket was refused (with the first such bucket's index), else published when any bucket
+/// was loaded now, else unchanged.
+pub fn combine(outcomes: &[PublishOutcome]) -> (PublishOutcome, usize) {
+    if let Some(i) = outcomes.iter().position(|o| matches!(o, PublishOutcome::RefusedLive { .. })) {
+        return (outcomes[i].clone(), i);
+    }
+    if outcomes.contains(&PublishOutcome::Published) {
+        return (PublishOutcome::Published, 0);
+    }
+    (PublishOutcome::Unchanged, 0)
+}
+
+/// Where `field = ...` is written in a campaign file (the start of its line's key), or the
+/// file's start when the field is absent (its default applies).
+fn field_span(text: &str, field: &str) -> std::ops::Range<usize> {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let key = line.trim_start();
+        let start = at + (line.len() - key.len());
+        if key.strip_prefix(field).is_some_and(|rest| rest.trim_start().starts_with('=')) {
+            return start..start + field.len();
+        }
+        at += line.len();
+    }
+    0..0
+}
+
+/// Applies the `pause_replenish` switch to every bucket of campaign `id` in Redis; turning it
+/// off returns the units set aside. Returns how many went back to the stock, summed (`None`: no
+/// bucket of the campaign is in Redis).
 pub async fn apply_pause(
     redis: &RedisClient,
     scripts: &RedisScripts,
     id: &str,
+    buckets: u32,
     paused: bool,
 ) -> anyhow::Result<Option<i64>> {
-    let returned = scripts.pause(redis, id, paused).await.context("applying pause_replenish in Redis")?;
+    let mut returned: Option<i64> = None;
+    for bucket in Bucket::all(id, buckets) {
+        let n = scripts.pause(redis, &bucket, paused).await.context("applying pause_replenish in Redis")?;
+        if let Some(n) = n {
+            returned = Some(returned.unwrap_or(0) + n);
+        }
+    }
     match returned {
         Some(n) if n > 0 => {
             tracing::info!(id, returned = n, "pause_replenish off: units set aside are back in the sale")
@@ -192,4 +280,31 @@ pub async fn apply_pause(
         None => tracing::warn!(id, "pause_replenish not applied: the campaign is not published in Redis"),
     }
     Ok(returned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(state: &str) -> PublishOutcome {
+        PublishOutcome::RefusedLive { state: state.into(), stock_version: "1".into() }
+    }
+
+    #[test]
+    fn buckets_outcomes_combine_refused_first_then_published() {
+        use PublishOutcome::{Published as P, Unchanged as U};
+        assert_eq!(combine(&[U, U, U]), (U, 0));
+        assert_eq!(combine(&[U, P, U]), (P, 0));
+        assert_eq!(combine(&[P, refused("LIVE"), P]), (refused("LIVE"), 1));
+        assert_eq!(combine(&[P]), (P, 0));
+    }
+
+    #[test]
+    fn a_field_is_found_at_its_line_not_in_a_longer_key() {
+        let text = "id = \"c\"\nbucket_tries = 1\n  buckets = 4\n";
+        let span = field_span(text, "buckets");
+        assert_eq!(&text[span.clone()], "buckets");
+        assert_eq!(span.start, text.find("  buckets").unwrap() + 2);
+        assert_eq!(field_span("id = 1\n", "buckets"), 0..0);
+    }
 }

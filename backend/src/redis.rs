@@ -9,7 +9,7 @@ use anyhow::Context;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use protocol::cluster::EvalRetry;
-use protocol::keys::{CampaignKeys, REPLENISH_CHANNEL};
+use protocol::keys::{Bucket, REPLENISH_CHANNEL};
 use protocol::scripts::{self, Scripts};
 
 /// Connects with bounded timeouts: a Redis that is down fails calls quickly instead of hanging.
@@ -68,17 +68,17 @@ impl RedisScripts {
         })
     }
 
-    /// The sweeper's claim (`claim.lua` "sweep"): the outbox records of `campaign` reserved, or
+    /// The sweeper's claim (`claim.lua` "sweep"): the outbox records of `bucket` reserved, or
     /// last claimed, more than `age` ago by Redis' clock, at most `limit`; each is claimed for
     /// another `age`, so the gateway's undo leaves it alone.
     pub async fn claim_for_sweep(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         age: Duration,
         limit: i64,
     ) -> anyhow::Result<Vec<String>> {
-        let keys = CampaignKeys::new(campaign).all();
+        let keys = bucket.keys.all();
         let args = vec!["sweep".to_string(), age.as_millis().to_string(), limit.to_string()];
         Ok(self.claim.evalsha_with_retry(client, keys, args).await?)
     }
@@ -88,10 +88,10 @@ impl RedisScripts {
     pub async fn claim_for_repair(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         request_id: &str,
     ) -> anyhow::Result<RepairClaim> {
-        let keys = CampaignKeys::new(campaign).all();
+        let keys = bucket.keys.all();
         let args = vec!["repair".to_string(), request_id.to_string()];
         let out: Vec<i64> = self.claim.evalsha_with_retry(client, keys, args).await?;
         match out.as_slice() {
@@ -105,24 +105,24 @@ impl RedisScripts {
     pub async fn unclaim_repair(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         request_id: &str,
     ) -> anyhow::Result<()> {
-        let keys = CampaignKeys::new(campaign).all();
+        let keys = bucket.keys.all();
         let args = vec!["unrepair".to_string(), request_id.to_string()];
         let _: i64 = self.claim.evalsha_with_retry(client, keys, args).await?;
         Ok(())
     }
 
-    /// Applies the `pause_replenish` switch in Redis (`lua/pause.lua`). Returns how many units
-    /// set aside went back to the stock (turning it off), or `None` when the campaign is not
-    /// published in Redis.
-    pub async fn pause(&self, client: &Client, campaign: &str, paused: bool) -> anyhow::Result<Option<i64>> {
-        let keys = CampaignKeys::new(campaign).all();
+    /// Applies the `pause_replenish` switch to one bucket in Redis (`lua/pause.lua`). Returns how
+    /// many units set aside went back to its stock (turning it off), or `None` when the bucket
+    /// is not published in Redis.
+    pub async fn pause(&self, client: &Client, bucket: &Bucket, paused: bool) -> anyhow::Result<Option<i64>> {
+        let keys = bucket.keys.all();
         let args = vec![
             if paused { "1" } else { "0" }.to_string(),
             REPLENISH_CHANNEL.to_string(),
-            campaign.to_string(),
+            bucket.campaign.clone(),
         ];
         let out: Vec<i64> = self.pause.evalsha_with_retry(client, keys, args).await?;
         match out.as_slice() {
@@ -132,13 +132,13 @@ impl RedisScripts {
         }
     }
 
-    /// Removes committed reservations from the outbox (idempotent). Returns how many were
-    /// still there.
-    pub async fn ack(&self, client: &Client, campaign: &str, request_ids: &[String]) -> anyhow::Result<i64> {
+    /// Removes committed reservations from `bucket`'s outbox (idempotent): the request ids of
+    /// reservations whose home bucket it is. Returns how many were still there.
+    pub async fn ack(&self, client: &Client, bucket: &Bucket, request_ids: &[String]) -> anyhow::Result<i64> {
         if request_ids.is_empty() {
             return Ok(0);
         }
-        let keys = CampaignKeys::new(campaign).all();
+        let keys = bucket.keys.all();
         let n: i64 = self.ack.evalsha_with_retry(client, keys, request_ids.to_vec()).await?;
         Ok(n)
     }
@@ -148,12 +148,12 @@ impl RedisScripts {
     pub async fn adopt(
         &self,
         client: &Client,
-        campaign: &str,
+        bucket: &Bucket,
         request_id: &str,
         user: &str,
         qty: i64,
     ) -> anyhow::Result<Option<i64>> {
-        let keys = CampaignKeys::new(campaign).all();
+        let keys = bucket.keys.all();
         let out: Vec<i64> = self
             .adopt
             .evalsha_with_retry(client, keys, vec![request_id.to_string(), user.to_string(), qty.to_string()])

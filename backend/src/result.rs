@@ -7,6 +7,10 @@
 //! query (an order → SUCCESS, a refusal → SOLD_OUT / FAILED), then the `released` hash (FAILED
 //! with reason RELEASED), else NOT_FOUND.
 //!
+//! A campaign with hot-stock buckets keeps a reservation in its buyer's home bucket; the query
+//! knows only the request id, so the outbox and the `released` ledger of every bucket are asked
+//! (concurrently; the bucket count is read from PostgreSQL once per published campaign).
+//!
 //! Redis first is safe because an outbox entry leaves Redis only after its order or refusal is
 //! committed (`ack.lua`, `release.lua`): a request id missing from the outbox is either in
 //! PostgreSQL already or released, never in between.
@@ -17,7 +21,7 @@ use axum::response::Response;
 use chrono::{DateTime, Utc};
 use fred::prelude::*;
 use protocol::codes::Code;
-use protocol::keys::CampaignKeys;
+use protocol::keys::Bucket;
 use serde_json::json;
 
 use crate::reply::{answer, with_retry_after};
@@ -57,9 +61,19 @@ type Row = (Option<i64>, Option<i64>, Option<DateTime<Utc>>, String, Option<Stri
 
 /// Looks `request_id` up: the outbox, then PostgreSQL, then the released hash.
 pub async fn lookup(store: &ResultStore, campaign: &str, request_id: &str) -> Result<Found, String> {
-    let keys = CampaignKeys::new(campaign);
-    let queued: bool = store.redis.hexists(&keys.outbox, request_id).await.map_err(|e| e.to_string())?;
-    if queued {
+    // PostgreSQL down before the count is known: the campaign's own keys are asked. A campaign
+    // without buckets is still answered QUEUED from Redis alone; one with buckets has nothing
+    // there, so the query goes on to PostgreSQL and answers degraded, never wrong.
+    let count = store.buckets.get(&store.pool, campaign).await.unwrap_or(1);
+    let all = Bucket::all(campaign, count);
+    let in_any = |pick: fn(&Bucket) -> &String| {
+        let calls = all.iter().map(move |b| store.redis.hexists::<bool, _, _>(pick(b), request_id));
+        async move {
+            let found = futures::future::join_all(calls).await;
+            found.into_iter().try_fold(false, |any, r| r.map(|f| any || f)).map_err(|e| e.to_string())
+        }
+    };
+    if in_any(|b| &b.keys.outbox).await? {
         return Ok(Found::Queued);
     }
     let row: Option<Row> = sqlx::query_as(
@@ -85,7 +99,7 @@ pub async fn lookup(store: &ResultStore, campaign: &str, request_id: &str) -> Re
         }
         None => {}
     }
-    let released: bool = store.redis.hexists(&keys.released, request_id).await.map_err(|e| e.to_string())?;
+    let released = in_any(|b| &b.keys.released).await?;
     Ok(if released { Found::Released } else { Found::Nothing })
 }
 

@@ -42,6 +42,7 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
     let results = ResultStore {
         pool: db::connect(&cfg.postgres_url, cfg.result_pool_size).await?,
         redis: redis::connect(&cfg.redis_url).await?,
+        buckets: Default::default(),
     };
     let state = AppState {
         pool: pool.clone(),

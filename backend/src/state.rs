@@ -28,4 +28,6 @@ pub struct ResultStore {
     pub pool: PgPool,
     /// Redis client of its own.
     pub redis: RedisClient,
+    /// Each campaign's bucket count, read once (`campaigns.buckets`).
+    pub buckets: crate::buckets::CountCache,
 }

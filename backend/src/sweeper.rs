@@ -17,10 +17,15 @@
 //! ([`writer_past`]); `protocol::timing::check_sweep_interval` makes that earlier look include
 //! every record a gateway produced for the entries the pass takes. When the topic cannot be read
 //! (Kafka down), passes run as before: their produces fail and are retried.
+//!
+//! A campaign with hot-stock buckets is swept bucket by bucket. Each pass also finishes the
+//! transfers between buckets left in flight ([`crate::buckets::finish_transfers`]); that part
+//! does not wait for the writer, the topic has nothing to do with it.
 
 use std::time::Duration;
 
 use fred::prelude::*;
+use protocol::keys::Bucket;
 use protocol::record::Reservation;
 use sqlx::PgPool;
 use tokio::sync::watch;
@@ -40,7 +45,17 @@ fn key_of(record: &str) -> String {
     Reservation::from_json(record.as_bytes()).map(|r| r.user).unwrap_or_else(|_| record.to_string())
 }
 
-/// One pass over every published campaign. Returns how many records were produced again.
+/// Every published campaign and its bucket count.
+async fn published(pool: &PgPool) -> anyhow::Result<Vec<(String, u32)>> {
+    let rows: Vec<(String, i32)> =
+        sqlx::query_as("SELECT id, buckets FROM campaigns WHERE state <> 'DRAFT' ORDER BY id")
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|(id, b)| (id, b.max(1) as u32)).collect())
+}
+
+/// One pass over every bucket of every published campaign. Returns how many records were
+/// produced again.
 pub async fn sweep_once(
     pool: &PgPool,
     redis: &Client,
@@ -48,27 +63,51 @@ pub async fn sweep_once(
     producer: &Producer,
     age: Duration,
 ) -> anyhow::Result<usize> {
-    let campaigns: Vec<String> =
-        sqlx::query_scalar("SELECT id FROM campaigns WHERE state <> 'DRAFT' ORDER BY id")
-            .fetch_all(pool)
-            .await?;
     let mut produced = 0;
-    for campaign in campaigns {
-        let records = scripts.claim_for_sweep(redis, &campaign, age, PASS_LIMIT).await?;
-        if records.is_empty() {
-            continue;
+    for (campaign, count) in published(pool).await? {
+        for bucket in Bucket::all(&campaign, count) {
+            produced += sweep_bucket(redis, scripts, producer, &bucket, age).await?;
         }
-        let sends = records.into_iter().map(|rec| {
-            let p = producer.clone();
-            async move { p.send(&key_of(&rec), rec.into_bytes()).await }
-        });
-        for r in futures::future::join_all(sends).await {
-            match r {
-                Ok(_) => produced += 1,
-                // Still claimed and pending: the next pass after another `age` produces it again.
-                Err(e) => {
-                    tracing::warn!(campaign, error = %e, "sweeper produce failed; a later pass retries")
-                }
+    }
+    Ok(produced)
+}
+
+/// Finishes the transfers between buckets of every published campaign left in flight for
+/// longer than `age`. Returns how many were taken now.
+pub async fn finish_transfers_once(
+    pool: &PgPool,
+    redis: &Client,
+    scripts: &RedisScripts,
+    age: Duration,
+) -> anyhow::Result<usize> {
+    let mut taken = 0;
+    for (campaign, count) in published(pool).await? {
+        taken += crate::buckets::finish_transfers(redis, &scripts.shared, &campaign, count, age).await?;
+    }
+    Ok(taken)
+}
+
+/// Claims and produces again the stale outbox entries of one bucket.
+async fn sweep_bucket(
+    redis: &Client,
+    scripts: &RedisScripts,
+    producer: &Producer,
+    bucket: &Bucket,
+    age: Duration,
+) -> anyhow::Result<usize> {
+    let campaign = &bucket.campaign;
+    let records = scripts.claim_for_sweep(redis, bucket, age, PASS_LIMIT).await?;
+    let mut produced = 0;
+    let sends = records.into_iter().map(|rec| {
+        let p = producer.clone();
+        async move { p.send(&key_of(&rec), rec.into_bytes()).await }
+    });
+    for r in futures::future::join_all(sends).await {
+        match r {
+            Ok(_) => produced += 1,
+            // Still claimed and pending: the next pass after another `age` produces it again.
+            Err(e) => {
+                tracing::warn!(%campaign, bucket = bucket.index, error = %e, "sweeper produce failed; a later pass retries")
             }
         }
     }
@@ -142,6 +181,14 @@ pub async fn run(sw: Sweeper, age: Duration, interval: Duration, mut shutdown: w
                     sw.metrics.sweeper_errors.inc();
                     tracing::warn!(error = %format!("{e:#}"), "sweep failed")
                 }
+            }
+        }
+        match finish_transfers_once(&sw.pool, &sw.redis, &sw.scripts, age).await {
+            Ok(0) => {}
+            Ok(n) => sw.metrics.sweeper_transfers_finished.inc_by(n as u64),
+            Err(e) => {
+                sw.metrics.sweeper_errors.inc();
+                tracing::warn!(error = %format!("{e:#}"), "finishing transfers failed")
             }
         }
         if crate::writer::wait_or_shutdown(&mut shutdown, interval).await {

@@ -20,6 +20,7 @@ async fn result_store(env: &Env) -> ResultStore {
     ResultStore {
         pool: backend::db::connect(&env.pg_url, 2).await.unwrap(),
         redis: backend::redis::connect(&stack::redis_url()).await.unwrap(),
+        buckets: Default::default(),
     }
 }
 
@@ -111,7 +112,7 @@ async fn a_queued_result_is_answered_from_redis_without_postgresql() {
     let pool = backend::db::connect(&env.pg_url, 1).await.unwrap();
     pool.close().await;
     let redis = backend::redis::connect(&stack::redis_url()).await.unwrap();
-    let base = start_with(&env, ResultStore { pool, redis }).await;
+    let base = start_with(&env, ResultStore { pool, redis, buckets: Default::default() }).await;
 
     let rid = protocol::record::Reservation::from_json(&env.reserve("hana", 1).await).unwrap().request_id;
     let resp = reqwest::get(format!("{base}/seckill/{}/result/{rid}", env.campaign)).await.unwrap();

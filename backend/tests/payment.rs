@@ -20,7 +20,11 @@ async fn start(env: &Env) -> String {
         pool: env.pool.clone(),
         payment: Arc::new(Signer::new(PAYMENT_KEY)),
         payment_max_skew_secs: 300,
-        results: ResultStore { pool: env.pool.clone(), redis: env.redis.clone() },
+        results: ResultStore {
+            pool: env.pool.clone(),
+            redis: env.redis.clone(),
+            buckets: Default::default(),
+        },
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

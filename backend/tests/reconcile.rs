@@ -165,7 +165,7 @@ async fn repair_never_cancels_a_reservation_that_may_still_be_in_flight() {
     assert!(after.across_balanced && after.redis_balanced, "{}", after.text);
 
     // An entry acked meanwhile cannot be claimed for a repair.
-    let claim = env.scripts.claim_for_repair(&env.redis, &env.campaign, &w_id).await.unwrap();
+    let claim = env.scripts.claim_for_repair(&env.redis, &env.bucket(), &w_id).await.unwrap();
     assert_eq!(claim, RepairClaim::Gone);
 }
 

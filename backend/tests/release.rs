@@ -102,7 +102,7 @@ async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
     // Claimed first: the sweeper has produced the record, so the undo leaves the reservation.
     let swept = env.reserve("swept", 1).await;
     let swept_id = Reservation::from_json(&swept).unwrap().request_id;
-    let claimed = env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
+    let claimed = env.scripts.claim_for_sweep(&env.redis, &env.bucket(), Duration::ZERO, 100).await.unwrap();
     assert_eq!(claimed, vec![String::from_utf8(swept.clone()).unwrap()]);
     let out = env.scripts.shared.undo(&env.redis, &env.bucket(), &swept_id, None).await.unwrap();
     assert_eq!(out, ReleaseOutcome::Claimed);
@@ -122,7 +122,7 @@ async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
         env.scripts.shared.undo(&env.redis, &env.bucket(), &undone_id, None).await.unwrap(),
         ReleaseOutcome::Released { .. }
     ));
-    let claimed = env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
+    let claimed = env.scripts.claim_for_sweep(&env.redis, &env.bucket(), Duration::ZERO, 100).await.unwrap();
     assert!(claimed.is_empty(), "{claimed:?}");
     assert_eq!(
         env.scripts.shared.undo(&env.redis, &env.bucket(), &undone_id, None).await.unwrap(),
@@ -133,7 +133,7 @@ async fn the_undo_and_the_sweepers_claim_exclude_each_other() {
     // The sweeper's age is measured with Redis' clock against the reservation's own time.
     let young = env.reserve("young", 1).await;
     let claimed =
-        env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::from_secs(60), 100).await.unwrap();
+        env.scripts.claim_for_sweep(&env.redis, &env.bucket(), Duration::from_secs(60), 100).await.unwrap();
     assert!(claimed.is_empty());
     let young_id = Reservation::from_json(&young).unwrap().request_id;
     let claim: Option<String> = env.redis.hget(&keys.claims, young_id.as_str()).await.unwrap();
@@ -177,7 +177,7 @@ async fn an_undo_forgets_the_nonce_its_request_spent_unless_the_reservation_stan
     // (the limit is 2: "again" holds 1, this is the second)
     let swept = reserve("swept", nonce("n2")).await;
     assert!(matches!(swept, ReserveOutcome::Reserved { .. }), "{swept:?}");
-    env.scripts.claim_for_sweep(&env.redis, &env.campaign, Duration::ZERO, 100).await.unwrap();
+    env.scripts.claim_for_sweep(&env.redis, &env.bucket(), Duration::ZERO, 100).await.unwrap();
     let out =
         env.scripts.shared.undo(&env.redis, &env.bucket(), "swept", Some(&nonce("n2").key)).await.unwrap();
     assert_eq!(out, ReleaseOutcome::Claimed);

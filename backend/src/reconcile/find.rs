@@ -1,9 +1,13 @@
 //! The decisions of a reconciliation, as pure functions over a [`Snapshot`] of both stores: the
-//! seed's equation in each store and across them, and every request id that differs.
+//! seed's equation in each store and across them, and every request id that differs. Redis' own
+//! equation, per bucket, and the transfers between buckets are in [`super::ledger`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use protocol::keys::home_bucket;
 use protocol::record::Reservation;
+
+use super::ledger::{self, BucketBalance, BucketSnap};
 
 /// A kind of difference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -20,17 +24,21 @@ pub enum Kind {
     OrderWithoutReservation,
     /// Closed order whose stock Redis has not taken back.
     ClosedNotReleased,
+    /// Units given by one bucket and not yet taken by another (a transfer whose "take" never
+    /// ran), older than T; the request id is the transfer id.
+    TransferInFlight,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::ReservedWithoutOrder,
         Kind::RefusedNotReleased,
         Kind::OrderedNotAcked,
         Kind::DoubleRelease,
         Kind::OrderWithoutReservation,
         Kind::ClosedNotReleased,
+        Kind::TransferInFlight,
     ];
 
     /// The label printed and written to the audit log.
@@ -42,6 +50,7 @@ impl Kind {
             Kind::DoubleRelease => "DOUBLE_RELEASE",
             Kind::OrderWithoutReservation => "ORDER_WITHOUT_RESERVATION",
             Kind::ClosedNotReleased => "CLOSED_NOT_RELEASED",
+            Kind::TransferInFlight => "TRANSFER_IN_FLIGHT",
         }
     }
 }
@@ -57,6 +66,8 @@ pub struct Difference {
     pub user: String,
     /// Quantity.
     pub qty: i64,
+    /// The bucket a repair acts on: the user's home bucket; for a transfer, the receiving one.
+    pub bucket: u32,
 }
 
 /// An order as reconciliation sees it.
@@ -89,35 +100,43 @@ pub struct Snapshot {
     pub orders: HashMap<String, PgOrder>,
     /// PostgreSQL: refused reservations (request id → qty).
     pub refused: HashMap<String, i64>,
-    /// Redis: the published total (meta `total`).
-    pub initial: i64,
-    /// Redis: remaining stock.
-    pub stock: i64,
-    /// Redis: the stats counters.
-    pub stats: HashMap<String, String>,
-    /// Redis: outbox records by request id (unreadable ones are left out).
+    /// PostgreSQL: the campaign's bucket count (1: no buckets).
+    pub count: u32,
+    /// Redis: each bucket's meta, stock, counters and transfer ledgers, in bucket order.
+    pub buckets: Vec<BucketSnap>,
+    /// Redis, every bucket: outbox records by request id (unreadable ones are left out).
     pub outbox: BTreeMap<String, Reservation>,
-    /// Redis: request ids in the `released` ledger.
+    /// Redis, every bucket: request ids in the `released` ledgers.
     pub released: HashSet<String>,
-    /// Redis: units each user holds.
+    /// Redis, every bucket: units each user holds (a user holds in their home bucket only).
     pub bought: HashMap<String, i64>,
     /// Redis' clock when it was read (ms).
     pub redis_now_ms: i64,
 }
 
 impl Snapshot {
-    fn stat(&self, k: &str) -> i64 {
-        self.stats.get(k).and_then(|v| v.parse().ok()).unwrap_or(0)
+    /// A stats counter summed over the buckets.
+    pub fn stat(&self, k: &str) -> i64 {
+        self.buckets.iter().map(|b| b.stat(k)).sum()
+    }
+
+    /// `user`'s home bucket.
+    fn home(&self, user: &str) -> u32 {
+        home_bucket(user, self.count)
     }
 }
 
 /// The seed's equation (对账), in Redis, in PostgreSQL and across the two.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Balance {
-    /// Redis: initial − reserved + released − set aside − re-taken by repair.
+    /// Redis, each bucket: share + received − sent − held − set aside = stock.
+    pub buckets: Vec<BucketBalance>,
+    /// Redis, summed: shares − in flight − held − set aside.
     pub redis_expected: i64,
-    /// Redis: the stock it holds.
+    /// Redis, summed: the stock the buckets hold.
     pub redis_stock: i64,
+    /// Redis: units given by a bucket and not (yet) taken by another.
+    pub in_flight: i64,
     /// PostgreSQL: units of live orders.
     pub live_qty: i64,
     /// PostgreSQL: units of closed orders.
@@ -131,9 +150,9 @@ pub struct Balance {
 }
 
 impl Balance {
-    /// Redis' own equation holds.
+    /// Redis' own equation holds, in every bucket and summed.
     pub fn redis_holds(&self) -> bool {
-        self.redis_expected == self.redis_stock
+        self.redis_expected == self.redis_stock && self.buckets.iter().all(BucketBalance::holds)
     }
 
     /// Across the stores: what Redis holds for buyers is what PostgreSQL and the queue account for.
@@ -155,9 +174,14 @@ pub fn balance(s: &Snapshot) -> Balance {
     // Units buyers hold in Redis: what was reserved, less what was released, plus what a repair
     // took again. A reservation writes no counter of its own (lua/reserve.lua).
     let held: i64 = s.bought.values().sum();
+    let buckets: Vec<BucketBalance> = s.buckets.iter().map(ledger::bucket_balance).collect();
+    let shares: i64 = buckets.iter().map(|b| b.share).sum();
+    let in_flight: i64 = buckets.iter().map(|b| b.sent - b.received).sum();
     Balance {
-        redis_expected: s.initial - held - s.stat("aside_qty"),
-        redis_stock: s.stock,
+        redis_expected: shares - in_flight - held - s.stat("aside_qty"),
+        redis_stock: buckets.iter().map(|b| b.stock).sum(),
+        in_flight,
+        buckets,
         live_qty,
         closed_qty,
         held,
@@ -166,12 +190,19 @@ pub fn balance(s: &Snapshot) -> Balance {
     }
 }
 
-/// Every request id that differs, sorted by kind then id. An outbox entry counts as
-/// [`Kind::ReservedWithoutOrder`] once it is older than `age_ms` by Redis' clock.
+/// Every request id (or transfer id) that differs, sorted by kind then id. An outbox entry
+/// counts as [`Kind::ReservedWithoutOrder`], and a transfer as [`Kind::TransferInFlight`], once
+/// older than `age_ms` by Redis' clock.
 pub fn differences(s: &Snapshot, age_ms: i64) -> Vec<Difference> {
-    let mut diffs = Vec::new();
+    let mut diffs = ledger::transfers_in_flight(&s.buckets, s.redis_now_ms, age_ms);
     for (id, r) in &s.outbox {
-        let d = |kind| Difference { kind, request_id: id.clone(), user: r.user.clone(), qty: r.qty };
+        let d = |kind| Difference {
+            kind,
+            request_id: id.clone(),
+            user: r.user.clone(),
+            qty: r.qty,
+            bucket: s.home(&r.user),
+        };
         if s.orders.contains_key(id) {
             diffs.push(d(Kind::OrderedNotAcked));
         } else if s.refused.contains_key(id) {
@@ -182,7 +213,13 @@ pub fn differences(s: &Snapshot, age_ms: i64) -> Vec<Difference> {
     }
     let mut user_live: BTreeMap<&str, Vec<(&str, i64)>> = BTreeMap::new();
     for (id, o) in &s.orders {
-        let d = |kind| Difference { kind, request_id: id.clone(), user: o.user.clone(), qty: o.qty };
+        let d = |kind| Difference {
+            kind,
+            request_id: id.clone(),
+            user: o.user.clone(),
+            qty: o.qty,
+            bucket: s.home(&o.user),
+        };
         if o.live() {
             if s.released.contains(id) {
                 diffs.push(d(Kind::DoubleRelease));
@@ -219,42 +256,13 @@ pub fn differences(s: &Snapshot, age_ms: i64) -> Vec<Difference> {
                 request_id: id.to_string(),
                 user: user.to_string(),
                 qty,
+                bucket: s.home(user),
             });
             deficit -= qty;
         }
     }
     diffs.sort_by(|a, b| (a.kind, &a.request_id).cmp(&(b.kind, &b.request_id)));
     diffs
-}
-
-/// How much older than the sweep age an entry must be before a repair may decide it without
-/// its order: the sweeper has produced it at least twice by then.
-pub const REPAIR_AGE_FACTOR: u32 = 3;
-
-/// Why a [`Kind::ReservedWithoutOrder`] repair must not act now, or `None` when it may: the
-/// entry must be older than [`REPAIR_AGE_FACTOR`] × the sweep age by Redis' clock, and the
-/// writer's committed offset must have reached the end of the user's partition (nothing of it
-/// can still be waiting in Kafka).
-pub fn repair_blocker(
-    reserved_at_ms: i64,
-    redis_now_ms: i64,
-    sweep_age_ms: i64,
-    partition: Option<(i32, i64, i64)>,
-) -> Option<String> {
-    let age = redis_now_ms - reserved_at_ms;
-    let min = sweep_age_ms * i64::from(REPAIR_AGE_FACTOR);
-    if age < min {
-        return Some(format!(
-            "reserved {age} ms ago by Redis' clock; a repair waits {min} ms ({REPAIR_AGE_FACTOR} × the sweep age)"
-        ));
-    }
-    match partition {
-        None => Some("the reservations topic could not be read: the record may still be waiting in Kafka".into()),
-        Some((p, committed, end)) if committed < end => Some(format!(
-            "partition {p}: the writer has committed offset {committed} of {end}; the record may still be waiting in Kafka"
-        )),
-        Some(_) => None,
-    }
 }
 
 #[cfg(test)]
@@ -286,11 +294,19 @@ mod tests {
 
     /// 10 units: a1 ordered and acked, q1 queued, r1 refused and released.
     fn clean() -> Snapshot {
+        let bucket = BucketSnap {
+            tag: "sk:{c}".into(),
+            share: 10,
+            stock: 8,
+            held: 2,
+            stats: stats(&[("released_qty", 1)]),
+            ..Default::default()
+        };
         let mut s = Snapshot {
             total: 10,
             sold: 1,
-            initial: 10,
-            stock: 8,
+            count: 1,
+            buckets: vec![bucket],
             redis_now_ms: 100_000,
             ..Default::default()
         };
@@ -299,7 +315,6 @@ mod tests {
         s.refused.insert("r1".into(), 1);
         s.released.insert("r1".into());
         s.bought = [("ua".to_string(), 1), ("uq".to_string(), 1)].into_iter().collect();
-        s.stats = stats(&[("released_qty", 1)]);
         s
     }
 
@@ -315,7 +330,7 @@ mod tests {
     #[test]
     fn each_equation_fails_when_its_store_is_off() {
         let mut s = clean();
-        s.stock = 9; // one unit appeared in Redis from nowhere
+        s.buckets[0].stock = 9; // one unit appeared in Redis from nowhere
         let b = balance(&s);
         assert!(!b.redis_holds() && b.across_holds());
         let mut s = clean();
@@ -334,8 +349,8 @@ mod tests {
         // a closed order released aside (pause_replenish): stock unchanged, aside 1.
         s.orders.insert("c1".into(), order("uc", "CLOSED", true));
         s.released.insert("c1".into());
-        s.stats = stats(&[("released_qty", 2), ("aside_qty", 1)]);
-        s.stock = 7;
+        s.buckets[0].stats = stats(&[("released_qty", 2), ("aside_qty", 1)]);
+        s.buckets[0].stock = 7;
         assert!(balance(&s).redis_holds());
         assert!(differences(&s, 5_000).is_empty());
     }
@@ -365,15 +380,5 @@ mod tests {
         );
         // A young queued reservation is not a difference yet.
         assert!(!kinds.iter().any(|(_, id)| id == "q1"));
-    }
-
-    #[test]
-    fn a_repair_waits_for_age_and_for_the_partition_to_drain() {
-        let caught_up = Some((2, 50, 50));
-        assert!(repair_blocker(0, 29_000, 10_000, caught_up).unwrap().contains("waits 30000 ms"));
-        assert_eq!(repair_blocker(0, 30_000, 10_000, caught_up), None);
-        let behind = repair_blocker(0, 60_000, 10_000, Some((2, 40, 50))).unwrap();
-        assert!(behind.contains("partition 2") && behind.contains("40 of 50"), "{behind}");
-        assert!(repair_blocker(0, 60_000, 10_000, None).unwrap().contains("could not be read"));
     }
 }

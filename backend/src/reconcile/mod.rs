@@ -6,7 +6,7 @@
 //! - `RESERVED_WITHOUT_ORDER`: in the outbox for longer than T by Redis' clock, no order, no
 //!   refusal. Repair only what is provably not in flight: the entry is first claimed in Redis (so
 //!   neither the sweeper nor a gateway touches it), it must be older than
-//!   [`find::REPAIR_AGE_FACTOR`] × T, and the writer's committed offset must have reached the end
+//!   [`guard::REPAIR_AGE_FACTOR`] × T, and the writer's committed offset must have reached the end
 //!   of the user's partition; otherwise the claim is given back and the repair says why it skipped.
 //!   Then a FAILED refusal (`RECONCILED_NO_ORDER`) is written under the campaign's row lock (a
 //!   late delivery of the record is refused, never ordered), and the units are released.
@@ -18,6 +18,14 @@
 //! - `ORDER_WITHOUT_RESERVATION`: a user's live orders exceed what Redis says the user holds
 //!   (Redis lost the reservation, or an order was made outside the edge). Repair: adopt, as above.
 //! - `CLOSED_NOT_RELEASED`: a closed order whose stock Redis has not taken back. Repair: release.
+//! - `TRANSFER_IN_FLIGHT` (hot-stock buckets): units one bucket gave another more than T ago that
+//!   the receiver never took. Repair: the take (`lua/transfer.lua`, idempotent by transfer id).
+//!
+//! With hot-stock buckets every bucket is read; Redis' equation is checked per bucket (share +
+//! received − sent − held − set aside = stock, one line each, with its key tag and slot) and
+//! summed; the equations across the stores use the sums. Every difference names its bucket (the
+//! user's home bucket, where its repair acts; for a transfer, the receiving bucket). An adopt in a
+//! home bucket short of the quantity first moves the shortage there from the other buckets.
 //!
 //! What it cannot repair: a Redis stock that is short because of a lost reservation whose units are
 //! already sold out (adopt takes at most what is left and says so); orders beyond PostgreSQL's
@@ -26,21 +34,22 @@
 //! under live traffic a difference can be transient; run it again (or after the sale) to confirm.
 
 pub mod find;
+pub mod guard;
+pub mod ledger;
+mod read;
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use fred::prelude::*;
-use protocol::keys::CampaignKeys;
-use protocol::record::Reservation;
+use protocol::keys::Bucket;
 use rskafka::client::partition::OffsetAt;
 use serde_json::json;
 use sqlx::PgPool;
 
 pub use self::find::{Difference, Kind};
-use self::find::{PgOrder, Snapshot};
 use crate::redis::{RedisScripts, RepairClaim};
+use protocol::scripts::TakeOutcome;
 
 pub use crate::kafka::Topic;
 
@@ -78,66 +87,12 @@ pub struct Report {
     pub skipped: Vec<(Kind, String, String)>,
 }
 
-/// Reads both stores for `campaign`: PostgreSQL first, then Redis, so that a reservation made
-/// between the two reads shows in Redis with its outbox entry (balanced), never as an order
-/// without a reservation.
-async fn snapshot(pool: &PgPool, redis: &Client, campaign: &str) -> anyhow::Result<Snapshot> {
-    let camp: Option<(i64, i64)> = sqlx::query_as("SELECT total_stock, sold FROM campaigns WHERE id = $1")
-        .bind(campaign)
-        .fetch_optional(pool)
-        .await?;
-    let Some((total, sold)) = camp else { anyhow::bail!("campaign {campaign:?} is not in PostgreSQL") };
-    let orders = sqlx::query_as::<_, (String, String, i64, String, bool)>(
-        "SELECT request_id, user_id, qty, status, redis_released FROM orders WHERE campaign_id = $1",
-    )
-    .bind(campaign)
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .map(|(r, user, qty, status, redis_released)| (r, PgOrder { user, qty, status, redis_released }))
-    .collect();
-    let refused = sqlx::query_as::<_, (String, i64)>(
-        "SELECT request_id, qty FROM reservation_results WHERE campaign_id = $1",
-    )
-    .bind(campaign)
-    .fetch_all(pool)
-    .await?
-    .into_iter()
-    .collect();
-
-    let keys = CampaignKeys::new(campaign);
-    let meta: HashMap<String, String> = redis.hgetall(&keys.meta).await?;
-    let stock: Option<i64> = redis.get(&keys.stock).await?;
-    let stats: HashMap<String, String> = redis.hgetall(&keys.stats).await?;
-    let outbox: HashMap<String, String> = redis.hgetall(&keys.outbox).await?;
-    let released: HashMap<String, String> = redis.hgetall(&keys.released).await?;
-    let bought: HashMap<String, i64> = redis.hgetall(&keys.bought).await?;
-    let time: Vec<i64> = redis.custom(fred::cmd!("TIME"), Vec::<String>::new()).await?;
-    let (secs, micros) = (time.first().copied().unwrap_or(0), time.get(1).copied().unwrap_or(0));
-    Ok(Snapshot {
-        total,
-        sold,
-        orders,
-        refused,
-        initial: meta.get("total").and_then(|v| v.parse().ok()).unwrap_or(0),
-        stock: stock.unwrap_or(0),
-        stats,
-        outbox: outbox
-            .iter()
-            .filter_map(|(id, rec)| Reservation::from_json(rec.as_bytes()).ok().map(|r| (id.clone(), r)))
-            .collect(),
-        released: released.into_keys().collect(),
-        bought,
-        redis_now_ms: secs * 1000 + micros / 1000,
-    })
-}
-
 /// Compares the stores for `campaign`; with `repair`, fixes what is safe.
 pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::Result<Report> {
-    let s = snapshot(st.pool, st.redis, campaign).await?;
+    let s = read::snapshot(st.pool, st.redis, campaign).await?;
     let b = find::balance(&s);
     let word = |ok: bool| if ok { "holds" } else { "DIFFERS" };
-    let stat = |k: &str| s.stats.get(k).and_then(|v| v.parse::<i64>().ok()).unwrap_or(0);
+    let stat = |k: &str| s.stat(k);
     let mut rep = Report {
         redis_balanced: b.redis_holds(),
         pg_balanced: s.sold == b.live_qty,
@@ -146,16 +101,31 @@ pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::
     };
     let t = &mut rep.text;
     let _ = writeln!(t, "campaign {campaign}");
+    if s.count > 1 {
+        for bb in &b.buckets {
+            let _ = writeln!(t, "  {}", bb.line());
+        }
+    }
+    let shares: i64 = b.buckets.iter().map(|x| x.share).sum();
+    let in_flight = if s.count > 1 { format!(" - in flight {}", b.in_flight) } else { String::new() };
     let _ = writeln!(
         t,
-        "  Redis: initial {} - held by buyers {} - set aside {} = {}; remaining stock {} => {}",
-        s.initial,
+        "  Redis: initial {shares}{in_flight} - held by buyers {} - set aside {} = {}; remaining stock {} => {}",
         b.held,
         stat("aside_qty"),
         b.redis_expected,
         b.redis_stock,
         word(rep.redis_balanced)
     );
+    if s.count > 1 {
+        let _ = writeln!(
+            t,
+            "  buckets: {}; shares sum to {shares} (PostgreSQL total {}) => {}",
+            s.count,
+            s.total,
+            word(shares == s.total)
+        );
+    }
     let _ = writeln!(
         t,
         "  PostgreSQL: total {} - live orders {} (closed {}) = {}; total - sold = {} => {}",
@@ -188,11 +158,11 @@ pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::
     rep.differences = find::differences(&s, st.sweep_age.as_millis() as i64);
     let _ = writeln!(t, "  differences: {}", rep.differences.len());
     for d in &rep.differences {
-        let _ = writeln!(t, "    {} {} user={} qty={}", d.kind.as_str(), d.request_id, d.user, d.qty);
+        let _ = writeln!(t, "    {}", describe(d));
     }
     if repair {
         for d in rep.differences.clone() {
-            let line = match repair_one(st, campaign, &d).await {
+            let line = match repair_one(st, campaign, s.count, &d).await {
                 Ok(Repair::Done(what)) => {
                     rep.repaired.push((d.kind, d.request_id.clone(), what.clone()));
                     format!("repaired {} {}: {what}", d.kind.as_str(), d.request_id)
@@ -212,6 +182,24 @@ pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::
     Ok(rep)
 }
 
+/// A difference, printed: kind, id, bucket, user, quantity.
+pub fn describe(d: &Difference) -> String {
+    match d.kind {
+        Kind::TransferInFlight => {
+            format!(
+                "{} {} bucket={} qty={} (given, never taken)",
+                d.kind.as_str(),
+                d.request_id,
+                d.bucket,
+                d.qty
+            )
+        }
+        _ => {
+            format!("{} {} bucket={} user={} qty={}", d.kind.as_str(), d.request_id, d.bucket, d.user, d.qty)
+        }
+    }
+}
+
 /// What one repair did.
 enum Repair {
     Done(String),
@@ -223,7 +211,7 @@ async fn audit(pool: &PgPool, campaign: &str, d: &Difference, what: &str) -> any
         .bind(campaign)
         .bind(&d.request_id)
         .bind(format!("REPAIR_{}", d.kind.as_str()))
-        .bind(json!({"user": d.user, "qty": d.qty, "done": what}))
+        .bind(json!({"user": d.user, "qty": d.qty, "bucket": d.bucket, "done": what}))
         .execute(pool)
         .await?;
     Ok(())
@@ -241,18 +229,18 @@ async fn partition_progress(st: Stores<'_>, user: &str) -> Option<(i32, i64, i64
 }
 
 /// `RESERVED_WITHOUT_ORDER`: claim, prove it is not in flight, refuse under the row lock, release.
-async fn repair_stale(st: Stores<'_>, campaign: &str, d: &Difference) -> anyhow::Result<Repair> {
-    let (reserved_at_ms, now_ms) =
-        match st.scripts.claim_for_repair(st.redis, campaign, &d.request_id).await? {
-            RepairClaim::Gone => {
-                return Ok(Repair::Skipped("no longer in the outbox (acked or released)".into()))
-            }
-            RepairClaim::Claimed { reserved_at_ms, now_ms } => (reserved_at_ms, now_ms),
-        };
+async fn repair_stale(st: Stores<'_>, home: &Bucket, d: &Difference) -> anyhow::Result<Repair> {
+    let campaign = home.campaign.as_str();
+    let (reserved_at_ms, now_ms) = match st.scripts.claim_for_repair(st.redis, home, &d.request_id).await? {
+        RepairClaim::Gone => {
+            return Ok(Repair::Skipped("no longer in the outbox (acked or released)".into()))
+        }
+        RepairClaim::Claimed { reserved_at_ms, now_ms } => (reserved_at_ms, now_ms),
+    };
     let progress = partition_progress(st, &d.user).await;
     let age_ms = st.sweep_age.as_millis() as i64;
-    if let Some(why) = find::repair_blocker(reserved_at_ms, now_ms, age_ms, progress) {
-        st.scripts.unclaim_repair(st.redis, campaign, &d.request_id).await?;
+    if let Some(why) = guard::repair_blocker(reserved_at_ms, now_ms, age_ms, progress) {
+        st.scripts.unclaim_repair(st.redis, home, &d.request_id).await?;
         return Ok(Repair::Skipped(why));
     }
     // Under the campaign row lock the writer takes before committing, so the record can no longer
@@ -265,7 +253,7 @@ async fn repair_stale(st: Stores<'_>, campaign: &str, d: &Difference) -> anyhow:
         .await?;
     if has_order {
         tx.rollback().await?;
-        st.scripts.unclaim_repair(st.redis, campaign, &d.request_id).await?;
+        st.scripts.unclaim_repair(st.redis, home, &d.request_id).await?;
         return Ok(Repair::Skipped("its order was written meanwhile".into()));
     }
     sqlx::query(
@@ -279,24 +267,56 @@ async fn repair_stale(st: Stores<'_>, campaign: &str, d: &Difference) -> anyhow:
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;
-    let released = st
-        .scripts
-        .shared
-        .release(st.redis, &protocol::keys::Bucket::single(campaign), &d.request_id, &d.user, d.qty)
-        .await?;
+    let released = st.scripts.shared.release(st.redis, home, &d.request_id, &d.user, d.qty).await?;
     Ok(Repair::Done(format!("refused as RECONCILED_NO_ORDER, then {released:?}")))
 }
 
-async fn repair_one(st: Stores<'_>, campaign: &str, d: &Difference) -> anyhow::Result<Repair> {
+/// Before an adopt in `home` (one of `count` buckets): when the home bucket holds less than the
+/// order's quantity (stock and set aside), moves the shortage to it from the other buckets, as
+/// the gateway would for a buyer, so the adopt re-takes the whole quantity while the sale has
+/// it anywhere. Transfer ids `repair-<request id>-<k>`: a repair run again moves nothing twice.
+async fn fill_home(st: Stores<'_>, home: &Bucket, count: u32, d: &Difference) -> anyhow::Result<()> {
+    if count <= 1 {
+        return Ok(());
+    }
+    let stock: Option<i64> = st.redis.get(&home.keys.stock).await?;
+    let aside: Option<i64> = st.redis.hget(&home.keys.stats, "aside_qty").await?;
+    let mut short = d.qty - stock.unwrap_or(0) - aside.unwrap_or(0);
+    for k in 1..count {
+        if short <= 0 {
+            break;
+        }
+        let donor = Bucket::nth(&home.campaign, home.index + k, count);
+        let id = format!("repair-{}-{k}", d.request_id);
+        let (given, _) = st.scripts.shared.give(st.redis, &donor, &id, home.index, short, false).await?;
+        if given > 0 {
+            st.scripts.shared.take(st.redis, home, &id, given).await?;
+            short -= given;
+        }
+    }
+    Ok(())
+}
+
+/// Repairs `d` in its bucket (`count` buckets).
+async fn repair_one(st: Stores<'_>, campaign: &str, count: u32, d: &Difference) -> anyhow::Result<Repair> {
+    let home = Bucket::nth(campaign, d.bucket, count);
     let release = || async {
         st.scripts
             .shared
-            .release(st.redis, &protocol::keys::Bucket::single(campaign), &d.request_id, &d.user, d.qty)
+            .release(st.redis, &home, &d.request_id, &d.user, d.qty)
             .await
             .map_err(anyhow::Error::from)
     };
     let what = match d.kind {
-        Kind::ReservedWithoutOrder => match repair_stale(st, campaign, d).await? {
+        Kind::TransferInFlight => {
+            match st.scripts.shared.take(st.redis, &home, &d.request_id, d.qty).await? {
+                TakeOutcome::Added { remaining } => {
+                    format!("took {} unit(s) into bucket {} (stock {remaining})", d.qty, d.bucket)
+                }
+                TakeOutcome::AddedBefore => return Ok(Repair::Skipped("taken meanwhile".into())),
+            }
+        }
+        Kind::ReservedWithoutOrder => match repair_stale(st, &home, d).await? {
             Repair::Done(what) => what,
             skipped => return Ok(skipped),
         },
@@ -310,13 +330,11 @@ async fn repair_one(st: Stores<'_>, campaign: &str, d: &Difference) -> anyhow::R
             format!("{r:?}")
         }
         Kind::OrderedNotAcked => {
-            format!(
-                "acked {}",
-                st.scripts.ack(st.redis, campaign, std::slice::from_ref(&d.request_id)).await?
-            )
+            format!("acked {}", st.scripts.ack(st.redis, &home, std::slice::from_ref(&d.request_id)).await?)
         }
         Kind::DoubleRelease | Kind::OrderWithoutReservation => {
-            match st.scripts.adopt(st.redis, campaign, &d.request_id, &d.user, d.qty).await? {
+            fill_home(st, &home, count, d).await?;
+            match st.scripts.adopt(st.redis, &home, &d.request_id, &d.user, d.qty).await? {
                 Some(taken) if taken == d.qty => format!("re-took {taken} unit(s) from the Redis sale"),
                 Some(taken) => format!("re-took only {taken} of {} unit(s): Redis stock was short (oversold at the edge; needs a human)", d.qty),
                 None => return Ok(Repair::Skipped("already consistent on re-check (adopted before)".into())),

@@ -86,7 +86,7 @@ async fn write_batch_with(
     // 4. Decide each new reservation, in offset order, against the stock read in step 2.
     let decision = decide::decide(valid, &facts);
     for r in &decision.ordered_before {
-        out.ordered.entry(r.campaign.clone()).or_default().push(r.request_id.clone());
+        out.add_ordered(r);
     }
     out.refused.extend(decision.refused_before.iter().cloned());
     let accepted = &decision.accepted;
@@ -107,7 +107,7 @@ async fn write_batch_with(
         out.inserted = inserted.len();
         store::insert_ledger(&mut tx, &a).await?;
         for r in accepted {
-            out.ordered.entry(r.campaign.clone()).or_default().push(r.request_id.clone());
+            out.add_ordered(r);
         }
     }
 

@@ -37,6 +37,7 @@ pub use batch::write_batch;
 pub use store::stored_offset;
 
 use fred::prelude::{Client as RedisClient, HashesInterface};
+use protocol::keys::Bucket;
 use protocol::record::Reservation;
 use protocol::signing::Signer;
 use rskafka::client::Client as KafkaClient;
@@ -84,8 +85,9 @@ pub struct Refusal {
 /// What a committed batch decided; [`settle`] applies it to Redis.
 #[derive(Debug, Default)]
 pub struct BatchOutcome {
-    /// Request ids that have an order (new, or from an earlier delivery), by campaign.
-    pub ordered: BTreeMap<String, Vec<String>>,
+    /// Request ids that have an order (new, or from an earlier delivery), by the bucket whose
+    /// outbox holds them (the buyer's home bucket, [`Reservation::bucket`]).
+    pub ordered: BTreeMap<AckKey, Vec<String>>,
     /// Orders inserted by this batch.
     pub inserted: usize,
     /// Reservations refused (now or by an earlier delivery): their stock goes back to Redis.
@@ -94,7 +96,17 @@ pub struct BatchOutcome {
     pub dead: usize,
 }
 
+/// Where an ordered request id is acked: campaign id, home bucket index, bucket count
+/// ([`Bucket::nth`]'s arguments).
+pub type AckKey = (String, u32, u32);
+
 impl BatchOutcome {
+    /// Counts `r` as ordered, under its home bucket.
+    pub fn add_ordered(&mut self, r: &Reservation) {
+        let b = r.bucket();
+        self.ordered.entry((b.campaign, b.index, b.count)).or_default().push(r.request_id.clone());
+    }
+
     /// Adds what a later transaction of the same chunk decided.
     fn absorb(&mut self, other: BatchOutcome) {
         for (campaign, ids) in other.ordered {
@@ -111,9 +123,9 @@ impl BatchOutcome {
 /// returned: what fails here is retried through the sweeper (the outbox entry stays until this
 /// succeeds).
 pub async fn settle(redis: &RedisClient, scripts: &RedisScripts, outcome: &BatchOutcome) {
-    for (campaign, ids) in &outcome.ordered {
-        if let Err(e) = scripts.ack(redis, campaign, ids).await {
-            tracing::warn!(campaign, error = %format!("{e:#}"), "outbox ack failed; the sweeper will redeliver");
+    for ((campaign, index, count), ids) in &outcome.ordered {
+        if let Err(e) = scripts.ack(redis, &Bucket::nth(campaign, *index, *count), ids).await {
+            tracing::warn!(campaign, bucket = index, error = %format!("{e:#}"), "outbox ack failed; the sweeper will redeliver");
         }
     }
     for f in &outcome.refused {
@@ -121,8 +133,8 @@ pub async fn settle(redis: &RedisClient, scripts: &RedisScripts, outcome: &Batch
         // Only a reservation still in the outbox holds units in Redis (refused ones are never
         // acked): a record Redis never reserved (lost data, a forged or replayed record) must not
         // give stock back. A reservation released before is no longer there either.
-        let keys = protocol::keys::CampaignKeys::new(&r.campaign);
-        match redis.hexists::<bool, _, _>(&keys.outbox, &r.request_id).await {
+        let bucket = r.bucket();
+        match redis.hexists::<bool, _, _>(&bucket.keys.outbox, &r.request_id).await {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {
@@ -130,7 +142,7 @@ pub async fn settle(redis: &RedisClient, scripts: &RedisScripts, outcome: &Batch
                 continue;
             }
         }
-        if let Err(e) = scripts.shared.release(redis, &r.bucket(), &r.request_id, &r.user, r.qty).await {
+        if let Err(e) = scripts.shared.release(redis, &bucket, &r.request_id, &r.user, r.qty).await {
             tracing::warn!(request_id = %r.request_id, error = %e, "compensation failed; the sweeper will redeliver");
         }
     }
@@ -246,7 +258,7 @@ pub async fn run_partition(
 /// Orders at `debug` (one line each), refusals at `info`.
 fn log_outcome(partition: i32, outcome: &BatchOutcome) {
     if tracing::enabled!(tracing::Level::DEBUG) {
-        for (campaign, ids) in &outcome.ordered {
+        for ((campaign, _, _), ids) in &outcome.ordered {
             for request_id in ids {
                 tracing::debug!(partition, %campaign, %request_id, "order written");
             }

@@ -93,7 +93,7 @@ pub(super) fn dead_letter_outcome(record: Option<Reservation>, has_order: bool) 
     let mut out = BatchOutcome { dead: 1, ..Default::default() };
     match record {
         None => {}
-        Some(r) if has_order => out.ordered.entry(r.campaign.clone()).or_default().push(r.request_id),
+        Some(r) if has_order => out.add_ordered(&r),
         Some(r) => out.refused.push(Refusal { record: r, status: "FAILED", reason: DEAD_LETTER.into() }),
     }
     out
@@ -181,7 +181,7 @@ mod tests {
         let f = &released.refused[0];
         assert_eq!((f.record.request_id.as_str(), f.status, f.reason.as_str()), ("r", "FAILED", DEAD_LETTER));
         let acked = dead_letter_outcome(Some(res("r")), true);
-        assert_eq!(acked.ordered["c"], ["r"]);
+        assert_eq!(acked.ordered[&("c".to_string(), 0, 1)], ["r"]);
         assert!(acked.refused.is_empty());
         let nothing = dead_letter_outcome(None, false);
         assert_eq!((nothing.dead, nothing.ordered.len(), nothing.refused.len()), (1, 0, 0));

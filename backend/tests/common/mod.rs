@@ -37,6 +37,8 @@ pub struct Env {
     pub partitions: i32,
     pub campaign: String,
     pub dir: PathBuf,
+    /// The campaign's hot-stock bucket count (1: none).
+    pub buckets: u32,
 }
 
 /// A campaign file's text.
@@ -47,10 +49,20 @@ pub fn campaign_toml(id: &str, stock: i64, limit: i64, pay_window_secs: i64) -> 
     )
 }
 
+/// A campaign file's text with `buckets` hot-stock buckets.
+pub fn campaign_toml_buckets(id: &str, stock: i64, limit: i64, buckets: u32) -> String {
+    format!("{}buckets = {buckets}\n", campaign_toml(id, stock, limit, 900))
+}
+
 impl Env {
     /// Fresh database (migrated), unique topic (`partitions`), unique campaign published with
     /// `stock` units and a per-user limit.
     pub async fn new(stock: i64, limit: i64, partitions: i32) -> Env {
+        Self::with_buckets(stock, limit, partitions, 1).await
+    }
+
+    /// As [`Env::new`], the campaign split over `buckets` hot-stock buckets.
+    pub async fn with_buckets(stock: i64, limit: i64, partitions: i32, buckets: u32) -> Env {
         let pg_url = stack::fresh_database().await.expect("PostgreSQL of the stack");
         let pool = db::connect(&pg_url, 20).await.unwrap();
         db::migrate(&pool, &stack::workspace_root().join("sql")).await.unwrap();
@@ -68,10 +80,10 @@ impl Env {
         std::fs::create_dir_all(dir.join("campaigns")).unwrap();
         std::fs::write(
             dir.join("campaigns").join(format!("{campaign}.toml")),
-            campaign_toml(&campaign, stock, limit, 900),
+            campaign_toml_buckets(&campaign, stock, limit, buckets),
         )
         .unwrap();
-        let env = Env { pg_url, pool, redis, scripts, kafka: kc, topic, partitions, campaign, dir };
+        let env = Env { pg_url, pool, redis, scripts, kafka: kc, topic, partitions, campaign, dir, buckets };
         let out =
             publish::publish(&env.pool, &env.redis, &env.scripts, &env.dir.join("campaigns"), &env.campaign)
                 .await
@@ -255,10 +267,45 @@ impl Env {
         sqlx::query_scalar(sql).bind(&self.campaign).fetch_one(&self.pool).await.unwrap()
     }
 
-    /// A Redis hash length / field of this campaign's keys.
-    /// The campaign's only bucket (these tests' campaigns have no buckets).
+    /// The campaign's only bucket (for campaigns without buckets).
     pub fn bucket(&self) -> protocol::keys::Bucket {
         protocol::keys::Bucket::single(&self.campaign)
+    }
+
+    /// `user`'s home bucket.
+    pub fn home(&self, user: &str) -> protocol::keys::Bucket {
+        protocol::keys::Bucket::of_user(&self.campaign, user, self.buckets)
+    }
+
+    /// Every bucket of the campaign.
+    pub fn all_buckets(&self) -> Vec<protocol::keys::Bucket> {
+        protocol::keys::Bucket::all(&self.campaign, self.buckets)
+    }
+
+    /// Reserves in `user`'s home bucket (as the gateway does); returns the record bytes.
+    pub async fn reserve_home(&self, user: &str, qty: i64) -> Vec<u8> {
+        let rid = uuid::Uuid::now_v7().to_string();
+        match self
+            .scripts
+            .shared
+            .reserve(&self.redis, &self.home(user), &rid, user, qty, None, false)
+            .await
+            .unwrap()
+        {
+            ReserveOutcome::Reserved { record, .. } => record.into_bytes(),
+            other => panic!("reserve for {user} in its home bucket: {other:?}"),
+        }
+    }
+
+    /// Each bucket's stock, in bucket order.
+    pub async fn bucket_stocks(&self) -> Vec<i64> {
+        use fred::prelude::*;
+        let mut out = Vec::new();
+        for b in self.all_buckets() {
+            let v: Option<i64> = self.redis.get(&b.keys.stock).await.unwrap();
+            out.push(v.unwrap_or(0));
+        }
+        out
     }
 
     pub fn keys(&self) -> protocol::keys::CampaignKeys {
