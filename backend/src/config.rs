@@ -204,7 +204,7 @@ pub struct WriterConfig {
 pub struct Config {
     /// HTTP listen address (result query, payment callback, health check).
     pub listen: SocketAddr,
-    /// Redis URL.
+    /// Redis URL: one Redis or a Redis Cluster (`protocol::cluster::URL_FORMS`).
     pub redis_url: String,
     /// PostgreSQL URL.
     pub postgres_url: String,

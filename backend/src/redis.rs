@@ -13,12 +13,18 @@ use protocol::keys::{Bucket, REPLENISH_CHANNEL};
 use protocol::scripts::{self, Scripts};
 
 /// Connects with bounded timeouts: a Redis that is down fails calls quickly instead of hanging.
+/// `url` is one Redis or a Redis Cluster (`redis-cluster://`; redirections are then not followed
+/// by the client, and the scripts' own retry sends a refused call again: `protocol::cluster`).
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
     let config = Config::from_url(url).with_context(|| format!("bad Redis URL {url}"))?;
+    let clustered = config.server.is_clustered();
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = Duration::from_secs(2);
             c.internal_command_timeout = Duration::from_secs(2);
+            if clustered {
+                c.max_redirections = protocol::cluster::MAX_REDIRECTIONS;
+            }
             c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
         })
         .with_performance_config(|p| {

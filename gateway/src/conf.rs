@@ -148,7 +148,8 @@ fn d_interval() -> S<i64> {
 /// Where Redis is and how long to wait for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConf {
-    /// `redis://host:port[/db]`.
+    /// `redis://host:port[/db]`, or a Redis Cluster's
+    /// `redis-cluster://host:port?node=host:port&node=host:port` (`protocol::cluster::URL_FORMS`).
     pub url: String,
     /// Bound on one reservation round trip; past it the answer is `SERVICE_DEGRADED`.
     pub timeout: Duration,
@@ -572,6 +573,14 @@ login_audience = "seckill"
             "order_writer.upstreams",
             "at least one",
         );
+    }
+
+    #[test]
+    fn a_redis_cluster_url_is_accepted_and_other_schemes_are_not() {
+        let url = "redis-cluster://127.0.0.1:7390?node=127.0.0.1:7391&node=127.0.0.1:7392";
+        let c = parse(&GOOD.replace("redis://127.0.0.1:6390", url)).unwrap();
+        assert_eq!(c.redis.url, url);
+        expect_err(&GOOD.replace("redis://", "redis-sentinel://"), 7, "redis.url", "redis-cluster://");
     }
 
     #[test]

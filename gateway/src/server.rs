@@ -48,28 +48,23 @@ pub fn check(opts: &Options) -> anyhow::Result<String> {
     ))
 }
 
-/// Command attempts on a Redis Cluster. fred counts following a `MOVED` or `ASK` redirection as
-/// an attempt: with one attempt, the first command after the campaign's slot moved fails, and
-/// the commands in flight with it are dropped or wait for their timeout (measured: a burst
-/// against a migrating slot stalled, every reservation `SERVICE_DEGRADED` after the move). Three
-/// (fred's default) follow a migration without a failed call. A command is also sent again after
-/// its connection broke; a reservation sent twice is harmless with its nonce (the script answers
-/// the first outcome again, `ReserveOutcome::Retry`).
-const CLUSTER_COMMAND_ATTEMPTS: u32 = 3;
-
-/// Builds the Redis pool: fail fast (bounded timeouts; one attempt per command on a single
-/// Redis, [`CLUSTER_COMMAND_ATTEMPTS`] on a cluster), reconnect in the background forever.
+/// Builds the Redis pool: fail fast (one attempt per command, bounded timeouts), reconnect in
+/// the background forever.
 /// Starting while Redis is down is allowed: orders answer `SERVICE_DEGRADED` until it is back.
 /// A `redis-cluster://` URL makes it a cluster client: every command goes to the master of its
-/// first key's slot, and a script is loaded on every master.
+/// first key's slot, a script is loaded on every master, and redirections are not followed
+/// (`protocol::cluster`: a script refused with one is sent again by the scripts' own retry).
 async fn connect_redis(conf: &RedisConf, scripts: &Scripts) -> anyhow::Result<Pool> {
     let config = Config::from_url(&conf.url).context("redis.url")?;
-    let attempts = if config.server.is_clustered() { CLUSTER_COMMAND_ATTEMPTS } else { 1 };
+    let clustered = config.server.is_clustered();
     let pool = Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = Duration::from_millis(500);
             c.internal_command_timeout = Duration::from_secs(1);
-            c.max_command_attempts = attempts;
+            c.max_command_attempts = 1;
+            if clustered {
+                c.max_redirections = protocol::cluster::MAX_REDIRECTIONS;
+            }
             c.tcp = TcpConfig { nodelay: Some(true), ..Default::default() };
         })
         .with_performance_config(|p| p.default_command_timeout = reserve::command_timeout(conf.timeout))

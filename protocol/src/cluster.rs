@@ -2,19 +2,23 @@
 //!
 //! Both accept a single Redis or a Redis Cluster, chosen by the URL's scheme ([`URL_FORMS`]):
 //! fred's `Config::from_url` picks its cluster mode from `redis-cluster://`. In that mode fred
-//! routes each command by its first key's slot, follows `MOVED` (and refreshes its slot map) and
-//! `ASK` redirections itself, and `Script::load` loads a script on every primary. Every script
-//! of the sale keeps its keys on one slot (the campaign's hash tag, [`crate::keys`]), so each
-//! stays one atomic call on one node.
+//! routes each command by its first key's slot, refreshes its slot map on `MOVED`, and
+//! `Script::load` loads a script on every primary. Every script of the sale keeps its keys on
+//! one slot (the campaign's hash tag, [`crate::keys`]), so each stays one atomic call on one
+//! node.
 //!
-//! What fred leaves to the caller is `TRYAGAIN`: while a slot migrates, a script whose keys are
-//! not all on the node it reached (some moved already, some not yet, or some not created) is
-//! refused with it. [`EvalRetry::evalsha_with_retry`] retries those, briefly.
+//! Redirections are not followed by fred here ([`MAX_REDIRECTIONS`]): fred 10.1 follows `ASK`
+//! by writing `ASKING` to the target and awaiting the next reply of that connection inside its
+//! router task, while other commands' replies are pending on it; under load the client wedged
+//! (every later command timed out). A call refused with `MOVED` or `ASK` fails instead (after
+//! fred refreshed its slot map on `MOVED`), and so does a script refused with `TRYAGAIN` (its keys
+//! split by a migration). Neither ran: [`EvalRetry::evalsha_with_retry`] sends them again,
+//! briefly.
 
 use std::time::Duration;
 
 use fred::clients::Client;
-use fred::error::Error;
+use fred::error::{Error, ErrorKind};
 use fred::types::scripts::Script;
 use fred::types::{FromValue, MultipleKeys, MultipleValues};
 
@@ -28,23 +32,31 @@ pub fn accepted_url(url: &str) -> bool {
     ["redis://", "rediss://", "redis-cluster://", "rediss-cluster://"].iter().any(|s| url.starts_with(s))
 }
 
-/// How many times a call refused with `TRYAGAIN` is sent again.
+/// fred's `max_redirections` for a cluster client: none followed (see the module's doc); the
+/// refusal comes back as an error that [`refused_before_running`] recognizes.
+pub const MAX_REDIRECTIONS: u32 = 0;
+
+/// How many times a call refused before running is sent again.
 pub const TRYAGAIN_RETRIES: u32 = 4;
 
 /// The pause before each retry: the retries take at most 4 x 5 ms = 20 ms beyond the calls
 /// themselves, well under the gateway's smallest reservation bound (`redis.timeout_ms`, 100 ms by
 /// default), which still bounds the whole call. A migration that splits a campaign's keys for
-/// longer fails the call with the `TRYAGAIN` error, as any Redis error: the gateway answers
+/// longer fails the call with the last refusal, as any Redis error: the gateway answers
 /// `SERVICE_DEGRADED`, the order writer's loops try again on their next pass.
 pub const TRYAGAIN_PAUSE: Duration = Duration::from_millis(5);
 
-/// Whether `e` is Redis' `TRYAGAIN` refusal (fred gives it no error kind of its own).
-pub fn is_tryagain(e: &Error) -> bool {
+/// Whether Redis Cluster refused the call before running it: `TRYAGAIN` (fred gives it no error
+/// kind of its own), or a `MOVED` or `ASK` redirection that fred did not follow
+/// ([`MAX_REDIRECTIONS`]; fred's "Too many redirections.").
+pub fn refused_before_running(e: &Error) -> bool {
     e.details().starts_with("TRYAGAIN")
+        || (*e.kind() == ErrorKind::Routing && e.details() == "Too many redirections.")
 }
 
-/// Runs `call` once, then again after [`TRYAGAIN_PAUSE`] while it fails with `TRYAGAIN`, at
-/// most [`TRYAGAIN_RETRIES`] more times; any other outcome is returned at once.
+/// Runs `call` once, then again after [`TRYAGAIN_PAUSE`] while Redis Cluster refused it before
+/// running it ([`refused_before_running`]), at most [`TRYAGAIN_RETRIES`] more times; any other
+/// outcome is returned at once.
 pub async fn retry_tryagain<T, F, Fut>(mut call: F) -> Result<T, Error>
 where
     F: FnMut() -> Fut,
@@ -53,7 +65,7 @@ where
     let mut retries = 0;
     loop {
         match call().await {
-            Err(e) if is_tryagain(&e) && retries < TRYAGAIN_RETRIES => {
+            Err(e) if refused_before_running(&e) && retries < TRYAGAIN_RETRIES => {
                 retries += 1;
                 tokio::time::sleep(TRYAGAIN_PAUSE).await;
             }
@@ -65,12 +77,13 @@ where
 /// `EVALSHA` that survives a slot migration.
 pub trait EvalRetry {
     /// fred's `evalsha_with_reload` (a `NOSCRIPT` loads the script on every primary and calls
-    /// again), retried by [`retry_tryagain`] when Redis answers `TRYAGAIN`.
+    /// again), retried by [`retry_tryagain`] when Redis Cluster answered `TRYAGAIN`, `MOVED` or
+    /// `ASK`.
     ///
-    /// Safe to send again: `TRYAGAIN` is Redis Cluster's refusal before it runs a command
-    /// (the node checks where the keys are before anything executes), so the script did not
-    /// run and nothing of it was written. Every other error, a timeout included, is returned
-    /// as it is: the script may have run, and only the caller knows how to undo it.
+    /// Safe to send again: those are Redis Cluster's refusals before it runs a command (the
+    /// node checks where the keys are before anything executes), so the script did not run and
+    /// nothing of it was written. Every other error, a timeout included, is returned as it is:
+    /// the script may have run, and only the caller knows how to undo it.
     fn evalsha_with_retry<R, K, V>(
         &self,
         client: &Client,
@@ -102,8 +115,6 @@ impl EvalRetry for Script {
 mod tests {
     use std::cell::Cell;
 
-    use fred::error::ErrorKind;
-
     use super::*;
 
     fn tryagain() -> Error {
@@ -111,12 +122,14 @@ mod tests {
     }
 
     #[test]
-    fn only_tryagain_is_tryagain() {
-        assert!(is_tryagain(&tryagain()));
-        for other in ["MOVED 3999 127.0.0.1:6381", "ASK 3999 127.0.0.1:6381", "NOSCRIPT", "ERR x TRYAGAIN"] {
-            assert!(!is_tryagain(&Error::new(ErrorKind::Unknown, other)), "{other}");
+    fn only_refusals_before_running_are_recognized() {
+        assert!(refused_before_running(&tryagain()));
+        assert!(refused_before_running(&Error::new(ErrorKind::Routing, "Too many redirections.")));
+        for other in ["NOSCRIPT No matching script", "ERR x TRYAGAIN", "Max attempts reached."] {
+            assert!(!refused_before_running(&Error::new(ErrorKind::Unknown, other)), "{other}");
+            assert!(!refused_before_running(&Error::new(ErrorKind::Routing, other)), "{other}");
         }
-        assert!(!is_tryagain(&Error::new(ErrorKind::Timeout, "Request timed out.")));
+        assert!(!refused_before_running(&Error::new(ErrorKind::Timeout, "Request timed out.")));
     }
 
     #[tokio::test]
@@ -146,7 +159,7 @@ mod tests {
             async { Err(tryagain()) }
         })
         .await;
-        assert!(is_tryagain(&out.unwrap_err()), "the last refusal is returned");
+        assert!(refused_before_running(&out.unwrap_err()), "the last refusal is returned");
         assert_eq!(calls.get(), 1 + TRYAGAIN_RETRIES);
     }
 
