@@ -2,7 +2,7 @@
 # All tests of the workspace against the real local stack: the README's test command, and what
 # CI runs (.ci/run). Brings the stack up (installing what is missing) with its Redis Cluster,
 # then checks formatting, lints, runs `cargo test --workspace` (the cluster tests need the
-# cluster), then a small end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster with
+# cluster), then a small end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster in three hot-stock buckets with
 # two gateways and two order writers, and the short fault tests (e2e/faults.sh --short). Exits
 # non-zero on the first failure.
 #
@@ -66,17 +66,13 @@ phase "end-to-end sale"
 PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
   GATEWAY_PORT=18080 WRITER_PORT=18081 bash e2e/demo.sh
 
-# The same sale on the Redis Cluster (SECKILL_REDIS_CLUSTER_URL, from .stack/env), with two
-# gateway processes (the crowd round robin over both) and two order writers splitting the
-# topic's partitions. Its own ports.
-phase "end-to-end sale on the Redis Cluster"
+# The same sale on the Redis Cluster (SECKILL_REDIS_CLUSTER_URL, from .stack/env), its stock in
+# three hot-stock buckets (one per master), with two gateway processes (the crowd round robin over
+# both) and two order writers splitting the topic's partitions. Its own ports.
+phase "end-to-end sale on the Redis Cluster, 3 buckets, 2 gateways, 2 writers"
 PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
   GATEWAY_PORT=18180 WRITER_PORT=18181 REDIS_URL="$SECKILL_REDIS_CLUSTER_URL" GATEWAYS=2 WRITERS=2 \
-  bash e2e/demo.sh
-# With the campaign's stock split over buckets (turned on once buckets are merged):
-# PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
-#   GATEWAY_PORT=18180 WRITER_PORT=18181 REDIS_URL="$SECKILL_REDIS_CLUSTER_URL" GATEWAYS=2 WRITERS=2 \
-#   BUCKETS=3 bash e2e/demo.sh
+  BUCKETS=3 bash e2e/demo.sh
 
 # The same sale under faults, short: the order writer, the broker, PostgreSQL, Redis (both fsync
 # policies), the gateway killed mid-sale and restarted, two gateways on one Redis, Redis paused.

@@ -161,13 +161,11 @@ impl SpentChallenges {
     /// was spent before, `SERVICE_DEGRADED` when Redis does not answer in time.
     pub async fn spend(&self, campaign: &str, id: &str, ttl_secs: u32) -> Result<(), Denial> {
         let key = CampaignKeys::new(campaign).challenge(id);
-        let set = self.pool.next_connected().set::<Option<String>, _, _>(
-            key,
-            1,
-            Some(Expiration::EX(i64::from(ttl_secs))),
-            Some(SetOptions::NX),
-            false,
-        );
+        // On a Redis Cluster a SET refused with MOVED or ASK did not run: sent again, briefly.
+        let set = protocol::cluster::retry_tryagain(|| {
+            let expire = Some(Expiration::EX(i64::from(ttl_secs)));
+            self.pool.next_connected().set::<Option<String>, _, _>(&key, 1, expire, Some(SetOptions::NX), false)
+        });
         match tokio::time::timeout(self.timeout, set).await {
             Ok(Ok(Some(_))) => Ok(()),
             Ok(Ok(None)) => Err(failed("this challenge was used already: ask for a new one")),
