@@ -2,9 +2,9 @@
 # All tests of the workspace against the real local stack: the README's test command, and what
 # CI runs (.ci/run). Brings the stack up (installing what is missing) with its Redis Cluster,
 # then checks formatting, lints, runs `cargo test --workspace` (the cluster tests need the
-# cluster), then a small end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster in three hot-stock buckets with
-# two gateways and two order writers, and the short fault tests (e2e/faults.sh --short). Exits
-# non-zero on the first failure.
+# cluster), then a small end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster in
+# three hot-stock buckets with two gateways and two order writers, and the short fault tests
+# (e2e/faults.sh --short). Exits non-zero on the first failure.
 #
 # The stack is left running if it was running before; servers this script had to start are
 # stopped again when it ends, pass or fail.
