@@ -164,7 +164,13 @@ impl SpentChallenges {
         // On a Redis Cluster a SET refused with MOVED or ASK did not run: sent again, briefly.
         let set = protocol::cluster::retry_tryagain(|| {
             let expire = Some(Expiration::EX(i64::from(ttl_secs)));
-            self.pool.next_connected().set::<Option<String>, _, _>(&key, 1, expire, Some(SetOptions::NX), false)
+            self.pool.next_connected().set::<Option<String>, _, _>(
+                &key,
+                1,
+                expire,
+                Some(SetOptions::NX),
+                false,
+            )
         });
         match tokio::time::timeout(self.timeout, set).await {
             Ok(Ok(Some(_))) => Ok(()),
