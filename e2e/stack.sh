@@ -297,21 +297,7 @@ up_cluster() {
 
 # SIGTERM to one node, then wait (bounded), then SIGKILL.
 stop_node() { # port
-  local pf pid deadline
-  pf="$(node_dir "$1")/redis.pid"
-  pid=$(head -n 1 "$pf")
-  kill -TERM "$pid" 2>/dev/null || true
-  deadline=$((SECONDS + STOP_TIMEOUT))
-  while kill -0 "$pid" 2>/dev/null; do
-    if ((SECONDS >= deadline)); then
-      log "cluster node $1 (pid $pid) still running after ${STOP_TIMEOUT} s: SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      sleep 0.5
-      break
-    fi
-    sleep 0.1
-  done
-  rm -f "$pf"
+  stop_pidfile "cluster node $1" "$(node_dir "$1")/redis.pid"
 }
 
 down_cluster() {
@@ -444,8 +430,13 @@ index_kafka() { # db
 
 # stop_pid NAME: SIGTERM to the PID of our PID file, then wait (bounded), then SIGKILL.
 stop_pid() {
-  local name=$1 pf pid deadline
-  pf=$(pidfile "$name")
+  stop_pidfile "$1" "$(pidfile "$1")"
+}
+
+# stop_pidfile LABEL FILE: SIGTERM to the PID in FILE, then wait (bounded), then SIGKILL; removes
+# FILE.
+stop_pidfile() {
+  local name=$1 pf=$2 pid deadline
   pid=$(head -n 1 "$pf")
   kill -TERM "$pid" 2>/dev/null || true
   deadline=$((SECONDS + STOP_TIMEOUT))

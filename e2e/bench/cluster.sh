@@ -116,25 +116,7 @@ presign "$G1_PORT" "$HOT3" "$WORK/3.tsv"
 presign "$G1_PORT" "$HOT1" "$WORK/1x2.tsv"
 presign "$G1_PORT" "$HOT3" "$WORK/3x2.tsv"
 
-cat >"$WORK/orders.lua" <<'LUA'
-local id, reqs, i = 0, {}, 0
-function setup(thread) id = id + 1; thread:set("tid", id) end
-function init(args)
-  local threads, k = tonumber(args[1]), 0
-  for line in io.lines(args[2]) do
-    k = k + 1
-    if k % threads == tid - 1 then
-      local path, auth, dev, ts, nonce, sig = line:match("^(.-)\t(.-)\t(.-)\t(.-)\t(.-)\t(.-)$")
-      reqs[#reqs + 1] = wrk.format("POST", path, { ["Authorization"] = auth, ["X-Device-Id"] = dev,
-        ["X-Timestamp"] = ts, ["X-Nonce"] = nonce, ["X-Signature"] = sig }, nil)
-    end
-  end
-end
-function request() i = i + 1; return reqs[(i - 1) % #reqs + 1] end
-function done(summary, latency, requests)
-  io.write(string.format("P99_US %d\n", latency:percentile(99)))
-end
-LUA
+signed_orders_wrk "$WORK/orders.lua"
 
 HZ=$(getconf CLK_TCK)
 evalsha_calls() { # port
@@ -161,7 +143,7 @@ run() { # key label tsv gateway_pids ports...
   k=0
   for p in "${ports[@]}"; do
     wrk -t"$THREADS" -c"$conns" -d"$DURATION" -s "$WORK/orders.lua" "http://127.0.0.1:$p" -- \
-      "$THREADS" "$WORK/$key.part.0$k" >"$WORK/$key.$k.out" 2>&1 &
+      good "$THREADS" "$WORK/$key.part.0$k" >"$WORK/$key.$k.out" 2>&1 &
     wrks+=($!)
     k=$((k + 1))
   done

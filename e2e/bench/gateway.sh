@@ -174,26 +174,7 @@ for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/" && bre
 
 # (a) and (f): the signed orders, one per buyer, each thread its own share; "bad" forges each
 # signature. The rest: a plain POST.
-cat >"$WORK/orders.lua" <<'LUA'
-local id, reqs, i = 0, {}, 0
-function setup(thread) id = id + 1; thread:set("tid", id) end
-function init(args)
-  local bad, threads, k = args[1] == "bad", tonumber(args[2]), 0
-  for line in io.lines(args[3]) do
-    k = k + 1
-    if k % threads == tid - 1 then
-      local path, auth, dev, ts, nonce, sig = line:match("^(.-)\t(.-)\t(.-)\t(.-)\t(.-)\t(.-)$")
-      if bad then sig = (sig:sub(1, 1) == "0" and "1" or "0") .. sig:sub(2) end
-      reqs[#reqs + 1] = wrk.format("POST", path, { ["Authorization"] = auth, ["X-Device-Id"] = dev,
-        ["X-Timestamp"] = ts, ["X-Nonce"] = nonce, ["X-Signature"] = sig }, nil)
-    end
-  end
-end
-function request() i = i + 1; return reqs[(i - 1) % #reqs + 1] end
-function done(summary, latency, requests)
-  io.write(string.format("P50_US %d\nP99_US %d\n", latency:percentile(50), latency:percentile(99)))
-end
-LUA
+signed_orders_wrk "$WORK/orders.lua"
 cat >"$WORK/plain.lua" <<'LUA'
 function request() return wrk.format("POST", nil, nil, nil) end
 function done(summary, latency, requests)
