@@ -6,18 +6,15 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
-use backend::producer::Producer;
 use backend::publish::{publish, Published};
 use backend::reconcile::{reconcile, Kind};
 use backend::{closer, rebalance, sweeper};
-use common::{Env, GATEWAY_KEY};
+use common::Env;
 use fred::prelude::*;
 use protocol::record::Reservation;
 use protocol::scripts::{bucket_shares, ReserveOutcome};
-use protocol::signing::Signer;
 
 /// A user whose home bucket is `index`.
 fn user_in(env: &Env, index: u32, prefix: &str) -> String {
@@ -99,14 +96,7 @@ async fn a_reservation_is_acked_swept_closed_and_released_in_its_home_bucket() {
 
     // b: reserved in bucket 1, never produced: the sweeper finds it there and produces it.
     env.reserve_home(&b, 1).await;
-    let producer = Producer::start(
-        env.kafka.clone(),
-        &env.topic,
-        env.partitions,
-        100,
-        Duration::from_secs(3),
-        Arc::new(Signer::new(GATEWAY_KEY)),
-    );
+    let producer = env.producer();
     let n =
         sweeper::sweep_once(&env.pool, &env.redis, &env.scripts, &producer, Duration::ZERO).await.unwrap();
     assert_eq!(n, 1);

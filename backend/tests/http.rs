@@ -8,9 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backend::http::router;
-use backend::producer::Producer;
 use backend::state::{AppState, ResultStore};
-use common::{Env, GATEWAY_KEY, PAYMENT_KEY};
+use common::{Env, PAYMENT_KEY};
 use e2e::stack;
 use protocol::signing::Signer;
 use serde_json::Value;
@@ -132,14 +131,7 @@ async fn a_queued_result_is_answered_from_redis_without_postgresql() {
 async fn the_sweeper_produces_outbox_entries_older_than_t() {
     let env = Env::new(10, 1, 2).await;
     // Signed with the gateway key, as the writers of `drain` expect.
-    let producer = Producer::start(
-        env.kafka.clone(),
-        &env.topic,
-        env.partitions,
-        100,
-        Duration::from_secs(3),
-        Arc::new(Signer::new(GATEWAY_KEY)),
-    );
+    let producer = env.producer();
     for i in 0..3 {
         env.reserve(&format!("s{i}"), 1).await;
     }

@@ -267,6 +267,18 @@ impl Env {
         sqlx::query_scalar(sql).bind(&self.campaign).fetch_one(&self.pool).await.unwrap()
     }
 
+    /// A producer to this test's topic, signing with [`GATEWAY_KEY`] as the gateway does.
+    pub fn producer(&self) -> backend::producer::Producer {
+        backend::producer::Producer::start(
+            self.kafka.clone(),
+            &self.topic,
+            self.partitions,
+            100,
+            Duration::from_secs(3),
+            Arc::new(Signer::new(GATEWAY_KEY)),
+        )
+    }
+
     /// The campaign's only bucket (for campaigns without buckets).
     pub fn bucket(&self) -> protocol::keys::Bucket {
         protocol::keys::Bucket::single(&self.campaign)
