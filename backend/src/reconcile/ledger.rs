@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use super::find::{Difference, Kind};
+use super::difference::{Difference, Kind};
 use crate::buckets::Sent;
 
 /// What Redis holds in one bucket.

@@ -33,6 +33,7 @@
 //! (refunds of payments for closed orders). Reads are not one atomic snapshot of both stores:
 //! under live traffic a difference can be transient; run it again (or after the sale) to confirm.
 
+pub mod difference;
 pub mod find;
 pub mod guard;
 pub mod ledger;
