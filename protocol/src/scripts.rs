@@ -12,6 +12,9 @@ use fred::types::scripts::Script;
 
 use crate::keys::{Bucket, REPLENISH_CHANNEL};
 
+mod transfer;
+pub use transfer::TakeOutcome;
+
 /// Why the scripts could not be loaded or called.
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
@@ -152,18 +155,6 @@ pub enum ReleaseOutcome {
     /// [`Scripts::undo`] only: the sweeper or a repair has claimed the entry (`lua/claim.lua`),
     /// so it may already be on its way to an order; nothing changed, the reservation stands.
     Claimed,
-}
-
-/// What the "take" half of `transfer.lua` did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TakeOutcome {
-    /// The units were added now; `remaining` is the bucket's stock after it.
-    Added {
-        /// Stock after the transfer.
-        remaining: i64,
-    },
-    /// This transfer id was taken before: nothing changed.
-    AddedBefore,
 }
 
 /// What `publish.lua` decided.
@@ -407,64 +398,6 @@ impl Scripts {
             Some(1) => Ok(PublishOutcome::Published),
             Some(0) => Ok(PublishOutcome::Unchanged),
             Some(-1) => Ok(PublishOutcome::RefusedLive { state: text(1), stock_version: text(2) }),
-            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
-        }
-    }
-}
-
-impl Scripts {
-    /// The "give" half of a transfer (`transfer.lua`): takes up to `qty` units (with `half`, at
-    /// least half of what is there) out of `from` for bucket `to`, under `transfer_id`. Returns
-    /// `(given, remaining)`; given 0 when `from` is empty. Follow it with [`Scripts::take`] on
-    /// bucket `to`; the order writer's sweeper finishes a transfer whose take never ran.
-    pub async fn give(
-        &self,
-        client: &Client,
-        from: &Bucket,
-        transfer_id: &str,
-        to: u32,
-        qty: i64,
-        half: bool,
-    ) -> Result<(i64, i64), ScriptError> {
-        const NAME: &str = "transfer.lua";
-        let keys = vec![from.keys.meta.clone(), from.keys.stock.clone(), from.keys.sent.clone()];
-        let args = vec![
-            "give".to_string(),
-            transfer_id.to_string(),
-            to.to_string(),
-            qty.to_string(),
-            if half { "half" } else { "" }.to_string(),
-        ];
-        let out: Vec<fred::types::Value> = self.transfer.evalsha_with_retry(client, keys, args).await?;
-        match out.as_slice() {
-            [given, remaining] => Ok((int(NAME, given)?, int(NAME, remaining)?)),
-            other => Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", other.len()) }),
-        }
-    }
-
-    /// The "take" half of a transfer: adds `qty` units to `to` once per `transfer_id`.
-    pub async fn take(
-        &self,
-        client: &Client,
-        to: &Bucket,
-        transfer_id: &str,
-        qty: i64,
-    ) -> Result<TakeOutcome, ScriptError> {
-        const NAME: &str = "transfer.lua";
-        let keys = vec![to.keys.meta.clone(), to.keys.stock.clone(), to.keys.received.clone()];
-        let args = vec![
-            "take".to_string(),
-            transfer_id.to_string(),
-            qty.to_string(),
-            REPLENISH_CHANNEL.to_string(),
-            to.campaign.clone(),
-        ];
-        let out: Vec<fred::types::Value> = self.transfer.evalsha_with_retry(client, keys, args).await?;
-        let code = out.first().map(|v| int(NAME, v)).transpose()?;
-        let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
-        match code {
-            Some(1) => Ok(TakeOutcome::Added { remaining: n }),
-            Some(0) => Ok(TakeOutcome::AddedBefore),
             other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
         }
     }
