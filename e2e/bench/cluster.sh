@@ -154,6 +154,9 @@ run() { # key label tsv gateway_pids ports...
     p99=$(python3 -c "print(max($p99, $(awk '/^P99_US/ {print $2}' "$WORK/$key.$k.out")))")
   done
   echo "$rps" >"$WORK/$key.rps"
+  if ((n > BUYERS)); then
+    echo "  ($label: $n requests for $BUYERS buyers: the rest were safe retries of orders sent before, not reservations; raise BUYERS)"
+  fi
   local per_node="" calls="" nodes_ticks=0
   for k in "${!NODE_PIDS[@]}"; do
     local t=$(($(cpu_ticks "${NODE_PIDS[$k]}") - ${node0[$k]}))
