@@ -67,7 +67,10 @@ pub async fn lookup(store: &ResultStore, campaign: &str, request_id: &str) -> Re
     let count = store.buckets.get(&store.pool, campaign).await.unwrap_or(1);
     let all = Bucket::all(campaign, count);
     let in_any = |pick: fn(&Bucket) -> &String| {
-        let calls = all.iter().map(move |b| store.redis.hexists::<bool, _, _>(pick(b), request_id));
+        // On a Redis Cluster a read refused with MOVED or ASK did not run: sent again, briefly.
+        let calls = all.iter().map(move |b| {
+            protocol::cluster::retry_tryagain(move || store.redis.hexists::<bool, _, _>(pick(b), request_id))
+        });
         async move {
             let found = futures::future::join_all(calls).await;
             found.into_iter().try_fold(false, |any, r| r.map(|f| any || f)).map_err(|e| e.to_string())
