@@ -52,7 +52,7 @@ use anyhow::Context;
 use fred::prelude::Client as RedisClient;
 use protocol::keys::Bucket;
 use protocol::record::Reservation;
-use protocol::scripts::{ReserveOutcome, Scripts};
+use protocol::scripts::{reserve_in_home, ReserveOutcome, Scripts};
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 
 use crate::config::Config;
@@ -153,10 +153,10 @@ pub fn refusal(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Option<S
     })
 }
 
-/// Reserves one unit for `user` in their home bucket, as the gateway does: when that bucket is
-/// short, stock moves to it from each other bucket in turn (`lua/transfer.lua`, at least half of
-/// what the donor holds, transfer id `<request id>:<k>`) and the reservation is asked again;
-/// sold out once every bucket was tried.
+/// Reserves one unit for `user` in their home bucket, as the gateway does
+/// ([`reserve_in_home`]): when that bucket is short, stock moves to it from each other bucket in
+/// turn (at least half of what the other holds) and the reservation is asked again; sold out
+/// once every bucket was tried.
 pub async fn reserve_home(
     redis: &RedisClient,
     scripts: &Scripts,
@@ -165,25 +165,13 @@ pub async fn reserve_home(
     request_id: &str,
     user: &str,
 ) -> Result<ReserveOutcome, protocol::scripts::ScriptError> {
-    let home = Bucket::of_user(campaign, user, buckets);
-    let call = |fall_over: bool| scripts.reserve(redis, &home, request_id, user, 1, None, fall_over);
-    let mut outcome = call(buckets > 1).await?;
-    for k in 1..buckets {
-        if !matches!(outcome, ReserveOutcome::BucketShort { .. }) {
-            break;
-        }
-        let donor = Bucket::nth(campaign, home.index + k, buckets);
-        let transfer = format!("{request_id}:{k}");
-        let (given, _) = scripts.give(redis, &donor, &transfer, home.index, 1, true).await?;
-        if given > 0 {
-            scripts.take(redis, &home, &transfer, given).await?;
-            outcome = call(k + 1 < buckets).await?;
-        }
-    }
-    if let ReserveOutcome::BucketShort { .. } = outcome {
-        outcome = call(false).await?;
-    }
-    Ok(outcome)
+    let home = &Bucket::of_user(campaign, user, buckets);
+    let reserve = |fall_over: bool| scripts.reserve(redis, home, request_id, user, 1, None, fall_over);
+    let transfer = |other: Bucket, id: String, want: i64| async move {
+        scripts.transfer(redis, &other, home, &id, want, true).await.map(Some)
+    };
+    let every_other = buckets.saturating_sub(1);
+    Ok(reserve_in_home(home, every_other, 1, request_id, reserve, transfer).await?.outcome)
 }
 
 /// What `--generate` reserved, and why it stopped early, if it did.

@@ -124,9 +124,9 @@ pub async fn rebalance(
     let mut moved = Vec::new();
     for (k, m) in plan(&before).into_iter().enumerate() {
         let transfer = format!("rebalance-{run}-{k}");
-        let (given, _) = scripts.give(redis, &all[m.from as usize], &transfer, m.to, m.qty, false).await?;
+        let (from, to) = (&all[m.from as usize], &all[m.to as usize]);
+        let given = scripts.transfer(redis, from, to, &transfer, m.qty, false).await?;
         if given > 0 {
-            scripts.take(redis, &all[m.to as usize], &transfer, given).await?;
             moved.push(Move { qty: given, ..m });
         }
     }

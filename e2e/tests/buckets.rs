@@ -50,7 +50,8 @@ impl Sale {
 
     async fn reserve(&self, user: &str, qty: i64, tries: u32, nonce: Option<&Nonce>) -> Decision {
         let id = uuid::Uuid::now_v7().to_string();
-        self.reserver.reserve(&self.campaign, (self.buckets, tries), &id, user, qty, nonce).await.unwrap()
+        let home = Bucket::of_user(&self.campaign, user, self.buckets);
+        self.reserver.reserve(&home, tries, &id, user, qty, nonce).await.unwrap()
     }
 
     async fn stocks(&self) -> Vec<i64> {

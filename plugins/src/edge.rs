@@ -257,7 +257,6 @@ impl Edge {
         request_id: &str,
     ) -> Result<Queued, Denial> {
         let campaign = c.campaign.id.as_str();
-        let buckets = (c.campaign.buckets, c.campaign.bucket_tries);
         let home = Bucket::of_user(campaign, &order.claims.sub, c.campaign.buckets);
         let nonce = Nonce {
             key: home.keys.nonce(&order.claims.jti, &order.nonce),
@@ -266,7 +265,8 @@ impl Edge {
         };
         let reservation = Order {
             campaign,
-            buckets,
+            home: &home,
+            bucket_tries: c.campaign.bucket_tries,
             request_id,
             user: &order.claims.sub,
             qty: order.qty,

@@ -22,7 +22,7 @@ use fred::clients::Pool;
 use fred::prelude::Client;
 use protocol::codes::Code;
 use protocol::keys::Bucket;
-use protocol::scripts::{Nonce, ReleaseOutcome, ReserveOutcome, Scripts};
+use protocol::scripts::{reserve_in_home, FallOver, Nonce, ReleaseOutcome, ReserveOutcome, Scripts};
 use protocol::timing::undo_timeout;
 
 use crate::Denial;
@@ -73,15 +73,14 @@ impl Reserver {
         Self { pool, scripts, timeout }
     }
 
-    /// Reserves in `user`'s home bucket of `campaign` (of `buckets`), with the order's `nonce`
-    /// checked in the same call; when that bucket is short, moves stock to it from up to `tries`
-    /// other buckets and asks again. Never retried by the caller: a timeout may hide a
+    /// Reserves in `home`, the buyer's home bucket, with the order's `nonce` checked in the same
+    /// call; when that bucket is short, moves stock to it from up to `tries` other buckets and
+    /// asks again ([`reserve_in_home`]). Never retried by the caller: a timeout may hide a
     /// reservation that did happen, and the outbox (swept by the order writer) is what keeps it.
-    #[allow(clippy::too_many_arguments)]
     pub async fn reserve(
         &self,
-        campaign: &str,
-        (buckets, tries): (u32, u32),
+        home: &Bucket,
+        tries: u32,
         request_id: &str,
         user: &str,
         qty: i64,
@@ -89,57 +88,30 @@ impl Reserver {
     ) -> Result<Decision, ReserveError> {
         // One client (one connection) for every call and the undo: Redis runs them in this order.
         let client = self.pool.next_connected();
-        let home = Bucket::of_user(campaign, user, buckets);
-        let tries = if buckets > 1 { tries.min(buckets - 1) } else { 0 };
-        let call = |fall_over: bool| self.once(client, &home, request_id, user, qty, nonce, fall_over);
-        let mut outcome = call(tries > 0).await?;
-        let mut empty = 0;
-        for k in 1..=tries {
-            let ReserveOutcome::BucketShort { remaining } = outcome else { break };
-            let other = Bucket::nth(campaign, home.index + k, buckets);
-            match self.transfer(client, &other, &home, &format!("{request_id}:{k}"), qty - remaining).await {
-                Ok(0) => empty += 1,
-                Ok(_) => outcome = call(k < tries).await?,
-                Err(e) => {
-                    tracing::warn!(request_id, bucket = other.index, error = %e, "stock transfer failed");
-                    break;
+        let reserve = |fall_over: bool| self.once(client, home, request_id, user, qty, nonce, fall_over);
+        // A transfer (give, then take) bounded as its two calls were; a failure stops the asking
+        // (units given and not taken are finished by the order writer's sweeper).
+        let bound = self.timeout * 2;
+        let transfer = |other: Bucket, id: String, want: i64| async move {
+            let moved =
+                tokio::time::timeout(bound, self.scripts.transfer(client, &other, home, &id, want, true));
+            Ok(match moved.await {
+                Ok(Ok(n)) => Some(n),
+                failed => {
+                    let error = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no answer within {bound:?}"),
+                    };
+                    tracing::warn!(request_id, bucket = other.index, error, "stock transfer failed");
+                    None
                 }
-            }
-        }
-        if let ReserveOutcome::BucketShort { .. } = outcome {
-            outcome = call(false).await?;
-        }
-        let everywhere = empty + 1 == buckets;
-        let sold_out_everywhere =
-            everywhere && matches!(outcome, ReserveOutcome::SoldOut { remaining } if remaining <= 0);
-        Ok(Decision { outcome, sold_out_everywhere })
-    }
-
-    /// Moves up to `want` units (at least half of what `from` holds) from `from` to `to`, as
-    /// one transfer: "give" then "take", each bounded. Returns the units moved (0: `from` is
-    /// empty). A "take" that fails leaves the units in flight, recorded in `from`'s `sent`
-    /// ledger; the order writer's sweeper finishes the transfer.
-    async fn transfer(
-        &self,
-        client: &Client,
-        from: &Bucket,
-        to: &Bucket,
-        transfer_id: &str,
-        want: i64,
-    ) -> Result<i64, String> {
-        let give = self.scripts.give(client, from, transfer_id, to.index, want.max(1), true);
-        let (given, _) = match tokio::time::timeout(self.timeout, give).await {
-            Ok(r) => r.map_err(|e| e.to_string())?,
-            Err(_) => return Err(format!("give: no answer within {:?}", self.timeout)),
+            })
         };
-        if given > 0 {
-            let take = self.scripts.take(client, to, transfer_id, given);
-            match tokio::time::timeout(self.timeout, take).await {
-                Ok(r) => r.map_err(|e| format!("take (the sweeper finishes it): {e}"))?,
-                Err(_) => return Err("take: no answer (the sweeper finishes it)".into()),
-            };
-        }
-        Ok(given)
+        let FallOver { outcome, empty } =
+            reserve_in_home(home, tries, qty, request_id, reserve, transfer).await?;
+        let sold_out_everywhere = empty + 1 == home.count
+            && matches!(outcome, ReserveOutcome::SoldOut { remaining } if remaining <= 0);
+        Ok(Decision { outcome, sold_out_everywhere })
     }
 
     /// One `reserve.lua` call in `bucket`, undone when its answer does not come back.

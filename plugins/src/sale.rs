@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use protocol::codes::Code;
+use protocol::keys::Bucket;
 use protocol::scripts::{Nonce, ReserveOutcome};
 use protocol::signing::Signer;
 
@@ -20,9 +21,10 @@ use crate::Denial;
 pub struct Order<'a> {
     /// The campaign id.
     pub campaign: &'a str,
-    /// The campaign's hot-stock buckets and how many others an order may ask for stock
-    /// (`buckets`, `bucket_tries` of its file; `(1, 0)` without buckets).
-    pub buckets: (u32, u32),
+    /// The buyer's home bucket ([`Bucket::of_user`]; the campaign's only one without buckets).
+    pub home: &'a Bucket,
+    /// How many other buckets the order may ask for stock (`bucket_tries` of the campaign file).
+    pub bucket_tries: u32,
     /// The id the proxy gave the request.
     pub request_id: &'a str,
     /// The buyer.
@@ -70,9 +72,9 @@ impl Sale {
     /// and on its way to Kafka, or, for a safe retry, was before. Never retried (a timeout may
     /// hide a reservation; see [`Reserver::reserve`]).
     pub async fn reserve(&self, order: Order<'_>, place: Place<'_>) -> Result<Queued, Denial> {
-        let Order { campaign, buckets, request_id, user, qty, nonce } = order;
+        let Order { campaign, home, bucket_tries, request_id, user, qty, nonce } = order;
         let asked = now_ms();
-        let decision = match self.reserver.reserve(campaign, buckets, request_id, user, qty, nonce).await {
+        let decision = match self.reserver.reserve(home, bucket_tries, request_id, user, qty, nonce).await {
             Ok(decision) => decision,
             Err(ReserveError::Claimed(cause)) => {
                 tracing::info!(request_id, cause, "late reservation already swept: QUEUED");

@@ -13,7 +13,7 @@ use fred::types::scripts::Script;
 use crate::keys::{Bucket, REPLENISH_CHANNEL};
 
 mod transfer;
-pub use transfer::TakeOutcome;
+pub use transfer::{reserve_in_home, FallOver, TakeOutcome};
 
 /// Why the scripts could not be loaded or called.
 #[derive(Debug, thiserror::Error)]

@@ -289,11 +289,7 @@ async fn fill_home(st: Stores<'_>, home: &Bucket, count: u32, d: &Difference) ->
         }
         let donor = Bucket::nth(&home.campaign, home.index + k, count);
         let id = format!("repair-{}-{k}", d.request_id);
-        let (given, _) = st.scripts.shared.give(st.redis, &donor, &id, home.index, short, false).await?;
-        if given > 0 {
-            st.scripts.shared.take(st.redis, home, &id, given).await?;
-            short -= given;
-        }
+        short -= st.scripts.shared.transfer(st.redis, &donor, home, &id, short, false).await?;
     }
     Ok(())
 }

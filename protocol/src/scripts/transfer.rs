@@ -1,9 +1,12 @@
 //! The wrappers of `lua/transfer.lua`: stock moved between two hot-stock buckets of a campaign,
-//! "give" on one bucket, then "take" on the other ([`crate::keys::Bucket`]).
+//! "give" on one bucket, then "take" on the other ([`crate::keys::Bucket`]), and the reservation
+//! that moves stock to a buyer's short home bucket ([`reserve_in_home`]).
+
+use std::future::Future;
 
 use fred::prelude::Client;
 
-use super::{int, ScriptError, Scripts};
+use super::{int, ReserveOutcome, ScriptError, Scripts};
 use crate::cluster::EvalRetry;
 use crate::keys::{Bucket, REPLENISH_CHANNEL};
 
@@ -75,4 +78,73 @@ impl Scripts {
             other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
         }
     }
+}
+
+impl Scripts {
+    /// One whole transfer: [`Scripts::give`] on `from`, then [`Scripts::take`] on `to` of what
+    /// was given, under `transfer_id`. Returns the units moved (0: `from` had none). An error
+    /// after the give leaves the units in flight, in `from`'s `sent` ledger: the order writer's
+    /// sweeper finishes the transfer.
+    pub async fn transfer(
+        &self,
+        client: &Client,
+        from: &Bucket,
+        to: &Bucket,
+        transfer_id: &str,
+        qty: i64,
+        half: bool,
+    ) -> Result<i64, ScriptError> {
+        let (given, _) = self.give(client, from, transfer_id, to.index, qty, half).await?;
+        if given > 0 {
+            self.take(client, to, transfer_id, given).await?;
+        }
+        Ok(given)
+    }
+}
+
+/// What [`reserve_in_home`] decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FallOver {
+    /// The last `reserve.lua` answer.
+    pub outcome: ReserveOutcome,
+    /// How many other buckets were found empty.
+    pub empty: u32,
+}
+
+/// A reservation of a campaign with hot-stock buckets, whoever makes it (the gateway, `order-writer
+/// produce`): `reserve(fall_over)` runs `reserve.lua` once in the buyer's `home` bucket. While it
+/// answers [`ReserveOutcome::BucketShort`], the next of up to `tries` other buckets, in order, is
+/// asked for the missing units by `transfer(other, transfer_id, want)` (id `<request id>:<k>`;
+/// `Some(units moved)`, or `None` to stop asking), and the reservation is asked again; the last
+/// call is made without fall-over, so its answer is the last word. Without buckets, one call.
+pub async fn reserve_in_home<E, R, RF, T, TF>(
+    home: &Bucket,
+    tries: u32,
+    qty: i64,
+    request_id: &str,
+    reserve: R,
+    transfer: T,
+) -> Result<FallOver, E>
+where
+    R: Fn(bool) -> RF,
+    RF: Future<Output = Result<ReserveOutcome, E>>,
+    T: Fn(Bucket, String, i64) -> TF,
+    TF: Future<Output = Result<Option<i64>, E>>,
+{
+    let tries = if home.count > 1 { tries.min(home.count - 1) } else { 0 };
+    let mut outcome = reserve(tries > 0).await?;
+    let mut empty = 0;
+    for k in 1..=tries {
+        let ReserveOutcome::BucketShort { remaining } = outcome else { break };
+        let other = Bucket::nth(&home.campaign, home.index + k, home.count);
+        match transfer(other, format!("{request_id}:{k}"), qty - remaining).await? {
+            Some(0) => empty += 1,
+            Some(_) => outcome = reserve(k < tries).await?,
+            None => break,
+        }
+    }
+    if let ReserveOutcome::BucketShort { .. } = outcome {
+        outcome = reserve(false).await?;
+    }
+    Ok(FallOver { outcome, empty })
 }
