@@ -21,7 +21,7 @@ use fred::prelude::Client as RedisClient;
 use protocol::campaign::Campaign;
 use protocol::conf::ConfError;
 use protocol::keys::Bucket;
-use protocol::scripts::{bucket_shares, PublishOutcome, PublishSpec};
+use protocol::scripts::{PublishOutcome, PublishSpec};
 use sqlx::PgPool;
 
 use crate::redis::RedisScripts;
@@ -181,13 +181,9 @@ pub async fn publish(
             });
         }
     }
-    let mut outcomes = Vec::with_capacity(buckets as usize);
-    for (bucket, share) in all.iter().zip(bucket_shares(total, buckets)) {
-        let spec =
-            PublishSpec { stock_version, total: share, limit, sku: sku.clone(), price_cents, price_version };
-        let out = scripts.shared.publish(redis, bucket, &spec).await.context("publishing to Redis")?;
-        outcomes.push(out);
-    }
+    let spec = PublishSpec { stock_version, total, limit, sku, price_cents, price_version };
+    let outcomes =
+        scripts.shared.publish_buckets(redis, id, buckets, &spec).await.context("publishing to Redis")?;
     apply_pause(redis, scripts, id, buckets, c.switches.pause_replenish).await?;
     let result = match combine(&outcomes) {
         (PublishOutcome::Published, _) => Published::Ready { stock_version, stock: total },

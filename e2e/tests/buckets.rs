@@ -14,7 +14,7 @@ use e2e::stack;
 use fred::prelude::*;
 use plugins::reserve::{Decision, Reserver};
 use protocol::keys::{home_bucket, Bucket};
-use protocol::scripts::{self, bucket_shares, Nonce, PublishOutcome, PublishSpec, ReserveOutcome, Scripts};
+use protocol::scripts::{self, Nonce, PublishOutcome, PublishSpec, ReserveOutcome, Scripts};
 
 struct Sale {
     redis: Client,
@@ -33,17 +33,16 @@ impl Sale {
         pool.init().await.unwrap();
         let scripts = Scripts::load(&scripts::default_dir()).unwrap();
         let campaign = stack::unique("bk-");
-        for (bucket, share) in Bucket::all(&campaign, buckets).iter().zip(bucket_shares(stock, buckets)) {
-            let spec = PublishSpec {
-                stock_version: 1,
-                total: share,
-                limit,
-                sku: "SKU".into(),
-                price_cents: 100,
-                price_version: 1,
-            };
-            assert_eq!(scripts.publish(&redis, bucket, &spec).await.unwrap(), PublishOutcome::Published);
-        }
+        let spec = PublishSpec {
+            stock_version: 1,
+            total: stock,
+            limit,
+            sku: "SKU".into(),
+            price_cents: 100,
+            price_version: 1,
+        };
+        let outcomes = scripts.publish_buckets(&redis, &campaign, buckets, &spec).await.unwrap();
+        assert_eq!(outcomes, vec![PublishOutcome::Published; buckets as usize]);
         let reserver = Reserver::new(pool, scripts.clone(), Duration::from_secs(2));
         Self { redis, reserver, scripts, campaign, buckets }
     }

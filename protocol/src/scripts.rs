@@ -401,6 +401,22 @@ impl Scripts {
             other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
         }
     }
+
+    /// Runs `publish.lua` for every one of `count` buckets of `campaign`, each with its share of
+    /// `spec.total` ([`bucket_shares`]); the outcomes in bucket order. Stops at the first error.
+    pub async fn publish_buckets(
+        &self,
+        client: &Client,
+        campaign: &str,
+        count: u32,
+        spec: &PublishSpec,
+    ) -> Result<Vec<PublishOutcome>, ScriptError> {
+        let mut outcomes = Vec::with_capacity(count as usize);
+        for (bucket, share) in Bucket::all(campaign, count).iter().zip(bucket_shares(spec.total, count)) {
+            outcomes.push(self.publish(client, bucket, &PublishSpec { total: share, ..spec.clone() }).await?);
+        }
+        Ok(outcomes)
+    }
 }
 
 #[cfg(test)]

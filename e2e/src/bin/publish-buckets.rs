@@ -35,19 +35,18 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!((1..=protocol::keys::MAX_BUCKETS).contains(&a.buckets), "--buckets must be 1 to 64");
     let redis = e2e::stack::redis_client(&a.redis).await?;
     let scripts = Scripts::load(&scripts::default_dir())?;
-    for (bucket, share) in Bucket::all(&a.campaign, a.buckets).iter().zip(bucket_shares(a.stock, a.buckets)) {
-        let spec = PublishSpec {
-            stock_version: 1,
-            total: share,
-            limit: a.limit,
-            sku: "SKU-BENCH".into(),
-            price_cents: 100,
-            price_version: 1,
-        };
-        let out = scripts
-            .publish(&redis, bucket, &spec)
-            .await
-            .with_context(|| format!("bucket {}", bucket.index))?;
+    let spec = PublishSpec {
+        stock_version: 1,
+        total: a.stock,
+        limit: a.limit,
+        sku: "SKU-BENCH".into(),
+        price_cents: 100,
+        price_version: 1,
+    };
+    let outcomes =
+        scripts.publish_buckets(&redis, &a.campaign, a.buckets, &spec).await.context("publish.lua")?;
+    let all = Bucket::all(&a.campaign, a.buckets);
+    for ((bucket, share), out) in all.iter().zip(bucket_shares(a.stock, a.buckets)).zip(outcomes) {
         println!("bucket {} slot {} stock {share}: {out:?}", bucket.index, bucket.slot());
     }
     Ok(())
