@@ -148,7 +148,7 @@ status=0
 "$BIN/seckill-load" "${CROWD[@]}" --campaign "$ID" \
   --users "$USERS" --requests-per-user "$REQUESTS_PER_USER" --concurrency "$CONCURRENCY" \
   --writer "http://127.0.0.1:$WRITER_PORT" --close-wait-secs "$((PAY_WINDOW_SECS + 60))" \
-  --process "postgres=$(stack_pid postgres)" --process "tansu=$(stack_pid kafka)" \
+  --process "postgres=$(stack_pid postgres)" --process "kafka=$(stack_pid kafka)" \
   --pg-url "$(sale_db_url "$ID")" --redis-url "$SECKILL_REDIS_URL" \
   --json "$RUN/report.json" --html "$RUN/report.html" || status=$?
 

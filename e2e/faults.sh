@@ -8,7 +8,7 @@
 #
 # Faults (all by default):
 #   writer          kill -9 of the order writer mid-sale, restarted
-#   broker          the Kafka broker (tansu) killed with kill -9 mid-sale, restarted
+#   broker          the Kafka broker killed with kill -9 mid-sale, restarted
 #   postgres        PostgreSQL crash-stopped (immediate) while batches commit, restarted
 #   redis-always    Redis kill -9 mid-sale, restarted from its AOF, appendfsync always: 0 lost
 #   redis-everysec  the same with appendfsync everysec: lost answers measured and printed
@@ -17,7 +17,7 @@
 #   redis-slow      Redis paused (SIGSTOP) mid-burst: SERVICE_DEGRADED within the gateway's
 #                   bound, its connections do not pile up; then resumed (SIGCONT)
 #
-# Every server is this script's own: a second stack (Redis, PostgreSQL, tansu) under
+# Every server is this script's own: a second stack (Redis, PostgreSQL, Kafka) under
 # .stack/faults on ports of its own (FAULTS_REDIS_PORT 6490, FAULTS_PG_PORT 5490,
 # FAULTS_KAFKA_PORT 19190), and its own gateway and order writer (18480..18482, metrics +1000).
 # Faults are sent by PID to those processes only; the stack is stopped at the end. --short: a

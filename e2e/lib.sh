@@ -246,7 +246,7 @@ stack_pid() { # name
   case $1 in
     redis) head -n 1 "$dir/redis/redis.pid" ;;
     postgres) head -n 1 "$dir/pg/data/postmaster.pid" ;;
-    kafka) head -n 1 "$dir/kafka/tansu.pid" ;;
+    kafka) head -n 1 "$dir/kafka/kafka.pid" ;;
     cluster) cat "$dir"/cluster/*/redis.pid ;;
   esac
 }

@@ -1,38 +1,54 @@
 #!/usr/bin/env bash
 # The local stack of real servers that the tests, the demo and the benchmarks run against:
 #
-#   Redis 7 (AOF, appendfsync everysec)  127.0.0.1:6390
-#   PostgreSQL (trust auth on loopback)  127.0.0.1:5440   superuser `postgres`
-#   tansu 0.6.0, Kafka API (sqlite)      127.0.0.1:19092
-#   Redis Cluster, 3 masters (on demand) 127.0.0.1:7390..7392 (cluster bus: port + 10000)
+#   Redis 7 (AOF, appendfsync everysec)    127.0.0.1:6390
+#   PostgreSQL (trust auth on loopback)    127.0.0.1:5440   superuser `postgres`
+#   Apache Kafka 4.4.0, KRaft, one node    127.0.0.1:19092  (its controller: port + 1)
+#   Redis Cluster, 3 masters (on demand)   127.0.0.1:7390..7392 (cluster bus: port + 10000)
+#   Kafka cluster, 3 nodes (on demand)     127.0.0.1:19392..19394 (controllers: port + 100)
 #
-# Usage: e2e/stack.sh up|down|kill|status|stopped [redis|postgres|kafka|cluster]...
+# Usage: e2e/stack.sh up|down|kill|status|stopped [redis|postgres|kafka|cluster|kafka-cluster]...
 #
-# Without names a command means redis, postgres and kafka (`status` adds the cluster once it has
-# been started in this folder). The cluster is started only when named: `e2e/stack.sh up cluster`. Its three
-# redis-server processes (`cluster-enabled yes`, AOF like the single Redis) keep data, log and PID
-# file under .stack/cluster/<port>; the first `up` joins them with `redis-cli --cluster create
-# ... --cluster-replicas 0` (each master gets a third of the slots), later ones find it created
-# (nodes.conf). It counts as up when every node answers `cluster_state:ok`.
+# Without names a command means redis, postgres and kafka (`status` adds the clusters once they
+# have been started in this folder). The clusters are started only when named.
 #
-#   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light python3;
-#            cargo install tansu 0.6.0), starts the servers that are not running, waits until
-#            each answers, writes .stack/env. Running it again is harmless.
+# Redis Cluster (`up cluster`): three redis-server processes (`cluster-enabled yes`, AOF like the
+# single Redis) keep data, log and PID file under .stack/cluster/<port>; the first `up` joins them
+# with `redis-cli --cluster create ... --cluster-replicas 0` (each master gets a third of the
+# slots), later ones find it created (nodes.conf). It counts as up when every node answers
+# `cluster_state:ok`.
+#
+# Kafka: Apache Kafka's jars are resolved from Maven Central by e2e/kafka/pom.xml into
+# .stack/kafka-dist/<version>/libs (once; ~45 MB). Each node is one JVM (`kafka.Kafka`), combined
+# broker and KRaft controller with a static quorum, its storage formatted once (`StorageTool
+# format`), data, server.properties and logs under .stack/kafka (or .stack/kafka-cluster/<id>), a
+# fixed heap (SECKILL_KAFKA_HEAP, 768m; SECKILL_KAFKA_CLUSTER_HEAP, 384m each). It counts as up
+# when it answers a Metadata request naming itself (the cluster: naming all three brokers).
+# `up kafka-cluster` starts three nodes with default.replication.factor=3 and
+# min.insync.replicas=2, so a topic created there survives one node lost with every acked record.
+# Topics are not created automatically: the binaries create theirs.
+#
+#   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light python3,
+#            and for Kafka openjdk-17-jre-headless and maven if absent; mvn: Apache Kafka), starts
+#            the servers that are not running, waits until each answers, writes .stack/env.
+#            Running it again is harmless.
 #   down     stops the servers this script started (PID files), waits for them to exit.
 #            Keeps their data. Running it again is harmless.
 #   kill     SIGKILL of the servers this script started (PostgreSQL: `pg_ctl stop -m immediate`,
 #            its crash stop): the fault tests' crash, on a stack of their own. Keeps their data.
-#   status   one line per server (per node for the cluster); exit status 0 when all named servers are up, 3 otherwise.
+#   status   one line per server (per node for the clusters); exit status 0 when all named servers are up, 3 otherwise.
 #   stopped  prints the names of the named servers that are not running (for scripts).
 #
 # Everything lives under .stack/ at the repository root (ignored by git): data, logs, PID
 # files, and `env`, which exports SECKILL_REDIS_URL, SECKILL_PG_ADMIN_URL and
-# SECKILL_KAFKA_BROKER for the tests, and SECKILL_REDIS_CLUSTER_URL when the cluster is up (fred's
-# form: redis-cluster://127.0.0.1:7390?node=127.0.0.1:7391&node=127.0.0.1:7392). Servers listen
-# on 127.0.0.1 only. Ports can be moved with SECKILL_REDIS_PORT, SECKILL_PG_PORT,
-# SECKILL_KAFKA_PORT and SECKILL_CLUSTER_PORT (the first of the three; source .stack/env after).
-# SECKILL_STACK_DIR moves the whole folder (a second stack beside the first: e2e/faults.sh);
-# SECKILL_REDIS_APPENDFSYNC (everysec, or always) is Redis' AOF fsync policy at its start.
+# SECKILL_KAFKA_BROKER for the tests, SECKILL_REDIS_CLUSTER_URL when the Redis Cluster is up (fred's
+# form: redis-cluster://127.0.0.1:7390?node=127.0.0.1:7391&node=127.0.0.1:7392) and
+# SECKILL_KAFKA_CLUSTER_BROKERS (host:port,host:port,host:port) when the Kafka cluster is. Servers
+# listen on 127.0.0.1 only. Ports can be moved with SECKILL_REDIS_PORT, SECKILL_PG_PORT,
+# SECKILL_KAFKA_PORT, SECKILL_CLUSTER_PORT and SECKILL_KAFKA_CLUSTER_PORT (the first of three;
+# source .stack/env after). SECKILL_STACK_DIR moves the whole folder but the Kafka jars (a second
+# stack beside the first: e2e/faults.sh); SECKILL_REDIS_APPENDFSYNC (everysec, or always) is
+# Redis' AOF fsync policy at its start.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,13 +58,17 @@ HOST=127.0.0.1
 REDIS_PORT=${SECKILL_REDIS_PORT:-6390}
 PG_PORT=${SECKILL_PG_PORT:-5440}
 KAFKA_PORT=${SECKILL_KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
+KAFKA_CLUSTER_PORT=${SECKILL_KAFKA_CLUSTER_PORT:-19392}
 CLUSTER_PORT=${SECKILL_CLUSTER_PORT:-7390}
 CLUSTER_PORTS=("$CLUSTER_PORT" "$((CLUSTER_PORT + 1))" "$((CLUSTER_PORT + 2))")
-TANSU_VERSION=0.6.0
-READY_TIMEOUT=${SECKILL_STACK_READY_TIMEOUT:-60} # seconds, per server
+KAFKA_VERSION=4.4.0 # also in e2e/kafka/pom.xml
+KAFKA_HEAP=${SECKILL_KAFKA_HEAP:-768m}                 # the single broker's fixed heap
+KAFKA_CLUSTER_HEAP=${SECKILL_KAFKA_CLUSTER_HEAP:-384m} # each of the three's
+READY_TIMEOUT=${SECKILL_STACK_READY_TIMEOUT:-90} # seconds, per server (a JVM starts in ~10 s)
 STOP_TIMEOUT=30                                  # seconds, per server
-ALL=(redis postgres kafka)          # what a command without names means
-KNOWN=(redis postgres kafka cluster) # what a command accepts
+ALL=(redis postgres kafka)                         # what a command without names means
+KNOWN=(redis postgres kafka cluster kafka-cluster) # what a command accepts
 
 CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
 export PATH="$CARGO_BIN:$PATH"
@@ -69,11 +89,6 @@ pg_bin() {
   [[ -n "$d" && -x "$d/initdb" ]] && echo "$d"
 }
 
-tansu_ok() {
-  # `tansu --version` prints "tansu 0.6.0".
-  command -v tansu >/dev/null 2>&1 && [[ "$(tansu --version 2>/dev/null)" == "tansu $TANSU_VERSION" ]]
-}
-
 install_missing() {
   local pkgs=()
   command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 ||
@@ -82,8 +97,11 @@ install_missing() {
   command -v cmake >/dev/null 2>&1 || pkgs+=(cmake) # pingora's zlib-ng build
   command -v wrk >/dev/null 2>&1 || pkgs+=(wrk)     # benchmarks: outside load tool
   command -v nginx >/dev/null 2>&1 || pkgs+=(nginx-light) # benchmarks: the peer
-  command -v sqlite3 >/dev/null 2>&1 || pkgs+=(sqlite3)   # the broker's index (up_kafka)
   command -v python3 >/dev/null 2>&1 || pkgs+=(python3)   # e2e/faults.sh reads the crowd's JSON report
+  if [[ " $* " == *" kafka"* ]]; then # Apache Kafka runs on a JVM; Maven resolves its jars
+    command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
+    command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
+  fi
   if ((${#pkgs[@]})); then
     [[ $(id -u) == 0 ]] || die "missing ${pkgs[*]}: run as root, or: sudo apt-get install -y ${pkgs[*]}"
     log "installing ${pkgs[*]} (apt-get)"
@@ -95,20 +113,9 @@ install_missing() {
   fi
   [[ -n "$(pg_bin)" ]] || die "PostgreSQL binaries not found under /usr/lib/postgresql/*/bin"
 
-  # tansu is built only when the broker is asked for (`up redis postgres` needs no Rust build).
-  if [[ " $* " == *" kafka "* ]] && ! tansu_ok; then
-    command -v cargo >/dev/null 2>&1 || die "cargo not found: tansu $TANSU_VERSION is built with cargo"
-    mkdir -p "$STACK"
-    log "building tansu $TANSU_VERSION with cargo install (about 13 min on 2 cores)"
-    local t=$SECONDS
-    # One install at a time, even when two stacks start together.
-    (
-      flock -w 3600 9 || die "timed out waiting for another tansu install"
-      tansu_ok || cargo install --locked tansu --version "$TANSU_VERSION" --features libsql,dynostore
-    ) 9>"$STACK/tansu-install.lock"
-    tansu_ok || die "tansu $TANSU_VERSION is not on PATH after cargo install (PATH=$PATH)"
-    log "tansu built in $((SECONDS - t)) s"
-  fi
+  # Kafka's jars are resolved only when a broker is asked for.
+  [[ " $* " == *" kafka"* ]] && install_kafka
+  return 0
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -130,12 +137,12 @@ pidfile() {
   case $1 in
     redis) echo "$STACK/redis/redis.pid" ;;
     postgres) echo "$STACK/pg/data/postmaster.pid" ;;
-    kafka) echo "$STACK/kafka/tansu.pid" ;;
+    kafka) echo "$STACK/kafka/kafka.pid" ;;
     cluster) echo "$STACK/cluster/$CLUSTER_PORT/redis.pid" ;; # its first node
   esac
 }
 progname() {
-  case $1 in redis | cluster) echo redis-server ;; postgres) echo postgres ;; kafka) echo tansu ;; esac
+  case $1 in redis | cluster) echo redis-server ;; postgres) echo postgres ;; kafka) echo kafka.Kafka ;; esac
 }
 port() {
   case $1 in
@@ -143,13 +150,14 @@ port() {
     postgres) echo "$PG_PORT" ;;
     kafka) echo "$KAFKA_PORT" ;;
     cluster) echo "$CLUSTER_PORT" ;;
+    kafka-cluster) echo "$KAFKA_CLUSTER_PORT" ;;
   esac
 }
 logfile() {
   case $1 in
     redis) echo "$STACK/redis/redis.log" ;;
     postgres) echo "$STACK/pg/postgres.log" ;;
-    kafka) echo "$STACK/kafka/tansu.log" ;;
+    kafka) echo "$STACK/kafka/kafka.log" ;;
     cluster) echo "$STACK/cluster/$CLUSTER_PORT/redis.log" ;;
   esac
 }
@@ -157,6 +165,8 @@ logfile() {
 running() {
   if [[ $1 == cluster ]]; then
     cluster_running
+  elif [[ $1 == kafka-cluster ]]; then
+    kafka_cluster_running
   else
     alive "$(pidfile "$1")" "$(progname "$1")" && port_open "$(port "$1")"
   fi
@@ -307,14 +317,9 @@ down_cluster() {
 }
 
 kill_cluster() {
-  local p pid
-  for p in "${CLUSTER_PORTS[@]}"; do
-    node_alive "$p" || continue
-    pid=$(head -n 1 "$(node_dir "$p")/redis.pid")
-    kill -KILL "$pid"
-    for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    rm -f "$(node_dir "$p")/redis.pid"
-  done
+  local p
+  for p in "${CLUSTER_PORTS[@]}"; do node_alive "$p" && kill_pidfile "$(node_dir "$p")/redis.pid"; done
+  return 0
 }
 
 # fred's URL of the cluster: the first node, the others as `node` parameters.
@@ -375,54 +380,208 @@ down_postgres() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# tansu (Kafka API). It opens one port only: the listener. Its storage is durable sqlite, the
-# path relative to the working directory, so it runs from its data folder.
+# Apache Kafka (KRaft). The jars come from Maven Central through e2e/kafka/pom.xml into
+# $KAFKA_DIST/libs (one copy per version, shared by every stack of this checkout); each broker is
+# one JVM, `kafka.Kafka server.properties`, combined broker + controller, data and log in its
+# folder. Storage is formatted once (meta.properties); later starts find it.
 
-# A real Kafka request: ApiVersions v0, correlation id 7; the answer must carry that id and
-# error code 0.
-kafka_ready() {
-  local reply
+KAFKA_DIST=$ROOT/.stack/kafka-dist/$KAFKA_VERSION
+
+kafka_installed() { [[ -f "$KAFKA_DIST/complete" ]]; }
+
+install_kafka() {
+  kafka_installed && return 0
+  command -v mvn >/dev/null 2>&1 || die "mvn not found (apt-get install maven)"
+  mkdir -p "$KAFKA_DIST"
+  (
+    flock -w 600 9 || die "timed out waiting for another Kafka install"
+    kafka_installed && exit 0
+    log "resolving Apache Kafka $KAFKA_VERSION from Maven Central (e2e/kafka/pom.xml)"
+    local t=$SECONDS
+    rm -rf "$KAFKA_DIST/libs"
+    mvn -q -B -f "$ROOT/e2e/kafka/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+      -DoutputDirectory="$KAFKA_DIST/libs" </dev/null >"$KAFKA_DIST/mvn.log" 2>&1 || {
+      tail -n 30 "$KAFKA_DIST/mvn.log" >&2
+      die "mvn could not resolve Apache Kafka $KAFKA_VERSION (log: $KAFKA_DIST/mvn.log)"
+    }
+    [[ -f "$KAFKA_DIST/libs/kafka_2.13-$KAFKA_VERSION.jar" ]] || die "mvn did not bring kafka_2.13-$KAFKA_VERSION.jar"
+    touch "$KAFKA_DIST/complete"
+    log "Apache Kafka $KAFKA_VERSION resolved in $((SECONDS - t)) s"
+  ) 9>"$ROOT/.stack/kafka-dist.lock"
+}
+
+# jvm_args HEAP LOG: sets JVM to the java options of a Kafka process (the Kafka classpath, a fixed
+# heap, its log4j log in LOG).
+jvm_args() {
+  JVM=("-Xms$1" "-Xmx$1" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
+    "-Dlog4j2.configurationFile=$ROOT/e2e/kafka/log4j2.properties" "-Dkafka.log.file=$2"
+    -cp "$KAFKA_DIST/libs/*")
+}
+
+# Metadata v4 with every topic (a null topic array): the answer must carry correlation id 7 and at
+# least WANT brokers. A broker answers it only once it has joined the quorum and registered.
+kafka_metadata() { # port want
+  local reply n
   reply=$(timeout 2 bash -c '
     exec 3<>/dev/tcp/$0/$1 || exit 1
-    printf "\x00\x00\x00\x0e\x00\x12\x00\x00\x00\x00\x00\x07\x00\x04seck" >&3
-    head -c 10 <&3 | od -An -v -tx1 | tr -d " \n"' "$HOST" "$KAFKA_PORT" 2>/dev/null) || return 1
-  [[ "${reply:8:12}" == "000000070000" ]]
+    printf "\x00\x00\x00\x13\x00\x03\x00\x04\x00\x00\x00\x07\x00\x04seck\xff\xff\xff\xff\x00" >&3
+    head -c 16 <&3 | od -An -v -tx1 | tr -d " \n"' "$HOST" "$1" 2>/dev/null) || return 1
+  [[ "${reply:8:8}" == "00000007" ]] || return 1
+  n=$((16#${reply:24:8}))
+  ((n >= $2))
+}
+kafka_ready() { kafka_metadata "$KAFKA_PORT" 1; }
+
+# write_kafka_conf DIR NODE_ID PORT CONTROLLER_PORT VOTERS REPLICAS: DIR/server.properties.
+write_kafka_conf() {
+  local dir=$1 id=$2 port=$3 cport=$4 voters=$5 replicas=$6 min_isr
+  min_isr=$((replicas > 1 ? 2 : 1))
+  cat >"$dir/server.properties" <<EOF
+# Written by e2e/stack.sh: one combined broker + controller of the test stack, loopback only.
+process.roles=broker,controller
+node.id=$id
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://$HOST:$port,CONTROLLER://$HOST:$cport
+advertised.listeners=PLAINTEXT://$HOST:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$dir/data
+num.network.threads=2
+num.io.threads=4
+num.partitions=1
+default.replication.factor=$replicas
+min.insync.replicas=$min_isr
+offsets.topic.replication.factor=$replicas
+transaction.state.log.replication.factor=$replicas
+transaction.state.log.min.isr=$min_isr
+share.coordinator.state.topic.replication.factor=$replicas
+share.coordinator.state.topic.min.isr=$min_isr
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+delete.topic.enable=true
+# The stack lives on one disk of a test machine: keep a week, in 256 MiB segments.
+log.retention.hours=168
+log.segment.bytes=268435456
+EOF
+}
+
+# start_kafka_node DIR CLUSTER_ID HEAP: formats DIR/data once, starts the JVM, writes DIR/kafka.pid.
+start_kafka_node() {
+  local dir=$1 cluster_id=$2 heap=$3 JVM
+  if [[ ! -f "$dir/data/meta.properties" ]]; then
+    mkdir -p "$dir/data"
+    jvm_args 256m "$dir/kafka.log"
+    java "${JVM[@]}" kafka.tools.StorageTool format --ignore-formatted \
+      -t "$cluster_id" -c "$dir/server.properties" </dev/null >>"$dir/kafka.out" 2>&1 ||
+      die "formatting the Kafka storage in $dir failed (see $dir/kafka.out)"
+  fi
+  # The script alone writes kafka.pid (as for Redis); the JVM's own output goes to kafka.out.
+  jvm_args "$heap" "$dir/kafka.log"
+  setsid java "${JVM[@]}" kafka.Kafka "$dir/server.properties" </dev/null >>"$dir/kafka.out" 2>&1 &
+  echo $! >"$dir/kafka.pid"
+}
+
+# A cluster id is 16 bytes in URL-safe base64 without padding (what `kafka-storage random-uuid`
+# prints); the stack keeps one per folder.
+cluster_id() { # file
+  [[ -s "$1" ]] || python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))' >"$1"
+  cat "$1"
 }
 
 up_kafka() {
   local dir="$STACK/kafka"
   mkdir -p "$dir"
-  (
-    cd "$dir"
-    # Flags win over tansu's environment variables; unset the ones no flag covers (an OTLP
-    # endpoint would make it export metrics). tansu also loads the first `.env` file found in
-    # its folder or a parent: an empty one of its own stops that search. Log warnings only.
-    echo "# Empty on purpose: tansu stops looking for a .env file here (e2e/stack.sh)." >.env
-    exec env -u OTEL_EXPORTER_OTLP_ENDPOINT -u SCHEMA_REGISTRY -u DATA_LAKE \
-      RUST_LOG="${SECKILL_TANSU_LOG:-warn}" \
-      setsid tansu broker \
-      --listener-url "tcp://$HOST:$KAFKA_PORT" \
-      --advertised-listener-url "tcp://$HOST:$KAFKA_PORT" \
-      --storage-engine "sqlite://tansu.db" \
-      </dev/null >>"$dir/tansu.log" 2>&1
-  ) &
-  echo $! >"$dir/tansu.pid"
+  write_kafka_conf "$dir" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "1@$HOST:$KAFKA_CONTROLLER_PORT" 1
+  start_kafka_node "$dir" "$(cluster_id "$dir/cluster.id")" "$KAFKA_HEAP"
   wait_ready kafka kafka_ready
-  index_kafka "$dir/tansu.db"
 }
 
-# tansu 0.6 reads a fetched record's headers with one query per record on its `header` table,
-# which has no index: every record fetched scans every header ever written. Our records all carry
-# one (the gateway's signature), so a fetch slowed down with the broker's age, down to ~100
-# records/s after a few hundred thousand records (e2e/src/bin/broker-probe.rs measures it: about
-# 40,000 records/s read back with the index). The index is only added, never changes an answer.
-index_kafka() { # db
-  local sql="CREATE INDEX IF NOT EXISTS seckill_header_record ON header (topition, offset_id);"
-  for _ in $(seq 1 50); do # tansu creates its tables when it starts
-    if sqlite3 -cmd ".timeout 10000" "$1" "$sql" 2>/dev/null; then return 0; fi
-    sleep 0.2
+# Kafka cluster: three combined brokers + controllers (node ids 1..3), one quorum, every topic
+# with 3 replicas and min.insync.replicas=2. The name `kafka-cluster` means the three.
+kcluster_dir() { echo "$STACK/kafka-cluster/$1"; } # node id
+kcluster_port() { echo "$((KAFKA_CLUSTER_PORT + $1 - 1))"; }
+kcluster_cport() { echo "$((KAFKA_CLUSTER_PORT + 100 + $1 - 1))"; }
+kcluster_alive() { alive "$(kcluster_dir "$1")/kafka.pid" kafka.Kafka; }
+kcluster_brokers() {
+  local n out=()
+  for n in 1 2 3; do out+=("$HOST:$(kcluster_port "$n")"); done
+  (IFS=,; echo "${out[*]}")
+}
+
+kafka_cluster_running() {
+  local n
+  for n in 1 2 3; do
+    kcluster_alive "$n" && kafka_metadata "$(kcluster_port "$n")" 3 || return 1
   done
-  die "could not add the header index to $1 (sqlite3)"
+}
+
+kafka_cluster_any_alive() {
+  local n
+  for n in 1 2 3; do kcluster_alive "$n" && return 0; done
+  return 1
+}
+
+up_kafka_cluster() {
+  local n dir voters="" id deadline
+  mkdir -p "$STACK/kafka-cluster"
+  id=$(cluster_id "$STACK/kafka-cluster/cluster.id")
+  for n in 1 2 3; do voters+="${voters:+,}$n@$HOST:$(kcluster_cport "$n")"; done
+  for n in 1 2 3; do
+    dir=$(kcluster_dir "$n")
+    mkdir -p "$dir"
+    kcluster_alive "$n" && continue
+    port_open "$(kcluster_port "$n")" &&
+      die "kafka-cluster: port $HOST:$(kcluster_port "$n") is taken by a process this script did not start (SECKILL_KAFKA_CLUSTER_PORT)"
+    write_kafka_conf "$dir" "$n" "$(kcluster_port "$n")" "$(kcluster_cport "$n")" "$voters" 3
+    start_kafka_node "$dir" "$id" "$KAFKA_CLUSTER_HEAP"
+  done
+  deadline=$((SECONDS + READY_TIMEOUT))
+  for n in 1 2 3; do
+    until kafka_metadata "$(kcluster_port "$n")" 3 >/dev/null 2>&1; do
+      kcluster_alive "$n" || fail_kafka_node "$n" "the process exited"
+      ((SECONDS < deadline)) || fail_kafka_node "$n" "not ready with 3 brokers after ${READY_TIMEOUT} s"
+      sleep 0.2
+    done
+  done
+}
+
+fail_kafka_node() { # node why
+  printf '%s stack: error: kafka-cluster node %s did not come up: %s\n--- last lines of %s ---\n' \
+    "$(date -u +%H:%M:%S)" "$1" "$2" "$(kcluster_dir "$1")/kafka.log" >&2
+  tail -n 40 "$(kcluster_dir "$1")/kafka.log" >&2 2>/dev/null || echo "(no log)" >&2
+  tail -n 20 "$(kcluster_dir "$1")/kafka.out" >&2 2>/dev/null || true
+  exit 1
+}
+
+down_kafka_cluster() {
+  local n
+  for n in 1 2 3; do kcluster_alive "$n" && stop_pidfile "kafka-cluster node $n" "$(kcluster_dir "$n")/kafka.pid"; done
+  return 0
+}
+
+kill_kafka_cluster() {
+  local n
+  for n in 1 2 3; do kcluster_alive "$n" && kill_pidfile "$(kcluster_dir "$n")/kafka.pid"; done
+  return 0
+}
+
+status_kafka_cluster() {
+  local n dir ok=0
+  for n in 1 2 3; do
+    dir=$(kcluster_dir "$n")
+    if kcluster_alive "$n" && kafka_metadata "$(kcluster_port "$n")" 1; then
+      printf '%-13s up    %s:%s  pid %s  log %s\n' kafka-cluster "$HOST" "$(kcluster_port "$n")" \
+        "$(head -n 1 "$dir/kafka.pid")" "$dir/kafka.log"
+    elif kcluster_alive "$n"; then
+      printf '%-13s hung  %s:%s  process alive, no Metadata answer  log %s\n' kafka-cluster "$HOST" "$(kcluster_port "$n")" "$dir/kafka.log"
+      ok=3
+    else
+      printf '%-13s down  %s:%s\n' kafka-cluster "$HOST" "$(kcluster_port "$n")"
+      ok=3
+    fi
+  done
+  return $ok
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -431,6 +590,15 @@ index_kafka() { # db
 # stop_pid NAME: SIGTERM to the PID of our PID file, then wait (bounded), then SIGKILL.
 stop_pid() {
   stop_pidfile "$1" "$(pidfile "$1")"
+}
+
+# kill_pidfile FILE: SIGKILL to the PID in FILE, waits (bounded) until it is gone, removes FILE.
+kill_pidfile() {
+  local pid
+  pid=$(head -n 1 "$1")
+  kill -KILL "$pid" 2>/dev/null || true
+  for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+  rm -f "$1"
 }
 
 # stop_pidfile LABEL FILE: SIGTERM to the PID in FILE, then wait (bounded), then SIGKILL; removes
@@ -462,6 +630,9 @@ EOF
   if cluster_running; then
     echo "export SECKILL_REDIS_CLUSTER_URL='$(cluster_url)'" >>"$STACK/env"
   fi
+  if kafka_cluster_running; then
+    echo "export SECKILL_KAFKA_CLUSTER_BROKERS=$(kcluster_brokers)" >>"$STACK/env"
+  fi
 }
 
 cmd_up() {
@@ -477,6 +648,12 @@ cmd_up() {
       local t=$SECONDS
       up_cluster
       log "cluster up on $HOST:${CLUSTER_PORTS[0]}..${CLUSTER_PORTS[2]} ($((SECONDS - t)) s)"
+      continue
+    fi
+    if [[ $s == kafka-cluster ]]; then
+      local t=$SECONDS
+      up_kafka_cluster
+      log "kafka-cluster up on $(kcluster_brokers) ($((SECONDS - t)) s)"
       continue
     fi
     if alive "$(pidfile "$s")" "$(progname "$s")"; then
@@ -500,6 +677,10 @@ cmd_down() {
       if cluster_alive; then down_cluster && log "cluster stopped"; else log "cluster is not running"; fi
       continue
     fi
+    if [[ $s == kafka-cluster ]]; then
+      if kafka_cluster_any_alive; then down_kafka_cluster && log "kafka-cluster stopped"; else log "kafka-cluster is not running"; fi
+      continue
+    fi
     if ! alive "$(pidfile "$s")" "$(progname "$s")"; then
       log "$s is not running"
       [[ $s == postgres ]] || rm -f "$(pidfile "$s")"
@@ -517,6 +698,10 @@ cmd_kill() {
       if cluster_alive; then kill_cluster && log "cluster killed"; else log "cluster is not running"; fi
       continue
     fi
+    if [[ $s == kafka-cluster ]]; then
+      if kafka_cluster_any_alive; then kill_kafka_cluster && log "kafka-cluster killed"; else log "kafka-cluster is not running"; fi
+      continue
+    fi
     if ! alive "$(pidfile "$s")" "$(progname "$s")"; then
       log "$s is not running"
       continue
@@ -526,9 +711,7 @@ cmd_kill() {
       as_pg "$(pg_bin)/pg_ctl" -D "$STACK/pg/data" -s -w -t "$STOP_TIMEOUT" -m immediate stop ||
         die "postgres did not stop within ${STOP_TIMEOUT} s (see $(logfile postgres))"
     else
-      kill -KILL "$pid"
-      for _ in $(seq 1 200); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-      rm -f "$(pidfile "$s")"
+      kill_pidfile "$(pidfile "$s")"
     fi
     log "$s (pid $pid) killed"
   done
@@ -539,6 +722,10 @@ cmd_status() {
   for s in "$@"; do
     if [[ $s == cluster ]]; then
       status_cluster || all_up=3
+      continue
+    fi
+    if [[ $s == kafka-cluster ]]; then
+      status_kafka_cluster || all_up=3
       continue
     fi
     if running "$s"; then
@@ -588,6 +775,7 @@ main() {
   if ((${#services[@]} == 0)); then
     services=("${ALL[@]}")
     [[ $cmd == status && -d "$STACK/cluster" ]] && services+=(cluster)
+    [[ $cmd == status && -d "$STACK/kafka-cluster" ]] && services+=(kafka-cluster)
   fi
   local s
   for s in "${services[@]}"; do

@@ -2,9 +2,10 @@
 # All tests of the workspace against the real local stack: the README's test command, and what
 # CI runs (.ci/run). Brings the stack up (installing what is missing) with its Redis Cluster,
 # then checks formatting, lints, runs `cargo test --workspace` (the cluster tests need the
-# cluster), then a small end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster in
-# three hot-stock buckets with two gateways and two order writers, and the short fault tests
-# (e2e/faults.sh --short). Exits non-zero on the first failure.
+# cluster), standard Kafka clients against the project's topic (e2e/interop.sh), a small
+# end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster in three hot-stock buckets
+# with two gateways and two order writers, and the short fault tests (e2e/faults.sh --short).
+# Exits non-zero on the first failure.
 #
 # The stack is left running if it was running before; servers this script had to start are
 # stopped again when it ends, pass or fail.
@@ -58,6 +59,11 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 
 phase "cargo test"
 cargo test --locked --workspace
+
+# Standard Kafka clients (kcat, kafka-python) read the project's records off the topic and check
+# them against the README's format; their foreign records are dead-lettered, never orders.
+phase "Kafka interop (kcat, kafka-python)"
+PROFILE=debug WRITER_PORT=18281 bash e2e/interop.sh
 
 # The whole product end to end: gateway, order writer, a crowd, and the invariants checked
 # against PostgreSQL and Redis (the demo exits non-zero when one breaks). Debug binaries, just

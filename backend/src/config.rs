@@ -186,12 +186,12 @@ pub struct KafkaConfig {
 pub struct WriterConfig {
     /// Most records in one PostgreSQL transaction.
     pub batch_size: usize,
-    /// Fetch max wait; tansu sleeps for it even when data is ready, so keep it small.
+    /// Fetch max wait after a fetch that found records (Kafka answers as soon as one arrives).
     pub max_wait_ms: i32,
     /// Most bytes in one fetch.
     pub fetch_max_bytes: i32,
     /// Fetch max wait after a fetch that found nothing: an idle partition is polled this often
-    /// (Kafka answers as soon as a record arrives; tansu runs a storage query per poll).
+    /// (Kafka answers as soon as a record arrives, so a longer wait adds no latency).
     pub idle_wait_ms: i32,
     /// Tries PostgreSQL may refuse a batch before it is written one record per transaction, and
     /// a record alone before it is dead-lettered (an unreachable database is waited for, never

@@ -149,7 +149,6 @@ async fn fetch_partition(pc: &PartitionClient) -> anyhow::Result<Vec<(i64, usize
     let mut next = 0;
     // Bounded: each fetch returns at least one record while below the watermark.
     for _ in 0..RECORDS {
-        // tansu waits max_wait_ms even when data is ready: keep it small.
         let (records, high_watermark) = pc.fetch_records(next, 1..1_000_000, 50).await?;
         for r in records {
             let value = r.record.value.context("record without value")?;
