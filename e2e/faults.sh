@@ -9,6 +9,9 @@
 # Faults (all by default):
 #   writer          kill -9 of the order writer mid-sale, restarted
 #   broker          the Kafka broker killed with kill -9 mid-sale, restarted
+#   broker-leader   on a three-broker Kafka cluster (replication factor 3, min.insync.replicas
+#                   2), kill -9 of the leader of the partitions' most-led broker mid-sale, never
+#                   restarted: the sale goes on, nothing lost
 #   postgres        PostgreSQL crash-stopped (immediate) while batches commit, restarted
 #   redis-always    Redis kill -9 mid-sale, restarted from its AOF, appendfsync always: 0 lost
 #   redis-everysec  the same with appendfsync everysec: lost answers measured and printed
@@ -19,7 +22,7 @@
 #
 # Every server is this script's own: a second stack (Redis, PostgreSQL, Kafka) under
 # .stack/faults on ports of its own (FAULTS_REDIS_PORT 6490, FAULTS_PG_PORT 5490,
-# FAULTS_KAFKA_PORT 19190), and its own gateway and order writer (18480..18482, metrics +1000).
+# FAULTS_KAFKA_PORT 19190, FAULTS_KAFKA_CLUSTER_PORT 19692 for broker-leader's three), and its own gateway and order writer (18480..18482, metrics +1000).
 # Faults are sent by PID to those processes only; the stack is stopped at the end. --short: a
 # small crowd (1,500 users x 2 on stock 600) and debug binaries (the test command); else
 # 20,000 users x 2 on stock 5,000 and release binaries. The fault comes 0.1 s into the burst.
@@ -30,7 +33,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SHORT=0
 [[ "${1:-}" == --short ]] && { SHORT=1; shift; }
-ALL_FAULTS=(writer broker postgres redis-always redis-everysec gateway two-gateways redis-slow)
+ALL_FAULTS=(writer broker broker-leader postgres redis-always redis-everysec gateway two-gateways redis-slow)
 FAULTS=("$@")
 ((${#FAULTS[@]})) || FAULTS=("${ALL_FAULTS[@]}")
 for f in "${FAULTS[@]}"; do
@@ -56,6 +59,7 @@ export SECKILL_STACK_DIR="$ROOT/.stack/faults"
 export SECKILL_REDIS_PORT=${FAULTS_REDIS_PORT:-6490}
 export SECKILL_PG_PORT=${FAULTS_PG_PORT:-5490}
 export SECKILL_KAFKA_PORT=${FAULTS_KAFKA_PORT:-19190}
+export SECKILL_KAFKA_CLUSTER_PORT=${FAULTS_KAFKA_CLUSTER_PORT:-19692}
 export SECKILL_REDIS_APPENDFSYNC=everysec
 # The writer's sweeper at its shortest (6 s): records a killed gateway or broker dropped are
 # produced again sooner.
@@ -77,7 +81,7 @@ stop_pid() { # pid: SIGTERM, 10 s, then SIGKILL
 cleanup() {
   local pid
   for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
-  bash e2e/stack.sh down >/dev/null 2>&1 || true
+  bash e2e/stack.sh down redis postgres kafka kafka-cluster >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
@@ -230,6 +234,44 @@ fault_writer() {
 }
 
 fault_broker() { server_fault broker kafka 2; }
+
+# The node id leading the most partitions of TOPIC, as librdkafka's metadata (kcat -L) says.
+busiest_leader() { # brokers topic
+  kcat -L -b "$1" -t "$2" -J 2>/dev/null | python3 -c '
+import collections, json, sys
+t = json.load(sys.stdin)["topics"][0]
+print(collections.Counter(p["leader"] for p in t["partitions"]).most_common(1)[0][0])'
+}
+
+# A three-broker cluster: the sale's topic is made with the cluster's replication factor (3) and
+# min.insync.replicas 2; mid-burst the broker leading most of its partitions is killed and never
+# restarted. The promise: the sale goes on (the leaders move to the two others), no QUEUED answer
+# is lost, reconcile finds nothing.
+fault_broker-leader() {
+  bash e2e/stack.sh up kafka-cluster >>"$SECKILL_STACK_DIR/kafka-cluster.log" 2>&1 ||
+    { tail -n 20 "$SECKILL_STACK_DIR/kafka-cluster.log"; return 1; }
+  # shellcheck disable=SC1091
+  . "$SECKILL_STACK_DIR/env"
+  local leader pid t
+  SECKILL_KAFKA_BROKERS=$SECKILL_KAFKA_CLUSTER_BROKERS sale broker-leader
+  start_writer
+  start_gateway gateway "$GW_PORT"
+  leader=$(busiest_leader "$SECKILL_KAFKA_CLUSTER_BROKERS" "reservations.$ID")
+  [[ $leader =~ ^[1-3]$ ]] || { echo "no leader found for reservations.$ID" >&2; return 1; }
+  pid=$(head -n 1 "$SECKILL_STACK_DIR/kafka-cluster/$leader/kafka.pid")
+  crowd --gateway "http://127.0.0.1:$GW_PORT"
+  wait_crowd "burst started"
+  sleep 0.1
+  t=$SECONDS
+  kill -KILL "$pid"
+  common_checks
+  stop_sale
+  local moved
+  moved=$(busiest_leader "$SECKILL_KAFKA_CLUSTER_BROKERS" "reservations.$ID")
+  [[ $moved =~ ^[1-3]$ && $moved != "$leader" ]] || OK=1
+  verdict broker-leader "$OK" "broker $leader (leader of most partitions) killed mid-burst, not restarted; leaders now on broker $moved, $((SECONDS - t)) s to settle; $COMMON"
+  bash e2e/stack.sh down kafka-cluster >>"$SECKILL_STACK_DIR/kafka-cluster.log" 2>&1
+}
 fault_postgres() { server_fault postgres postgres 2; }
 
 # Redis with appendfsync POLICY: kill -9 mid-burst, restarted from its AOF. The crowd runs

@@ -136,6 +136,13 @@ CAMPAIGN
 # SECKILL_REDIS_URL, SECKILL_PG_ADMIN_URL, SECKILL_KAFKA_BROKER and the keys of edge_keys,
 # SECKILL_GATEWAY_KEY and SECKILL_PAYMENT_KEY from the environment, and ROOT (the repository).
 
+# The TOML list of the sale's brokers: SECKILL_KAFKA_BROKERS (comma-separated, a Kafka cluster's)
+# when set, else SECKILL_KAFKA_BROKER.
+brokers_toml() {
+  local list=${SECKILL_KAFKA_BROKERS:-$SECKILL_KAFKA_BROKER}
+  printf '["%s"]' "${list//,/\", \"}"
+}
+
 # The database URL of campaign ID's sale.
 sale_db_url() { # id
   printf '%s/sale_%s' "${SECKILL_PG_ADMIN_URL%/*}" "$1"
@@ -194,7 +201,7 @@ TOML
   sed -e "s#^listen = .*#listen = \"127.0.0.1:$wport\"#" \
     -e "s#^redis_url = .*#redis_url = \"$(redis_url_for_sed)\"#" \
     -e "s#^postgres_url = .*#postgres_url = \"$(sale_db_url "$id")\"#" \
-    -e "s#^brokers = .*#brokers = [\"$SECKILL_KAFKA_BROKER\"]#" \
+    -e "s#^brokers = .*#brokers = $(brokers_toml)#" \
     -e "s#^topic = .*#topic = \"reservations.$id\"#" \
     -e "s#^lua_dir = .*#lua_dir = \"$ROOT/lua\"#" \
     -e "s#^migrations_dir = .*#migrations_dir = \"$ROOT/sql\"#" \
@@ -215,7 +222,7 @@ gateway_conf() { # run name port id writer_port
   sed -e "s#^listen = .*#listen = \"127.0.0.1:$port\"#" \
     -e "s#^url = \"redis://.*#url = \"$(redis_url_for_sed)\"#" \
     -e "s#^upstreams = \\[\"127.0.0.1:8081\"\\]#upstreams = [\"127.0.0.1:$wport\"]#" \
-    -e "s#^brokers = .*#brokers = [\"$SECKILL_KAFKA_BROKER\"]#" \
+    -e "s#^brokers = .*#brokers = $(brokers_toml)#" \
     -e "s#^topic = .*#topic = \"reservations.$id\"#" \
     -e "s#^upgrade_sock = .*#upgrade_sock = \"$run/$name-upgrade.sock\"#" \
     conf/server.toml >"$run/$name.toml"

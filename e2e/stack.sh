@@ -59,6 +59,9 @@ REDIS_PORT=${SECKILL_REDIS_PORT:-6390}
 PG_PORT=${SECKILL_PG_PORT:-5440}
 KAFKA_PORT=${SECKILL_KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=$((KAFKA_PORT + 1))
+KAFKA_SASL_PORT=$((KAFKA_PORT + 2)) # SASL_PLAINTEXT: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+KAFKA_TLS_PORT=$((KAFKA_PORT + 3))  # SASL_SSL: the same mechanisms over TLS
+KAFKA_SASL_USER=seckill
 KAFKA_CLUSTER_PORT=${SECKILL_KAFKA_CLUSTER_PORT:-19392}
 CLUSTER_PORT=${SECKILL_CLUSTER_PORT:-7390}
 CLUSTER_PORTS=("$CLUSTER_PORT" "$((CLUSTER_PORT + 1))" "$((CLUSTER_PORT + 2))")
@@ -101,6 +104,7 @@ install_missing() {
   if [[ " $* " == *" kafka"* ]]; then # Apache Kafka runs on a JVM; Maven resolves its jars
     command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
     command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
+    command -v kcat >/dev/null 2>&1 || pkgs+=(kcat) # librdkafka's client: interop test, a partition's leader
   fi
   if ((${#pkgs[@]})); then
     [[ $(id -u) == 0 ]] || die "missing ${pkgs[*]}: run as root, or: sudo apt-get install -y ${pkgs[*]}"
@@ -432,20 +436,32 @@ kafka_metadata() { # port want
 }
 kafka_ready() { kafka_metadata "$KAFKA_PORT" 1; }
 
-# write_kafka_conf DIR NODE_ID PORT CONTROLLER_PORT VOTERS REPLICAS: DIR/server.properties.
+# write_kafka_conf DIR NODE_ID PORT CONTROLLER_PORT VOTERS REPLICAS [SECURE]: DIR/server.properties.
+# With SECURE (the single broker), two more listeners: SASL_PLAINTEXT on KAFKA_SASL_PORT and
+# SASL_SSL on KAFKA_TLS_PORT (the certificate of DIR/tls), PLAIN and SCRAM-SHA-256/512 on both,
+# for the user KAFKA_SASL_USER with the password of DIR/sasl.password (SCRAM's credentials are
+# written into the storage when it is formatted).
 write_kafka_conf() {
-  local dir=$1 id=$2 port=$3 cport=$4 voters=$5 replicas=$6 min_isr
+  local dir=$1 id=$2 port=$3 cport=$4 voters=$5 replicas=$6 secure=${7:-} min_isr
+  local listeners="PLAINTEXT://$HOST:$port,CONTROLLER://$HOST:$cport"
+  local advertised="PLAINTEXT://$HOST:$port"
+  local protocols="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+  if [[ -n $secure ]]; then
+    listeners+=",SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT,SASL_SSL://$HOST:$KAFKA_TLS_PORT"
+    advertised+=",SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT,SASL_SSL://$HOST:$KAFKA_TLS_PORT"
+    protocols+=",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+  fi
   min_isr=$((replicas > 1 ? 2 : 1))
   cat >"$dir/server.properties" <<EOF
 # Written by e2e/stack.sh: one combined broker + controller of the test stack, loopback only.
 process.roles=broker,controller
 node.id=$id
 controller.quorum.voters=$voters
-listeners=PLAINTEXT://$HOST:$port,CONTROLLER://$HOST:$cport
-advertised.listeners=PLAINTEXT://$HOST:$port
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$dir/data
 num.network.threads=2
 num.io.threads=4
@@ -464,17 +480,64 @@ delete.topic.enable=true
 log.retention.hours=168
 log.segment.bytes=268435456
 EOF
+  [[ -n $secure ]] || return 0
+  local pw l m
+  pw=$(cat "$dir/sasl.password")
+  {
+    echo "# SASL on the two secured listeners; TLS with the stack's own CA (e2e/stack.sh kafka_tls)."
+    echo "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    for l in sasl_plaintext sasl_ssl; do
+      echo "listener.name.$l.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$KAFKA_SASL_USER=\"$pw\";"
+      for m in scram-sha-256 scram-sha-512; do
+        echo "listener.name.$l.$m.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;"
+      done
+    done
+    echo "ssl.keystore.type=PEM"
+    echo "ssl.keystore.location=$dir/tls/broker.pem"
+  } >>"$dir/server.properties"
 }
 
-# start_kafka_node DIR CLUSTER_ID HEAP: formats DIR/data once, starts the JVM, writes DIR/kafka.pid.
+# kafka_secrets DIR: the SASL password (random, once) and the TLS files: a CA of the stack's own
+# (DIR/tls/ca.pem, what clients trust) and the broker's key and certificate for 127.0.0.1 and
+# localhost in DIR/tls/broker.pem (PEM key store). Made once; kept with the data.
+kafka_secrets() {
+  local dir=$1 t=$1/tls
+  [[ -s "$dir/sasl.password" ]] || (umask 077 && od -An -tx8 -N16 /dev/urandom | tr -d ' \n' >"$dir/sasl.password")
+  [[ -s "$t/broker.pem" && -s "$t/ca.pem" ]] && return 0
+  command -v openssl >/dev/null 2>&1 || die "openssl not found (apt-get install openssl)"
+  mkdir -p "$t"
+  (
+    umask 077
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=seckill test stack CA" \
+      -keyout "$t/ca.key" -out "$t/ca.pem" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$t/broker.key" -out "$t/broker.csr" 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n' >"$t/ext"
+    openssl x509 -req -in "$t/broker.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial -days 3650 \
+      -extfile "$t/ext" -out "$t/broker.crt" 2>/dev/null
+    openssl pkcs8 -topk8 -nocrypt -in "$t/broker.key" -out "$t/broker.pk8"
+    cat "$t/broker.pk8" "$t/broker.crt" "$t/ca.pem" >"$t/broker.pem"
+  ) || die "could not make the Kafka test certificates in $t (openssl)"
+}
+
+# start_kafka_node DIR CLUSTER_ID HEAP [SECURE]: formats DIR/data once (with SECURE, the SCRAM
+# credentials of KAFKA_SASL_USER), starts the JVM, writes DIR/kafka.pid.
 start_kafka_node() {
-  local dir=$1 cluster_id=$2 heap=$3 JVM
+  local dir=$1 cluster_id=$2 heap=$3 secure=${4:-} JVM scram=() pw
+  if [[ -n $secure ]]; then
+    pw=$(cat "$dir/sasl.password")
+    scram=(--add-scram "SCRAM-SHA-256=[name=$KAFKA_SASL_USER,password=$pw]"
+      --add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$pw]")
+    # A storage formatted before the secured listeners existed has no SCRAM users: the test
+    # stack's data is made again (its topics are tests' own).
+    [[ -f "$dir/data/meta.properties" && ! -f "$dir/data/.seckill-scram" ]] && rm -rf "$dir/data"
+  fi
   if [[ ! -f "$dir/data/meta.properties" ]]; then
     mkdir -p "$dir/data"
     jvm_args 256m "$dir/kafka.log"
     java "${JVM[@]}" kafka.tools.StorageTool format --ignore-formatted \
-      -t "$cluster_id" -c "$dir/server.properties" </dev/null >>"$dir/kafka.out" 2>&1 ||
+      -t "$cluster_id" -c "$dir/server.properties" "${scram[@]}" </dev/null >>"$dir/kafka.out" 2>&1 ||
       die "formatting the Kafka storage in $dir failed (see $dir/kafka.out)"
+    [[ -n $secure ]] && touch "$dir/data/.seckill-scram"
   fi
   # The script alone writes kafka.pid (as for Redis); the JVM's own output goes to kafka.out.
   jvm_args "$heap" "$dir/kafka.log"
@@ -492,8 +555,9 @@ cluster_id() { # file
 up_kafka() {
   local dir="$STACK/kafka"
   mkdir -p "$dir"
-  write_kafka_conf "$dir" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "1@$HOST:$KAFKA_CONTROLLER_PORT" 1
-  start_kafka_node "$dir" "$(cluster_id "$dir/cluster.id")" "$KAFKA_HEAP"
+  kafka_secrets "$dir"
+  write_kafka_conf "$dir" 1 "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "1@$HOST:$KAFKA_CONTROLLER_PORT" 1 secure
+  start_kafka_node "$dir" "$(cluster_id "$dir/cluster.id")" "$KAFKA_HEAP" secure
   wait_ready kafka kafka_ready
 }
 
@@ -626,6 +690,11 @@ write_env() {
 export SECKILL_REDIS_URL=redis://$HOST:$REDIS_PORT
 export SECKILL_PG_ADMIN_URL=postgres://postgres@$HOST:$PG_PORT/postgres
 export SECKILL_KAFKA_BROKER=$HOST:$KAFKA_PORT
+export SECKILL_KAFKA_SASL_BROKER=$HOST:$KAFKA_SASL_PORT
+export SECKILL_KAFKA_TLS_BROKER=$HOST:$KAFKA_TLS_PORT
+export SECKILL_KAFKA_SASL_USER=$KAFKA_SASL_USER
+export SECKILL_KAFKA_SASL_PASSWORD_FILE=$STACK/kafka/sasl.password
+export SECKILL_KAFKA_CA_FILE=$STACK/kafka/tls/ca.pem
 EOF
   if cluster_running; then
     echo "export SECKILL_REDIS_CLUSTER_URL='$(cluster_url)'" >>"$STACK/env"

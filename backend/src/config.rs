@@ -66,15 +66,22 @@ fn default_migrations_dir() -> String {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawKafka {
-    brokers: Spanned<Vec<String>>,
+    brokers: Spanned<Vec<Spanned<String>>>,
     topic: Spanned<String>,
-    partitions: Spanned<i32>,
+    partitions: Spanned<i64>,
+    #[serde(default = "d_replication")]
+    replication_factor: Spanned<i64>,
+    tls: Option<Spanned<protocol::kafka::RawTls>>,
+    sasl: Option<Spanned<protocol::kafka::RawSasl>>,
     #[serde(default)]
     assigned: Option<Spanned<Vec<i32>>>,
     #[serde(default = "d_produce_timeout")]
     produce_timeout_ms: Spanned<u64>,
     #[serde(default = "d_produce_batch")]
     produce_batch: Spanned<usize>,
+}
+fn d_replication() -> Spanned<i64> {
+    Spanned::new(0..0, -1)
 }
 fn d_produce_timeout() -> Spanned<u64> {
     Spanned::new(0..0, 3000)
@@ -167,8 +174,11 @@ impl Default for RawCloser {
 /// Kafka settings.
 #[derive(Debug, Clone)]
 pub struct KafkaConfig {
-    /// Bootstrap brokers, `host:port`.
-    pub brokers: Vec<String>,
+    /// Brokers, TLS and SASL (checked as the gateway checks its own).
+    pub connection: protocol::kafka::KafkaConnection,
+    /// Replicas of each partition when `topic create` makes the topic; -1: the cluster's
+    /// `default.replication.factor`.
+    pub replication_factor: i16,
     /// Topic of reservation records.
     pub topic: String,
     /// Partition count of the topic (the producer hashes users over it).
@@ -287,26 +297,25 @@ impl Config {
         }
 
         let k = &raw.kafka;
-        if k.brokers.get_ref().is_empty() {
-            return Err(err(k.brokers.span(), "kafka.brokers", "needs at least one host:port".into()));
-        }
-        for b in k.brokers.get_ref() {
-            if b.parse::<SocketAddr>().is_err()
-                && b.rsplit_once(':').is_none_or(|(_, p)| p.parse::<u16>().is_err())
-            {
-                return Err(err(k.brokers.span(), "kafka.brokers", format!("{b:?} is not host:port")));
-            }
-        }
-        let topic = k.topic.get_ref();
-        if topic.is_empty()
-            || topic.len() > 249
-            || !topic.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-        {
-            return Err(err(k.topic.span(), "kafka.topic", "must be 1 to 249 of A-Z a-z 0-9 . _ -".into()));
-        }
-        let partitions = *k.partitions.get_ref();
-        if !(1..=1024).contains(&partitions) {
-            return Err(err(k.partitions.span(), "kafka.partitions", "must be 1 to 1024".into()));
+        let err_at = |span, field: &str, msg: String| err(span, field, msg);
+        let connection = protocol::kafka::check_connection(
+            protocol::kafka::RawConnection {
+                brokers: &k.brokers,
+                tls: k.tls.as_ref(),
+                sasl: k.sasl.as_ref(),
+            },
+            &err_at,
+            &base,
+        )?;
+        let protocol::kafka::Topic { name: topic, partitions } =
+            protocol::kafka::check_topic(&k.topic, &k.partitions, &err_at)?;
+        let replication_factor = *k.replication_factor.get_ref();
+        if !(replication_factor == -1 || (1..=16).contains(&replication_factor)) {
+            return Err(err(
+                k.replication_factor.span(),
+                "kafka.replication_factor",
+                "must be 1 to 16, or -1 for the cluster's default.replication.factor".into(),
+            ));
         }
         let assigned = match &k.assigned {
             None => (0..partitions).collect(),
@@ -398,8 +407,9 @@ impl Config {
             payment_max_skew_secs: *raw.payment_max_skew_secs.get_ref(),
             result_pool_size: *raw.result_pool_size.get_ref(),
             kafka: KafkaConfig {
-                brokers: k.brokers.get_ref().clone(),
-                topic: topic.clone(),
+                connection,
+                replication_factor: replication_factor as i16,
+                topic,
                 partitions,
                 assigned,
                 produce_timeout: Duration::from_millis(*k.produce_timeout_ms.get_ref()),

@@ -4,20 +4,23 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use protocol::kafka::KafkaConnection;
 use rskafka::client::error::{Error as KafkaError, ProtocolError};
 use rskafka::client::partition::{PartitionClient, UnknownTopicHandling};
-use rskafka::client::{Client, ClientBuilder};
+use rskafka::client::Client;
 use rskafka::BackoffConfig;
 
-/// Builds a client whose retries stop after `deadline` (rskafka's default retries for minutes).
-pub async fn client(brokers: &[String], deadline: Duration) -> anyhow::Result<Client> {
+/// Builds a client (TLS and SASL as the conf says) whose retries stop after `deadline`
+/// (rskafka's default retries for minutes).
+pub async fn client(connection: &KafkaConnection, deadline: Duration) -> anyhow::Result<Client> {
+    let brokers = connection.brokers();
     let backoff = BackoffConfig {
         init_backoff: Duration::from_millis(20),
         max_backoff: Duration::from_millis(500),
         base: 2.0,
         deadline: Some(deadline),
     };
-    let build = ClientBuilder::new(brokers.to_vec()).backoff_config(backoff).build();
+    let build = connection.builder().backoff_config(backoff).build();
     tokio::time::timeout(deadline + Duration::from_secs(1), build)
         .await
         .map_err(|_| anyhow::anyhow!("Kafka at {brokers:?} did not answer within {deadline:?}"))?
@@ -37,15 +40,33 @@ pub async fn partition(
         .with_context(|| format!("partition {topic}/{partition}"))
 }
 
-/// Creates `topic` with `partitions` partitions; an existing topic is fine. Returns whether it
-/// was created now.
-pub async fn create_topic(client: &Client, topic: &str, partitions: i32) -> anyhow::Result<bool> {
+/// Creates `topic` with `partitions` partitions of `replication_factor` replicas each (-1: the
+/// cluster's `default.replication.factor`); an existing topic is fine. Returns whether it was
+/// created now.
+pub async fn create_topic(
+    client: &Client,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i16,
+) -> anyhow::Result<bool> {
     let controller = client.controller_client().context("no controller")?;
-    match controller.create_topic(topic, partitions, 1, 5_000).await {
+    match controller.create_topic(topic, partitions, replication_factor, 5_000).await {
         Ok(()) => Ok(true),
         Err(KafkaError::ServerError { protocol_error: ProtocolError::TopicAlreadyExists, .. }) => Ok(false),
         Err(e) => Err(e).with_context(|| format!("creating topic {topic}")),
     }
+}
+
+/// Creates the conf's topic if it is missing (`topic create`, and every start of `serve` and
+/// `produce`), then checks that it has the conf's partition count: a topic made elsewhere with
+/// another count would hash users over the wrong partitions. Returns whether it was created now.
+pub async fn ensure_topic(client: &Client, kafka: &crate::config::KafkaConfig) -> anyhow::Result<bool> {
+    let created = create_topic(client, &kafka.topic, kafka.partitions, kafka.replication_factor).await?;
+    let found = protocol::kafka::topic_partitions(client, &kafka.topic, kafka.produce_timeout)
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the metadata of topic {}: {e}", kafka.topic))?;
+    protocol::kafka::partitions_match(&kafka.topic, kafka.partitions, found).map_err(anyhow::Error::msg)?;
+    Ok(created)
 }
 
 pub use protocol::record::partition_for;

@@ -128,8 +128,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Topic { command: TopicCommand::Create } => {
-            let kc = kafka::client(&cfg.kafka.brokers, cfg.kafka.produce_timeout).await?;
-            let created = kafka::create_topic(&kc, &cfg.kafka.topic, cfg.kafka.partitions).await?;
+            let kc = kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await?;
+            let created = kafka::ensure_topic(&kc, &cfg.kafka).await?;
             println!(
                 "topic {} {} ({} partitions)",
                 cfg.kafka.topic,
@@ -200,7 +200,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let r = redis::connect(&cfg.redis_url).await?;
             let scripts = redis::RedisScripts::load(&cfg.lua_dir)?;
             // Without the topic, stale reservations are listed but not repaired (the report says so).
-            let kc = match kafka::client(&cfg.kafka.brokers, cfg.kafka.produce_timeout).await {
+            let kc = match kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await {
                 Ok(kc) => Some(kc),
                 Err(e) => {
                     eprintln!("order-writer: {e:#}: stale reservations will not be repaired");

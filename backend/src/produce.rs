@@ -216,8 +216,8 @@ pub async fn generate(
 /// records in their order on the user's partition), and waits for every ack. Returns how many
 /// went to each partition.
 pub async fn produce(cfg: &Config, records: Vec<Outgoing>) -> anyhow::Result<Vec<usize>> {
-    let kc = Arc::new(kafka::client(&cfg.kafka.brokers, cfg.kafka.produce_timeout).await?);
-    kafka::create_topic(&kc, &cfg.kafka.topic, cfg.kafka.partitions).await?;
+    let kc = Arc::new(kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await?);
+    kafka::ensure_topic(&kc, &cfg.kafka).await?;
     let producer = Producer::start(
         kc,
         &cfg.kafka.topic,

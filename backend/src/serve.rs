@@ -24,8 +24,8 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
     db::migrate(&pool, &cfg.migrations_dir).await?;
     let redis = redis::connect(&cfg.redis_url).await?;
     let scripts = RedisScripts::load(&cfg.lua_dir)?;
-    let kc = Arc::new(kafka::client(&cfg.kafka.brokers, cfg.kafka.produce_timeout).await?);
-    kafka::create_topic(&kc, &cfg.kafka.topic, cfg.kafka.partitions).await?;
+    let kc = Arc::new(kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await?);
+    kafka::ensure_topic(&kc, &cfg.kafka).await?;
     // The gateway key: the writers verify every record with it, the sweeper signs with it.
     let gateway = Arc::new(Signer::new(&cfg.gateway_key));
     let producer = Producer::start(

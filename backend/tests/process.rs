@@ -127,3 +127,17 @@ async fn two_instances_split_the_partitions() {
     assert_eq!(orders(&env).await, N);
     assert_eq!(env.count("SELECT sold FROM campaigns WHERE id = $1").await, N);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_another_partition_count_is_refused_at_start() {
+    let env = Env::new(1, 1, 2).await;
+    let conf = write_conf(&env, 10);
+    let text = std::fs::read_to_string(&conf).unwrap().replace("partitions = 2", "partitions = 3");
+    std::fs::write(&conf, text).unwrap();
+    for args in [&["topic", "create"][..], &["serve"][..]] {
+        let out = command(&conf, args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} must fail");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("has 2 partitions but kafka.partitions = 3"), "{args:?}: {err}");
+    }
+}

@@ -48,7 +48,8 @@ pub fn config(place: Place<'_>) -> Config {
         payment_max_skew_secs: 300,
         result_pool_size: 2,
         kafka: KafkaConfig {
-            brokers: vec![stack::kafka_broker()],
+            connection: stack::kafka_connection(),
+            replication_factor: 1,
             topic: place.topic.to_string(),
             partitions: place.partitions,
             assigned: (0..place.partitions).collect(),

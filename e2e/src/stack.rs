@@ -21,6 +21,11 @@ pub fn kafka_broker() -> String {
     std::env::var("SECKILL_KAFKA_BROKER").unwrap_or_else(|_| "127.0.0.1:19092".into())
 }
 
+/// The stack's broker as a checked connection (plain TCP, no SASL), for the binaries' confs.
+pub fn kafka_connection() -> protocol::kafka::KafkaConnection {
+    protocol::kafka::KafkaConnection::plaintext(vec![kafka_broker()])
+}
+
 /// A name no other test uses: `prefix` followed by 12 hex digits.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..12])

@@ -384,7 +384,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         &o.health_check_path,
     )?;
 
-    let kafka = kafka::check(&c, &raw.kafka)?;
+    let kafka = kafka::check(&c, &raw.kafka, base)?;
     let admin = observe::admin(&c, &raw.admin)?;
     let access_log = observe::access_log(&c, &raw.access_log, base)?;
     let defense = defense::check(&c, &raw.defense, base)?;
@@ -506,7 +506,7 @@ login_audience = "seckill"
         assert_eq!(c.signing_key, b"0123456789abcdef0123");
         let k = &c.kafka;
         assert_eq!(
-            (k.brokers.as_slice(), k.topic.as_str()),
+            (k.connection.brokers(), k.topic.as_str()),
             (&["127.0.0.1:19092".to_string()][..], "seckill.reservations")
         );
         assert_eq!((k.partitions, k.batch_max, k.capacity), (4, 500, 100_000));

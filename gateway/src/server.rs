@@ -112,8 +112,16 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         .thread_name("gw-kafka")
         .enable_all()
         .build()?;
+    match kafka.block_on(plugins::queue::check_topic(&server_conf.kafka)) {
+        Ok(plugins::queue::TopicAtStart::Matches) => {}
+        Ok(plugins::queue::TopicAtStart::Unknown(why)) => tracing::warn!(
+            topic = %server_conf.kafka.topic, why = %why,
+            "kafka topic not checked at start; the lanes retry, reservations wait in the outbox"
+        ),
+        Err(why) => anyhow::bail!("{}: {why}", opts.conf.display()),
+    }
     let queue = ReservationQueue::start(server_conf.kafka.clone(), kafka.handle());
-    tracing::info!(brokers = ?server_conf.kafka.brokers, topic = %server_conf.kafka.topic, "kafka producer started");
+    tracing::info!(brokers = ?server_conf.kafka.connection.brokers(), topic = %server_conf.kafka.topic, "kafka producer started");
 
     // SIGTERM: stop accepting, let requests in flight finish within the drain bound (Pingora's
     // grace period), exit. SIGQUIT: first hand the listening sockets to a new process started

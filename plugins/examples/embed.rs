@@ -214,7 +214,7 @@ fn main() {
     });
     let queue = ReservationQueue::start(
         QueueConf {
-            brokers: vec![env("SECKILL_KAFKA_BROKER")],
+            connection: protocol::kafka::KafkaConnection::plaintext(vec![env("SECKILL_KAFKA_BROKER")]),
             topic: std::env::var("SECKILL_TOPIC").unwrap_or_else(|_| "reservations".into()),
             partitions: 4,
             batch_max: 256,

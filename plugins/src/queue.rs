@@ -31,8 +31,8 @@ pub const LOG_INTERVAL: Duration = Duration::from_secs(5);
 /// Where and how the gateway produces reserved records (the `[kafka]` table of its conf).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueConf {
-    /// Bootstrap brokers, `IP:port`.
-    pub brokers: Vec<String>,
+    /// Brokers, TLS and SASL (the `[kafka]` table's connection, checked).
+    pub connection: protocol::kafka::KafkaConnection,
     /// The reservations topic.
     pub topic: String,
     /// Partition count of the topic (the order writer's): users are hashed over it.
@@ -139,6 +139,40 @@ impl ReservationQueue {
     }
 }
 
+/// What the gateway learns of its topic at start, before it serves.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TopicAtStart {
+    /// The topic has the conf's partition count.
+    Matches,
+    /// The brokers could not be asked, or the topic does not exist yet (the order writer makes
+    /// it): the gateway starts anyway, its lanes retry, and the outbox keeps every reservation.
+    Unknown(String),
+}
+
+/// Checks the conf's topic against the brokers, bounded by the produce timeout. `Err` when the
+/// topic exists with another partition count than `kafka.partitions`: users would be hashed over
+/// the wrong partitions, so the gateway must not start.
+pub async fn check_topic(conf: &QueueConf) -> Result<TopicAtStart, String> {
+    let backoff = rskafka::BackoffConfig {
+        init_backoff: Duration::from_millis(50),
+        max_backoff: Duration::from_millis(500),
+        base: 2.0,
+        deadline: Some(conf.produce_timeout),
+    };
+    let build = conf.connection.builder().backoff_config(backoff).build();
+    let client = match tokio::time::timeout(conf.produce_timeout, build).await {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Ok(TopicAtStart::Unknown(e.to_string())),
+        Err(_) => return Ok(TopicAtStart::Unknown(format!("no answer within {:?}", conf.produce_timeout))),
+    };
+    match protocol::kafka::topic_partitions(&client, &conf.topic, conf.produce_timeout).await {
+        Err(e) => Ok(TopicAtStart::Unknown(e)),
+        Ok(None) => Ok(TopicAtStart::Unknown(format!("topic {} does not exist yet", conf.topic))),
+        Ok(found) => protocol::kafka::partitions_match(&conf.topic, conf.partitions, found)
+            .map(|()| TopicAtStart::Matches),
+    }
+}
+
 /// How long a record enqueued `age` ago may still take to be produced by the gateway, or `None`
 /// when it is too late: the gateway produces a record only within [`GATEWAY_HOLD_MAX`] of its
 /// reservation (the timing rule with the sweeper, `protocol::timing`), and a record needs at
@@ -208,7 +242,7 @@ mod tests {
     async fn a_full_lane_drops_from_memory_and_counts_it() {
         // Nothing listens on port 1: the lanes never produce, so the one-record lane fills.
         let conf = QueueConf {
-            brokers: vec!["127.0.0.1:1".into()],
+            connection: protocol::kafka::KafkaConnection::plaintext(vec!["127.0.0.1:1".into()]),
             topic: "t".into(),
             partitions: 1,
             batch_max: 10,

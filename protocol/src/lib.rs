@@ -23,6 +23,7 @@ pub mod codes;
 pub mod conf;
 pub mod defense;
 pub mod global_limit;
+pub mod kafka;
 pub mod keys;
 pub mod logging;
 pub mod pow;

@@ -28,8 +28,19 @@ pub enum SecretError {
     TooShort(String),
 }
 
-/// Resolves a reference to the secret bytes. `base_dir` anchors relative `file:` paths.
+/// Resolves a reference to a key: the secret bytes, at least 16 of them. `base_dir` anchors
+/// relative `file:` paths.
 pub fn resolve(reference: &str, base_dir: &Path) -> Result<Vec<u8>, SecretError> {
+    let value = read(reference, base_dir)?;
+    if value.len() < 16 {
+        return Err(SecretError::TooShort(reference.to_string()));
+    }
+    Ok(value)
+}
+
+/// Resolves a reference to a secret of any length (a password another system chose, such as
+/// Kafka's SASL password). `base_dir` anchors relative `file:` paths.
+pub fn read(reference: &str, base_dir: &Path) -> Result<Vec<u8>, SecretError> {
     let value = if let Some(name) = reference.strip_prefix("env:") {
         match std::env::var(name) {
             Ok(v) if !v.is_empty() => v.into_bytes(),
@@ -46,9 +57,6 @@ pub fn resolve(reference: &str, base_dir: &Path) -> Result<Vec<u8>, SecretError>
     } else {
         return Err(SecretError::BadReference(reference.to_string()));
     };
-    if value.len() < 16 {
-        return Err(SecretError::TooShort(reference.to_string()));
-    }
     Ok(value)
 }
 

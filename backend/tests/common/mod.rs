@@ -69,12 +69,12 @@ impl Env {
         let redis = redis::connect(&stack::redis_url()).await.expect("Redis of the stack");
         let scripts = RedisScripts::load(&stack::workspace_root().join("lua")).unwrap();
         let kc = Arc::new(
-            kafka::client(&[stack::kafka_broker()], Duration::from_secs(10))
+            kafka::client(&stack::kafka_connection(), Duration::from_secs(10))
                 .await
                 .expect("Kafka of the stack"),
         );
         let topic = stack::unique("t-");
-        assert!(kafka::create_topic(&kc, &topic, partitions).await.unwrap());
+        assert!(kafka::create_topic(&kc, &topic, partitions, 1).await.unwrap());
         let campaign = stack::unique("c-");
         let dir = std::env::temp_dir().join(stack::unique("ow-test-"));
         std::fs::create_dir_all(dir.join("campaigns")).unwrap();

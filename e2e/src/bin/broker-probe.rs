@@ -61,7 +61,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let kafka = stack::kafka_client(&stack::kafka_broker()).await?;
     let topic = stack::unique("probe");
-    backend::kafka::create_topic(&kafka, &topic, a.partitions).await?;
+    backend::kafka::create_topic(&kafka, &topic, a.partitions, 1).await?;
     let per_partition = a.count.div_ceil(a.partitions as usize);
     let mut clients = Vec::new();
     for p in 0..a.partitions {

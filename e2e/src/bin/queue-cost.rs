@@ -49,9 +49,9 @@ async fn main() -> anyhow::Result<()> {
     }
     let kafka = stack::kafka_client(&stack::kafka_broker()).await?;
     let topic = stack::unique("queue-cost");
-    backend::kafka::create_topic(&kafka, &topic, a.partitions).await?;
+    backend::kafka::create_topic(&kafka, &topic, a.partitions, 1).await?;
     let conf = QueueConf {
-        brokers: vec![stack::kafka_broker()],
+        connection: stack::kafka_connection(),
         topic,
         partitions: a.partitions,
         batch_max: 500,

@@ -1,7 +1,12 @@
-//! The `[kafka]` table of the server file: where the gateway produces reserved records.
+//! The `[kafka]` table of the server file: where the gateway produces reserved records. The
+//! connection (brokers, `[kafka.tls]`, `[kafka.sasl]`) and the topic are read as the order
+//! writer reads them ([`protocol::kafka`]).
+
+use std::path::Path;
 
 use plugins::queue::QueueConf;
 use protocol::conf::ConfError;
+use protocol::kafka::{RawConnection, RawSasl, RawTls};
 use protocol::timing::{LINGER_MAX_MS, PRODUCE_TIMEOUT_MAX_MS};
 use serde::Deserialize;
 
@@ -23,6 +28,8 @@ pub(super) struct RawKafka {
     produce_timeout_ms: S<i64>,
     #[serde(default = "d_queue_capacity")]
     queue_capacity: S<i64>,
+    tls: Option<S<RawTls>>,
+    sasl: Option<S<RawSasl>>,
 }
 
 fn d_topic() -> S<String> {
@@ -44,37 +51,19 @@ fn d_queue_capacity() -> S<i64> {
     spanned(100_000)
 }
 
-/// Whether `topic` is a legal Kafka topic name.
-fn topic_ok(topic: &str) -> bool {
-    !topic.is_empty()
-        && topic.len() <= 249
-        && topic != "."
-        && topic != ".."
-        && topic.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
-/// Validates the table.
-pub(super) fn check(c: &Checker<'_>, k: &RawKafka) -> Result<QueueConf, ConfError> {
-    if k.brokers.get_ref().is_empty() {
-        return Err(c.err(k.brokers.span(), "kafka.brokers", "must list at least one address"));
-    }
-    let brokers = k
-        .brokers
-        .get_ref()
-        .iter()
-        .map(|b| c.addr(b, "kafka.brokers").map(|a| a.to_string()))
-        .collect::<Result<_, _>>()?;
-    if !topic_ok(k.topic.get_ref()) {
-        return Err(c.err(
-            k.topic.span(),
-            "kafka.topic",
-            "must be 1 to 249 characters of a-z, A-Z, 0-9, '.', '_', '-'",
-        ));
-    }
+/// Validates the table. `base` anchors a relative CA file or `file:` password.
+pub(super) fn check(c: &Checker<'_>, k: &RawKafka, base: &Path) -> Result<QueueConf, ConfError> {
+    let err = |span, field: &str, msg: String| c.err(span, field, msg);
+    let connection = protocol::kafka::check_connection(
+        RawConnection { brokers: &k.brokers, tls: k.tls.as_ref(), sasl: k.sasl.as_ref() },
+        &err,
+        base,
+    )?;
+    let topic = protocol::kafka::check_topic(&k.topic, &k.partitions, &err)?;
     Ok(QueueConf {
-        brokers,
-        topic: k.topic.get_ref().clone(),
-        partitions: c.int(&k.partitions, "kafka.partitions", 1, 1024)? as i32,
+        connection,
+        topic: topic.name,
+        partitions: topic.partitions,
         batch_max: c.int(&k.batch_max, "kafka.batch_max", 1, 10_000)?,
         linger: c.ms(&k.linger_ms, "kafka.linger_ms", 0, LINGER_MAX_MS)?,
         produce_timeout: c.ms(
@@ -95,7 +84,8 @@ mod tests {
     fn bad_kafka_values_are_refused_with_line_and_field() {
         let with = |extra: &str| GOOD.replace("brokers = [\"127.0.0.1:19092\"]", extra);
         expect_err(&with("brokers = []"), 20, "kafka.brokers", "at least one");
-        expect_err(&with("brokers = [\"kafka:9092\"]"), 20, "kafka.brokers", "IP:port");
+        expect_err(&with("brokers = [\"kafka\"]"), 20, "kafka.brokers", "host:port");
+        assert!(parse(&with("brokers = [\"kafka-1.corp:9093\"]")).is_ok(), "a company's brokers have names");
         let line = |key: &str| with(&format!("brokers = [\"127.0.0.1:19092\"]\n{key}"));
         expect_err(&line("topic = \"a b\""), 21, "kafka.topic", "1 to 249");
         expect_err(&line("topic = \"\""), 21, "kafka.topic", "1 to 249");

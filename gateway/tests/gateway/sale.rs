@@ -71,12 +71,12 @@ impl Sale {
         backend::db::migrate(&pool, &root.join("sql")).await.unwrap();
         let redis = client(redis_url).await.expect("Redis of the stack");
         let kafka = Arc::new(
-            backend::kafka::client(&[e2e::stack::kafka_broker()], Duration::from_secs(10))
+            backend::kafka::client(&e2e::stack::kafka_connection(), Duration::from_secs(10))
                 .await
                 .expect("Kafka of the stack"),
         );
         let topic = e2e::stack::unique("gw-t-");
-        assert!(backend::kafka::create_topic(&kafka, &topic, PARTITIONS).await.unwrap());
+        assert!(backend::kafka::create_topic(&kafka, &topic, PARTITIONS, 1).await.unwrap());
         let campaign = e2e::stack::unique("gw");
         let dir = std::env::temp_dir().join(e2e::stack::unique("gw-sale-"));
         std::fs::create_dir_all(dir.join("campaigns")).unwrap();
@@ -370,4 +370,68 @@ async fn a_broker_unreachable_at_start_is_reached_on_its_own_once_it_is_up() {
     assert!(in_topic.is_subset(&later), "only orders after the broker came up were produced");
     assert!(!in_topic.contains(&early), "the early record was left to the sweeper");
     assert!(sale.outbox().await.contains(&early), "and it is still in the outbox");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_with_another_partition_count_stops_the_gateway_at_start() {
+    let sale = Sale::new(10).await;
+    let mut conf = sale.gateway_conf(&e2e::stack::kafka_broker(), "");
+    conf.kafka_extra = format!("topic = \"{}\"\npartitions = {}\n", sale.topic, PARTITIONS * 2);
+    let dir = temp_dir("gw-parts-");
+    let file = write_conf(&dir, &conf, free_port());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .arg("--conf")
+        .arg(&file)
+        .arg("--lua-dir")
+        .arg(protocol::scripts::default_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = eventually(Duration::from_secs(20), || {
+        let done = child.try_wait().unwrap().is_some();
+        async move { done }
+    })
+    .await;
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(exited && !out.status.success(), "the gateway must not start: {err}");
+    let want = format!("has {PARTITIONS} partitions but kafka.partitions = {}", PARTITIONS * 2);
+    assert!(err.contains(&want) && err.contains("server.toml"), "{err}");
+}
+
+/// The stack's SASL_SSL listener (its own CA, SCRAM-SHA-512, the password by `file:`), as a
+/// company's Kafka would be reached.
+fn sasl_ssl_kafka_extra(sale: &Sale) -> String {
+    let var = |n: &str| std::env::var(n).unwrap_or_else(|_| panic!("{n}: source .stack/env"));
+    format!(
+        "topic = \"{}\"\npartitions = {PARTITIONS}\n\n[kafka.tls]\nca_file = \"{}\"\n\n[kafka.sasl]\n\
+         mechanism = \"SCRAM-SHA-512\"\nusername = \"{}\"\npassword = \"file:{}\"\n",
+        sale.topic,
+        var("SECKILL_KAFKA_CA_FILE"),
+        var("SECKILL_KAFKA_SASL_USER"),
+        var("SECKILL_KAFKA_SASL_PASSWORD_FILE"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_gateway_produces_through_sasl_over_tls() {
+    let sale = Sale::new(100).await;
+    let mut conf =
+        sale.gateway_conf(&std::env::var("SECKILL_KAFKA_TLS_BROKER").expect("source .stack/env"), "");
+    conf.kafka_extra = sasl_ssl_kafka_extra(&sale);
+    let gw = Gateway::start(&conf).await;
+    let queued = burst(&gw, &sale.campaign).await;
+    assert_eq!(queued.len(), 100);
+    let produced: HashSet<String> = sale
+        .records_in_topic(100)
+        .await
+        .iter()
+        .map(|(_, r)| Reservation::from_json(r.value.as_deref().unwrap()).unwrap().request_id)
+        .collect();
+    assert_eq!(produced, queued, "the gateway's own lanes produced all 100 over SASL_SSL");
+    assert!(!gw.log().contains("kafka not reachable"), "{}", gw.log());
 }

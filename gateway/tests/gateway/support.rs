@@ -23,7 +23,7 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn temp_dir(prefix: &str) -> PathBuf {
+pub fn temp_dir(prefix: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(e2e::stack::unique(prefix));
     std::fs::create_dir_all(&dir).unwrap();
     dir

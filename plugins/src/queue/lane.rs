@@ -12,7 +12,7 @@ use protocol::signing::RECORD_SIGNATURE_HEADER;
 use rskafka::client::partition::UnknownTopicHandling;
 use rskafka::client::producer::aggregator::{self, Aggregator, StatusDeaggregator, TryPush};
 use rskafka::client::producer::{BatchProducer, BatchProducerBuilder};
-use rskafka::client::{Client, ClientBuilder};
+use rskafka::client::Client;
 use rskafka::record::Record;
 use rskafka::BackoffConfig;
 use tokio::sync::{mpsc, Mutex};
@@ -22,6 +22,10 @@ use super::{now_ms, produce_budget, Item, QueueConf, QueueStats, Throttle};
 /// Bytes of records in one batch at most, whatever `batch_max` says (a broker's default
 /// message limit is 1 MiB).
 const MAX_BATCH_BYTES: usize = 512 * 1024;
+/// How long a lane's first connection may take, at start, before any record waits on it: a
+/// TLS handshake and a SCRAM exchange per connection can outlast the produce timeout, and
+/// records that arrive meanwhile wait in the lane (within the gateway's hold).
+const FIRST_CONNECT: Duration = Duration::from_secs(5);
 /// First and longest wait before connecting again after a failure.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -55,9 +59,9 @@ impl Shared {
         Arc::new(Self { conf, client: Mutex::new(state), stats, down_log: Throttle::default() })
     }
 
-    /// The process's Kafka client, built on first use (bounded by the produce timeout). While
-    /// the brokers cannot be reached, one attempt per backoff for all lanes together.
-    async fn client(&self) -> Result<Arc<Client>, String> {
+    /// The process's Kafka client, built on first use (bounded by `deadline`). While the
+    /// brokers cannot be reached, one attempt per backoff for all lanes together.
+    async fn client(&self, deadline: Duration) -> Result<Arc<Client>, String> {
         let mut state = self.client.lock().await;
         if let Some(c) = state.client.as_ref() {
             return Ok(Arc::clone(c));
@@ -65,14 +69,15 @@ impl Shared {
         if Instant::now() < state.retry_at {
             return Err(state.last_error.clone());
         }
-        let deadline = self.conf.produce_timeout;
         let backoff = BackoffConfig {
             init_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_millis(500),
             base: 2.0,
-            deadline: Some(deadline),
+            // Refused or failed attempts are retried only this long; a slow handshake that makes
+            // progress has the whole `deadline`.
+            deadline: Some(self.conf.produce_timeout),
         };
-        let build = ClientBuilder::new(self.conf.brokers.clone()).backoff_config(backoff).build();
+        let build = self.conf.connection.builder().backoff_config(backoff).build();
         let result = match tokio::time::timeout(deadline, build).await {
             Ok(Ok(c)) => Ok(Arc::new(c)),
             Ok(Err(e)) => Err(e.to_string()),
@@ -93,12 +98,16 @@ impl Shared {
         }
     }
 
-    /// A batch producer for `partition`.
-    async fn producer(&self, partition: i32) -> Result<Arc<BatchProducer<Batch>>, String> {
-        let client = self.client().await?;
+    /// A batch producer for `partition`, connected within `deadline`.
+    async fn producer(
+        &self,
+        partition: i32,
+        deadline: Duration,
+    ) -> Result<Arc<BatchProducer<Batch>>, String> {
+        let client = self.client(deadline).await?;
         let topic = &self.conf.topic;
         let pc = client.partition_client(topic.as_str(), partition, UnknownTopicHandling::Error);
-        let pc = match tokio::time::timeout(self.conf.produce_timeout, pc).await {
+        let pc = match tokio::time::timeout(deadline, pc).await {
             Ok(Ok(pc)) => pc,
             Ok(Err(e)) => return Err(format!("partition {topic}/{partition}: {e}")),
             Err(_) => return Err(format!("partition {topic}/{partition}: no leader in time")),
@@ -114,7 +123,7 @@ impl Shared {
         let total = self.stats.dropped_kafka.fetch_add(1, Ordering::Relaxed) + 1;
         if let Some(held) = self.down_log.tick(now_ms()) {
             tracing::warn!(
-                brokers = ?self.conf.brokers, topic = %self.conf.topic, partition, error = why,
+                brokers = ?self.conf.connection.brokers(), topic = %self.conf.topic, partition, error = why,
                 dropped_since_last_log = held + 1, dropped_total = total,
                 "kafka not reachable: records left in the outbox for the sweeper; reconnecting"
             );
@@ -135,7 +144,7 @@ type Produce = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 /// its batch goes on in the background.
 pub(super) async fn run(shared: Arc<Shared>, partition: i32, mut rx: mpsc::Receiver<Item>) {
     let mut conn = Connection::default();
-    conn.connect(&shared, partition).await;
+    conn.connect(&shared, partition, FIRST_CONNECT.max(shared.conf.produce_timeout)).await;
     let limit = shared.conf.batch_max * 4;
     let mut inflight: FuturesUnordered<Produce> = FuturesUnordered::new();
     loop {
@@ -149,7 +158,7 @@ pub(super) async fn run(shared: Arc<Shared>, partition: i32, mut rx: mpsc::Recei
             item = rx.recv(), if inflight.len() < limit => {
                 let Some(item) = item else { break };
                 if conn.producer.is_none() && Instant::now() >= conn.retry_at {
-                    conn.connect(&shared, partition).await;
+                    conn.connect(&shared, partition, shared.conf.produce_timeout).await;
                 }
                 let conf = &shared.conf;
                 let budget = produce_budget(item.at.elapsed(), conf.linger, conf.produce_timeout);
@@ -197,11 +206,11 @@ impl Default for Connection {
 }
 
 impl Connection {
-    async fn connect(&mut self, shared: &Shared, partition: i32) {
-        match shared.producer(partition).await {
+    async fn connect(&mut self, shared: &Shared, partition: i32, deadline: Duration) {
+        match shared.producer(partition, deadline).await {
             Ok(p) => {
                 if self.backoff > BACKOFF_MIN {
-                    tracing::info!(brokers = ?shared.conf.brokers, partition, "kafka reachable");
+                    tracing::info!(brokers = ?shared.conf.connection.brokers(), partition, "kafka reachable");
                 }
                 self.producer = Some(p);
                 self.backoff = BACKOFF_MIN;
@@ -209,7 +218,7 @@ impl Connection {
             Err(e) => {
                 if shared.down_log.tick(now_ms()).is_some() {
                     tracing::warn!(
-                        brokers = ?shared.conf.brokers, topic = %shared.conf.topic, partition, error = %e,
+                        brokers = ?shared.conf.connection.brokers(), topic = %shared.conf.topic, partition, error = %e,
                         "kafka not reachable: the sale goes on, records wait in the outbox; retrying"
                     );
                 }

@@ -124,7 +124,7 @@ pub async fn leg(
     n: usize,
     batch: usize,
 ) -> anyhow::Result<Duration> {
-    kafka::create_topic(kc, name, a.partitions).await?;
+    kafka::create_topic(kc, name, a.partitions, 1).await?;
     let per = backlog(a, pool, name, n).await?;
     let mut ends = Vec::new();
     for (p, recs) in per.into_iter().enumerate() {

@@ -95,7 +95,13 @@ async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
     db::migrate(&pool, &a.migrations_dir).await?;
     let redis = redis::connect(&a.redis_url).await?;
     let scripts = RedisScripts::load(&a.lua_dir)?;
-    let kc = Arc::new(kafka::client(std::slice::from_ref(&a.kafka), Duration::from_secs(10)).await?);
+    let kc = Arc::new(
+        kafka::client(
+            &protocol::kafka::KafkaConnection::plaintext(vec![a.kafka.clone()]),
+            Duration::from_secs(10),
+        )
+        .await?,
+    );
 
     println!(
         "order-writer bench: {} partitions, batch {}, per-user limit 1 (unique index active)",
