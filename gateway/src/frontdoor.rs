@@ -275,6 +275,12 @@ pub fn upgrade_timeouts(session: &mut Session, peer: &mut HttpPeer, active: &Act
     }
 }
 
+/// The client's address: the socket's peer, or what a `trusted` proxy says in its
+/// `X-Forwarded-For` lines. Decided once per request (the proxy keeps it in its context).
+pub fn client(session: &Session, trusted: &TrustedProxies) -> Option<std::net::IpAddr> {
+    client_ip::client_ip(peer_ip(session), client_ip::forwarded_lines(&session.req_header().headers), trusted)
+}
+
 /// The socket peer's address (`None` on a Unix socket).
 pub fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
     session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
@@ -284,21 +290,26 @@ const X_REAL_IP: &str = "x-real-ip";
 const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 
 /// Who the client is, for the upstream (like Nginx's `proxy_set_header` trio): `X-Forwarded-For`
-/// (a client's own survives only behind a `trusted` proxy), `X-Real-IP`, and `X-Forwarded-Proto`
-/// (a trusted proxy's is kept, it terminated TLS; otherwise the gateway's own scheme).
+/// (a client's own lines survive, joined, only behind a `trusted` proxy), `X-Real-IP` (the
+/// request's `client`, as decided at its start), and `X-Forwarded-Proto` (a trusted proxy's is
+/// kept, it terminated TLS; otherwise the gateway's own scheme).
 pub fn forwarded_headers(
     session: &Session,
     upstream_request: &mut RequestHeader,
     trusted: Option<&TrustedProxies>,
+    client: Option<std::net::IpAddr>,
 ) -> pingora_core::Result<()> {
     upstream_request.remove_header(X_FORWARDED_FOR);
     upstream_request.remove_header(X_REAL_IP);
     let mut proxy_says_proto = false;
     let peer = peer_ip(session);
     if let (Some(peer), Some(trusted)) = (peer, trusted) {
-        let xff = session.req_header().headers.get(X_FORWARDED_FOR).map(|v| v.as_bytes());
-        let real = client_ip::client_ip(Some(peer), xff, trusted).unwrap_or(peer);
-        let chain = client_ip::forwarded_for(peer, xff, trusted);
+        let real = client.unwrap_or(peer);
+        let chain = client_ip::forwarded_for(
+            peer,
+            client_ip::forwarded_lines(&session.req_header().headers),
+            trusted,
+        );
         upstream_request.insert_header(X_FORWARDED_FOR, chain)?;
         upstream_request.insert_header(X_REAL_IP, real.to_string())?;
         proxy_says_proto =

@@ -25,6 +25,7 @@
 //! runs once per request and is never retried. Client copies of the signature headers are
 //! stripped from every proxied request (result queries and shop routes).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -94,6 +95,8 @@ pub struct Ctx {
     /// The id the gateway gave this request (campaign paths; proxied requests get one on their
     /// way upstream, as `X-Request-Id`).
     pub(crate) request_id: String,
+    /// The client's address (the peer, or what a trusted proxy says), decided once at the start.
+    pub(crate) client: Option<IpAddr>,
     /// Where it goes.
     upstream: Upstream,
     /// The campaign's concurrency budget place, given back in `logging`.
@@ -132,6 +135,7 @@ impl ProxyHttp for Gateway {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let active = self.shared.active();
         ctx.active = Some(Arc::clone(&active));
+        ctx.client = frontdoor::client(session, &active.server.trusted_proxies);
 
         let route = {
             let req = session.req_header();
@@ -165,8 +169,7 @@ impl ProxyHttp for Gateway {
                 // Polling has its own per-address limit, so a storm of polls stops here and never
                 // reaches the order writer.
                 let limited = active.campaigns.get(&campaign).map_or(Ok(()), |entry| {
-                    let ip = head(session).client_ip(&active.server.trusted_proxies);
-                    self.edge.limiter().check_result(&campaign, &entry.campaign.limits, ip)
+                    self.edge.limiter().check_result(&campaign, &entry.campaign.limits, ctx.client)
                 });
                 if let Err(d) = limited {
                     ctx.request_id = new_request_id();
@@ -209,12 +212,12 @@ impl ProxyHttp for Gateway {
             }
             Route::Captcha(campaign) => {
                 ctx.request_id = new_request_id();
-                let answer = self.captcha(session, &active, &campaign);
+                let answer = self.captcha(session, &active, &campaign, ctx.client);
                 answer::issued(session, &mut ctx.trace, &ctx.request_id, answer).await
             }
             Route::Token(campaign) => {
                 ctx.request_id = new_request_id();
-                let answer = self.token(session, &active, &campaign).await;
+                let answer = self.token(session, &active, &campaign, ctx.client).await;
                 answer::issued(session, &mut ctx.trace, &ctx.request_id, answer).await
             }
         }
@@ -259,7 +262,7 @@ impl ProxyHttp for Gateway {
         ctx: &mut Ctx,
     ) -> Result<()> {
         let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
-        frontdoor::forwarded_headers(session, upstream_request, trusted)?;
+        frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.client)?;
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
         if ctx.request_id.is_empty() {
             ctx.request_id = new_request_id();
@@ -320,7 +323,7 @@ impl ProxyHttp for Gateway {
         // The answer is written: give the campaign's budget place back.
         ctx.permit.take();
         let shop = matches!(ctx.upstream, Upstream::Shop(_));
-        self.observer.done(session, ctx.active.as_deref(), &ctx.request_id, shop, &ctx.trace);
+        self.observer.done(session, ctx.active.as_deref(), ctx.client, &ctx.request_id, shop, &ctx.trace);
     }
 }
 
@@ -337,11 +340,11 @@ impl Gateway {
     ) -> std::result::Result<Queued, Denial> {
         let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
         let (conf, c) = (active.edge(), entry.edge());
-        let mut admitted = self.edge.admit(&conf, &c, &head(session), path)?;
+        let mut admitted = self.edge.admit(&conf, &c, &head(session, ctx.client), path)?;
         // The budget place is given back once the answer is written (`logging`).
         ctx.permit = admitted.permit.take();
         let body = read_body(session).await?;
-        let order = self.edge.verify(&conf, &c, admitted, &head(session), &body).await?;
+        let order = self.edge.verify(&conf, &c, admitted, &head(session, ctx.client), &body).await?;
         if order.global == Checked::FailedOpen {
             self.observer.global_limits_failed_open(campaign);
         }
@@ -349,10 +352,11 @@ impl Gateway {
     }
 }
 
-/// The request line and headers as the edge's checks read them.
-pub(crate) fn head(session: &Session) -> Head<'_> {
+/// The request line and headers as the edge's checks read them, with the `client` decided at
+/// the start of the request.
+pub(crate) fn head(session: &Session, client: Option<IpAddr>) -> Head<'_> {
     let req = session.req_header();
-    Head { method: &req.method, uri: &req.uri, headers: &req.headers, peer: frontdoor::peer_ip(session) }
+    Head { method: &req.method, uri: &req.uri, headers: &req.headers, client }
 }
 
 /// Reads the request body, at most [`MAX_BODY`] bytes within 2 s; `BAD_REQUEST` otherwise.
