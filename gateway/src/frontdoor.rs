@@ -215,9 +215,10 @@ async fn linger(stream: &mut Stream) {
     }
 }
 
-/// The per-request checks of the proxy: the fields (count, size, smuggling) and the declared
-/// body size against the route's `client_max_body_size` (`route`: the shop route's index,
-/// `None` for the gateway's own paths). Returns the body counter for a body without a
+/// The per-request checks of the proxy: the fields (count, size, smuggling, a second `Host` or
+/// `Content-Length`; on the gateway's own paths a second value of a field the sale reads) and
+/// the declared body size against the route's `client_max_body_size` (`route`: the shop route's
+/// index, `None` for the gateway's own paths). Returns the body counter for a body without a
 /// declared length.
 pub fn admit(session: &Session, active: &Active, route: Option<usize>) -> Result<BodyCount, Refusal> {
     let limits = &active.server.limits;
@@ -227,6 +228,9 @@ pub fn admit(session: &Session, active: &Active, route: Option<usize>) -> Result
         .unwrap_or(limits.client_max_body_size);
     let req = session.req_header();
     limits::check_fields(req, limits)?;
+    if route.is_none() {
+        limits::check_sale_fields(req)?;
+    }
     limits::check_content_length(req, max)?;
     Ok(BodyCount { max, seen: 0 })
 }

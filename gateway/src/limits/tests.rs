@@ -83,6 +83,26 @@ fn parsed_fields_are_bounded_by_count_and_size() {
 }
 
 #[test]
+fn a_field_given_twice_where_one_is_read_is_refused() {
+    let two_hosts = head(&["GET / HTTP/1.1", "Host: www.shop", "host: admin.shop"]);
+    assert_eq!(
+        check_head(&two_hosts, 100).unwrap_err().message,
+        "two Host headers: the request is ambiguous"
+    );
+    let two_lengths = head(&["POST / HTTP/1.1", "Host: a", "Content-Length: 2", "CONTENT-LENGTH: 2"]);
+    assert!(check_head(&two_lengths, 100).unwrap_err().message.contains("Content-Length"));
+    let limits = Limits::default();
+    assert!(check_fields(&req(&[("host", "a"), ("host", "b")]), &limits).is_err());
+    assert_eq!(check_fields(&req(&[("host", "a"), ("x-nonce", "1"), ("x-nonce", "2")]), &limits), Ok(()));
+    for name in ["authorization", "x-device-id", "x-timestamp", "x-nonce", "x-signature"] {
+        let refusal = check_sale_fields(&req(&[(name, "1"), (name, "1")])).unwrap_err();
+        assert_eq!(refusal.code, Code::BadRequest);
+        assert!(refusal.message.to_ascii_lowercase().contains(name), "{name}: {}", refusal.message);
+        assert_eq!(check_sale_fields(&req(&[(name, "1"), ("x-other", "1"), ("x-other", "2")])), Ok(()));
+    }
+}
+
+#[test]
 fn bodies_are_bounded_declared_or_counted() {
     assert_eq!(check_content_length(&req(&[("content-length", "10")]), 10), Ok(()));
     assert_eq!(check_content_length(&req(&[("content-length", "11")]), 10), Err(BODY_TOO_LARGE));

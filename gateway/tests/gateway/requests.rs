@@ -75,3 +75,99 @@ async fn every_forwarded_for_line_counts() {
     }
     assert!(limited >= 1, "one client past 1 request/s is limited whatever its first line says");
 }
+
+/// Sends `signed` with its headers in the usual order, then a second line `extra` of one of them.
+async fn order_with_second(
+    http: &reqwest::Client,
+    base: &str,
+    t: &e2e::client::Ticket,
+    signed: &e2e::client::SignedOrder,
+    extra: (&str, &str),
+) -> (u16, serde_json::Value) {
+    let url = format!("{base}{}?{}", signed.path, signed.query);
+    let resp = http
+        .post(url)
+        .bearer_auth(&t.token)
+        .header("x-device-id", &t.device)
+        .header("x-timestamp", &signed.timestamp)
+        .header("x-nonce", &signed.nonce)
+        .header("x-signature", &signed.signature)
+        .header(extra.0, extra.1)
+        .send()
+        .await
+        .unwrap();
+    (resp.status().as_u16(), resp.json().await.unwrap_or_default())
+}
+
+/// A header the sale reads, given twice (the genuine value first, another after it, as a probe
+/// did): ambiguous, refused 400 with a reason naming the header, and nothing reserved. The same
+/// for the login at the token endpoint, and for two `Host` or `Content-Length` on any path.
+#[tokio::test]
+async fn a_second_value_of_a_header_the_sale_reads_is_refused() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("rq");
+    publish(&redis, &campaign, 10, 1).await;
+    let shop = shop().await;
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    conf.routes = shop_route(&shop);
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let t = ticket(&http, &gw, &campaign, "alice").await.unwrap();
+    let now = || chrono::Utc::now().timestamp();
+
+    let forged_sig = "0".repeat(64);
+    let ts = now().to_string();
+    let seconds: [(&str, &str); 5] = [
+        ("authorization", "Bearer another.token.here"),
+        ("x-device-id", "dev-mallory"),
+        ("x-timestamp", &ts),
+        ("x-nonce", "another-nonce-0001"),
+        ("x-signature", &forged_sig),
+    ];
+    for (name, value) in seconds {
+        let signed = t.sign(1, now(), &e2e::client::nonce());
+        let (status, body) = order_with_second(&http, &gw.url(""), &t, &signed, (name, value)).await;
+        assert_eq!((status, body["code"].as_str()), (400, Some("BAD_REQUEST")), "two {name}: {body}");
+        let message = body["message"].as_str().unwrap_or_default().to_ascii_lowercase();
+        assert!(message.contains(name), "the reason names {name}: {body}");
+    }
+    let keys = protocol::keys::CampaignKeys::new(&campaign);
+    let stock: i64 = fred::interfaces::KeysInterface::get(&redis, &keys.stock).await.unwrap();
+    assert_eq!(stock, 10, "no ambiguous order reserved anything");
+
+    // The login at the token endpoint, given twice.
+    let login = auth().login("bob", serde_json::json!({}));
+    let resp = http
+        .post(gw.url(&format!("/seckill/{campaign}/token")))
+        .bearer_auth(&login)
+        .bearer_auth(auth().login("mallory", serde_json::json!({})))
+        .header("x-device-id", "dev-bob")
+        .json(&serde_json::json!({"challenge": "x", "answer": "y"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["code"], "BAD_REQUEST", "{body}");
+
+    // Two Host, two Content-Length: on the sale's paths and on a shop route alike, as Nginx.
+    let info = format!("/seckill/{campaign}/info");
+    for target in [info.as_str(), "/page/shop"] {
+        let two_hosts = format!("GET {target} HTTP/1.1\r\nHost: www.shop\r\nHost: admin.shop\r\n\r\n");
+        let two_lengths = format!(
+            "POST {target} HTTP/1.1\r\nHost: www.shop\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{{}}"
+        );
+        for (what, raw) in [("two Host", two_hosts), ("two Content-Length", two_lengths)] {
+            let answer = crate::limits::send_raw(gw.port, raw.as_bytes()).await;
+            let answer = answer.unwrap_or_else(|| panic!("{what} on {target}: no answer"));
+            assert_eq!(
+                (answer.status, answer.code().as_str()),
+                (400, "BAD_REQUEST"),
+                "{what} on {target}: {answer:?}"
+            );
+        }
+    }
+    // The genuine order still goes through.
+    let (status, body) = t.order(&http, &gw.url(""), 1).await;
+    assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+}
