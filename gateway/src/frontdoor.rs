@@ -21,7 +21,8 @@
 //! than a reset.
 //!
 //! On the way upstream, [`forwarded_headers`] says who the client is (`X-Forwarded-For`,
-//! `X-Real-IP`, `X-Forwarded-Proto`), as Nginx's `proxy_set_header` lines would.
+//! `X-Real-IP`, `X-Forwarded-Proto`), as Nginx's `proxy_set_header` lines would, and
+//! [`strip_sale_headers`] drops the sale's own headers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,10 @@ use pingora_http::RequestHeader;
 use pingora_proxy::Session;
 use plugins::client_ip::{self, TrustedProxies};
 use plugins::edge::X_FORWARDED_FOR;
+use protocol::signing::{
+    NONCE_HEADER, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER, RECORD_SIGNATURE_HEADER,
+    SIGNATURE_HEADER, TIMESTAMP_HEADER,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -288,6 +293,26 @@ pub fn client(session: &Session, trusted: &TrustedProxies) -> Option<std::net::I
 /// The socket peer's address (`None` on a Unix socket).
 pub fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
     session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
+}
+
+/// The sale's own headers: an order's signature, a payment callback's, a record's. No upstream
+/// reads them through the gateway (shop routes have their own login, result queries need none
+/// of them), and a shop should never learn a buyer's order signature.
+const SALE_OWNED: [&str; 6] = [
+    SIGNATURE_HEADER,
+    NONCE_HEADER,
+    TIMESTAMP_HEADER,
+    PAYMENT_SIGNATURE_HEADER,
+    PAYMENT_TIMESTAMP_HEADER,
+    RECORD_SIGNATURE_HEADER,
+];
+
+/// Removes the sale's own headers ([`SALE_OWNED`]) from a request on its way upstream;
+/// `Authorization` (the shop's login) and everything else go on.
+pub fn strip_sale_headers(upstream_request: &mut RequestHeader) {
+    for name in SALE_OWNED {
+        upstream_request.remove_header(name);
+    }
 }
 
 const X_REAL_IP: &str = "x-real-ip";

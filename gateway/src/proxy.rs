@@ -22,8 +22,9 @@
 //! Kafka producer without waiting (`plugins::sale`, `plugins::queue`); if that queue is full or
 //! Kafka is down, the order writer's sweeper produces it from the outbox later. Nothing of the
 //! answer waits on Kafka, the order writer or PostgreSQL. Nothing is ever reserved twice: the script
-//! runs once per request and is never retried. Client copies of the signature headers are
-//! stripped from every proxied request (result queries and shop routes).
+//! runs once per request and is never retried. The sale's own headers (an order's signature,
+//! nonce and timestamp, the payment and record signatures) are stripped from every proxied
+//! request (result queries and shop routes); `Authorization` goes on.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -263,6 +264,7 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
         frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.client)?;
+        frontdoor::strip_sale_headers(upstream_request);
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
         if ctx.request_id.is_empty() {
             ctx.request_id = new_request_id();

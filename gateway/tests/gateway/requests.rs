@@ -171,3 +171,43 @@ async fn a_second_value_of_a_header_the_sale_reads_is_refused() {
     let (status, body) = t.order(&http, &gw.url(""), 1).await;
     assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
 }
+
+/// The sale's own headers (the order signature, the payment callback's, the record's) are the
+/// sale's business: a proxied request, to a shop route or a result query, carries none of them;
+/// the shop's login (`Authorization`) goes on.
+#[tokio::test]
+async fn the_sales_own_headers_never_reach_an_upstream() {
+    let campaign = e2e::stack::unique("rq");
+    let (shop, writer) = (shop().await, shop().await);
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &writer.address().to_string(), &campaign, "");
+    conf.routes = shop_route(&shop);
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let owned = [
+        "x-signature",
+        "x-nonce",
+        "x-timestamp",
+        "x-payment-signature",
+        "x-payment-timestamp",
+        "seckill-signature",
+    ];
+    let send = |path: String| {
+        let mut req = http.get(gw.url(&path)).header("authorization", "Bearer shop-login");
+        for name in owned {
+            req = req.header(name, "client-value");
+        }
+        req.send()
+    };
+    assert_eq!(send("/account/orders".into()).await.unwrap().status(), 200);
+    assert_eq!(send(format!("/seckill/{campaign}/result/some-id")).await.unwrap().status(), 200);
+    for (upstream, path) in
+        [(&shop, "/account/orders".to_string()), (&writer, format!("/seckill/{campaign}/result/some-id"))]
+    {
+        let seen = upstream.received_requests().await.unwrap();
+        let req = seen.iter().find(|r| r.url.path() == path).expect("proxied");
+        for name in owned {
+            assert!(req.headers.get(name).is_none(), "{name} reached {path}");
+        }
+        assert_eq!(req.headers.get("authorization").unwrap(), "Bearer shop-login", "{path}");
+    }
+}
