@@ -13,6 +13,8 @@
 //! - a head past `max_header_bytes`, or with more than `max_headers` fields: 431;
 //! - control characters, a bad field name, line folding, or `Content-Length` together with
 //!   `Transfer-Encoding`: 400;
+//! - an absolute-form target (`GET http://admin.shop/ HTTP/1.1`): its authority replaces the
+//!   `Host` field (RFC 9112 section 3.2.2), so routing and the upstream see one host;
 //! - at most `keepalive_requests` requests per connection.
 //!
 //! HTTP/2 connections (ALPN `h2`) go to Pingora directly: the h2 layer bounds the header list
@@ -187,8 +189,16 @@ async fn read_head(stream: &mut Stream, limits: &Limits, first: bool, watch: &mu
             if end > limits.max_header_bytes {
                 return Head::Refused(limits::HEAD_TOO_LARGE);
             }
-            return match limits::check_head(&buf[..end], limits.max_headers) {
-                Ok(()) => Head::Ready(buf),
+            if let Err(refusal) = limits::check_head(&buf[..end], limits.max_headers) {
+                return Head::Refused(refusal);
+            }
+            return match limits::absolute_form_host(&buf[..end]) {
+                Ok(None) => Head::Ready(buf),
+                Ok(Some(head)) => {
+                    let mut rewritten = BytesMut::from(&head[..]);
+                    rewritten.extend_from_slice(&buf[end..]);
+                    Head::Ready(rewritten)
+                }
                 Err(refusal) => Head::Refused(refusal),
             };
         }

@@ -188,6 +188,50 @@ pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// An absolute-form request target (`GET http://admin.shop/x HTTP/1.1`) names its host itself:
+/// the target's authority wins over any `Host` field, which is replaced (RFC 9112 section
+/// 3.2.2), so the route chosen and the host the upstream is told are one. Given a complete head
+/// that [`check_head`] passed (so at most one `Host`), returns it rewritten with its `Host` line
+/// replaced by `Host: <authority>` (added after the request line when there was none), or `None`
+/// when the target is not an `http`/`https` absolute form (nothing to change). A target with
+/// userinfo (`http://user@host/`) is refused: which part is the host is ambiguous.
+pub fn absolute_form_host(head: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
+    let start = head.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(head.len());
+    let line_end = head[start..].iter().position(|&b| b == b'\n').map_or(head.len(), |i| start + i + 1);
+    let request_line = &head[start..line_end];
+    let Some(target) = request_line.split(|&b| b == b' ').nth(1) else {
+        return Ok(None);
+    };
+    let Some(scheme_end) = target.windows(3).position(|w| w == b"://") else {
+        return Ok(None);
+    };
+    let scheme = &target[..scheme_end];
+    if !scheme.eq_ignore_ascii_case(b"http") && !scheme.eq_ignore_ascii_case(b"https") {
+        return Ok(None);
+    }
+    let rest = &target[scheme_end + 3..];
+    let authority = &rest[..rest.iter().position(|&b| matches!(b, b'/' | b'?' | b'#')).unwrap_or(rest.len())];
+    if authority.contains(&b'@') {
+        return Err(Refusal::new(Code::BadRequest, "userinfo in the request target: the host is ambiguous"));
+    }
+    if authority.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(head.len() + authority.len() + 8);
+    out.extend_from_slice(&head[..line_end]);
+    out.extend_from_slice(b"Host: ");
+    out.extend_from_slice(authority);
+    out.extend_from_slice(b"\r\n");
+    for line in head[line_end..].split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if line.contains(&b':') && name.eq_ignore_ascii_case(b"host") {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+    Ok(Some(out))
+}
+
 /// Checks a parsed request's fields against the limits: the count, and their size counted as
 /// HTTP/2 does (name + value + 32 per field). HTTP/1 heads were checked whole already; this is
 /// what bounds HTTP/2 requests. Also refuses a second `Host` or `Content-Length`, and

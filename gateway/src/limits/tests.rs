@@ -103,6 +103,23 @@ fn a_field_given_twice_where_one_is_read_is_refused() {
 }
 
 #[test]
+fn an_absolute_form_target_replaces_host() {
+    let h = head(&["GET http://admin.shop:8080/panel?x=1 HTTP/1.1", "Host: www.shop", "Accept: */*"]);
+    let out = String::from_utf8(absolute_form_host(&h).unwrap().unwrap()).unwrap();
+    assert_eq!(
+        out,
+        "GET http://admin.shop:8080/panel?x=1 HTTP/1.1\r\nHost: admin.shop:8080\r\nAccept: */*\r\n\r\n"
+    );
+    let no_host = head(&["GET HTTPS://admin.shop HTTP/1.1"]);
+    let out = String::from_utf8(absolute_form_host(&no_host).unwrap().unwrap()).unwrap();
+    assert_eq!(out, "GET HTTPS://admin.shop HTTP/1.1\r\nHost: admin.shop\r\n\r\n");
+    assert_eq!(absolute_form_host(&head(&["GET /panel HTTP/1.1", "Host: www.shop"])), Ok(None));
+    assert_eq!(absolute_form_host(&head(&["GET ftp://x/ HTTP/1.1", "Host: www.shop"])), Ok(None));
+    let userinfo = head(&["GET http://www.shop@admin.shop/ HTTP/1.1", "Host: www.shop"]);
+    assert_eq!(absolute_form_host(&userinfo).unwrap_err().code, Code::BadRequest);
+}
+
+#[test]
 fn bodies_are_bounded_declared_or_counted() {
     assert_eq!(check_content_length(&req(&[("content-length", "10")]), 10), Ok(()));
     assert_eq!(check_content_length(&req(&[("content-length", "11")]), 10), Err(BODY_TOO_LARGE));

@@ -211,3 +211,35 @@ async fn the_sales_own_headers_never_reach_an_upstream() {
         assert_eq!(req.headers.get("authorization").unwrap(), "Bearer shop-login", "{path}");
     }
 }
+
+/// An absolute-form target (`GET http://admin.shop/ HTTP/1.1`) beside another `Host`: the
+/// target's authority wins and replaces `Host` (RFC 9112 section 3.2.2), so the route chosen
+/// and the host the upstream is told are the same one.
+#[tokio::test]
+async fn an_absolute_form_target_routes_and_proxies_by_its_authority() {
+    let campaign = e2e::stack::unique("rq");
+    let (www, admin) = (shop().await, shop().await);
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    conf.routes = format!(
+        "[[route]]\nname = \"www\"\nhost = \"www.shop\"\npath_prefix = \"/\"\nupstreams = [\"{}\"]\n\n\
+         [[route]]\nname = \"admin\"\nhost = \"admin.shop\"\npath_prefix = \"/\"\nupstreams = [\"{}\"]\n",
+        www.address(),
+        admin.address()
+    );
+    let gw = Gateway::start(&conf).await;
+    let raw = b"GET http://admin.shop/panel HTTP/1.1\r\nHost: www.shop\r\nConnection: close\r\n\r\n";
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut conn, raw).await.unwrap();
+    let answer = crate::limits::read_answer(&mut conn).await.expect("an answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let to_admin = admin.received_requests().await.unwrap();
+    let to_www = www.received_requests().await.unwrap();
+    assert_eq!((to_admin.len(), to_www.len()), (1, 0), "routed by the target's authority");
+    assert_eq!(to_admin[0].url.path(), "/panel");
+    assert_eq!(to_admin[0].headers.get("host").unwrap(), "admin.shop", "the upstream is told the same host");
+    // Two Host fields beside it: ambiguous, refused with the JSON answer.
+    let two = b"GET http://admin.shop/panel HTTP/1.1\r\nHost: www.shop\r\nHost: admin.shop\r\n\r\n";
+    let answer = crate::limits::send_raw(gw.port, two).await.expect("an answer");
+    assert_eq!((answer.status, answer.code().as_str()), (400, "BAD_REQUEST"), "{answer:?}");
+    assert_eq!(admin.received_requests().await.unwrap().len(), 1);
+}
