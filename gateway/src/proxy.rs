@@ -168,10 +168,14 @@ impl ProxyHttp for Gateway {
             }
             Route::Result(campaign) => {
                 // Polling has its own per-address limit, so a storm of polls stops here and never
-                // reaches the order writer.
-                let limited = active.campaigns.get(&campaign).map_or(Ok(()), |entry| {
-                    self.edge.limiter().check_result(&campaign, &entry.campaign.limits, ctx.client)
-                });
+                // reaches the order writer; a campaign this gateway does not sell is answered
+                // here too (a made-up id must not reach the writer unlimited).
+                let limited = match active.campaigns.get(&campaign) {
+                    Some(entry) => {
+                        self.edge.limiter().check_result(&campaign, &entry.campaign.limits, ctx.client)
+                    }
+                    None => Err(unknown_campaign()),
+                };
                 if let Err(d) = limited {
                     ctx.request_id = new_request_id();
                     return answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await;
