@@ -140,7 +140,8 @@ fn is_ctl(b: u8) -> bool {
 /// Checks a complete HTTP/1 request head (as [`head_end`] delimits it): no control characters
 /// in the request line, header names that are tokens, values without control characters, no
 /// obsolete line folding, at most `max_headers` fields, `Host` and `Content-Length` at most once
-/// (Pingora would refuse a second `Content-Length` with a bare 400), and never both
+/// (Pingora would refuse a second `Content-Length` with a bare 400), a `Content-Length` of digits
+/// only, a `Transfer-Encoding` of `chunked` only (once), and never both
 /// `Content-Length` and `Transfer-Encoding` (request smuggling: Nginx refuses it with 400 as
 /// well).
 pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
@@ -175,8 +176,21 @@ pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
                 }
             }
         }
-        content_length |= name.eq_ignore_ascii_case(b"content-length");
-        transfer_encoding |= name.eq_ignore_ascii_case(b"transfer-encoding");
+        if name.eq_ignore_ascii_case(b"content-length") {
+            content_length = true;
+            // One decimal length: a list (`5, 5`) or a sign is refused rather than reconciled.
+            let v = value.trim_ascii();
+            if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+                return bad("Content-Length must be one decimal number");
+            }
+        }
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            // The only coding the gateway reads is chunked, once (a second line would make a list).
+            if transfer_encoding || !value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return bad("unsupported Transfer-Encoding: only chunked is read");
+            }
+            transfer_encoding = true;
+        }
         fields += 1;
         if fields > max_headers {
             return Err(Refusal::new(Code::HeadersTooLarge, "too many header fields"));

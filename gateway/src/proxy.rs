@@ -365,9 +365,11 @@ pub(crate) fn head(session: &Session, client: Option<IpAddr>) -> Head<'_> {
     Head { method: &req.method, uri: &req.uri, headers: &req.headers, client }
 }
 
-/// Reads the request body, at most [`MAX_BODY`] bytes within 2 s; `BAD_REQUEST` otherwise.
+/// Reads the request body, at most [`MAX_BODY`] bytes within 2 s: past it `BODY_TOO_LARGE`
+/// (413, declared or counted, as the front door's own limit answers), unreadable or late
+/// `BAD_REQUEST`.
 pub(crate) async fn read_body(session: &mut Session) -> std::result::Result<Vec<u8>, Denial> {
-    let too_large = || Denial::new(Code::BadRequest, format!("the body is larger than {MAX_BODY} bytes"));
+    let too_large = || Denial::new(Code::BodyTooLarge, format!("the body is larger than {MAX_BODY} bytes"));
     let declared = session.req_header().headers.get(http::header::CONTENT_LENGTH);
     if declared
         .and_then(|v| v.to_str().ok())

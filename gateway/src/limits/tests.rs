@@ -103,6 +103,28 @@ fn a_field_given_twice_where_one_is_read_is_refused() {
 }
 
 #[test]
+fn framing_is_one_decimal_length_or_chunked() {
+    for bad in [
+        "Content-Length: 5, 5",
+        "Content-Length: +5",
+        "Content-Length: ",
+        "Transfer-Encoding: gzip",
+        "Transfer-Encoding: gzip, chunked",
+        "Transfer-Encoding: chunked, chunked",
+    ] {
+        assert_eq!(
+            check_head(&head(&["POST / HTTP/1.1", bad]), 100).unwrap_err().code,
+            Code::BadRequest,
+            "{bad}"
+        );
+    }
+    let twice = head(&["POST / HTTP/1.1", "Transfer-Encoding: chunked", "Transfer-Encoding: chunked"]);
+    assert_eq!(check_head(&twice, 100).unwrap_err().code, Code::BadRequest);
+    assert_eq!(check_head(&head(&["POST / HTTP/1.1", "Content-Length:  12 "]), 100), Ok(()));
+    assert_eq!(check_head(&head(&["POST / HTTP/1.1", "Transfer-Encoding: Chunked"]), 100), Ok(()));
+}
+
+#[test]
 fn an_absolute_form_target_replaces_host() {
     let h = head(&["GET http://admin.shop:8080/panel?x=1 HTTP/1.1", "Host: www.shop", "Accept: */*"]);
     let out = String::from_utf8(absolute_form_host(&h).unwrap().unwrap()).unwrap();

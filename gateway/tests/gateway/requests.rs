@@ -243,3 +243,62 @@ async fn an_absolute_form_target_routes_and_proxies_by_its_authority() {
     assert_eq!((answer.status, answer.code().as_str()), (400, "BAD_REQUEST"), "{answer:?}");
     assert_eq!(admin.received_requests().await.unwrap().len(), 1);
 }
+
+/// Framing the gateway cannot trust and bodies past the order's 4 KB cap get the JSON answer
+/// every other refusal gets, with one code each: a `Content-Length` that is a list or not
+/// digits, an unknown `Transfer-Encoding` (400 `BAD_REQUEST`), an order body past the cap,
+/// declared or chunked (413 `BODY_TOO_LARGE`).
+#[tokio::test]
+async fn framing_and_body_size_refusals_are_json_with_one_code() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("rq");
+    publish(&redis, &campaign, 10, 1).await;
+    let conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let info = format!("/seckill/{campaign}/info");
+    let framing = [
+        (
+            "a Content-Length list",
+            format!("POST {info} HTTP/1.1\r\nHost: a\r\nContent-Length: 2, 2\r\n\r\n{{}}"),
+        ),
+        (
+            "two lengths in a list",
+            format!("POST {info} HTTP/1.1\r\nHost: a\r\nContent-Length: 2, 3\r\n\r\n{{}}"),
+        ),
+        ("a signed length", format!("POST {info} HTTP/1.1\r\nHost: a\r\nContent-Length: +2\r\n\r\n{{}}")),
+        ("an unknown coding", format!("POST {info} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n")),
+        (
+            "a coding before chunked",
+            format!("POST {info} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n"),
+        ),
+    ];
+    for (what, raw) in framing {
+        let answer = crate::limits::send_raw(gw.port, raw.as_bytes()).await;
+        let answer = answer.unwrap_or_else(|| panic!("{what}: no answer"));
+        assert_eq!((answer.status, answer.code().as_str()), (400, "BAD_REQUEST"), "{what}: {answer:?}");
+    }
+
+    // An order whose body is past 4 KB: declared, then chunked; both 413, nothing reserved.
+    let t = ticket(&http, &gw, &campaign, "alice").await.unwrap();
+    let mut big = t.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    big.body = vec![b'x'; 5000];
+    let (status, body) = t.send(&http, &gw.url(""), &big).await;
+    assert_eq!((status, body["code"].as_str()), (413, Some("BODY_TOO_LARGE")), "declared: {body}");
+    let signed = t.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    let mut raw = format!(
+        "POST {}?{} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {}\r\nX-Device-Id: {}\r\nX-Timestamp: {}\r\n\
+         X-Nonce: {}\r\nX-Signature: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        signed.path, signed.query, t.token, t.device, signed.timestamp, signed.nonce, signed.signature
+    )
+    .into_bytes();
+    for _ in 0..5 {
+        raw.extend_from_slice(format!("3e8\r\n{}\r\n", "x".repeat(1000)).as_bytes());
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    let answer = crate::limits::send_raw(gw.port, &raw).await.expect("an answer");
+    assert_eq!((answer.status, answer.code().as_str()), (413, "BODY_TOO_LARGE"), "chunked: {answer:?}");
+    let keys = protocol::keys::CampaignKeys::new(&campaign);
+    let stock: i64 = fred::interfaces::KeysInterface::get(&redis, &keys.stock).await.unwrap();
+    assert_eq!(stock, 10);
+}
