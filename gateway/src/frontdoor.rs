@@ -15,7 +15,10 @@
 //!   `Transfer-Encoding`: 400;
 //! - an absolute-form target (`GET http://admin.shop/ HTTP/1.1`): its authority replaces the
 //!   `Host` field (RFC 9112 section 3.2.2), so routing and the upstream see one host;
-//! - at most `keepalive_requests` requests per connection.
+//! - at most `keepalive_requests` requests per connection;
+//! - a request read together with the next one (HTTP/1.1 pipelining) is answered with
+//!   `Connection: close` and the connection closed: the next one is never run (RFC 9112
+//!   section 9.3.2 allows this in place of answering in order).
 //!
 //! HTTP/2 connections (ALPN `h2`) go to Pingora directly: the h2 layer bounds the header list
 //! (431) and the proxy checks fields and body per request ([`admit`]). After a refusal the
@@ -116,11 +119,17 @@ where
                     return None;
                 }
             };
+            // Bytes past this request (a pipelined one) would be lost on reuse: close instead.
+            let pipelined = limits::pipelined(&head);
             let mut session = ServerSession::new_http1(stream);
             served += 1;
-            let last = served >= self.limits.keepalive_requests || *shutdown.borrow();
+            let last = served >= self.limits.keepalive_requests || *shutdown.borrow() || pipelined;
             if last {
+                // Pingora sets keep-alive again from the request's own header once it reads it;
+                // no reuse left holds whatever the request says (the answer says
+                // `Connection: close`).
                 session.set_keepalive(None);
+                session.set_keepalive_reuses_remaining(Some(0));
             } else {
                 session.set_keepalive(Some(self.limits.keepalive_timeout.as_secs().max(1)));
                 session.set_keepalive_reuses_remaining(Some(self.limits.keepalive_requests - served));

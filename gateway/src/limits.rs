@@ -202,6 +202,27 @@ pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Whether `buf`, a complete head and whatever was read with it, holds bytes past this request:
+/// the next request, pipelined (its `Content-Length` body, if any, set aside). Those bytes are
+/// the proxy's prefix and would be lost when the connection is reused, so the caller answers
+/// this request with `Connection: close` (RFC 9112 section 9.3.2) and the next one is never run.
+/// A chunked body's end is not known here: `false`.
+pub fn pipelined(buf: &[u8]) -> bool {
+    let Some(end) = head_end(buf) else { return false };
+    let mut body = 0usize;
+    for line in buf[..end].split(|&b| b == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            return false;
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            body = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+        }
+    }
+    buf.len() - end > body
+}
+
 /// An absolute-form request target (`GET http://admin.shop/x HTTP/1.1`) names its host itself:
 /// the target's authority wins over any `Host` field, which is replaced (RFC 9112 section
 /// 3.2.2), so the route chosen and the host the upstream is told are one. Given a complete head

@@ -125,6 +125,16 @@ fn framing_is_one_decimal_length_or_chunked() {
 }
 
 #[test]
+fn bytes_past_a_request_are_a_pipelined_one() {
+    assert!(!pipelined(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert!(pipelined(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n"));
+    assert!(!pipelined(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"));
+    assert!(!pipelined(b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\n{}"), "the rest of the body is to come");
+    assert!(pipelined(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}G"));
+    assert!(!pipelined(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET"));
+}
+
+#[test]
 fn an_absolute_form_target_replaces_host() {
     let h = head(&["GET http://admin.shop:8080/panel?x=1 HTTP/1.1", "Host: www.shop", "Accept: */*"]);
     let out = String::from_utf8(absolute_form_host(&h).unwrap().unwrap()).unwrap();

@@ -302,3 +302,69 @@ async fn framing_and_body_size_refusals_are_json_with_one_code() {
     let stock: i64 = fred::interfaces::KeysInterface::get(&redis, &keys.stock).await.unwrap();
     assert_eq!(stock, 10);
 }
+
+/// Two requests in one TCP write (HTTP/1.1 pipelining): the first is answered, and either the
+/// second is answered too, in order, or the first answer says `Connection: close` and the
+/// connection closes with the second never run (RFC 9112 section 9.3.2). Never a second
+/// request executed and its answer dropped.
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_or_announced_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::stack::unique("rq");
+    publish(&redis, &campaign, 10, 2).await;
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    conf.campaigns = vec![(
+        campaign.clone(),
+        campaign_toml(&campaign, "").replace("per_user_limit = 1", "per_user_limit = 2"),
+    )];
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let t = ticket(&http, &gw, &campaign, "alice").await.unwrap();
+
+    let order_bytes = |s: &e2e::client::SignedOrder| {
+        format!(
+            "POST {}?{} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {}\r\nX-Device-Id: {}\r\nX-Timestamp: {}\r\n\
+             X-Nonce: {}\r\nX-Signature: {}\r\nContent-Length: 0\r\n\r\n",
+            s.path, s.query, t.token, t.device, s.timestamp, s.nonce, s.signature
+        )
+    };
+    let now = chrono::Utc::now().timestamp();
+    let (first, second) = (t.sign(1, now, &e2e::client::nonce()), t.sign(1, now, &e2e::client::nonce()));
+    let info = format!("GET /seckill/{campaign}/info HTTP/1.1\r\nHost: a\r\n\r\n");
+    let keys = protocol::keys::CampaignKeys::new(&campaign);
+    for (what, bytes, orders) in [
+        ("two GET /info", format!("{info}{info}"), 0),
+        ("two signed orders", format!("{}{}", order_bytes(&first), order_bytes(&second)), 2),
+    ] {
+        let before: i64 = fred::interfaces::KeysInterface::get(&redis, &keys.stock).await.unwrap();
+        let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        conn.write_all(bytes.as_bytes()).await.unwrap();
+        let one =
+            crate::limits::read_answer(&mut conn).await.unwrap_or_else(|| panic!("{what}: no first answer"));
+        assert!(one.status < 300, "{what}: {one:?}");
+        let closing = one.head.to_ascii_lowercase().contains("connection: close");
+        let answered = if closing {
+            // Announced: nothing more comes, the connection closes.
+            let mut rest = Vec::new();
+            let read =
+                tokio::time::timeout(std::time::Duration::from_secs(10), conn.read_to_end(&mut rest)).await;
+            assert!(
+                matches!(read, Ok(Ok(_))) && rest.is_empty(),
+                "{what}: closed after the announced answer"
+            );
+            1
+        } else {
+            let two = crate::limits::read_answer(&mut conn).await;
+            assert!(
+                two.is_some(),
+                "{what}: the first answer kept the connection alive, the second never came"
+            );
+            2
+        };
+        let after: i64 = fred::interfaces::KeysInterface::get(&redis, &keys.stock).await.unwrap();
+        if orders > 0 {
+            assert_eq!(before - after, answered, "{what}: every order run was answered, no other ran");
+        }
+    }
+}
