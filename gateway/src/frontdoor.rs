@@ -13,7 +13,12 @@
 //! - a head past `max_header_bytes`, or with more than `max_headers` fields: 431;
 //! - control characters, a bad field name, line folding, or `Content-Length` together with
 //!   `Transfer-Encoding`: 400;
-//! - at most `keepalive_requests` requests per connection.
+//! - an absolute-form target (`GET http://admin.shop/ HTTP/1.1`): its authority replaces the
+//!   `Host` field (RFC 9112 section 3.2.2), so routing and the upstream see one host;
+//! - at most `keepalive_requests` requests per connection;
+//! - a request read together with the next one (HTTP/1.1 pipelining) is answered with
+//!   `Connection: close` and the connection closed: the next one is never run (RFC 9112
+//!   section 9.3.2 allows this in place of answering in order).
 //!
 //! HTTP/2 connections (ALPN `h2`) go to Pingora directly: the h2 layer bounds the header list
 //! (431) and the proxy checks fields and body per request ([`admit`]). After a refusal the
@@ -21,7 +26,8 @@
 //! than a reset.
 //!
 //! On the way upstream, [`forwarded_headers`] says who the client is (`X-Forwarded-For`,
-//! `X-Real-IP`, `X-Forwarded-Proto`), as Nginx's `proxy_set_header` lines would.
+//! `X-Real-IP`, `X-Forwarded-Proto`), as Nginx's `proxy_set_header` lines would, and
+//! [`strip_sale_headers`] drops the sale's own headers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +44,10 @@ use pingora_http::RequestHeader;
 use pingora_proxy::Session;
 use plugins::client_ip::{self, TrustedProxies};
 use plugins::edge::X_FORWARDED_FOR;
+use protocol::signing::{
+    NONCE_HEADER, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER, RECORD_SIGNATURE_HEADER,
+    SIGNATURE_HEADER, TIMESTAMP_HEADER,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -109,11 +119,17 @@ where
                     return None;
                 }
             };
+            // Bytes past this request (a pipelined one) would be lost on reuse: close instead.
+            let pipelined = limits::pipelined(&head);
             let mut session = ServerSession::new_http1(stream);
             served += 1;
-            let last = served >= self.limits.keepalive_requests || *shutdown.borrow();
+            let last = served >= self.limits.keepalive_requests || *shutdown.borrow() || pipelined;
             if last {
+                // Pingora sets keep-alive again from the request's own header once it reads it;
+                // no reuse left holds whatever the request says (the answer says
+                // `Connection: close`).
                 session.set_keepalive(None);
+                session.set_keepalive_reuses_remaining(Some(0));
             } else {
                 session.set_keepalive(Some(self.limits.keepalive_timeout.as_secs().max(1)));
                 session.set_keepalive_reuses_remaining(Some(self.limits.keepalive_requests - served));
@@ -182,8 +198,16 @@ async fn read_head(stream: &mut Stream, limits: &Limits, first: bool, watch: &mu
             if end > limits.max_header_bytes {
                 return Head::Refused(limits::HEAD_TOO_LARGE);
             }
-            return match limits::check_head(&buf[..end], limits.max_headers) {
-                Ok(()) => Head::Ready(buf),
+            if let Err(refusal) = limits::check_head(&buf[..end], limits.max_headers) {
+                return Head::Refused(refusal);
+            }
+            return match limits::absolute_form_host(&buf[..end]) {
+                Ok(None) => Head::Ready(buf),
+                Ok(Some(head)) => {
+                    let mut rewritten = BytesMut::from(&head[..]);
+                    rewritten.extend_from_slice(&buf[end..]);
+                    Head::Ready(rewritten)
+                }
                 Err(refusal) => Head::Refused(refusal),
             };
         }
@@ -215,9 +239,10 @@ async fn linger(stream: &mut Stream) {
     }
 }
 
-/// The per-request checks of the proxy: the fields (count, size, smuggling) and the declared
-/// body size against the route's `client_max_body_size` (`route`: the shop route's index,
-/// `None` for the gateway's own paths). Returns the body counter for a body without a
+/// The per-request checks of the proxy: the fields (count, size, smuggling, a second `Host` or
+/// `Content-Length`; on the gateway's own paths a second value of a field the sale reads) and
+/// the declared body size against the route's `client_max_body_size` (`route`: the shop route's
+/// index, `None` for the gateway's own paths). Returns the body counter for a body without a
 /// declared length.
 pub fn admit(session: &Session, active: &Active, route: Option<usize>) -> Result<BodyCount, Refusal> {
     let limits = &active.server.limits;
@@ -227,6 +252,9 @@ pub fn admit(session: &Session, active: &Active, route: Option<usize>) -> Result
         .unwrap_or(limits.client_max_body_size);
     let req = session.req_header();
     limits::check_fields(req, limits)?;
+    if route.is_none() {
+        limits::check_sale_fields(req)?;
+    }
     limits::check_content_length(req, max)?;
     Ok(BodyCount { max, seen: 0 })
 }
@@ -275,30 +303,61 @@ pub fn upgrade_timeouts(session: &mut Session, peer: &mut HttpPeer, active: &Act
     }
 }
 
+/// The client's address: the socket's peer, or what a `trusted` proxy says in its
+/// `X-Forwarded-For` lines. Decided once per request (the proxy keeps it in its context).
+pub fn client(session: &Session, trusted: &TrustedProxies) -> Option<std::net::IpAddr> {
+    client_ip::client_ip(peer_ip(session), client_ip::forwarded_lines(&session.req_header().headers), trusted)
+}
+
 /// The socket peer's address (`None` on a Unix socket).
 pub fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
     session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
+}
+
+/// The sale's own headers: an order's signature, a payment callback's, a record's. No upstream
+/// reads them through the gateway (shop routes have their own login, result queries need none
+/// of them), and a shop should never learn a buyer's order signature.
+const SALE_OWNED: [&str; 6] = [
+    SIGNATURE_HEADER,
+    NONCE_HEADER,
+    TIMESTAMP_HEADER,
+    PAYMENT_SIGNATURE_HEADER,
+    PAYMENT_TIMESTAMP_HEADER,
+    RECORD_SIGNATURE_HEADER,
+];
+
+/// Removes the sale's own headers ([`SALE_OWNED`]) from a request on its way upstream;
+/// `Authorization` (the shop's login) and everything else go on.
+pub fn strip_sale_headers(upstream_request: &mut RequestHeader) {
+    for name in SALE_OWNED {
+        upstream_request.remove_header(name);
+    }
 }
 
 const X_REAL_IP: &str = "x-real-ip";
 const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
 
 /// Who the client is, for the upstream (like Nginx's `proxy_set_header` trio): `X-Forwarded-For`
-/// (a client's own survives only behind a `trusted` proxy), `X-Real-IP`, and `X-Forwarded-Proto`
-/// (a trusted proxy's is kept, it terminated TLS; otherwise the gateway's own scheme).
+/// (a client's own lines survive, joined, only behind a `trusted` proxy), `X-Real-IP` (the
+/// request's `client`, as decided at its start), and `X-Forwarded-Proto` (a trusted proxy's is
+/// kept, it terminated TLS; otherwise the gateway's own scheme).
 pub fn forwarded_headers(
     session: &Session,
     upstream_request: &mut RequestHeader,
     trusted: Option<&TrustedProxies>,
+    client: Option<std::net::IpAddr>,
 ) -> pingora_core::Result<()> {
     upstream_request.remove_header(X_FORWARDED_FOR);
     upstream_request.remove_header(X_REAL_IP);
     let mut proxy_says_proto = false;
     let peer = peer_ip(session);
     if let (Some(peer), Some(trusted)) = (peer, trusted) {
-        let xff = session.req_header().headers.get(X_FORWARDED_FOR).map(|v| v.as_bytes());
-        let real = client_ip::client_ip(Some(peer), xff, trusted).unwrap_or(peer);
-        let chain = client_ip::forwarded_for(peer, xff, trusted);
+        let real = client.unwrap_or(peer);
+        let chain = client_ip::forwarded_for(
+            peer,
+            client_ip::forwarded_lines(&session.req_header().headers),
+            trusted,
+        );
         upstream_request.insert_header(X_FORWARDED_FOR, chain)?;
         upstream_request.insert_header(X_REAL_IP, real.to_string())?;
         proxy_says_proto =

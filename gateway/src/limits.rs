@@ -9,6 +9,7 @@ use std::time::Duration;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use pingora_http::RequestHeader;
 use protocol::codes::Code;
+use protocol::signing::{DEVICE_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// The limits of the front door (`[limits]` of the server file).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +76,42 @@ pub const BODY_TIMEOUT: Refusal =
 pub const BODY_TOO_LARGE: Refusal =
     Refusal::new(Code::BodyTooLarge, "the request body is larger than this route allows");
 
+/// Fields every request may carry at most once, with the refusal of a second one: two values
+/// would make the request mean two things (which host, which body length). Nginx refuses a
+/// second `Host` the same way.
+const ONCE_EVERYWHERE: [(&str, Refusal); 2] = [
+    ("host", Refusal::new(Code::BadRequest, "two Host headers: the request is ambiguous")),
+    (
+        "content-length",
+        Refusal::new(Code::BadRequest, "two Content-Length headers: the request is ambiguous"),
+    ),
+];
+
+/// Fields the sale reads (the login or campaign token, the device, the request signature),
+/// which a request to the gateway's own paths may carry at most once: with two values the
+/// checks would read one and a later reader perhaps the other.
+const ONCE_FOR_THE_SALE: [(&str, Refusal); 5] = [
+    ("authorization", Refusal::new(Code::BadRequest, "two Authorization headers: the request is ambiguous")),
+    (DEVICE_HEADER, Refusal::new(Code::BadRequest, "two X-Device-Id headers: the request is ambiguous")),
+    (TIMESTAMP_HEADER, Refusal::new(Code::BadRequest, "two X-Timestamp headers: the request is ambiguous")),
+    (NONCE_HEADER, Refusal::new(Code::BadRequest, "two X-Nonce headers: the request is ambiguous")),
+    (SIGNATURE_HEADER, Refusal::new(Code::BadRequest, "two X-Signature headers: the request is ambiguous")),
+];
+
+/// The refusal of the first field of `once` that `headers` carries more than once.
+fn check_once(headers: &http::HeaderMap, once: &[(&str, Refusal)]) -> Result<(), Refusal> {
+    match once.iter().find(|(name, _)| headers.get_all(*name).iter().nth(1).is_some()) {
+        Some((_, refusal)) => Err(*refusal),
+        None => Ok(()),
+    }
+}
+
+/// Checks a request to the gateway's own paths (`/seckill/...`): each field the sale reads at
+/// most once ([`ONCE_FOR_THE_SALE`]).
+pub fn check_sale_fields(req: &RequestHeader) -> Result<(), Refusal> {
+    check_once(&req.headers, &ONCE_FOR_THE_SALE)
+}
+
 /// Where the head in `buf` ends (the index just past its blank line), if it is complete.
 /// Lines may end in CRLF or a bare LF, as Pingora's parser accepts both.
 pub fn head_end(buf: &[u8]) -> Option<usize> {
@@ -102,8 +139,11 @@ fn is_ctl(b: u8) -> bool {
 
 /// Checks a complete HTTP/1 request head (as [`head_end`] delimits it): no control characters
 /// in the request line, header names that are tokens, values without control characters, no
-/// obsolete line folding, at most `max_headers` fields, and never both `Content-Length` and
-/// `Transfer-Encoding` (request smuggling: Nginx refuses it with 400 as well).
+/// obsolete line folding, at most `max_headers` fields, `Host` and `Content-Length` at most once
+/// (Pingora would refuse a second `Content-Length` with a bare 400), a `Content-Length` of digits
+/// only, a `Transfer-Encoding` of `chunked` only (once), and never both
+/// `Content-Length` and `Transfer-Encoding` (request smuggling: Nginx refuses it with 400 as
+/// well).
 pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
     let bad = |m| Err(Refusal::new(Code::BadRequest, m));
     let start = head.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(head.len());
@@ -113,6 +153,7 @@ pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
         return bad("control character in the request line");
     }
     let (mut fields, mut content_length, mut transfer_encoding) = (0usize, false, false);
+    let mut seen = [0usize; ONCE_EVERYWHERE.len()];
     for line in lines.filter(|l| !l.is_empty()) {
         if line[0] == b' ' || line[0] == b'\t' {
             return bad("obsolete line folding in a header field");
@@ -127,8 +168,29 @@ pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
         if value.iter().any(|&b| is_ctl(b)) {
             return bad("control character in a header value");
         }
-        content_length |= name.eq_ignore_ascii_case(b"content-length");
-        transfer_encoding |= name.eq_ignore_ascii_case(b"transfer-encoding");
+        for (count, (once, refusal)) in seen.iter_mut().zip(&ONCE_EVERYWHERE) {
+            if name.eq_ignore_ascii_case(once.as_bytes()) {
+                *count += 1;
+                if *count > 1 {
+                    return Err(*refusal);
+                }
+            }
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            content_length = true;
+            // One decimal length: a list (`5, 5`) or a sign is refused rather than reconciled.
+            let v = value.trim_ascii();
+            if v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+                return bad("Content-Length must be one decimal number");
+            }
+        }
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            // The only coding the gateway reads is chunked, once (a second line would make a list).
+            if transfer_encoding || !value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                return bad("unsupported Transfer-Encoding: only chunked is read");
+            }
+            transfer_encoding = true;
+        }
         fields += 1;
         if fields > max_headers {
             return Err(Refusal::new(Code::HeadersTooLarge, "too many header fields"));
@@ -140,9 +202,75 @@ pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// Whether `buf`, a complete head and whatever was read with it, holds bytes past this request:
+/// the next request, pipelined (its `Content-Length` body, if any, set aside). Those bytes are
+/// the proxy's prefix and would be lost when the connection is reused, so the caller answers
+/// this request with `Connection: close` (RFC 9112 section 9.3.2) and the next one is never run.
+/// A chunked body's end is not known here: `false`.
+pub fn pipelined(buf: &[u8]) -> bool {
+    let Some(end) = head_end(buf) else { return false };
+    let mut body = 0usize;
+    for line in buf[..end].split(|&b| b == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
+        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            return false;
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            body = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok()).unwrap_or(usize::MAX);
+        }
+    }
+    buf.len() - end > body
+}
+
+/// An absolute-form request target (`GET http://admin.shop/x HTTP/1.1`) names its host itself:
+/// the target's authority wins over any `Host` field, which is replaced (RFC 9112 section
+/// 3.2.2), so the route chosen and the host the upstream is told are one. Given a complete head
+/// that [`check_head`] passed (so at most one `Host`), returns it rewritten with its `Host` line
+/// replaced by `Host: <authority>` (added after the request line when there was none), or `None`
+/// when the target is not an `http`/`https` absolute form (nothing to change). A target with
+/// userinfo (`http://user@host/`) is refused: which part is the host is ambiguous.
+pub fn absolute_form_host(head: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
+    let start = head.iter().position(|&b| b != b'\r' && b != b'\n').unwrap_or(head.len());
+    let line_end = head[start..].iter().position(|&b| b == b'\n').map_or(head.len(), |i| start + i + 1);
+    let request_line = &head[start..line_end];
+    let Some(target) = request_line.split(|&b| b == b' ').nth(1) else {
+        return Ok(None);
+    };
+    let Some(scheme_end) = target.windows(3).position(|w| w == b"://") else {
+        return Ok(None);
+    };
+    let scheme = &target[..scheme_end];
+    if !scheme.eq_ignore_ascii_case(b"http") && !scheme.eq_ignore_ascii_case(b"https") {
+        return Ok(None);
+    }
+    let rest = &target[scheme_end + 3..];
+    let authority = &rest[..rest.iter().position(|&b| matches!(b, b'/' | b'?' | b'#')).unwrap_or(rest.len())];
+    if authority.contains(&b'@') {
+        return Err(Refusal::new(Code::BadRequest, "userinfo in the request target: the host is ambiguous"));
+    }
+    if authority.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(head.len() + authority.len() + 8);
+    out.extend_from_slice(&head[..line_end]);
+    out.extend_from_slice(b"Host: ");
+    out.extend_from_slice(authority);
+    out.extend_from_slice(b"\r\n");
+    for line in head[line_end..].split_inclusive(|&b| b == b'\n') {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if line.contains(&b':') && name.eq_ignore_ascii_case(b"host") {
+            continue;
+        }
+        out.extend_from_slice(line);
+    }
+    Ok(Some(out))
+}
+
 /// Checks a parsed request's fields against the limits: the count, and their size counted as
 /// HTTP/2 does (name + value + 32 per field). HTTP/1 heads were checked whole already; this is
-/// what bounds HTTP/2 requests. Also refuses `Content-Length` with `Transfer-Encoding`.
+/// what bounds HTTP/2 requests. Also refuses a second `Host` or `Content-Length`, and
+/// `Content-Length` with `Transfer-Encoding`.
 pub fn check_fields(req: &RequestHeader, limits: &Limits) -> Result<(), Refusal> {
     let headers = &req.headers;
     if headers.len() > limits.max_headers {
@@ -154,6 +282,7 @@ pub fn check_fields(req: &RequestHeader, limits: &Limits) -> Result<(), Refusal>
     if size + uri > limits.max_header_bytes {
         return Err(HEAD_TOO_LARGE);
     }
+    check_once(headers, &ONCE_EVERYWHERE)?;
     if headers.contains_key(CONTENT_LENGTH) && headers.contains_key(TRANSFER_ENCODING) {
         return Err(Refusal::new(
             Code::BadRequest,

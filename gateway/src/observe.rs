@@ -12,7 +12,6 @@ use chrono::Utc;
 use fred::clients::Pool as RedisPool;
 use pingora_core::server::Server;
 use pingora_proxy::Session;
-use plugins::client_ip;
 use plugins::queue::ReservationQueue;
 use plugins::Denial;
 use protocol::codes::Code;
@@ -96,11 +95,13 @@ impl Observer {
         }
     }
 
-    /// The request is answered: count it and write its access line.
+    /// The request is answered: count it and write its access line (`client`: the address the
+    /// proxy decided for it, `None` when it never got that far).
     pub fn done(
         &self,
         session: &Session,
         active: Option<&Active>,
+        client: Option<std::net::IpAddr>,
         request_id: &str,
         shop: bool,
         trace: &Trace,
@@ -138,14 +139,8 @@ impl Observer {
             }
         }
         if let Some(log) = &self.log {
-            let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
-            let client = match active {
-                Some(a) => {
-                    let xff = req.headers.get("x-forwarded-for").map(|v| v.as_bytes());
-                    client_ip::client_ip(peer, xff, &a.server.trusted_proxies)
-                }
-                None => peer,
-            };
+            // A request Pingora refused before the proxy decided its client: the socket's peer.
+            let client = client.or_else(|| session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
             log.log(&Entry {
                 time: Utc::now(),
                 client,

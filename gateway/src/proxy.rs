@@ -22,9 +22,11 @@
 //! Kafka producer without waiting (`plugins::sale`, `plugins::queue`); if that queue is full or
 //! Kafka is down, the order writer's sweeper produces it from the outbox later. Nothing of the
 //! answer waits on Kafka, the order writer or PostgreSQL. Nothing is ever reserved twice: the script
-//! runs once per request and is never retried. Client copies of the signature headers are
-//! stripped from every proxied request (result queries and shop routes).
+//! runs once per request and is never retried. The sale's own headers (an order's signature,
+//! nonce and timestamp, the payment and record signatures) are stripped from every proxied
+//! request (result queries and shop routes); `Authorization` goes on.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -94,6 +96,8 @@ pub struct Ctx {
     /// The id the gateway gave this request (campaign paths; proxied requests get one on their
     /// way upstream, as `X-Request-Id`).
     pub(crate) request_id: String,
+    /// The client's address (the peer, or what a trusted proxy says), decided once at the start.
+    pub(crate) client: Option<IpAddr>,
     /// Where it goes.
     upstream: Upstream,
     /// The campaign's concurrency budget place, given back in `logging`.
@@ -132,6 +136,7 @@ impl ProxyHttp for Gateway {
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let active = self.shared.active();
         ctx.active = Some(Arc::clone(&active));
+        ctx.client = frontdoor::client(session, &active.server.trusted_proxies);
 
         let route = {
             let req = session.req_header();
@@ -163,11 +168,14 @@ impl ProxyHttp for Gateway {
             }
             Route::Result(campaign) => {
                 // Polling has its own per-address limit, so a storm of polls stops here and never
-                // reaches the order writer.
-                let limited = active.campaigns.get(&campaign).map_or(Ok(()), |entry| {
-                    let ip = head(session).client_ip(&active.server.trusted_proxies);
-                    self.edge.limiter().check_result(&campaign, &entry.campaign.limits, ip)
-                });
+                // reaches the order writer; a campaign this gateway does not sell is answered
+                // here too (a made-up id must not reach the writer unlimited).
+                let limited = match active.campaigns.get(&campaign) {
+                    Some(entry) => {
+                        self.edge.limiter().check_result(&campaign, &entry.campaign.limits, ctx.client)
+                    }
+                    None => Err(unknown_campaign()),
+                };
                 if let Err(d) = limited {
                     ctx.request_id = new_request_id();
                     return answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await;
@@ -209,12 +217,12 @@ impl ProxyHttp for Gateway {
             }
             Route::Captcha(campaign) => {
                 ctx.request_id = new_request_id();
-                let answer = self.captcha(session, &active, &campaign);
+                let answer = self.captcha(session, &active, &campaign, ctx.client);
                 answer::issued(session, &mut ctx.trace, &ctx.request_id, answer).await
             }
             Route::Token(campaign) => {
                 ctx.request_id = new_request_id();
-                let answer = self.token(session, &active, &campaign).await;
+                let answer = self.token(session, &active, &campaign, ctx.client).await;
                 answer::issued(session, &mut ctx.trace, &ctx.request_id, answer).await
             }
         }
@@ -259,7 +267,8 @@ impl ProxyHttp for Gateway {
         ctx: &mut Ctx,
     ) -> Result<()> {
         let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
-        frontdoor::forwarded_headers(session, upstream_request, trusted)?;
+        frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.client)?;
+        frontdoor::strip_sale_headers(upstream_request);
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
         if ctx.request_id.is_empty() {
             ctx.request_id = new_request_id();
@@ -320,7 +329,7 @@ impl ProxyHttp for Gateway {
         // The answer is written: give the campaign's budget place back.
         ctx.permit.take();
         let shop = matches!(ctx.upstream, Upstream::Shop(_));
-        self.observer.done(session, ctx.active.as_deref(), &ctx.request_id, shop, &ctx.trace);
+        self.observer.done(session, ctx.active.as_deref(), ctx.client, &ctx.request_id, shop, &ctx.trace);
     }
 }
 
@@ -337,11 +346,11 @@ impl Gateway {
     ) -> std::result::Result<Queued, Denial> {
         let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
         let (conf, c) = (active.edge(), entry.edge());
-        let mut admitted = self.edge.admit(&conf, &c, &head(session), path)?;
+        let mut admitted = self.edge.admit(&conf, &c, &head(session, ctx.client), path)?;
         // The budget place is given back once the answer is written (`logging`).
         ctx.permit = admitted.permit.take();
         let body = read_body(session).await?;
-        let order = self.edge.verify(&conf, &c, admitted, &head(session), &body).await?;
+        let order = self.edge.verify(&conf, &c, admitted, &head(session, ctx.client), &body).await?;
         if order.global == Checked::FailedOpen {
             self.observer.global_limits_failed_open(campaign);
         }
@@ -349,15 +358,18 @@ impl Gateway {
     }
 }
 
-/// The request line and headers as the edge's checks read them.
-pub(crate) fn head(session: &Session) -> Head<'_> {
+/// The request line and headers as the edge's checks read them, with the `client` decided at
+/// the start of the request.
+pub(crate) fn head(session: &Session, client: Option<IpAddr>) -> Head<'_> {
     let req = session.req_header();
-    Head { method: &req.method, uri: &req.uri, headers: &req.headers, peer: frontdoor::peer_ip(session) }
+    Head { method: &req.method, uri: &req.uri, headers: &req.headers, client }
 }
 
-/// Reads the request body, at most [`MAX_BODY`] bytes within 2 s; `BAD_REQUEST` otherwise.
+/// Reads the request body, at most [`MAX_BODY`] bytes within 2 s: past it `BODY_TOO_LARGE`
+/// (413, declared or counted, as the front door's own limit answers), unreadable or late
+/// `BAD_REQUEST`.
 pub(crate) async fn read_body(session: &mut Session) -> std::result::Result<Vec<u8>, Denial> {
-    let too_large = || Denial::new(Code::BadRequest, format!("the body is larger than {MAX_BODY} bytes"));
+    let too_large = || Denial::new(Code::BodyTooLarge, format!("the body is larger than {MAX_BODY} bytes"));
     let declared = session.req_header().headers.get(http::header::CONTENT_LENGTH);
     if declared
         .and_then(|v| v.to_str().ok())

@@ -80,7 +80,6 @@ impl Active {
             keys: &d.keys,
             login: &d.login,
             provider: d.provider.as_ref(),
-            trusted_proxies: &self.server.trusted_proxies,
             signer: &self.signer,
             sold_out_ttl: self.server.sold_out_ttl,
         }

@@ -32,7 +32,7 @@ use pingora_http::ResponseHeader;
 use pingora_proxy::{ProxyHttp, Session};
 use plugins::auth::{JwtCheck, LoginAlg, LoginVerifier};
 use plugins::budget::{Budget, Permit};
-use plugins::client_ip::TrustedProxies;
+use plugins::client_ip::{self, TrustedProxies};
 use plugins::edge::{CampaignRef, Conf, Edge, Head};
 use plugins::eligibility::Eligibility;
 use plugins::queue::{QueueConf, ReservationQueue};
@@ -65,7 +65,6 @@ impl Shop {
             keys: &self.keys,
             login: &self.login,
             provider: None,
-            trusted_proxies: &self.trusted,
             signer: &self.signer,
             sold_out_ttl: Duration::from_secs(1),
         }
@@ -90,18 +89,25 @@ impl Shop {
         permit: &mut Option<Permit>,
     ) -> Result<Value, Denial> {
         let (conf, c) = (self.conf(), self.campaign());
+        // Who the client is, decided once for the request.
+        let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+        let client = client_ip::client_ip(
+            peer,
+            client_ip::forwarded_lines(&session.req_header().headers),
+            &self.trusted,
+        );
         match rest.split('/').collect::<Vec<_>>()[..] {
-            ["captcha"] => self.edge.challenge(&conf, &c, &head(session)),
+            ["captcha"] => self.edge.challenge(&conf, &c, &head(session, client)),
             ["token"] => {
-                let asked = self.edge.admit_token(&conf, &c, &head(session))?;
+                let asked = self.edge.admit_token(&conf, &c, &head(session, client))?;
                 let body = body(session).await?;
                 self.edge.token(&conf, &c, asked, &body).await
             }
             [path, "order"] => {
-                let mut admitted = self.edge.admit(&conf, &c, &head(session), path)?;
+                let mut admitted = self.edge.admit(&conf, &c, &head(session, client), path)?;
                 *permit = admitted.permit.take();
                 let body = body(session).await?;
-                let order = self.edge.verify(&conf, &c, admitted, &head(session), &body).await?;
+                let order = self.edge.verify(&conf, &c, admitted, &head(session, client), &body).await?;
                 let queued = self.edge.reserve(&conf, &c, &order, id).await?;
                 let id = match queued {
                     plugins::sale::Queued::New => id.to_string(),
@@ -114,10 +120,9 @@ impl Shop {
     }
 }
 
-fn head(session: &Session) -> Head<'_> {
+fn head(session: &Session, client: Option<std::net::IpAddr>) -> Head<'_> {
     let req = session.req_header();
-    let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
-    Head { method: &req.method, uri: &req.uri, headers: &req.headers, peer }
+    Head { method: &req.method, uri: &req.uri, headers: &req.headers, client }
 }
 
 /// The request body, at most 4 KiB.

@@ -16,7 +16,7 @@
 //!
 //! What the steps need comes in three parts: the process's own state ([`Edge`]: rate
 //! estimators, the Redis scripts, the Kafka queue), the server's settings that a reload may
-//! change ([`Conf`]: keys, trusted proxies, the record signer) and one campaign with its
+//! change ([`Conf`]: keys, the login verifier, the record signer) and one campaign with its
 //! process state ([`CampaignRef`]: its file, sold-out flag, budget, eligibility lists).
 
 mod issue;
@@ -37,7 +37,8 @@ use protocol::signing::{Signer, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 use crate::auth::{JwtCheck, LoginVerifier};
 use crate::budget::{Budget, Permit};
 use crate::captcha::SpentChallenges;
-use crate::client_ip::{self, TrustedProxies};
+#[cfg(doc)]
+use crate::client_ip;
 use crate::eligibility::Eligibility;
 use crate::global_limit::{Checked, GlobalLimiter, Subject};
 use crate::input::{self, DEVICE_HEADER};
@@ -50,8 +51,7 @@ use crate::sold_out::{now_ms, SoldOutFlag};
 use crate::token::{CampaignClaims, EdgeKeys};
 use crate::{switches, window, Denial};
 
-/// `X-Forwarded-For`: the client address behind a trusted proxy.
-pub const X_FORWARDED_FOR: &str = "x-forwarded-for";
+pub use crate::client_ip::X_FORWARDED_FOR;
 
 /// The request line and headers of a request, as any proxy has them.
 #[derive(Debug, Clone, Copy)]
@@ -62,19 +62,16 @@ pub struct Head<'a> {
     pub uri: &'a Uri,
     /// The headers.
     pub headers: &'a HeaderMap,
-    /// The socket peer's address (`None` on a Unix socket).
-    pub peer: Option<IpAddr>,
+    /// The client's address, decided once for the request by the proxy: the socket's peer, or
+    /// what a trusted proxy says in `X-Forwarded-For` ([`client_ip::client_ip`]); `None` on a
+    /// Unix socket.
+    pub client: Option<IpAddr>,
 }
 
 impl<'a> Head<'a> {
     /// A header's raw bytes.
     pub fn header(&self, name: &str) -> Option<&'a [u8]> {
         self.headers.get(name).map(|v| v.as_bytes())
-    }
-
-    /// The client's address: the peer, or what a trusted proxy says in `X-Forwarded-For`.
-    pub fn client_ip(&self, trusted: &TrustedProxies) -> Option<IpAddr> {
-        client_ip::client_ip(self.peer, self.header(X_FORWARDED_FOR), trusted)
     }
 }
 
@@ -87,8 +84,6 @@ pub struct Conf<'a> {
     pub login: &'a LoginVerifier,
     /// The captcha provider's token check, when one is configured.
     pub provider: Option<&'a JwtCheck>,
-    /// Whose `X-Forwarded-For` is believed.
-    pub trusted_proxies: &'a TrustedProxies,
     /// Signs the reserved records for Kafka (the order writer's gateway key).
     pub signer: &'a Signer,
     /// How long a sold-out flag lives without a replenish message.
@@ -193,7 +188,7 @@ impl Edge {
 
         let device = input::device_id(head.header(DEVICE_HEADER))?;
         let qty = input::qty(head.uri.query())?;
-        let ip = head.client_ip(conf.trusted_proxies);
+        let ip = head.client;
         self.limiter.check_request(id, &campaign.limits, ip, device)?;
         let claims = conf.keys.verify(head.header(http::header::AUTHORIZATION.as_str()), id, device)?;
         self.limiter.check_account(id, &campaign.limits, &claims.sub)?;

@@ -32,8 +32,10 @@ pub fn device_id(header: Option<&[u8]>) -> Result<Option<&str>, Denial> {
     }
 }
 
-/// The quantity from the query string (`qty=N`, default 1): an integer of at least 1.
-/// Whether it fits the campaign's per-user limit is decided by the reservation script.
+/// The quantity from the query string (`qty=N`, default 1): an integer of at least 1, in
+/// plain decimal digits (no sign, no leading zero: `qty=+1` and `qty=01` are refused, so one
+/// quantity has one spelling). Whether it fits the campaign's per-user limit is decided by the
+/// reservation script.
 pub fn qty(query: Option<&str>) -> Result<i64, Denial> {
     let Some(query) = query else { return Ok(1) };
     let mut found = None;
@@ -48,8 +50,8 @@ pub fn qty(query: Option<&str>) -> Result<i64, Denial> {
     match found {
         None => Ok(1),
         Some(v) => match v.parse::<i64>() {
-            Ok(n) if n >= 1 => Ok(n),
-            _ => Err(bad("query parameter qty must be an integer of at least 1")),
+            Ok(n) if n >= 1 && v.bytes().all(|b| b.is_ascii_digit()) && !v.starts_with('0') => Ok(n),
+            _ => Err(bad("query parameter qty must be an integer of at least 1, in digits without a sign or leading zero")),
         },
     }
 }
@@ -63,8 +65,20 @@ mod tests {
         assert_eq!(qty(None).unwrap(), 1);
         assert_eq!(qty(Some("a=b")).unwrap(), 1);
         assert_eq!(qty(Some("a=b&qty=3")).unwrap(), 3);
-        for q in ["qty=0", "qty=-1", "qty=abc", "qty=", "qty=1.5", "qty=1&qty=2", "qty=99999999999999999999"]
-        {
+        assert_eq!(qty(Some("qty=10")).unwrap(), 10);
+        for q in [
+            "qty=0",
+            "qty=-1",
+            "qty=abc",
+            "qty=",
+            "qty=1.5",
+            "qty=1&qty=2",
+            "qty=99999999999999999999",
+            "qty=+1",
+            "qty=01",
+            "qty=00",
+            "qty= 1",
+        ] {
             assert_eq!(qty(Some(q)).unwrap_err().code, Code::BadRequest, "{q}");
         }
     }

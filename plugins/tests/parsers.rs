@@ -65,6 +65,42 @@ proptest! {
         }
     }
 
+    /// Genuine tokens too (random bytes never form one, so the path check above rarely runs):
+    /// a token issued to a user and device passes for them, its own path passes, any other
+    /// path, campaign or device is a 4xx, and a token with a byte changed never passes.
+    #[test]
+    fn issued_tokens_pass_only_with_their_own_path_campaign_and_device(
+        user in "[A-Za-z0-9_@.\\-]{1,40}",
+        device in "[a-z0-9\\-]{1,20}",
+        path in "\\PC{0,40}",
+        flip in any::<prop::sample::Index>(),
+    ) {
+        let k = keys();
+        let login = plugins::auth::Login { user: user.clone(), ..Default::default() };
+        let issued = k.issue(&login, "c1", &device, 60, chrono::Utc::now().timestamp()).unwrap();
+        let auth = format!("Bearer {}", issued.token);
+        let claims = k.verify(Some(auth.as_bytes()), "c1", Some(&device));
+        prop_assert!(claims.is_ok(), "{:?}", claims.err());
+        let claims = claims.unwrap();
+        prop_assert_eq!(&claims.sub, &user);
+        prop_assert!(k.check_path(&claims, &issued.path).is_ok());
+        if path != issued.path {
+            let d = k.check_path(&claims, &path).unwrap_err();
+            prop_assert!(is_4xx(&d));
+        }
+        for (campaign, dev) in [("c2", device.as_str()), ("c1", "another-device")] {
+            let d = k.verify(Some(auth.as_bytes()), campaign, Some(dev)).unwrap_err();
+            prop_assert!(is_4xx(&d));
+        }
+        let mut tampered = auth.into_bytes();
+        let i = "Bearer ".len() + flip.index(issued.token.len());
+        tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+        if let Ok(c) = k.verify(Some(&tampered), "c1", Some(&device)) {
+            // Only a change in base64url padding bits can leave the token as it was.
+            prop_assert_eq!(&c.jti, &claims.jti);
+        }
+    }
+
     #[test]
     fn login_jwts_never_panic(auth in proptest::option::of(header_bytes())) {
         let check = JwtCheck::new(LoginAlg::Hs256, b"login-secret-0123456789", "shop", "seckill", 5).unwrap();

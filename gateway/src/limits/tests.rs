@@ -83,6 +83,75 @@ fn parsed_fields_are_bounded_by_count_and_size() {
 }
 
 #[test]
+fn a_field_given_twice_where_one_is_read_is_refused() {
+    let two_hosts = head(&["GET / HTTP/1.1", "Host: www.shop", "host: admin.shop"]);
+    assert_eq!(
+        check_head(&two_hosts, 100).unwrap_err().message,
+        "two Host headers: the request is ambiguous"
+    );
+    let two_lengths = head(&["POST / HTTP/1.1", "Host: a", "Content-Length: 2", "CONTENT-LENGTH: 2"]);
+    assert!(check_head(&two_lengths, 100).unwrap_err().message.contains("Content-Length"));
+    let limits = Limits::default();
+    assert!(check_fields(&req(&[("host", "a"), ("host", "b")]), &limits).is_err());
+    assert_eq!(check_fields(&req(&[("host", "a"), ("x-nonce", "1"), ("x-nonce", "2")]), &limits), Ok(()));
+    for name in ["authorization", "x-device-id", "x-timestamp", "x-nonce", "x-signature"] {
+        let refusal = check_sale_fields(&req(&[(name, "1"), (name, "1")])).unwrap_err();
+        assert_eq!(refusal.code, Code::BadRequest);
+        assert!(refusal.message.to_ascii_lowercase().contains(name), "{name}: {}", refusal.message);
+        assert_eq!(check_sale_fields(&req(&[(name, "1"), ("x-other", "1"), ("x-other", "2")])), Ok(()));
+    }
+}
+
+#[test]
+fn framing_is_one_decimal_length_or_chunked() {
+    for bad in [
+        "Content-Length: 5, 5",
+        "Content-Length: +5",
+        "Content-Length: ",
+        "Transfer-Encoding: gzip",
+        "Transfer-Encoding: gzip, chunked",
+        "Transfer-Encoding: chunked, chunked",
+    ] {
+        assert_eq!(
+            check_head(&head(&["POST / HTTP/1.1", bad]), 100).unwrap_err().code,
+            Code::BadRequest,
+            "{bad}"
+        );
+    }
+    let twice = head(&["POST / HTTP/1.1", "Transfer-Encoding: chunked", "Transfer-Encoding: chunked"]);
+    assert_eq!(check_head(&twice, 100).unwrap_err().code, Code::BadRequest);
+    assert_eq!(check_head(&head(&["POST / HTTP/1.1", "Content-Length:  12 "]), 100), Ok(()));
+    assert_eq!(check_head(&head(&["POST / HTTP/1.1", "Transfer-Encoding: Chunked"]), 100), Ok(()));
+}
+
+#[test]
+fn bytes_past_a_request_are_a_pipelined_one() {
+    assert!(!pipelined(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"));
+    assert!(pipelined(b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n"));
+    assert!(!pipelined(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}"));
+    assert!(!pipelined(b"POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\n{}"), "the rest of the body is to come");
+    assert!(pipelined(b"POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}G"));
+    assert!(!pipelined(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET"));
+}
+
+#[test]
+fn an_absolute_form_target_replaces_host() {
+    let h = head(&["GET http://admin.shop:8080/panel?x=1 HTTP/1.1", "Host: www.shop", "Accept: */*"]);
+    let out = String::from_utf8(absolute_form_host(&h).unwrap().unwrap()).unwrap();
+    assert_eq!(
+        out,
+        "GET http://admin.shop:8080/panel?x=1 HTTP/1.1\r\nHost: admin.shop:8080\r\nAccept: */*\r\n\r\n"
+    );
+    let no_host = head(&["GET HTTPS://admin.shop HTTP/1.1"]);
+    let out = String::from_utf8(absolute_form_host(&no_host).unwrap().unwrap()).unwrap();
+    assert_eq!(out, "GET HTTPS://admin.shop HTTP/1.1\r\nHost: admin.shop\r\n\r\n");
+    assert_eq!(absolute_form_host(&head(&["GET /panel HTTP/1.1", "Host: www.shop"])), Ok(None));
+    assert_eq!(absolute_form_host(&head(&["GET ftp://x/ HTTP/1.1", "Host: www.shop"])), Ok(None));
+    let userinfo = head(&["GET http://www.shop@admin.shop/ HTTP/1.1", "Host: www.shop"]);
+    assert_eq!(absolute_form_host(&userinfo).unwrap_err().code, Code::BadRequest);
+}
+
+#[test]
 fn bodies_are_bounded_declared_or_counted() {
     assert_eq!(check_content_length(&req(&[("content-length", "10")]), 10), Ok(()));
     assert_eq!(check_content_length(&req(&[("content-length", "11")]), 10), Err(BODY_TOO_LARGE));

@@ -14,6 +14,7 @@ mod limits;
 mod observe;
 mod orders;
 mod polling;
+mod requests;
 mod routes;
 mod sale;
 mod scrape;

@@ -53,3 +53,31 @@ async fn a_polling_storm_stops_at_the_edge() {
     assert_eq!(ok + limited, 60);
     assert_eq!(reached.load(Ordering::SeqCst), ok, "only the polls that passed reached the writer");
 }
+
+/// A result query for a campaign the gateway does not sell is answered at the edge (404
+/// `CAMPAIGN_UNKNOWN`): a flood of made-up campaign ids never reaches the order writer.
+#[tokio::test]
+async fn polls_for_unknown_campaigns_stop_at_the_edge() {
+    let campaign = e2e::stack::unique("gw");
+    let writer = MockServer::start().await;
+    let reached = Arc::new(AtomicUsize::new(0));
+    Mock::given(method("GET"))
+        .and(path_regex("^/seckill/.+/result/.+$"))
+        .respond_with(Counted(reached.clone()))
+        .mount(&writer)
+        .await;
+    let gw = Gateway::on_stack(&writer, &campaign, "[limits]\nresult_per_sec = 5").await;
+    let http = reqwest::Client::new();
+    for i in 0..20 {
+        let resp =
+            http.get(gw.url(&format!("/seckill/made-up-{i}/result/some-request"))).send().await.unwrap();
+        assert_eq!(resp.status(), 404);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], "CAMPAIGN_UNKNOWN", "{body}");
+    }
+    assert_eq!(reached.load(Ordering::SeqCst), 0, "no poll of an unknown campaign reached the writer");
+    // The campaign it sells is still proxied.
+    let resp = http.get(gw.url(&format!("/seckill/{campaign}/result/some-request"))).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(reached.load(Ordering::SeqCst), 1);
+}

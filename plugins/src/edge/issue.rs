@@ -52,7 +52,7 @@ impl Edge {
         window::check(campaign, now)?;
         switches::check(&campaign.switches)?;
         let device = input::device_id(head.header(DEVICE_HEADER))?;
-        let ip = head.client_ip(conf.trusted_proxies);
+        let ip = head.client;
         self.limiter.check_request(&limit_key("captcha", &campaign.id), &campaign.limits, ip, device)?;
         let d = &campaign.defense;
         Ok(match d.captcha {
@@ -89,7 +89,7 @@ impl Edge {
         let device = input::device_id(head.header(DEVICE_HEADER))?.ok_or_else(|| {
             Denial::new(Code::BadRequest, "header x-device-id is required: the token is bound to it")
         })?;
-        let ip = head.client_ip(conf.trusted_proxies);
+        let ip = head.client;
         let key = limit_key("token", &campaign.id);
         self.limiter.check_request(&key, &campaign.limits, ip, Some(device))?;
         let login = conf.login.verify(head.header(http::header::AUTHORIZATION.as_str()))?;
