@@ -23,8 +23,9 @@ enum Locking {
     /// Read the rows without a lock, decide, write, and take the lock only for the final
     /// conditional update just before commit: partitions of one campaign overlap their work.
     Late,
-    /// Lock the rows (in id order) before deciding: the guard cannot refuse. Used when a late
-    /// batch was refused, i.e. when the campaign is close to selling out.
+    /// Lock the rows (in id order) before deciding: the guard cannot refuse, and what users hold
+    /// is read under the lock. Used when a late batch was refused, i.e. when the campaign is
+    /// close to selling out.
     First,
 }
 
@@ -81,7 +82,8 @@ async fn write_batch_with(
     let already_refused = store::already_refused(&mut tx, &ids).await?;
     let candidates = decide::holder_candidates(valid, &campaigns, &already_ordered);
     let holders = store::holders(&mut tx, &candidates).await?;
-    let facts = Facts { campaigns, already_ordered, already_refused, holders };
+    let held = store::held(&mut tx, &decide::held_candidates(valid, &campaigns, &already_ordered)).await?;
+    let facts = Facts { campaigns, already_ordered, already_refused, holders, held };
 
     // 4. Decide each new reservation, in offset order, against the stock read in step 2.
     let decision = decide::decide(valid, &facts);
@@ -138,6 +140,12 @@ async fn write_batch_with(
             let accepted_ids: Vec<&str> = accepted.iter().map(|r| r.request_id.as_str()).collect();
             if store::count_refused(&mut tx, &accepted_ids).await? > 0 {
                 return Err(LateConflict("a reservation was refused meanwhile").into());
+            }
+            // And every order committed before it: a user past a limit above 1 means another
+            // batch (another instance given the partition) ordered for them since we read.
+            let pairs = decide::accepted_pairs(&decision, &facts.campaigns);
+            if decide::over_limit(&store::held(&mut tx, &pairs).await?, &facts.campaigns) {
+                return Err(LateConflict("a user's limit was taken meanwhile").into());
             }
         }
         let updated = store::take_stock(&mut tx, &pc, &pn).await?;
