@@ -32,13 +32,16 @@
 --   -5  replay: the nonce was used by another request (another fingerprint): 0
 --    2  safe retry of a reserved request: 0, record = that request's id
 --    3  this bucket is short (ARGV[7] = "1" only): remaining; nothing written, nonce forgotten
+--   A refusal answered again from the nonce (below) comes as {code, n, "again"}: the first
+--   answer, not a fact of now (stock may have come back since), so nobody acts on it but the
+--   buyer (the gateway never sets its sold-out flag from it).
 --
 -- Nonce (KEYS[9]): one SET NX with a TTL (>= the timestamp window) before anything else,
 -- holding "<fingerprint> <request id>". Taken already: another fingerprint is a replay (-5);
 -- the same fingerprint is the same signed request sent again (a client whose connection
 -- dropped): it gets the first answer, QUEUED with the first request id (2), or the first
--- refusal again, which the script appends to the value (" <code> <n>", TTL kept). Nothing
--- else is read or written for a retry or a replay.
+-- refusal again (marked "again"), which the script appends to the value (" <code> <n>", TTL
+-- kept). Nothing else is read or written for a retry or a replay.
 
 local function reserve()
 local meta, stock_key, bought, outbox, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -112,7 +115,7 @@ if first then
   if code == nil or code == '' then
     return {2, 0, rid}
   end
-  return {tonumber(code), tonumber(n), ''}
+  return {tonumber(code), tonumber(n), 'again'}
 end
 local out = reserve()
 if out[1] == 3 then

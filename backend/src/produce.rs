@@ -149,7 +149,9 @@ pub fn refusal(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Option<S
             format!("campaign {campaign} refuses a quantity of 1 (per-user limit {limit})")
         }
         ReserveOutcome::Duplicate => "request id used twice".to_string(),
-        ReserveOutcome::Replay | ReserveOutcome::Retry { .. } => "a nonce answer without a nonce".to_string(),
+        ReserveOutcome::Replay | ReserveOutcome::Retry { .. } | ReserveOutcome::Again(_) => {
+            "a nonce answer without a nonce".to_string()
+        }
     })
 }
 

@@ -175,6 +175,7 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
             Denial::new(Code::BadRequest, format!("qty must be between 1 and {limit}"))
         }
         ReserveOutcome::Duplicate => Denial::new(Code::Internal, "request id used twice"),
+        ReserveOutcome::Again(first) => return denial(first),
     })
 }
 
@@ -210,5 +211,8 @@ mod tests {
         assert_eq!(code(ReserveOutcome::Replay), Some(Code::Replay));
         assert_eq!(code(ReserveOutcome::Retry { request_id: "r".into() }), None, "a safe retry is QUEUED");
         assert_eq!(code(ReserveOutcome::BucketShort { remaining: 0 }), Some(Code::SoldOut));
+        let again = |o: ReserveOutcome| ReserveOutcome::Again(Box::new(o));
+        assert_eq!(code(again(ReserveOutcome::SoldOut { remaining: 0 })), Some(Code::SoldOut));
+        assert_eq!(code(again(ReserveOutcome::LimitReached { held: 1 })), Some(Code::LimitReached));
     }
 }

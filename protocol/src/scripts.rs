@@ -93,6 +93,10 @@ pub enum ReserveOutcome {
         /// The request id of the first answer.
         request_id: String,
     },
+    /// The same signed request came again with its nonce and had been refused: its first
+    /// refusal, answered again. A past answer, not a fact of now (the stock may have come back
+    /// since): nothing but the buyer's answer may act on it (never the sold-out flag).
+    Again(Box<ReserveOutcome>),
 }
 
 /// The nonce of an order, checked in the same call as the reservation (`KEYS[9]`, `ARGV[5..6]`
@@ -274,7 +278,9 @@ impl Scripts {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
         }
         let (code, n) = (int(NAME, &out[0])?, int(NAME, &out[1])?);
-        Ok(match code {
+        // The third value of a refusal (not of 1 or 2, where it is a record or a request id).
+        let again = !matches!(code, 1 | 2) && out[2].as_str().is_some_and(|m| m == "again");
+        let outcome = match code {
             1 => ReserveOutcome::Reserved { remaining: n, record: out[2].as_string().unwrap_or_default() },
             0 => ReserveOutcome::SoldOut { remaining: n },
             -1 => ReserveOutcome::LimitReached { held: n },
@@ -285,7 +291,8 @@ impl Scripts {
             2 => ReserveOutcome::Retry { request_id: out[2].as_string().unwrap_or_default() },
             3 => ReserveOutcome::BucketShort { remaining: n },
             other => return Err(ScriptError::Protocol { script: NAME, detail: format!("code {other}") }),
-        })
+        };
+        Ok(if again { ReserveOutcome::Again(Box::new(outcome)) } else { outcome })
     }
 
     /// Runs `limit.lua` over `rules` (a campaign's global limits for one request): counts the
