@@ -149,6 +149,10 @@ pub fn refusal(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Option<S
             format!("campaign {campaign} refuses a quantity of 1 (per-user limit {limit})")
         }
         ReserveOutcome::Duplicate => "request id used twice".to_string(),
+        ReserveOutcome::OtherBuckets { published } => format!(
+            "campaign {campaign} was published with {published} bucket(s), not the campaign file's: \
+             set buckets = {published}"
+        ),
         ReserveOutcome::Replay | ReserveOutcome::Retry { .. } | ReserveOutcome::Again(_) => {
             "a nonce answer without a nonce".to_string()
         }

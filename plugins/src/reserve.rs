@@ -171,6 +171,17 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
         ReserveOutcome::NotReady => {
             Denial::new(Code::CampaignNotReady, "the campaign's stock is not published yet")
         }
+        ReserveOutcome::OtherBuckets { published } => {
+            tracing::error!(
+                published,
+                "this gateway's campaign file has another `buckets` than the published campaign: \
+                 set buckets = {published} and restart it"
+            );
+            Denial::new(
+                Code::CampaignNotReady,
+                "the campaign's stock is not published as this gateway knows it",
+            )
+        }
         ReserveOutcome::BadQuantity { limit } => {
             Denial::new(Code::BadRequest, format!("qty must be between 1 and {limit}"))
         }
@@ -207,6 +218,7 @@ mod tests {
         assert_eq!(code(ReserveOutcome::SoldOut { remaining: 1 }), Some(Code::SoldOut));
         assert_eq!(code(ReserveOutcome::LimitReached { held: 1 }), Some(Code::LimitReached));
         assert_eq!(code(ReserveOutcome::NotReady), Some(Code::CampaignNotReady));
+        assert_eq!(code(ReserveOutcome::OtherBuckets { published: 3 }), Some(Code::CampaignNotReady));
         assert_eq!(code(ReserveOutcome::BadQuantity { limit: 2 }), Some(Code::BadRequest));
         assert_eq!(code(ReserveOutcome::Replay), Some(Code::Replay));
         assert_eq!(code(ReserveOutcome::Retry { request_id: "r".into() }), None, "a safe retry is QUEUED");

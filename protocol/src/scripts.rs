@@ -80,6 +80,13 @@ pub enum ReserveOutcome {
     },
     /// The nonce was used by another request: a replay. Nothing was read or written.
     Replay,
+    /// The caller's bucket count is not the one the campaign was published with: its home
+    /// buckets are not the published ones. Nothing was written (a gateway whose campaign file
+    /// says another `buckets`).
+    OtherBuckets {
+        /// The published count.
+        published: i64,
+    },
     /// A bucket of a campaign with buckets is short of the quantity, and other buckets may still
     /// give it stock (asked for with `fall_over`): nothing was written and the nonce is
     /// forgotten, so the same request may be sent again once stock moved here.
@@ -273,6 +280,7 @@ impl Scripts {
             None => args.extend([String::new(), String::new()]),
         }
         args.push(if fall_over { "1" } else { "" }.to_string());
+        args.push(bucket.count.to_string());
         let out: Vec<fred::types::Value> = self.reserve.evalsha_with_retry(client, keys, args).await?;
         if out.len() != 3 {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
@@ -288,6 +296,7 @@ impl Scripts {
             -3 => ReserveOutcome::NotReady,
             -4 => ReserveOutcome::BadQuantity { limit: n },
             -5 => ReserveOutcome::Replay,
+            -6 => ReserveOutcome::OtherBuckets { published: n },
             2 => ReserveOutcome::Retry { request_id: out[2].as_string().unwrap_or_default() },
             3 => ReserveOutcome::BucketShort { remaining: n },
             other => return Err(ScriptError::Protocol { script: NAME, detail: format!("code {other}") }),
