@@ -214,3 +214,35 @@ async fn a_limit_above_one_is_enforced_by_the_database_when_redis_forgot_what_a_
     assert_eq!(env.redis_stock().await, 16);
     assert_eq!(env.outbox_len().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_signed_record_the_writer_cannot_decode_is_released_and_counted_once() {
+    use fred::prelude::*;
+    let env = Env::new(5, 1, 1).await;
+    let record = env.reserve("frank", 1).await;
+    let rid = protocol::record::Reservation::from_json(&record).unwrap().request_id;
+    // What cjson writes for a price of 1e14 cents: a float, which no i64 field takes. The
+    // outbox holds these bytes, so the sweeper would produce them again and again.
+    let text = String::from_utf8(record).unwrap();
+    let bad = text.replace("\"price_cents\":1999", "\"price_cents\":1e+14");
+    assert_ne!(bad, text);
+    let _: i64 = env.redis.hset(&env.keys().outbox, (rid.as_str(), bad.as_str())).await.unwrap();
+    env.produce(0, vec![bad.clone().into_bytes(), bad.into_bytes()]).await;
+    env.drain(10).await;
+
+    let dead = env.dead_letters().await;
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead[0].3.contains("not a reservation record"), "{}", dead[0].3);
+    let (status, reason): (String, String) =
+        sqlx::query_as("SELECT status, reason FROM reservation_results WHERE request_id = $1")
+            .bind(&rid)
+            .fetch_one(&env.pool)
+            .await
+            .expect("the undecodable reservation has a refusal the result query reads");
+    assert_eq!((status.as_str(), reason.as_str()), ("FAILED", "UNDECODABLE"));
+    // Released once (nothing left for the sweeper to produce again), its unit back in the sale.
+    assert_eq!(env.outbox_len().await, 0);
+    assert_eq!(env.stat("released_count").await, 1);
+    assert_eq!(env.redis_stock().await, 5);
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 0);
+}

@@ -7,7 +7,8 @@ use protocol::signing::Signer;
 use sqlx::PgPool;
 
 use super::decide::{self, DeadLetter, Facts};
-use super::{retry, store, BatchOutcome, Incoming};
+use super::{retry, store, BatchOutcome, Incoming, Refusal};
+use protocol::record::Reservation;
 
 /// A late-locked batch met a change made since it read: the conditional stock update refused it
 /// (another partition's batch sold the same units first), or a reservation it ordered was
@@ -117,8 +118,26 @@ async fn write_batch_with(
     store::insert_refusals(&mut tx, &decision.refused_now).await?;
     out.refused.extend(decision.refused_now.iter().cloned());
 
-    // 8. Dead letters, with their place.
+    // 8. Dead letters, with their place. A signed one that names its reservation is refused
+    // UNDECODABLE and released (acked if an earlier copy became an order), so that the outbox's
+    // copy is not produced again forever.
     store::insert_dead_letters(&mut tx, topic, partition, &decoded.dead).await?;
+    let undecodable: Vec<&Reservation> = decoded.dead.iter().filter_map(|d| d.release.as_ref()).collect();
+    if !undecodable.is_empty() {
+        let ids: Vec<String> = undecodable.iter().map(|r| r.request_id.clone()).collect();
+        let ordered = store::already_ordered(&mut tx, &ids).await?;
+        let (before, refused): (Vec<&Reservation>, Vec<&Reservation>) =
+            undecodable.into_iter().partition(|r| ordered.contains(&r.request_id));
+        for r in before {
+            out.add_ordered(r);
+        }
+        let refused: Vec<Refusal> = refused
+            .into_iter()
+            .map(|r| Refusal { record: r.clone(), status: "FAILED", reason: decide::UNDECODABLE.into() })
+            .collect();
+        store::insert_refusals(&mut tx, &refused).await?;
+        out.refused.extend(refused);
+    }
     for d in &decoded.dead {
         tracing::warn!(topic, partition, offset = d.offset, error = %d.error, "dead letter");
     }
@@ -183,6 +202,7 @@ pub(super) async fn write_dead_letter(
         offset: rec.offset,
         payload: rec.value.clone().unwrap_or_default(),
         error: format!("refused by PostgreSQL: {error}"),
+        release: None,
     };
     let outcome = retry::dead_letter_outcome(record, has_order);
     store::insert_dead_letters(&mut tx, topic, partition, std::slice::from_ref(&dead)).await?;

@@ -13,6 +13,8 @@ use super::{Incoming, Refusal};
 pub(super) const UNSIGNED: &str = "unsigned record";
 /// The dead letter's error of a record whose signature is not the gateway key's of its value.
 pub(super) const MISMATCH: &str = "signature does not match";
+/// The refusal's reason of a signed record that cannot be decoded but names its reservation.
+pub(super) const UNDECODABLE: &str = "UNDECODABLE";
 
 /// A campaign row as the batch read it.
 #[derive(Debug, Clone)]
@@ -36,6 +38,11 @@ pub(super) struct DeadLetter {
     pub payload: Vec<u8>,
     /// Why it was dead-lettered.
     pub error: String,
+    /// A signed record that cannot be decoded but names its reservation (request id, campaign,
+    /// user, quantity, buckets): it is refused `UNDECODABLE` and its units released, so that the
+    /// sweeper does not produce the outbox's copy again forever. `None` for a record that is not
+    /// the gateway's (unsigned, forged) or names nothing.
+    pub release: Option<Reservation>,
 }
 
 /// A batch's records, decoded.
@@ -48,7 +55,7 @@ pub(super) struct Decoded {
 }
 
 /// Checks that `signature` (the record's header, if any) is `signer`'s HMAC of `value`, then
-/// decodes the value and checks what serde cannot: ids usable as keys, a sane quantity.
+/// decodes the value and checks what serde cannot ([`Reservation::check`]).
 pub(super) fn decode(
     value: Option<&[u8]>,
     signature: Option<&[u8]>,
@@ -59,16 +66,33 @@ pub(super) fn decode(
     let signature = std::str::from_utf8(signature).map_err(|_| MISMATCH)?;
     signer.verify(bytes, signature.trim()).map_err(|_| MISMATCH)?;
     let r = Reservation::from_json(bytes).map_err(|e| format!("not a reservation record: {e}"))?;
-    if r.request_id.is_empty() || r.request_id.len() > 128 {
-        return Err("request_id must be 1 to 128 bytes".into());
-    }
-    if !protocol::keys::valid_campaign_id(&r.campaign) {
-        return Err(format!("invalid campaign id {:?}", r.campaign));
-    }
-    if r.user.is_empty() || r.qty < 1 || r.price_cents < 0 {
-        return Err("empty user, qty below 1 or negative price".into());
-    }
+    r.check()?;
     Ok(r)
+}
+
+/// What a signed record that [`decode`] refused still says of its reservation: enough to release
+/// it (request id, campaign, user, quantity, bucket count), the rest zero. `None` when it does not
+/// name one.
+fn salvage(bytes: &[u8]) -> Option<Reservation> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let text = |k: &str| v.get(k)?.as_str().map(str::to_string);
+    let buckets = match v.get("buckets") {
+        None => 1,
+        Some(b) => u32::try_from(b.as_u64()?).ok()?,
+    };
+    let r = Reservation {
+        request_id: text("request_id")?,
+        campaign: text("campaign")?,
+        user: text("user")?,
+        sku: text("sku").unwrap_or_default(),
+        qty: v.get("qty")?.as_i64()?,
+        price_cents: 0,
+        price_version: 0,
+        stock_version: 0,
+        reserved_at_ms: 0,
+        buckets,
+    };
+    r.check().is_ok().then_some(r)
 }
 
 /// Verifies and decodes every record of a batch; a request id seen twice is kept once (its
@@ -86,6 +110,12 @@ pub(super) fn decode_batch(records: &[Incoming], signer: &Signer) -> Decoded {
             Err(error) => out.dead.push(DeadLetter {
                 offset: rec.offset,
                 payload: rec.value.clone().unwrap_or_default(),
+                // Only a record the gateway signed may give units back.
+                release: if error == UNSIGNED || error == MISMATCH {
+                    None
+                } else {
+                    rec.value.as_deref().and_then(salvage)
+                },
                 error,
             }),
         }
