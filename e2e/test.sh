@@ -72,6 +72,13 @@ phase "end-to-end sale"
 PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
   GATEWAY_PORT=18080 WRITER_PORT=18081 bash e2e/demo.sh
 
+# A reservation-heavy sale: about as many buyers as units, one order each, a short pay window, so
+# that most of the stock is reserved, left unpaid, closed and released, and the judge must wait
+# for the closer's releases (seckill-load's wait_closed) before the report and reconcile.
+phase "end-to-end sale, reservation-heavy"
+PROFILE=debug STOCK=3000 USERS=3500 REQUESTS_PER_USER=1 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
+  GATEWAY_PORT=18280 WRITER_PORT=18281 bash e2e/demo.sh
+
 # The same sale on the Redis Cluster (SECKILL_REDIS_CLUSTER_URL, from .stack/env), its stock in
 # three hot-stock buckets (one per master), with two gateway processes (the crowd round robin over
 # both) and two order writers splitting the topic's partitions. Its own ports.

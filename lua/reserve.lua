@@ -20,6 +20,9 @@
 --   7 "1": a bucket of a campaign with buckets, and other buckets may still give stock to this
 --     one (lua/transfer.lua): a short stock answers 3 instead of 0 and the nonce is forgotten,
 --     so that the same request may come again once stock moved here. "" or absent: the last word.
+--   8 the caller's bucket count (its campaign file's `buckets`, 1 without buckets): it must be
+--     meta `buckets` (absent: 1), or the caller's home buckets are not the published ones and
+--     its records would be acked, released and swept in the wrong bucket (-6).
 -- Meta `buckets` (written by publish.lua on a campaign with buckets) goes into the record, so
 -- that whoever reads it finds the buyer's home bucket (protocol::keys::Bucket::of_user).
 -- Returns {code, remaining, record}:
@@ -30,15 +33,19 @@
 --   -3  campaign not published (or not READY/LIVE): 0
 --   -4  bad quantity (below 1 or above the per-user limit): the limit
 --   -5  replay: the nonce was used by another request (another fingerprint): 0
+--   -6  the caller's bucket count (ARGV[8]) is not the published one: the published count
 --    2  safe retry of a reserved request: 0, record = that request's id
 --    3  this bucket is short (ARGV[7] = "1" only): remaining; nothing written, nonce forgotten
+--   A refusal answered again from the nonce (below) comes as {code, n, "again"}: the first
+--   answer, not a fact of now (stock may have come back since), so nobody acts on it but the
+--   buyer (the gateway never sets its sold-out flag from it).
 --
 -- Nonce (KEYS[9]): one SET NX with a TTL (>= the timestamp window) before anything else,
 -- holding "<fingerprint> <request id>". Taken already: another fingerprint is a replay (-5);
 -- the same fingerprint is the same signed request sent again (a client whose connection
 -- dropped): it gets the first answer, QUEUED with the first request id (2), or the first
--- refusal again, which the script appends to the value (" <code> <n>", TTL kept). Nothing
--- else is read or written for a retry or a replay.
+-- refusal again (marked "again"), which the script appends to the value (" <code> <n>", TTL
+-- kept). Nothing else is read or written for a retry or a replay.
 
 local function reserve()
 local meta, stock_key, bought, outbox, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -50,6 +57,10 @@ local m = redis.call('HMGET', meta, 'state', 'limit', 'sku', 'price_cents', 'pri
 local state, limit = m[1], tonumber(m[2])
 if (state ~= 'READY' and state ~= 'LIVE') or not limit then
   return {-3, 0, ''}
+end
+local published = tonumber(m[7]) or 1
+if tonumber(ARGV[8]) ~= published then
+  return {-6, published, ''}
 end
 if not qty or qty < 1 or qty > limit or qty ~= math.floor(qty) then
   return {-4, limit, ''}
@@ -84,7 +95,7 @@ local record = cjson.encode({
   price_version = tonumber(m[5]),
   stock_version = tonumber(m[6]),
   reserved_at_ms = now_ms,
-  buckets = tonumber(m[7]),
+  buckets = published,
 })
 
 local remaining = redis.call('DECRBY', stock_key, qty)
@@ -112,7 +123,7 @@ if first then
   if code == nil or code == '' then
     return {2, 0, rid}
   end
-  return {tonumber(code), tonumber(n), ''}
+  return {tonumber(code), tonumber(n), 'again'}
 end
 local out = reserve()
 if out[1] == 3 then

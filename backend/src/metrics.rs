@@ -189,7 +189,7 @@ impl WriterMetrics {
         }
         // The reasons the writer refuses with (writer::decide, writer::retry) have a series from
         // the start, so a dashboard reads 0 rather than nothing.
-        for reason in ["SOLD_OUT", "LIMIT_REACHED", "CAMPAIGN_UNKNOWN", "DEAD_LETTER"] {
+        for reason in ["SOLD_OUT", "LIMIT_REACHED", "CAMPAIGN_UNKNOWN", "DEAD_LETTER", "UNDECODABLE"] {
             m.refusals.with_label_values(&[reason]);
         }
         m

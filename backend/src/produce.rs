@@ -13,10 +13,11 @@
 //! | header `seckill-signature` ([`RECORD_SIGNATURE_HEADER`]) | hex HMAC-SHA256 of the value bytes under the gateway key (`gateway_key`; [`Signer::sign`]) |
 //!
 //! The value's fields ([`Reservation`]): `request_id` (1 to 128 bytes, unique; the gateway uses a
-//! UUID v7), `campaign` (1 to 64 of `A-Z a-z 0-9 _ -`), `user` (not empty), `sku`, `qty` (at
-//! least 1), `price_cents` (unit price, 0 or more, from the published campaign),
+//! UUID v7), `campaign` (1 to 64 of `A-Z a-z 0-9 _ -`), `user` (not empty), `sku`, `qty` (1 to
+//! 10,000), `price_cents` (unit price, 0 to 10^10, from the published campaign),
 //! `price_version`, `stock_version`, `reserved_at_ms` (Redis time of the reservation, ms since
-//! the epoch). For example:
+//! the epoch; these three not negative), `buckets` (1 to 64, absent: 1); checked by
+//! [`Reservation::check`]. For example:
 //!
 //! ```text
 //! {"request_id":"0190c3e4-…","campaign":"demo","user":"u42","sku":"SKU-1","qty":1,
@@ -112,6 +113,7 @@ pub fn parse_lines(path: &Path, bytes: &[u8]) -> Result<Vec<Outgoing>, FileError
         }
         let bad = |reason: String| FileError::BadLine { path: path.to_path_buf(), line: i + 1, reason };
         let r = Reservation::from_json(line).map_err(|e| bad(e.to_string()))?;
+        r.check().map_err(bad)?;
         out.push(Outgoing { user: r.user, value: line.to_vec() });
     }
     if out.is_empty() {
@@ -149,7 +151,13 @@ pub fn refusal(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Option<S
             format!("campaign {campaign} refuses a quantity of 1 (per-user limit {limit})")
         }
         ReserveOutcome::Duplicate => "request id used twice".to_string(),
-        ReserveOutcome::Replay | ReserveOutcome::Retry { .. } => "a nonce answer without a nonce".to_string(),
+        ReserveOutcome::OtherBuckets { published } => format!(
+            "campaign {campaign} was published with {published} bucket(s), not the campaign file's: \
+             set buckets = {published}"
+        ),
+        ReserveOutcome::Replay | ReserveOutcome::Retry { .. } | ReserveOutcome::Again(_) => {
+            "a nonce answer without a nonce".to_string()
+        }
     })
 }
 
@@ -281,6 +289,12 @@ mod tests {
             (format!("{A}\n\n{{not json\n{B}\n"), 3, "key must be a string"),
             (format!("{A}\n{}\n", r#"{"request_id":"r3"}"#), 2, "missing field"),
             (format!("{A}\n\u{0}\u{ff}\n"), 2, "reservation"),
+            (
+                format!("{A}\n{}\n", A.replace("\"price_cents\":1,", "\"price_cents\":100000000000000,")),
+                2,
+                "price_cents",
+            ),
+            (format!("{A}\n{}\n", A.replace("\"qty\":1,", "\"qty\":0,")), 2, "qty 0"),
         ] {
             let e = parse_lines(Path::new("dir/r.jsonl"), text.as_bytes()).unwrap_err();
             assert!(matches!(e, FileError::BadLine { line: l, .. } if l == line), "{e}");

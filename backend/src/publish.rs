@@ -138,7 +138,7 @@ pub async fn publish(
         return Err(ConfError::at(
             &file,
             &text,
-            field_span(&text, "buckets"),
+            protocol::conf::field_span(&text, "buckets"),
             Some("buckets"),
             format!(
                 "campaign {id} is {state} with {buckets} bucket(s); the count never changes once published \
@@ -236,21 +236,6 @@ pub fn combine(outcomes: &[PublishOutcome]) -> (PublishOutcome, usize) {
     (PublishOutcome::Unchanged, 0)
 }
 
-/// Where `field = ...` is written in a campaign file (the start of its line's key), or the
-/// file's start when the field is absent (its default applies).
-fn field_span(text: &str, field: &str) -> std::ops::Range<usize> {
-    let mut at = 0;
-    for line in text.split_inclusive('\n') {
-        let key = line.trim_start();
-        let start = at + (line.len() - key.len());
-        if key.strip_prefix(field).is_some_and(|rest| rest.trim_start().starts_with('=')) {
-            return start..start + field.len();
-        }
-        at += line.len();
-    }
-    0..0
-}
-
 /// Applies the `pause_replenish` switch to every bucket of campaign `id` in Redis; turning it
 /// off returns the units set aside. Returns how many went back to the stock, summed (`None`: no
 /// bucket of the campaign is in Redis).
@@ -293,14 +278,5 @@ mod tests {
         assert_eq!(combine(&[U, P, U]), (P, 0));
         assert_eq!(combine(&[P, refused("LIVE"), P]), (refused("LIVE"), 1));
         assert_eq!(combine(&[P]), (P, 0));
-    }
-
-    #[test]
-    fn a_field_is_found_at_its_line_not_in_a_longer_key() {
-        let text = "id = \"c\"\nbucket_tries = 1\n  buckets = 4\n";
-        let span = field_span(text, "buckets");
-        assert_eq!(&text[span.clone()], "buckets");
-        assert_eq!(span.start, text.find("  buckets").unwrap() + 2);
-        assert_eq!(field_span("id = 1\n", "buckets"), 0..0);
     }
 }

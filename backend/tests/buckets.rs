@@ -346,3 +346,23 @@ async fn an_order_redis_never_held_is_adopted_in_its_home_bucket_with_stock_move
     assert!(rep.redis_balanced && rep.across_balanced && rep.differences.is_empty(), "{}", rep.text);
     assert_eq!(env.bucket_stocks().await, vec![0, 4], "a second repair moves nothing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reserve_refuses_a_caller_whose_bucket_count_is_not_the_published_one() {
+    use protocol::scripts::ReserveOutcome;
+    let env = Env::with_buckets(30, 1, 1, 3).await;
+    let user = user_in(&env, 0, "other-count");
+    // The keys of the published bucket, asked by a caller that believes the campaign has 2.
+    let mistaken = protocol::keys::Bucket { count: 2, ..env.home(&user) };
+    let out = env.scripts.shared.reserve(&env.redis, &mistaken, "r-other-count", &user, 1, None, false).await;
+    assert_eq!(out.unwrap(), ReserveOutcome::OtherBuckets { published: 3 });
+    assert_eq!(env.bucket_stocks().await.iter().sum::<i64>(), 30, "nothing was reserved");
+    assert_eq!(hlen(&env, &env.home(&user).keys.bought).await, 0);
+    // The caller with the published count reserves.
+    let out = env
+        .scripts
+        .shared
+        .reserve(&env.redis, &env.home(&user), "r-right-count", &user, 1, None, false)
+        .await;
+    assert!(matches!(out.unwrap(), ReserveOutcome::Reserved { .. }));
+}

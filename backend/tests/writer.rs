@@ -165,3 +165,84 @@ async fn partitions_racing_for_the_last_units_never_oversell() {
     assert_eq!(env.redis_stock().await, 30);
     assert_eq!(env.outbox_len().await, 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_limit_above_one_is_enforced_by_the_database_when_redis_forgot_what_a_user_holds() {
+    use fred::prelude::*;
+    // Limit 2. Each user reserves two units through the real script, then Redis "forgets" what
+    // they hold (a failover to a replica that missed the writes) and they reserve again: three
+    // signed qty-1 records per user reach Kafka with no Redis check left to stop the third.
+    let env = Env::new(20, 2, 1).await;
+    let mut records = Vec::new();
+    for user in ["dave", "erin"] {
+        records.push(env.reserve(user, 1).await);
+        records.push(env.reserve(user, 1).await);
+        let _: i64 = env.redis.hdel(&env.keys().bought, user).await.unwrap();
+        records.push(env.reserve(user, 1).await);
+    }
+    let third = |i: usize| protocol::record::Reservation::from_json(&records[i]).unwrap().request_id;
+    let (dave_third, erin_third) = (third(2), third(5));
+    // dave's records land one batch each (the database's count of what he holds decides),
+    // erin's in one batch (the batch's own count decides).
+    env.produce(0, records[..3].to_vec()).await;
+    env.drain(1).await;
+    env.produce(0, records[3..].to_vec()).await;
+    env.drain(10).await;
+
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 4);
+    assert_eq!(env.count("SELECT sold FROM campaigns WHERE id = $1").await, 4);
+    for (user, rid) in [("dave", &dave_third), ("erin", &erin_third)] {
+        let (status, reason): (String, String) =
+            sqlx::query_as("SELECT status, reason FROM reservation_results WHERE request_id = $1")
+                .bind(rid)
+                .fetch_one(&env.pool)
+                .await
+                .unwrap_or_else(|e| panic!("{user}'s third reservation has no refusal: {e}"));
+        assert_eq!((status.as_str(), reason.as_str()), ("FAILED", "LIMIT_REACHED"), "{user}");
+        let held: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(qty), 0)::int8 FROM orders WHERE campaign_id = $1 AND user_id = $2",
+        )
+        .bind(&env.campaign)
+        .bind(user)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+        assert_eq!(held, 2, "{user} holds the limit, not more");
+    }
+    // Each refusal is released as any refusal: the units are back, nothing left in the outbox.
+    assert_eq!(env.stat("released_count").await, 2);
+    assert_eq!(env.redis_stock().await, 16);
+    assert_eq!(env.outbox_len().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_signed_record_the_writer_cannot_decode_is_released_and_counted_once() {
+    use fred::prelude::*;
+    let env = Env::new(5, 1, 1).await;
+    let record = env.reserve("frank", 1).await;
+    let rid = protocol::record::Reservation::from_json(&record).unwrap().request_id;
+    // What cjson writes for a price of 1e14 cents: a float, which no i64 field takes. The
+    // outbox holds these bytes, so the sweeper would produce them again and again.
+    let text = String::from_utf8(record).unwrap();
+    let bad = text.replace("\"price_cents\":1999", "\"price_cents\":1e+14");
+    assert_ne!(bad, text);
+    let _: i64 = env.redis.hset(&env.keys().outbox, (rid.as_str(), bad.as_str())).await.unwrap();
+    env.produce(0, vec![bad.clone().into_bytes(), bad.into_bytes()]).await;
+    env.drain(10).await;
+
+    let dead = env.dead_letters().await;
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead[0].3.contains("not a reservation record"), "{}", dead[0].3);
+    let (status, reason): (String, String) =
+        sqlx::query_as("SELECT status, reason FROM reservation_results WHERE request_id = $1")
+            .bind(&rid)
+            .fetch_one(&env.pool)
+            .await
+            .expect("the undecodable reservation has a refusal the result query reads");
+    assert_eq!((status.as_str(), reason.as_str()), ("FAILED", "UNDECODABLE"));
+    // Released once (nothing left for the sweeper to produce again), its unit back in the sale.
+    assert_eq!(env.outbox_len().await, 0);
+    assert_eq!(env.stat("released_count").await, 1);
+    assert_eq!(env.redis_stock().await, 5);
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 0);
+}

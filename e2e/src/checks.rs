@@ -138,26 +138,30 @@ pub async fn check(
     Ok(c)
 }
 
-/// Waits (at most `bound`) until the campaign has no order waiting for payment: the payers paid,
-/// the closer closed the rest (and gave their stock back).
+/// Waits (at most `bound`) until the closer is done with the campaign: no order waits for
+/// payment (the payers paid, the closer closed the rest) and every closed order's stock is back
+/// in Redis (`redis_released`; the closer releases after the close commits, at its own pace, so
+/// judging in between would count units in neither). Past `bound` the error says which is left:
+/// orders waiting for payment, or "closed, release pending".
 pub async fn wait_closed(campaign: &str, pg_url: &str, bound: std::time::Duration) -> anyhow::Result<()> {
     let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(pg_url).await?;
     let deadline = std::time::Instant::now() + bound;
     loop {
-        let pending: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM orders WHERE campaign_id = $1 AND status = 'PENDING_PAYMENT'",
+        let (pending, unreleased): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE status = 'PENDING_PAYMENT'),
+                    count(*) FILTER (WHERE status = 'CLOSED' AND NOT redis_released)
+               FROM orders WHERE campaign_id = $1",
         )
         .bind(campaign)
         .fetch_one(&pool)
         .await?;
-        if pending == 0 {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            std::time::Instant::now() < deadline,
-            "{pending} orders still wait for payment after {bound:?}"
-        );
-        eprintln!("seckill-load: {pending} unpaid orders wait for the closer");
+        let left = match (pending, unreleased) {
+            (0, 0) => return Ok(()),
+            (0, n) => format!("{n} orders closed, release pending (their stock is not back in Redis yet)"),
+            (n, _) => format!("{n} orders still wait for payment"),
+        };
+        anyhow::ensure!(std::time::Instant::now() < deadline, "{left} after {bound:?}");
+        eprintln!("seckill-load: {left}");
         tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     }
 }

@@ -178,6 +178,10 @@ pub fn reload(shared: &SharedState) -> Result<Arc<Active>, ConfError> {
         }
     };
     let old = shared.active();
+    if let Err(e) = same_buckets(&old, &new) {
+        tracing::error!(error = %e, "reload refused; the previous configuration stays active");
+        return Err(e);
+    }
     let (o, n) = (&old.server, &new.server);
     let tls_listeners =
         |t: &Option<crate::conf::tls::TlsConf>| t.as_ref().map(|t| (t.listen, t.http2, t.redirect_listen));
@@ -202,6 +206,35 @@ pub fn reload(shared: &SharedState) -> Result<Arc<Active>, ConfError> {
     Ok(new)
 }
 
+/// Refuses a conf that gives a campaign this process serves another `buckets` (at the line of
+/// `buckets` in its file): its buyers' home buckets, where their limit, nonces and reservations
+/// live, would move under the sale. The count is fixed for the life of the process; `campaign
+/// publish` fixes it in the order writer once the campaign is past DRAFT, and a restarted
+/// gateway with another count than the published one reserves nowhere (its tags are others,
+/// and `reserve.lua` refuses a caller whose count is not meta's).
+fn same_buckets(old: &Active, new: &Active) -> Result<(), ConfError> {
+    for (id, entry) in &new.campaigns {
+        let Some(before) = old.campaigns.get(id) else { continue };
+        let (was, now) = (before.campaign.buckets, entry.campaign.buckets);
+        if was != now {
+            let file = new.server.campaigns_dir.join(format!("{id}.toml"));
+            let text = std::fs::read_to_string(&file).unwrap_or_default();
+            return Err(ConfError::at(
+                &file,
+                &text,
+                protocol::conf::field_span(&text, "buckets"),
+                Some("buckets"),
+                format!(
+                    "campaign {id} is served with {was} bucket(s); a reload never changes the count \
+                     (a buyer's home bucket would move under the sale): set buckets = {was}, or \
+                     restart the gateway once the campaign is published with {now}"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Reloads on every `SIGHUP`, forever.
 pub async fn watch_sighup(shared: Arc<SharedState>) {
     use tokio::signal::unix::{signal, SignalKind};
@@ -223,6 +256,10 @@ mod tests {
     use super::*;
 
     fn write_conf(dir: &Path, stock: &str) {
+        write_conf_buckets(dir, stock, 1);
+    }
+
+    fn write_conf_buckets(dir: &Path, stock: &str, buckets: u32) {
         std::fs::create_dir_all(dir.join("campaigns")).unwrap();
         std::fs::write(
             dir.join("server.toml"),
@@ -250,7 +287,7 @@ login_audience = "seckill"
             dir.join("campaigns/c1.toml"),
             format!(
                 "id = \"c1\"\nsku = \"S\"\nstock = {stock}\nper_user_limit = 1\nprice_cents = 1\n\
-                 starts_at = 2026-01-01T00:00:00Z\nends_at = 2099-01-01T00:00:00Z\n"
+                 starts_at = 2026-01-01T00:00:00Z\nends_at = 2099-01-01T00:00:00Z\nbuckets = {buckets}\n"
             ),
         )
         .unwrap();
@@ -276,6 +313,23 @@ login_audience = "seckill"
         let active = shared.active();
         assert_eq!(active.campaigns["c1"].campaign.stock, 20);
         assert!(Arc::ptr_eq(&active.campaigns["c1"].sold_out, &flag), "flags survive a reload");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_reload_never_changes_the_bucket_count_of_a_campaign_it_serves() {
+        let dir = std::env::temp_dir().join(format!("gw-reload-{}", uuid::Uuid::new_v4().simple()));
+        write_conf_buckets(&dir, "10", 3);
+        let shared = SharedState::load(&dir.join("server.toml")).unwrap();
+        write_conf_buckets(&dir, "10", 4);
+        let err = reload(&shared).unwrap_err();
+        assert!(err.to_string().contains("c1.toml:8:1:"), "{err}");
+        assert_eq!(err.field.as_deref(), Some("buckets"));
+        assert_eq!(shared.active().campaigns["c1"].campaign.buckets, 3, "the old conf stays");
+        // Other changes of the same campaign still reload.
+        write_conf_buckets(&dir, "20", 3);
+        reload(&shared).unwrap();
+        assert_eq!(shared.active().campaigns["c1"].campaign.stock, 20);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

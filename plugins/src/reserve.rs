@@ -171,10 +171,22 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
         ReserveOutcome::NotReady => {
             Denial::new(Code::CampaignNotReady, "the campaign's stock is not published yet")
         }
+        ReserveOutcome::OtherBuckets { published } => {
+            tracing::error!(
+                published,
+                "this gateway's campaign file has another `buckets` than the published campaign: \
+                 set buckets = {published} and restart it"
+            );
+            Denial::new(
+                Code::CampaignNotReady,
+                "the campaign's stock is not published as this gateway knows it",
+            )
+        }
         ReserveOutcome::BadQuantity { limit } => {
             Denial::new(Code::BadRequest, format!("qty must be between 1 and {limit}"))
         }
         ReserveOutcome::Duplicate => Denial::new(Code::Internal, "request id used twice"),
+        ReserveOutcome::Again(first) => return denial(first),
     })
 }
 
@@ -206,9 +218,13 @@ mod tests {
         assert_eq!(code(ReserveOutcome::SoldOut { remaining: 1 }), Some(Code::SoldOut));
         assert_eq!(code(ReserveOutcome::LimitReached { held: 1 }), Some(Code::LimitReached));
         assert_eq!(code(ReserveOutcome::NotReady), Some(Code::CampaignNotReady));
+        assert_eq!(code(ReserveOutcome::OtherBuckets { published: 3 }), Some(Code::CampaignNotReady));
         assert_eq!(code(ReserveOutcome::BadQuantity { limit: 2 }), Some(Code::BadRequest));
         assert_eq!(code(ReserveOutcome::Replay), Some(Code::Replay));
         assert_eq!(code(ReserveOutcome::Retry { request_id: "r".into() }), None, "a safe retry is QUEUED");
         assert_eq!(code(ReserveOutcome::BucketShort { remaining: 0 }), Some(Code::SoldOut));
+        let again = |o: ReserveOutcome| ReserveOutcome::Again(Box::new(o));
+        assert_eq!(code(again(ReserveOutcome::SoldOut { remaining: 0 })), Some(Code::SoldOut));
+        assert_eq!(code(again(ReserveOutcome::LimitReached { held: 1 })), Some(Code::LimitReached));
     }
 }

@@ -15,6 +15,27 @@ use crate::defense::{Defense, Eligibility, RawDefense, RawEligibility};
 use crate::global_limit::{self, GlobalLimit, RawGlobalLimit};
 use crate::keys::{valid_campaign_id, MAX_BUCKETS};
 
+/// The most units a campaign may sell.
+pub const MAX_STOCK: i64 = 1_000_000_000;
+/// The highest per-user limit (also the largest quantity a reservation record may carry).
+pub const MAX_PER_USER_LIMIT: i64 = 10_000;
+/// The highest unit price, in cents. `lua/reserve.lua` writes the record with cjson, which
+/// prints a number of more than 14 digits as a float (`1e+14`) no integer field decodes; this
+/// bound keeps every price, and a price times the largest quantity, an exact integer.
+pub const MAX_PRICE_CENTS: i64 = 10_000_000_000;
+/// The longest pay window: a week (PostgreSQL's `make_interval` takes any of these).
+pub const MAX_PAY_WINDOW_SECS: i64 = 7 * 24 * 3600;
+/// The highest rate and in-flight budget of `[limits]`, per gateway process.
+pub const MAX_LIMIT_RATE: u32 = 1_000_000;
+
+/// `value` within `min..=max`, or the error naming the bounds.
+fn bounded<T: PartialOrd + std::fmt::Display>(value: T, min: T, max: T) -> Result<(), String> {
+    if value < min || value > max {
+        return Err(format!("must be between {min} and {max}, found {value}"));
+    }
+    Ok(())
+}
+
 /// The kill switches of a campaign. They take effect on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -219,31 +240,31 @@ impl Campaign {
         if raw.sku.get_ref().trim().is_empty() {
             return Err(err(raw.sku.span(), "sku", "must not be empty".into()));
         }
-        if *raw.stock.get_ref() < 0 {
-            return Err(err(raw.stock.span(), "stock", "must be 0 or more".into()));
-        }
-        if *raw.per_user_limit.get_ref() < 1 {
-            return Err(err(raw.per_user_limit.span(), "per_user_limit", "must be 1 or more".into()));
-        }
-        if *raw.price_cents.get_ref() < 0 {
-            return Err(err(raw.price_cents.span(), "price_cents", "must be 0 or more".into()));
-        }
-        if *raw.pay_window_secs.get_ref() < 1 {
-            return Err(err(raw.pay_window_secs.span(), "pay_window_secs", "must be 1 or more".into()));
+        for (v, field, min, max) in [
+            (&raw.stock, "stock", 0, MAX_STOCK),
+            (&raw.per_user_limit, "per_user_limit", 1, MAX_PER_USER_LIMIT),
+            (&raw.price_cents, "price_cents", 0, MAX_PRICE_CENTS),
+            (&raw.pay_window_secs, "pay_window_secs", 1, MAX_PAY_WINDOW_SECS),
+        ] {
+            bounded(*v.get_ref(), min, max).map_err(|m| err(v.span(), field, m))?;
         }
         let starts_at = time(&raw.starts_at, "starts_at")?;
         let ends_at = time(&raw.ends_at, "ends_at")?;
         if ends_at <= starts_at {
             return Err(err(raw.ends_at.span(), "ends_at", "must be after starts_at".into()));
         }
-        if raw.limits.max_inflight == 0 {
-            return Err(ConfError::at(
-                file,
-                text,
-                find(text, "max_inflight"),
-                Some("limits.max_inflight"),
-                "must be 1 or more",
-            ));
+        let l = &raw.limits;
+        for (v, field, min) in [
+            (l.ip_per_sec, "ip_per_sec", 0),
+            (l.device_per_sec, "device_per_sec", 0),
+            (l.user_per_sec, "user_per_sec", 0),
+            (l.campaign_per_sec, "campaign_per_sec", 0),
+            (l.max_inflight, "max_inflight", 1),
+            (l.result_per_sec, "result_per_sec", 0),
+        ] {
+            bounded(v, min, MAX_LIMIT_RATE).map_err(|m| {
+                ConfError::at(file, text, conf::field_span(text, field), Some(&format!("limits.{field}")), m)
+            })?;
         }
         if !(1..=1000).contains(&raw.limits.global_timeout_ms) {
             return Err(ConfError::at(
@@ -371,6 +392,39 @@ ip_per_sec = 20
         assert_eq!(c.window(c.starts_at.to_utc() - chrono::Duration::seconds(1)), Window::NotStarted);
     }
 
+    #[test]
+    fn every_number_has_an_upper_bound() {
+        // Each past its bound: refused at its line, naming the bound.
+        let line_of = |text: &str, key: &str| text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
+        for (from, to, field) in [
+            ("stock = 100", "stock = 1000000001", "stock"),
+            ("per_user_limit = 1", "per_user_limit = 10001", "per_user_limit"),
+            ("price_cents = 99900", "price_cents = 100000000000000", "price_cents"),
+            (
+                "price_cents = 99900",
+                "price_cents = 99900\npay_window_secs = 10000000000000",
+                "pay_window_secs",
+            ),
+            ("ip_per_sec = 20", "ip_per_sec = 1000001", "limits.ip_per_sec"),
+            ("ip_per_sec = 20", "max_inflight = 1000001", "limits.max_inflight"),
+            ("ip_per_sec = 20", "result_per_sec = 1000001", "limits.result_per_sec"),
+        ] {
+            let text = GOOD.replace(from, to);
+            let key = field.rsplit('.').next().unwrap();
+            expect_err(&text, line_of(&text, key), field, "must be between");
+        }
+        // At the bounds, it parses.
+        let text = GOOD
+            .replace("stock = 100", "stock = 1000000000")
+            .replace("per_user_limit = 1", "per_user_limit = 10000")
+            .replace("price_cents = 99900", "price_cents = 10000000000\npay_window_secs = 604800");
+        let c = parse(&text).unwrap();
+        assert_eq!(
+            (c.stock, c.per_user_limit, c.price_cents, c.pay_window_secs),
+            (MAX_STOCK, MAX_PER_USER_LIMIT, MAX_PRICE_CENTS, MAX_PAY_WINDOW_SECS)
+        );
+    }
+
     fn expect_err(text: &str, line: usize, field: &str, words: &str) {
         let err = parse(text).unwrap_err();
         assert_eq!(err.line, line, "{err}");
@@ -401,7 +455,7 @@ ip_per_sec = 20
 
     #[test]
     fn negative_stock_is_refused_with_its_line() {
-        expect_err(&GOOD.replace("stock = 100", "stock = -5"), 4, "stock", "0 or more");
+        expect_err(&GOOD.replace("stock = 100", "stock = -5"), 4, "stock", "between 0 and");
     }
 
     #[test]
@@ -427,7 +481,7 @@ ip_per_sec = 20
             &GOOD.replace("ip_per_sec = 20", "max_inflight = 0"),
             14,
             "limits.max_inflight",
-            "1 or more",
+            "between 1 and",
         );
     }
 

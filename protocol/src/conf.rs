@@ -34,6 +34,21 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// Where `field = ...` is written in a TOML file (the start of its line's key), or the
+/// file's start when the field is absent (its default applies).
+pub fn field_span(text: &str, field: &str) -> std::ops::Range<usize> {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let key = line.trim_start();
+        let start = at + (line.len() - key.len());
+        if key.strip_prefix(field).is_some_and(|rest| rest.trim_start().starts_with('=')) {
+            return start..start + field.len();
+        }
+        at += line.len();
+    }
+    0..0
+}
+
 /// The key written on the line that holds `offset` (`stock` for `stock = -1`), if any.
 fn key_at(text: &str, offset: usize) -> Option<String> {
     let (line, _) = line_col(text, offset);
@@ -88,6 +103,15 @@ pub fn load<T: DeserializeOwned>(file: &Path) -> Result<(T, String), ConfError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_is_found_at_its_line_not_in_a_longer_key() {
+        let text = "id = \"c\"\nbucket_tries = 1\n  buckets = 4\n";
+        let span = field_span(text, "buckets");
+        assert_eq!(&text[span.clone()], "buckets");
+        assert_eq!(span.start, text.find("  buckets").unwrap() + 2);
+        assert_eq!(field_span("id = 1\n", "buckets"), 0..0);
+    }
 
     #[derive(Debug, serde::Deserialize)]
     #[serde(deny_unknown_fields)]

@@ -4,8 +4,8 @@
 //! script, which touches several of them atomically, runs unchanged on Redis Cluster.
 //!
 //! A campaign with hot-stock buckets (`buckets = B` in its file, B > 1) splits its sale over B
-//! key sets, one [`Bucket`] each, with the tags `{<campaign>#<n>}` chosen to fall in B different
-//! ranges of the cluster's 16384 slots (so, with slots spread evenly, on different masters). Each
+//! key sets, one [`Bucket`] each, with the tags `{<campaign>#<B>.<n>}` chosen to fall in B
+//! different ranges of the cluster's 16384 slots (so, with slots spread evenly, on different masters). Each
 //! bucket is a whole ledger (meta, stock, bought, outbox, ...), so every script still touches one
 //! slot. A buyer's records (what they hold, their nonces, their reservations) live in their home
 //! bucket only, [`home_bucket`]: the per-user limit and the nonce hold across buckets because a
@@ -57,7 +57,7 @@ impl CampaignKeys {
         Self::tagged(campaign)
     }
 
-    /// Keys under the hash tag `{tag}`: a campaign id, or a bucket's `<campaign>#<n>`.
+    /// Keys under the hash tag `{tag}`: a campaign id, or a bucket's `<campaign>#<B>.<n>`.
     fn tagged(tag: &str) -> Self {
         let tag = format!("sk:{{{tag}}}");
         Self {
@@ -144,7 +144,7 @@ impl Bucket {
         let keys = if count == 1 {
             CampaignKeys::new(campaign)
         } else {
-            CampaignKeys::tagged(&format!("{campaign}#{}", bucket_suffix(campaign, index, count)))
+            CampaignKeys::tagged(&bucket_tag(campaign, index, count))
         };
         Self { campaign: campaign.to_string(), index, count, keys }
     }
@@ -183,18 +183,19 @@ pub fn home_bucket(user: &str, count: u32) -> u32 {
     (h % u64::from(count.clamp(1, MAX_BUCKETS))) as u32
 }
 
-/// The `n` of bucket `index`'s tag `<campaign>#<n>`: the smallest whose hash slot falls in the
+/// Bucket `index`'s tag `<campaign>#<count>.<n>`, `n` the smallest whose hash slot falls in the
 /// `index`-th of `count` equal ranges of the 16384 slots, so that the buckets land on different
-/// slots and, with slots spread evenly over the masters, on different masters.
-fn bucket_suffix(campaign: &str, index: u32, count: u32) -> u32 {
+/// slots and, with slots spread evenly over the masters, on different masters. The count is in
+/// the tag, so two counts never share a ledger: a gateway whose campaign file says another count
+/// finds no published bucket, whichever the user.
+fn bucket_tag(campaign: &str, index: u32, count: u32) -> String {
     const SLOTS: u32 = 16384;
     let (lo, hi) = (index * SLOTS / count, (index + 1) * SLOTS / count);
-    (0..200_000)
-        .find(|n| {
-            let slot = u32::from(fred::util::redis_keyslot(format!("{campaign}#{n}").as_bytes()));
-            (lo..hi).contains(&slot)
-        })
-        .unwrap_or(index)
+    let tag = |n: u32| format!("{campaign}#{count}.{n}");
+    let n = (0..200_000)
+        .find(|n| (lo..hi).contains(&u32::from(fred::util::redis_keyslot(tag(*n).as_bytes()))))
+        .unwrap_or(index);
+    tag(n)
 }
 
 /// Checks that a campaign id is safe to embed in a key and a URL path:
@@ -242,6 +243,23 @@ mod tests {
                 for key in b.keys.all().iter().chain([&b.keys.sent, &b.keys.received]) {
                     assert!(key.starts_with(tag), "{key}");
                     assert_eq!(fred::util::redis_keyslot(key.as_bytes()), b.slot(), "{key}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_two_bucket_counts_share_a_tag() {
+        // A gateway whose file says another count must never find (or write) a ledger of the
+        // published count: every tag of every count is its own.
+        for campaign in ["demo", "phone-42", "c"] {
+            let mut seen = std::collections::HashMap::new();
+            for count in 1..=MAX_BUCKETS {
+                for b in Bucket::all(campaign, count) {
+                    let tag = b.keys.meta.clone();
+                    if let Some((c, i)) = seen.insert(tag.clone(), (count, b.index)) {
+                        panic!("{tag} is bucket {i} of {c} and bucket {} of {count}", b.index);
+                    }
                 }
             }
         }

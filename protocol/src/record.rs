@@ -49,6 +49,37 @@ impl Reservation {
         serde_json::from_slice(bytes)
     }
 
+    /// Checks what serde cannot: ids usable as keys, and every number within the bounds a
+    /// campaign file may give it ([`crate::campaign`]: a quantity up to the highest per-user limit,
+    /// a price up to the highest price), a bucket count publish may write, versions and a time
+    /// that are not negative.
+    pub fn check(&self) -> Result<(), String> {
+        use crate::campaign::{MAX_PER_USER_LIMIT, MAX_PRICE_CENTS};
+        use crate::keys::{valid_campaign_id, MAX_BUCKETS};
+        if self.request_id.is_empty() || self.request_id.len() > 128 {
+            return Err("request_id must be 1 to 128 bytes".into());
+        }
+        if !valid_campaign_id(&self.campaign) {
+            return Err(format!("invalid campaign id {:?}", self.campaign));
+        }
+        if self.user.is_empty() {
+            return Err("empty user".into());
+        }
+        for (field, n, min, max) in [
+            ("qty", self.qty, 1, MAX_PER_USER_LIMIT),
+            ("price_cents", self.price_cents, 0, MAX_PRICE_CENTS),
+            ("price_version", self.price_version, 0, i64::MAX),
+            ("stock_version", self.stock_version, 0, i64::MAX),
+            ("reserved_at_ms", self.reserved_at_ms, 0, i64::MAX),
+            ("buckets", i64::from(self.buckets), 1, i64::from(MAX_BUCKETS)),
+        ] {
+            if !(min..=max).contains(&n) {
+                return Err(format!("{field} {n} is not between {min} and {max}"));
+            }
+        }
+        Ok(())
+    }
+
     /// The bucket whose keys hold this reservation: the buyer's home bucket.
     pub fn bucket(&self) -> crate::keys::Bucket {
         crate::keys::Bucket::of_user(&self.campaign, &self.user, self.buckets)

@@ -80,6 +80,13 @@ pub enum ReserveOutcome {
     },
     /// The nonce was used by another request: a replay. Nothing was read or written.
     Replay,
+    /// The caller's bucket count is not the one the campaign was published with: its home
+    /// buckets are not the published ones. Nothing was written (a gateway whose campaign file
+    /// says another `buckets`).
+    OtherBuckets {
+        /// The published count.
+        published: i64,
+    },
     /// A bucket of a campaign with buckets is short of the quantity, and other buckets may still
     /// give it stock (asked for with `fall_over`): nothing was written and the nonce is
     /// forgotten, so the same request may be sent again once stock moved here.
@@ -93,6 +100,10 @@ pub enum ReserveOutcome {
         /// The request id of the first answer.
         request_id: String,
     },
+    /// The same signed request came again with its nonce and had been refused: its first
+    /// refusal, answered again. A past answer, not a fact of now (the stock may have come back
+    /// since): nothing but the buyer's answer may act on it (never the sold-out flag).
+    Again(Box<ReserveOutcome>),
 }
 
 /// The nonce of an order, checked in the same call as the reservation (`KEYS[9]`, `ARGV[5..6]`
@@ -269,12 +280,15 @@ impl Scripts {
             None => args.extend([String::new(), String::new()]),
         }
         args.push(if fall_over { "1" } else { "" }.to_string());
+        args.push(bucket.count.to_string());
         let out: Vec<fred::types::Value> = self.reserve.evalsha_with_retry(client, keys, args).await?;
         if out.len() != 3 {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
         }
         let (code, n) = (int(NAME, &out[0])?, int(NAME, &out[1])?);
-        Ok(match code {
+        // The third value of a refusal (not of 1 or 2, where it is a record or a request id).
+        let again = !matches!(code, 1 | 2) && out[2].as_str().is_some_and(|m| m == "again");
+        let outcome = match code {
             1 => ReserveOutcome::Reserved { remaining: n, record: out[2].as_string().unwrap_or_default() },
             0 => ReserveOutcome::SoldOut { remaining: n },
             -1 => ReserveOutcome::LimitReached { held: n },
@@ -282,10 +296,12 @@ impl Scripts {
             -3 => ReserveOutcome::NotReady,
             -4 => ReserveOutcome::BadQuantity { limit: n },
             -5 => ReserveOutcome::Replay,
+            -6 => ReserveOutcome::OtherBuckets { published: n },
             2 => ReserveOutcome::Retry { request_id: out[2].as_string().unwrap_or_default() },
             3 => ReserveOutcome::BucketShort { remaining: n },
             other => return Err(ScriptError::Protocol { script: NAME, detail: format!("code {other}") }),
-        })
+        };
+        Ok(if again { ReserveOutcome::Again(Box::new(outcome)) } else { outcome })
     }
 
     /// Runs `limit.lua` over `rules` (a campaign's global limits for one request): counts the

@@ -17,7 +17,7 @@ use crate::buckets::Sent;
 pub struct BucketSnap {
     /// Its index.
     pub index: u32,
-    /// Its keys' prefix with the hash tag (`sk:{<campaign>#<n>}`), to find it on a cluster.
+    /// Its keys' prefix with the hash tag (`sk:{<campaign>#<B>.<n>}`), to find it on a cluster.
     pub tag: String,
     /// Its hash slot.
     pub slot: u16,

@@ -7,7 +7,8 @@ use protocol::signing::Signer;
 use sqlx::PgPool;
 
 use super::decide::{self, DeadLetter, Facts};
-use super::{retry, store, BatchOutcome, Incoming};
+use super::{retry, store, BatchOutcome, Incoming, Refusal};
+use protocol::record::Reservation;
 
 /// A late-locked batch met a change made since it read: the conditional stock update refused it
 /// (another partition's batch sold the same units first), or a reservation it ordered was
@@ -23,8 +24,9 @@ enum Locking {
     /// Read the rows without a lock, decide, write, and take the lock only for the final
     /// conditional update just before commit: partitions of one campaign overlap their work.
     Late,
-    /// Lock the rows (in id order) before deciding: the guard cannot refuse. Used when a late
-    /// batch was refused, i.e. when the campaign is close to selling out.
+    /// Lock the rows (in id order) before deciding: the guard cannot refuse, and what users hold
+    /// is read under the lock. Used when a late batch was refused, i.e. when the campaign is
+    /// close to selling out.
     First,
 }
 
@@ -81,7 +83,8 @@ async fn write_batch_with(
     let already_refused = store::already_refused(&mut tx, &ids).await?;
     let candidates = decide::holder_candidates(valid, &campaigns, &already_ordered);
     let holders = store::holders(&mut tx, &candidates).await?;
-    let facts = Facts { campaigns, already_ordered, already_refused, holders };
+    let held = store::held(&mut tx, &decide::held_candidates(valid, &campaigns, &already_ordered)).await?;
+    let facts = Facts { campaigns, already_ordered, already_refused, holders, held };
 
     // 4. Decide each new reservation, in offset order, against the stock read in step 2.
     let decision = decide::decide(valid, &facts);
@@ -115,8 +118,26 @@ async fn write_batch_with(
     store::insert_refusals(&mut tx, &decision.refused_now).await?;
     out.refused.extend(decision.refused_now.iter().cloned());
 
-    // 8. Dead letters, with their place.
+    // 8. Dead letters, with their place. A signed one that names its reservation is refused
+    // UNDECODABLE and released (acked if an earlier copy became an order), so that the outbox's
+    // copy is not produced again forever.
     store::insert_dead_letters(&mut tx, topic, partition, &decoded.dead).await?;
+    let undecodable: Vec<&Reservation> = decoded.dead.iter().filter_map(|d| d.release.as_ref()).collect();
+    if !undecodable.is_empty() {
+        let ids: Vec<String> = undecodable.iter().map(|r| r.request_id.clone()).collect();
+        let ordered = store::already_ordered(&mut tx, &ids).await?;
+        let (before, refused): (Vec<&Reservation>, Vec<&Reservation>) =
+            undecodable.into_iter().partition(|r| ordered.contains(&r.request_id));
+        for r in before {
+            out.add_ordered(r);
+        }
+        let refused: Vec<Refusal> = refused
+            .into_iter()
+            .map(|r| Refusal { record: r.clone(), status: "FAILED", reason: decide::UNDECODABLE.into() })
+            .collect();
+        store::insert_refusals(&mut tx, &refused).await?;
+        out.refused.extend(refused);
+    }
     for d in &decoded.dead {
         tracing::warn!(topic, partition, offset = d.offset, error = %d.error, "dead letter");
     }
@@ -138,6 +159,12 @@ async fn write_batch_with(
             let accepted_ids: Vec<&str> = accepted.iter().map(|r| r.request_id.as_str()).collect();
             if store::count_refused(&mut tx, &accepted_ids).await? > 0 {
                 return Err(LateConflict("a reservation was refused meanwhile").into());
+            }
+            // And every order committed before it: a user past a limit above 1 means another
+            // batch (another instance given the partition) ordered for them since we read.
+            let pairs = decide::accepted_pairs(&decision, &facts.campaigns);
+            if decide::over_limit(&store::held(&mut tx, &pairs).await?, &facts.campaigns) {
+                return Err(LateConflict("a user's limit was taken meanwhile").into());
             }
         }
         let updated = store::take_stock(&mut tx, &pc, &pn).await?;
@@ -175,6 +202,7 @@ pub(super) async fn write_dead_letter(
         offset: rec.offset,
         payload: rec.value.clone().unwrap_or_default(),
         error: format!("refused by PostgreSQL: {error}"),
+        release: None,
     };
     let outcome = retry::dead_letter_outcome(record, has_order);
     store::insert_dead_letters(&mut tx, topic, partition, std::slice::from_ref(&dead)).await?;

@@ -13,6 +13,8 @@ use super::{Incoming, Refusal};
 pub(super) const UNSIGNED: &str = "unsigned record";
 /// The dead letter's error of a record whose signature is not the gateway key's of its value.
 pub(super) const MISMATCH: &str = "signature does not match";
+/// The refusal's reason of a signed record that cannot be decoded but names its reservation.
+pub(super) const UNDECODABLE: &str = "UNDECODABLE";
 
 /// A campaign row as the batch read it.
 #[derive(Debug, Clone)]
@@ -36,6 +38,11 @@ pub(super) struct DeadLetter {
     pub payload: Vec<u8>,
     /// Why it was dead-lettered.
     pub error: String,
+    /// A signed record that cannot be decoded but names its reservation (request id, campaign,
+    /// user, quantity, buckets): it is refused `UNDECODABLE` and its units released, so that the
+    /// sweeper does not produce the outbox's copy again forever. `None` for a record that is not
+    /// the gateway's (unsigned, forged) or names nothing.
+    pub release: Option<Reservation>,
 }
 
 /// A batch's records, decoded.
@@ -48,7 +55,7 @@ pub(super) struct Decoded {
 }
 
 /// Checks that `signature` (the record's header, if any) is `signer`'s HMAC of `value`, then
-/// decodes the value and checks what serde cannot: ids usable as keys, a sane quantity.
+/// decodes the value and checks what serde cannot ([`Reservation::check`]).
 pub(super) fn decode(
     value: Option<&[u8]>,
     signature: Option<&[u8]>,
@@ -59,16 +66,33 @@ pub(super) fn decode(
     let signature = std::str::from_utf8(signature).map_err(|_| MISMATCH)?;
     signer.verify(bytes, signature.trim()).map_err(|_| MISMATCH)?;
     let r = Reservation::from_json(bytes).map_err(|e| format!("not a reservation record: {e}"))?;
-    if r.request_id.is_empty() || r.request_id.len() > 128 {
-        return Err("request_id must be 1 to 128 bytes".into());
-    }
-    if !protocol::keys::valid_campaign_id(&r.campaign) {
-        return Err(format!("invalid campaign id {:?}", r.campaign));
-    }
-    if r.user.is_empty() || r.qty < 1 || r.price_cents < 0 {
-        return Err("empty user, qty below 1 or negative price".into());
-    }
+    r.check()?;
     Ok(r)
+}
+
+/// What a signed record that [`decode`] refused still says of its reservation: enough to release
+/// it (request id, campaign, user, quantity, bucket count), the rest zero. `None` when it does not
+/// name one.
+fn salvage(bytes: &[u8]) -> Option<Reservation> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let text = |k: &str| v.get(k)?.as_str().map(str::to_string);
+    let buckets = match v.get("buckets") {
+        None => 1,
+        Some(b) => u32::try_from(b.as_u64()?).ok()?,
+    };
+    let r = Reservation {
+        request_id: text("request_id")?,
+        campaign: text("campaign")?,
+        user: text("user")?,
+        sku: text("sku").unwrap_or_default(),
+        qty: v.get("qty")?.as_i64()?,
+        price_cents: 0,
+        price_version: 0,
+        stock_version: 0,
+        reserved_at_ms: 0,
+        buckets,
+    };
+    r.check().is_ok().then_some(r)
 }
 
 /// Verifies and decodes every record of a batch; a request id seen twice is kept once (its
@@ -86,6 +110,12 @@ pub(super) fn decode_batch(records: &[Incoming], signer: &Signer) -> Decoded {
             Err(error) => out.dead.push(DeadLetter {
                 offset: rec.offset,
                 payload: rec.value.clone().unwrap_or_default(),
+                // Only a record the gateway signed may give units back.
+                release: if error == UNSIGNED || error == MISMATCH {
+                    None
+                } else {
+                    rec.value.as_deref().and_then(salvage)
+                },
                 error,
             }),
         }
@@ -118,6 +148,52 @@ pub(super) fn holder_candidates(
         .collect()
 }
 
+/// The (campaign, user) pairs whose units in open orders must be summed: new reservations of
+/// campaigns with a limit above 1.
+pub(super) fn held_candidates(
+    valid: &[Reservation],
+    campaigns: &HashMap<String, CampaignRow>,
+    already_ordered: &HashSet<String>,
+) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = valid
+        .iter()
+        .filter(|r| {
+            campaigns.get(&r.campaign).is_some_and(|c| c.limit > 1)
+                && !already_ordered.contains(&r.request_id)
+        })
+        .map(|r| (r.campaign.clone(), r.user.clone()))
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    pairs
+}
+
+/// The (campaign, user) pairs of the accepted orders of campaigns with a limit above 1: what
+/// the check under the campaign lock sums again.
+pub(super) fn accepted_pairs(
+    decision: &Decision,
+    campaigns: &HashMap<String, CampaignRow>,
+) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = decision
+        .accepted
+        .iter()
+        .filter(|r| campaigns.get(&r.campaign).is_some_and(|c| c.limit > 1))
+        .map(|r| (r.campaign.clone(), r.user.clone()))
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    pairs
+}
+
+/// Whether any user holds more than their campaign's limit in `held` (units in open orders per
+/// (campaign, user), read under the campaign lock with this batch's orders in).
+pub(super) fn over_limit(
+    held: &HashMap<(String, String), i64>,
+    campaigns: &HashMap<String, CampaignRow>,
+) -> bool {
+    held.iter().any(|((c, _), n)| campaigns.get(c).is_some_and(|row| *n > row.limit))
+}
+
 /// What the database said, read in the batch's transaction.
 #[derive(Debug, Default)]
 pub(super) struct Facts {
@@ -129,6 +205,9 @@ pub(super) struct Facts {
     pub already_refused: HashMap<String, (String, String)>,
     /// (campaign, user, sku) that already hold their one order in a limit-1 campaign.
     pub holders: HashSet<(String, String, String)>,
+    /// Units each (campaign, user) holds in open (not CLOSED) orders, for campaigns with a limit
+    /// above 1 (a pair not here holds none).
+    pub held: HashMap<(String, String), i64>,
 }
 
 /// The decision for every decoded reservation of a batch.
@@ -158,14 +237,17 @@ impl Decision {
 }
 
 /// Decides each reservation, in offset order, against the stock read: an earlier delivery's
-/// decision stands; otherwise an unknown campaign, a user who already holds their one order,
-/// or too few units left refuse it; anything else is accepted and takes its units.
+/// decision stands; otherwise an unknown campaign, a user who already holds their one order or
+/// whose open orders and this one would pass the limit (the database's own check of the sum
+/// `reserve.lua` keeps in Redis, for when Redis forgot it), or too few units left refuse it;
+/// anything else is accepted and takes its units.
 pub(super) fn decide(valid: &[Reservation], facts: &Facts) -> Decision {
     let mut d = Decision {
         remaining: facts.campaigns.iter().map(|(k, c)| (k.clone(), c.total - c.sold)).collect(),
         ..Default::default()
     };
     let mut holders = facts.holders.clone();
+    let mut held = facts.held.clone();
     for r in valid {
         if facts.already_ordered.contains(&r.request_id) {
             d.ordered_before.push(r.clone());
@@ -186,12 +268,18 @@ pub(super) fn decide(valid: &[Reservation], facts: &Facts) -> Decision {
             d.refused_now.push(refuse("FAILED", "LIMIT_REACHED"));
             continue;
         }
+        let user_held = held.entry((r.campaign.clone(), r.user.clone())).or_default();
+        if c.limit > 1 && *user_held + r.qty > c.limit {
+            d.refused_now.push(refuse("FAILED", "LIMIT_REACHED"));
+            continue;
+        }
         let left = d.remaining.get_mut(&r.campaign).expect("every campaign has a remaining count");
         if *left < r.qty {
             d.refused_now.push(refuse("SOLD_OUT", "SOLD_OUT"));
             continue;
         }
         *left -= r.qty;
+        *user_held += r.qty;
         d.accepted.push(r.clone());
     }
     d
@@ -353,9 +441,43 @@ mod tests {
         assert_eq!(ids(&d.accepted), ["b"]);
         assert_eq!(why(&d.refused_now), [("a", "FAILED", "LIMIT_REACHED"), ("x", "FAILED", "LIMIT_REACHED")]);
         assert_eq!(d.remaining["c"], 9, "a refusal takes no stock");
-        // A larger limit lets the same user order twice (Redis enforces the sum).
+        // A larger limit lets the same user order twice.
         let d = decide(&valid, &facts(&[("c", row(10, 0, 2))]));
         assert_eq!(ids(&d.accepted), ["a", "b", "x"]);
+    }
+
+    #[test]
+    fn a_limit_above_one_counts_open_orders_and_the_batch_and_a_refusal_takes_nothing() {
+        let valid = [
+            res("a", "c", "u1", 1),
+            res("b", "c", "u1", 1),
+            res("x", "c", "u2", 2),
+            res("y", "c", "u2", 1),
+            res("z", "c", "u1", 1),
+        ];
+        let mut f = facts(&[("c", row(3, 0, 3))]);
+        f.held.insert(("c".into(), "u1".into()), 2);
+        let d = decide(&valid, &f);
+        // u1 held 2: a takes the third unit, b passes the limit; x takes 2; y and z find no
+        // stock (y) or the limit (z) in their way.
+        assert_eq!(ids(&d.accepted), ["a", "x"]);
+        assert_eq!(
+            why(&d.refused_now),
+            [
+                ("b", "FAILED", "LIMIT_REACHED"),
+                ("y", "SOLD_OUT", "SOLD_OUT"),
+                ("z", "FAILED", "LIMIT_REACHED")
+            ]
+        );
+        // A stock refusal takes nothing from the user's count: a later one still fits.
+        let valid = [res("a", "c", "u1", 2), res("b", "c", "u1", 1)];
+        let d = decide(&valid, &facts(&[("c", row(1, 0, 2))]));
+        assert_eq!(ids(&d.accepted), ["b"]);
+        let campaigns: HashMap<String, CampaignRow> = [("c".to_string(), row(9, 0, 2))].into();
+        let mut held = HashMap::from([(("c".to_string(), "u1".to_string()), 2)]);
+        assert!(!over_limit(&held, &campaigns));
+        held.insert(("c".into(), "u2".into()), 3);
+        assert!(over_limit(&held, &campaigns));
     }
 
     #[test]

@@ -111,6 +111,36 @@ pub(super) async fn holders(
     .collect())
 }
 
+/// Units each (campaign, user) of `pairs` holds in open (not CLOSED) orders of campaigns with a
+/// limit above 1; a pair holding none is absent.
+pub(super) async fn held(
+    conn: &mut PgConnection,
+    pairs: &[(String, String)],
+) -> anyhow::Result<HashMap<(String, String), i64>> {
+    if pairs.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let (pc, pu): (Vec<&str>, Vec<&str>) = pairs.iter().map(|(c, u)| (c.as_str(), u.as_str())).unzip();
+    Ok(sqlx::query_as::<_, (String, String, i64)>(
+        // One index probe per pair (orders_held_per_user), as in `holders`.
+        "SELECT t.c, t.u, h.n
+           FROM UNNEST($1::text[], $2::text[]) AS t(c, u)
+          CROSS JOIN LATERAL (
+                SELECT sum(o.qty)::int8 AS n FROM orders o
+                 WHERE o.campaign_id = t.c AND o.user_id = t.u
+                   AND NOT o.one_per_user AND o.status <> 'CLOSED') AS h
+          WHERE h.n IS NOT NULL",
+    )
+    .bind(&pc)
+    .bind(&pu)
+    .fetch_all(conn)
+    .await
+    .context("summing what users hold")?
+    .into_iter()
+    .map(|(c, u, n)| ((c, u), n))
+    .collect())
+}
+
 /// The accepted orders as column arrays, for the UNNEST inserts.
 #[derive(Default)]
 pub(super) struct OrderArrays {

@@ -37,7 +37,7 @@ fn bad_conf_is_refused_with_file_line_and_field() {
             with_campaign(base.replace("stock = 100", "stock = -1")),
             "c1.toml:3:",
             "field `stock`",
-            "0 or more",
+            "between 0 and",
         ),
         (
             with_campaign(window_toml("c1", "-1h", "").replace("ends_at = \"", "ends_at = \"1999")),

@@ -75,3 +75,59 @@ async fn after_sold_out_redis_is_not_called_until_a_replenish_message() {
     let (status, _) = order(&http, &a, &campaign, "one-too-many").await;
     assert_eq!(status, 410);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_answered_again_from_the_nonce_never_sets_the_sold_out_flag() {
+    let private = RedisServer::start().await;
+    let redis = client(&private.url()).await.unwrap();
+    let campaign = e2e::stack::unique("gw");
+    publish(&redis, &campaign, 1, 1).await;
+    let upstream = MockServer::start().await;
+    // The flag lives a minute: only a live sold-out answer may set it, only the message clears it.
+    let mut conf = GatewayConf::new(&private.url(), &upstream.address().to_string(), &campaign, "");
+    conf.sold_out_ttl_ms = 60_000;
+    let gw = Gateway::start(&conf).await;
+    let subscribed = eventually(Duration::from_secs(10), || async {
+        let n: Vec<(String, i64)> = redis.pubsub_numsub(REPLENISH_CHANNEL).await.unwrap_or_default();
+        n.first().is_some_and(|(_, n)| *n >= 1)
+    })
+    .await;
+    assert!(subscribed, "the gateway subscribes to the replenish channel");
+    let http = reqwest::Client::new();
+
+    // A buys the one unit; B's signed request is refused SOLD_OUT, and B keeps it.
+    let (status, body) = order(&http, &gw, &campaign, "buyer-a").await;
+    assert_eq!(status, 202, "{body}");
+    let a_id = body["request_id"].as_str().unwrap().to_string();
+    let b = ticket(&http, &gw, &campaign, "buyer-b").await.unwrap();
+    let kept = b.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    let refused = b.send(&http, &gw.url(""), &kept).await;
+    assert_eq!((refused.0, refused.1["code"].as_str()), (410, Some("SOLD_OUT")), "{}", refused.1);
+
+    // A's unit comes back (release.lua sends the replenish message itself).
+    let released = scripts()
+        .release(&redis, &protocol::keys::Bucket::single(&campaign), &a_id, "buyer-a", 1)
+        .await
+        .unwrap();
+    assert!(matches!(released, ReleaseOutcome::Released { .. }));
+
+    // B resends the kept request until it reaches Redis again (the flag is cleared once the
+    // message arrived): the first answer, SOLD_OUT, is replayed from the nonce.
+    let reached = eventually(Duration::from_secs(10), || {
+        let (http, b, kept, redis, base) = (http.clone(), b.clone(), kept.clone(), redis.clone(), gw.url(""));
+        async move {
+            let before = evalsha_calls(&redis).await;
+            let again = b.send(&http, &base, &kept).await;
+            assert_eq!((again.0, again.1["code"].as_str()), (410, Some("SOLD_OUT")), "{}", again.1);
+            evalsha_calls(&redis).await > before
+        }
+    })
+    .await;
+    assert!(reached, "the resent request reached Redis once the replenish message arrived");
+
+    // C's new order on the same gateway is asked of Redis and reserves the unit that came back.
+    let before = evalsha_calls(&redis).await;
+    let (status, body) = order(&http, &gw, &campaign, "buyer-c").await;
+    assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+    assert!(evalsha_calls(&redis).await > before, "C's order was asked of Redis");
+}
