@@ -197,6 +197,10 @@ common_checks() {
   end_crowd
   settle_and_reconcile
   OK=$((CROWD_RC == 0 && SETTLED == 0 ? 0 : 1))
+  # A sale that sold nothing proves nothing: every fault's sale must have reserved stock.
+  local queued
+  queued=$(figure "r['codes'].get('QUEUED', 0)")
+  [[ $queued =~ ^[0-9]+$ && $queued -gt 0 ]] || OK=1
   COMMON="invariants $([[ $CROWD_RC == 0 ]] && echo held || echo FAILED); $(figure "r['checks']['orders']") orders; queued $(figure "sum(r['codes'].get(k,0) for k in ['QUEUED'])"), lost $(figure "len(r['checks']['queued_without_outcome'])"); reconcile differences $DIFFS"
 }
 

@@ -77,7 +77,7 @@ PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8
 # for the closer's releases (seckill-load's wait_closed) before the report and reconcile.
 phase "end-to-end sale, reservation-heavy"
 PROFILE=debug STOCK=3000 USERS=3500 REQUESTS_PER_USER=1 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
-  GATEWAY_PORT=18280 WRITER_PORT=18281 bash e2e/demo.sh
+  GATEWAY_PORT=18380 WRITER_PORT=18381 bash e2e/demo.sh
 
 # The same sale on the Redis Cluster (SECKILL_REDIS_CLUSTER_URL, from .stack/env), its stock in
 # three hot-stock buckets (one per master), with two gateway processes (the crowd round robin over
@@ -87,8 +87,9 @@ PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8
   GATEWAY_PORT=18180 WRITER_PORT=18181 REDIS_URL="$SECKILL_REDIS_CLUSTER_URL" GATEWAYS=2 WRITERS=2 \
   BUCKETS=3 bash e2e/demo.sh
 
-# The same sale under faults, short: the order writer, the broker, PostgreSQL, Redis (both fsync
-# policies), the gateway killed mid-sale and restarted, two gateways on one Redis, Redis paused.
+# The same sale under faults, short: the order writer, the broker, the leader of a three-broker
+# Kafka cluster (never restarted), PostgreSQL, Redis (both fsync policies), the gateway killed
+# mid-sale and restarted, two gateways on one Redis, Redis paused.
 # A stack of its own (e2e/faults.sh): the servers it kills are its own.
 phase "faults (short)"
 bash e2e/faults.sh --short
