@@ -134,12 +134,9 @@ pub async fn publish(
     if buckets != c.buckets {
         // Only a campaign past DRAFT keeps its count; nothing of this publish is written.
         tx.rollback().await?;
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        return Err(ConfError::at(
+        return Err(ConfError::at_field(
             &file,
-            &text,
-            protocol::conf::field_span(&text, "buckets"),
-            Some("buckets"),
+            "buckets",
             format!(
                 "campaign {id} is {state} with {buckets} bucket(s); the count never changes once published \
                  (a buyer's home bucket would move under the sale): set buckets = {buckets}"

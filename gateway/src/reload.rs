@@ -218,12 +218,9 @@ fn same_buckets(old: &Active, new: &Active) -> Result<(), ConfError> {
         let (was, now) = (before.campaign.buckets, entry.campaign.buckets);
         if was != now {
             let file = new.server.campaigns_dir.join(format!("{id}.toml"));
-            let text = std::fs::read_to_string(&file).unwrap_or_default();
-            return Err(ConfError::at(
+            return Err(ConfError::at_field(
                 &file,
-                &text,
-                protocol::conf::field_span(&text, "buckets"),
-                Some("buckets"),
+                "buckets",
                 format!(
                     "campaign {id} is served with {was} bucket(s); a reload never changes the count \
                      (a buyer's home bucket would move under the sale): set buckets = {was}, or \

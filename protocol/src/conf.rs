@@ -78,6 +78,13 @@ impl ConfError {
         }
     }
 
+    /// An error at the line of `field` in `file`, read again from disk: for a check made after
+    /// the file was parsed (a reload against the running conf, a publish against the database).
+    pub fn at_field(file: &Path, field: &str, message: impl Into<String>) -> Self {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        Self::at(file, &text, field_span(&text, field), Some(field), message)
+    }
+
     /// An error about the file as a whole (cannot read it, a required table is missing).
     pub fn whole(file: &Path, message: impl Into<String>) -> Self {
         Self { file: file.to_path_buf(), line: 0, column: 0, field: None, message: message.into() }
