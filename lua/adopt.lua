@@ -7,11 +7,17 @@
 -- later release of it (the order closes unpaid) must give the units back, not find them
 -- "already released". Idempotent by request id (marker field `adopted:<request id>` in stats).
 --
+-- The repair's premise is re-checked here, atomically with the write, where Redis holds it: with
+-- ARGV[4] = "released" (a DOUBLE_RELEASE), the request id must still be in the `released` ledger.
+-- (The premise in PostgreSQL, that the order is live, is re-checked by the caller under the
+-- order's row lock, held across this call.)
+--
 -- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
--- ARGV: 1 request id  2 user id  3 quantity
+-- ARGV: 1 request id  2 user id  3 quantity  4 "released" or ""
 -- Returns {code, taken}:
 --    1  adopted: `taken` units taken (less than qty if the stock was short)
 --    0  adopted before: nothing changed
+--    2  ARGV[4] = "released" and the request id is not released (any more): nothing changed
 --   -4  bad quantity
 
 local stock_key, bought, released, stats = KEYS[2], KEYS[3], KEYS[6], KEYS[7]
@@ -19,6 +25,9 @@ local request_id, user = ARGV[1], ARGV[2]
 local qty = tonumber(ARGV[3])
 if not qty or qty < 1 or qty ~= math.floor(qty) then
   return {-4, 0}
+end
+if ARGV[4] == 'released' and redis.call('HEXISTS', released, request_id) == 0 then
+  return {2, 0}
 end
 if redis.call('HSETNX', stats, 'adopted:' .. request_id, qty) == 0 then
   return {0, 0}

@@ -1,7 +1,9 @@
 -- claim.lua: the producers of last resort claim outbox entries, so that they and the gateway's
 -- undo (release.lua "undo") exclude each other: an entry is either undone before any claim (then
 -- nothing produces it again) or claimed before the undo (then the undo leaves it, and it becomes
--- an order). Ages are measured with Redis' own clock (TIME) against the times Redis wrote, never
+-- an order). A safe retry answered QUEUED claims an entry too (reserve.lua, claims[id] =
+-- "retry"): the sweeper treats it as unclaimed (it produces it, and marks it "sweep"). Ages are
+-- measured with Redis' own clock (TIME) against the times Redis wrote, never
 -- against a caller's clock.
 --
 -- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims

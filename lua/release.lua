@@ -9,8 +9,9 @@
 -- pause.lua when the switch is turned off.
 --
 -- Mode "undo" (the gateway's undo): user and quantity come from the outbox record. It is refused
--- when a producer of last resort (the sweeper, a repair) has claimed the entry (claim.lua): the
--- record may already be on its way to an order, so the reservation stands. With the order's nonce
+-- when the entry is claimed: by a producer of last resort (the sweeper, a repair; claim.lua), the
+-- record may already be on its way to an order; by a safe retry (reserve.lua), the buyer was told
+-- QUEUED with this request id. Either way the reservation stands. With the order's nonce
 -- key (KEYS[9]), an undo that leaves nothing held (released, or nothing was held) also forgets the
 -- nonce when the request spent it: the buyer was answered SERVICE_DEGRADED ("nothing was
 -- reserved"), so the same signed request sent again is a new attempt, not a safe retry of a

@@ -4,7 +4,8 @@
 -- KEYS (all share the campaign's hash tag, see protocol/src/keys.rs):
 --   1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
 --   9 nonce (optional, see "Nonce" below)
---   (6, 7 and 8 are not touched here; every script takes the same eight keys first)
+--   (6 and 7 are not touched here, 8 only by a safe retry; every script takes the same eight
+--   keys first)
 --
 -- Writes, each paid for on every reservation (Redis CPU per call, INFO commandstats, same run:
 -- 22.8 us with all of them; without the pending ZADD 18.7 us):
@@ -45,7 +46,10 @@
 -- the same fingerprint is the same signed request sent again (a client whose connection
 -- dropped): it gets the first answer, QUEUED with the first request id (2), or the first
 -- refusal again (marked "again"), which the script appends to the value (" <code> <n>", TTL
--- kept). Nothing else is read or written for a retry or a replay.
+-- kept). A safe retry answered QUEUED claims the first request's outbox entry (claims[id] =
+-- "retry", unless already claimed): the first call's answer may be late, and its gateway's undo
+-- (release.lua "undo"), running after this retry, must leave a reservation the buyer was told
+-- is QUEUED. Nothing else is read or written for a retry or a replay.
 
 local function reserve()
 local meta, stock_key, bought, outbox, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -121,6 +125,12 @@ if first then
     return {-5, 0, ''}
   end
   if code == nil or code == '' then
+    -- The buyer is told QUEUED with this id: the reservation must stand. Claimed as 'retry'
+    -- (claim.lua's ledger; an existing claim is kept), no undo can take it any more; the
+    -- sweeper still produces it.
+    if redis.call('HEXISTS', KEYS[4], rid) == 1 then
+      redis.call('HSETNX', KEYS[8], rid, 'retry')
+    end
     return {2, 0, rid}
   end
   return {tonumber(code), tonumber(n), 'again'}

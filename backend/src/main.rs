@@ -218,6 +218,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 scripts: &scripts,
                 topic,
                 sweep_age: cfg.sweep_age,
+                between_reads: None,
             };
             let rep = reconcile::reconcile(stores, &campaign, repair).await.context("reconciliation")?;
             print!("{}", rep.text);

@@ -7,7 +7,9 @@
 //! order id, so a callback replayed onto another order does not verify; the timestamp is checked
 //! after the signature (so it is the provider's) against a window of ± `max_skew_secs` around
 //! this server's clock, so an old callback cannot be replayed later. The HMAC is compared in
-//! constant time ([`Signer::verify`]).
+//! constant time ([`Signer::verify`]). The body (`{"payment_ref": ...}`) carries no amount, so
+//! none is signed: the callback says the order was paid, the provider charged the order's
+//! amount (README, "What the signature covers").
 
 use protocol::codes::Code;
 use protocol::signing::{payment_canonical, Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};

@@ -62,6 +62,17 @@ pub enum RepairClaim {
     Gone,
 }
 
+/// What `adopt.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdoptOutcome {
+    /// Adopted now: this many units taken (fewer than asked when the stock was short).
+    Taken(i64),
+    /// Adopted before: nothing changed.
+    Before,
+    /// Asked only if released, and the request id is not in the `released` ledger.
+    NotReleased,
+}
+
 impl RedisScripts {
     /// Reads the scripts from the `lua/` folder.
     pub fn load(dir: &Path) -> anyhow::Result<Self> {
@@ -150,7 +161,8 @@ impl RedisScripts {
     }
 
     /// Takes an order's quantity out of the Redis sale again (reconciliation repair; idempotent
-    /// by request id). Returns `Some(taken)` when applied now, `None` when applied before.
+    /// by request id). With `only_if_released`, only while the request id is still in the
+    /// `released` ledger (re-checked in the script).
     pub async fn adopt(
         &self,
         client: &Client,
@@ -158,15 +170,16 @@ impl RedisScripts {
         request_id: &str,
         user: &str,
         qty: i64,
-    ) -> anyhow::Result<Option<i64>> {
+        only_if_released: bool,
+    ) -> anyhow::Result<AdoptOutcome> {
         let keys = bucket.keys.all();
-        let out: Vec<i64> = self
-            .adopt
-            .evalsha_with_retry(client, keys, vec![request_id.to_string(), user.to_string(), qty.to_string()])
-            .await?;
+        let mode = if only_if_released { "released" } else { "" };
+        let args = vec![request_id.to_string(), user.to_string(), qty.to_string(), mode.to_string()];
+        let out: Vec<i64> = self.adopt.evalsha_with_retry(client, keys, args).await?;
         match out.as_slice() {
-            [1, taken] => Ok(Some(*taken)),
-            [0, _] => Ok(None),
+            [1, taken] => Ok(AdoptOutcome::Taken(*taken)),
+            [0, _] => Ok(AdoptOutcome::Before),
+            [2, _] => Ok(AdoptOutcome::NotReleased),
             other => anyhow::bail!("adopt.lua answered {other:?}"),
         }
     }

@@ -202,3 +202,42 @@ async fn a_unit_re_taken_by_repair_returns_once_when_its_order_closes() {
     assert!(clean.differences.is_empty(), "{}", clean.text);
     assert!(clean.redis_balanced && clean.pg_balanced && clean.across_balanced, "{}", clean.text);
 }
+
+/// The closer closes and releases an order between reconciliation's PostgreSQL read and its
+/// Redis read: the snapshot shows a live order whose unit Redis released (DOUBLE_RELEASE). The
+/// repair re-checks under the order's row lock, finds it closed, and leaves the unit in the sale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repair_re_checks_its_premise_when_the_order_closed_between_the_reads() {
+    let env = Env::new(5, 1, 1).await;
+    let r = env.reserve("buyer", 1).await;
+    let id = Reservation::from_json(&r).unwrap().request_id;
+    env.produce(0, vec![r]).await;
+    env.drain(10).await;
+    sqlx::query("UPDATE orders SET pay_by = now() - interval '1 second' WHERE request_id = $1")
+        .bind(&id)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(env.redis_stock().await, 4);
+
+    // The closer runs between the two reads.
+    let close = || -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async {
+            assert_eq!(closer::close_due(&env.pool, 10).await.unwrap(), 1);
+            assert_eq!(closer::release_closed(&env.pool, &env.redis, &env.scripts, 10).await.unwrap(), 1);
+        })
+    };
+    let age = Duration::from_secs(60);
+    let mut stores = env.stores(age);
+    stores.between_reads = Some(&close);
+    let rep = reconcile(stores, &env.campaign, true).await.unwrap();
+    let kinds: Vec<Kind> = rep.differences.iter().map(|d| d.kind).collect();
+    assert_eq!(kinds, vec![Kind::DoubleRelease], "the snapshot saw the race: {}", rep.text);
+    assert!(rep.repaired.is_empty(), "{}", rep.text);
+    assert_eq!(rep.skipped.len(), 1, "{}", rep.text);
+    assert_eq!(env.redis_stock().await, 5, "the closed order's unit stays in the sale");
+
+    let clean = reconcile(env.stores(age), &env.campaign, false).await.unwrap();
+    assert!(clean.differences.is_empty(), "{}", clean.text);
+    assert!(clean.redis_balanced && clean.pg_balanced && clean.across_balanced, "{}", clean.text);
+}

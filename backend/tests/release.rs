@@ -183,3 +183,45 @@ async fn an_undo_forgets_the_nonce_its_request_spent_unless_the_reservation_stan
     assert_eq!(out, ReleaseOutcome::Claimed);
     assert_eq!(reserve("retry", nonce("n2")).await, ReserveOutcome::Retry { request_id: "swept".into() });
 }
+
+/// A safe retry answered QUEUED makes the reservation stand: gateway 1's call reserved but its
+/// answer was late; the buyer sent the same signed request to gateway 2 and was told QUEUED with
+/// the first request id; gateway 1's undo, which Redis runs after that retry, must leave the
+/// reservation (and its nonce) alone, or the buyer's QUEUED would end released with no order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_safe_retry_answered_queued_makes_the_reservation_stand() {
+    let env = Env::new(5, 1, 1).await;
+    let keys = protocol::keys::CampaignKeys::new(&env.campaign);
+    let nonce = protocol::scripts::Nonce {
+        key: keys.nonce("jti-1", "n1"),
+        ttl_secs: 60,
+        fingerprint: "sig-n1".into(),
+    };
+    let scripts = &env.scripts.shared;
+
+    // Gateway 1's call: it runs in Redis, its answer never reaches gateway 1.
+    let late =
+        scripts.reserve(&env.redis, &env.bucket(), "late", "buyer", 1, Some(&nonce), false).await.unwrap();
+    assert!(matches!(late, ReserveOutcome::Reserved { .. }), "{late:?}");
+    // Gateway 2: the same signed request, answered from the nonce (QUEUED, the first id).
+    let retry =
+        scripts.reserve(&env.redis, &env.bucket(), "retry", "buyer", 1, Some(&nonce), false).await.unwrap();
+    assert_eq!(retry, ReserveOutcome::Retry { request_id: "late".into() });
+    // Gateway 1 times out and undoes its call.
+    let out = scripts.undo(&env.redis, &env.bucket(), "late", Some(&nonce.key)).await.unwrap();
+    assert_eq!(out, ReleaseOutcome::Claimed, "the retry answered QUEUED, so the reservation stands");
+
+    let released: bool = env.redis.hexists(&keys.released, "late").await.unwrap();
+    assert!(!released, "the QUEUED reservation was not released");
+    let record: Option<String> = env.redis.hget(&keys.outbox, "late").await.unwrap();
+    assert!(record.is_some(), "the record stays in the outbox, on its way to an order");
+    let held: Option<i64> = env.redis.hget(&keys.bought, "buyer").await.unwrap();
+    assert_eq!(held, Some(1));
+    // The nonce stands too: the same request sent again is still the same QUEUED.
+    let again =
+        scripts.reserve(&env.redis, &env.bucket(), "third", "buyer", 1, Some(&nonce), false).await.unwrap();
+    assert_eq!(again, ReserveOutcome::Retry { request_id: "late".into() });
+    // The sweeper still produces it (a retry's mark is a claim, not a repair).
+    let swept = env.scripts.claim_for_sweep(&env.redis, &env.bucket(), Duration::ZERO, 100).await.unwrap();
+    assert_eq!(swept.len(), 1, "{swept:?}");
+}

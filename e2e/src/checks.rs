@@ -40,6 +40,11 @@ pub struct Checks {
     pub db_refusals: i64,
     /// Queued request ids with neither an order nor a recorded refusal.
     pub queued_without_outcome: Vec<String>,
+    /// The crowd's own count of QUEUED answers (distinct request ids, one unit each).
+    pub crowd_queued: i64,
+    /// Of those, the ones that ended without a unit: refused in PostgreSQL, their order closed,
+    /// or released in Redis without an order.
+    pub crowd_ended: i64,
     /// Orders of bot accounts (`bot-...`) in PostgreSQL.
     pub bot_orders: i64,
     /// Units bot accounts hold in Redis.
@@ -88,6 +93,23 @@ pub async fn check(
     .fetch_all(&pool)
     .await?;
     let settled: std::collections::HashSet<String> = settled.into_iter().collect();
+    // The crowd's QUEUED answers that ended without a unit in PostgreSQL (a refusal, a closed
+    // order); the ones released in Redis without an order are added below.
+    let ended: Vec<String> = sqlx::query_scalar(
+        "SELECT request_id FROM reservation_results WHERE request_id = ANY($1)
+         UNION SELECT request_id FROM orders WHERE request_id = ANY($1) AND status = 'CLOSED'",
+    )
+    .bind(&ids)
+    .fetch_all(&pool)
+    .await?;
+    let mut ended: std::collections::HashSet<String> = ended.into_iter().collect();
+    let live: std::collections::HashSet<String> =
+        sqlx::query_scalar("SELECT request_id FROM orders WHERE request_id = ANY($1) AND status <> 'CLOSED'")
+            .bind(&ids)
+            .fetch_all(&pool)
+            .await?
+            .into_iter()
+            .collect();
     c.db_refusals = sqlx::query_scalar(
         "SELECT count(*) FROM reservation_results WHERE campaign_id = $1 AND reason <> 'RECONCILED_NO_ORDER'",
     )
@@ -125,6 +147,9 @@ pub async fn check(
     }
     // Units in flight between two buckets (sent, not yet received) are stock not yet sold.
     c.redis_stock += sent - received;
+    ended.extend(ids.iter().filter(|id| released.contains(*id) && !live.contains(*id)).cloned());
+    c.crowd_queued = ids.len() as i64;
+    c.crowd_ended = ended.len() as i64;
     c.queued_without_outcome =
         ids.into_iter().filter(|id| !settled.contains(id) && !released.contains(id)).collect();
     c.held_qty = bought.values().sum();

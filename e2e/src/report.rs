@@ -46,6 +46,30 @@ fn refusal_verdict(c: &Checks) -> Verdict {
     }
 }
 
+/// "Oversold = 0", judged on three counts that do not lean on the database's own guard (its
+/// `sold <= total_stock` CHECK): the crowd's own tally of QUEUED answers (less the ones that
+/// ended: refused, closed, released), what Redis' buyers hold against what Redis was published
+/// with, and PostgreSQL's live orders against its `sold` counter and against the crowd's
+/// promises. `degraded`: the crowd's SERVICE_DEGRADED answers, each of which may hold a unit
+/// (the gateway could not tell), so PostgreSQL may hold up to that many live units the crowd
+/// was not told QUEUED.
+fn oversold_verdict(c: &Checks, degraded: i64) -> Verdict {
+    let holding = c.crowd_queued - c.crowd_ended;
+    let promised_within_stock = holding <= c.total_stock;
+    let redis_within_stock = c.held_qty <= c.redis_initial;
+    let pg_counter = c.db_sold == c.units_held && c.units_held <= c.total_stock;
+    let pg_within_promises = c.units_held <= holding + degraded;
+    Verdict {
+        name: "oversold = 0 (the crowd's QUEUED answers, Redis and PostgreSQL agree)",
+        ok: promised_within_stock && redis_within_stock && pg_counter && pg_within_promises,
+        detail: format!(
+            "crowd: {} QUEUED, {} ended, {holding} still promised (stock {}); Redis: buyers hold {} of {} published; \
+             PostgreSQL: {} units in live orders, sold = {} ({degraded} SERVICE_DEGRADED answers may each hold one)",
+            c.crowd_queued, c.crowd_ended, c.total_stock, c.held_qty, c.redis_initial, c.units_held, c.db_sold
+        ),
+    }
+}
+
 /// Latency of one answer code, milliseconds.
 #[derive(Debug, Serialize)]
 pub struct Latency {
@@ -155,14 +179,7 @@ impl Report {
         let early_queued = early.and_then(|m| m.get("QUEUED")).copied().unwrap_or(0);
         let lost = c.queued_without_outcome.len() as u64;
         let verdicts = vec![
-            Verdict {
-                name: "oversold = 0",
-                ok: c.units_held <= c.total_stock && c.db_sold == c.units_held,
-                detail: format!(
-                    "{} units held by orders, database sold = {}, stock = {}",
-                    c.units_held, c.db_sold, c.total_stock
-                ),
-            },
+            oversold_verdict(c, codes.get("SERVICE_DEGRADED").copied().unwrap_or(0) as i64),
             Verdict {
                 name: "over-limit per user = 0",
                 ok: c.max_units_per_user <= c.per_user_limit,
@@ -317,6 +334,43 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 10 units, every store and the crowd agreeing: 8 QUEUED answers, 1 ended (refused), so
+    /// the crowd holds 7 promises; 7 units in live orders; Redis' buyers hold 7 of 10 published.
+    fn agreeing() -> Checks {
+        Checks {
+            total_stock: 10,
+            redis_initial: 10,
+            db_sold: 7,
+            units_held: 7,
+            held_qty: 7,
+            crowd_queued: 8,
+            crowd_ended: 1,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn oversold_fails_when_the_crowd_redis_or_postgresql_disagree() {
+        let v = oversold_verdict(&agreeing(), 0);
+        assert!(v.ok, "{}", v.detail);
+        // The crowd was promised more units than the stock (QUEUED beyond it), while the
+        // database's sold counter and its CHECK look fine.
+        let c = Checks { crowd_queued: 12, ..agreeing() };
+        let v = oversold_verdict(&c, 0);
+        assert!(!v.ok, "{}", v.detail);
+        // Redis' buyers hold more than Redis was published with.
+        let c = Checks { held_qty: 11, ..agreeing() };
+        assert!(!oversold_verdict(&c, 0).ok);
+        // PostgreSQL holds live orders nobody in the crowd was told QUEUED (nor an ambiguous
+        // SERVICE_DEGRADED): units sold outside the crowd's promises.
+        let c = Checks { db_sold: 9, units_held: 9, held_qty: 9, ..agreeing() };
+        assert!(!oversold_verdict(&c, 0).ok);
+        assert!(oversold_verdict(&c, 2).ok, "two ambiguous answers may each hold a unit");
+        // The database's counter is not its live orders.
+        let c = Checks { db_sold: 6, ..agreeing() };
+        assert!(!oversold_verdict(&c, 0).ok);
+    }
 
     #[test]
     fn a_refusal_fails_the_sale_when_both_stores_started_equal() {

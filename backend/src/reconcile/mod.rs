@@ -32,6 +32,10 @@
 //! stock (impossible by the database guard; reported if seen); anything needing a human decision
 //! (refunds of payments for closed orders). Reads are not one atomic snapshot of both stores:
 //! under live traffic a difference can be transient; run it again (or after the sale) to confirm.
+//! So every repair re-checks its premise before it writes: a stale reservation under its claim
+//! and the campaign's row lock; an adopt under the order's row lock (still live) and, for a
+//! DOUBLE_RELEASE, in `adopt.lua` (still released); the other repairs are idempotent by request
+//! id (release, ack, take) and their premises are final states (refused, closed, ordered).
 
 pub mod difference;
 pub mod find;
@@ -49,7 +53,7 @@ use serde_json::json;
 use sqlx::PgPool;
 
 pub use self::find::{Difference, Kind};
-use crate::redis::{RedisScripts, RepairClaim};
+use crate::redis::{AdoptOutcome, RedisScripts, RepairClaim};
 use protocol::scripts::TakeOutcome;
 
 pub use crate::kafka::Topic;
@@ -67,7 +71,14 @@ pub struct Stores<'a> {
     pub topic: Option<Topic<'a>>,
     /// The sweep age T.
     pub sweep_age: Duration,
+    /// TEST-ONLY SEAM, `None` in production (one `Option` check per run): awaited between the
+    /// PostgreSQL read and the Redis read of the snapshot, so that a test can run the closer (or
+    /// any writer) exactly there and prove that every repair re-checks its premise.
+    pub between_reads: Option<&'a BetweenReads<'a>>,
 }
+
+/// What [`Stores::between_reads`] runs (test-only seam).
+pub type BetweenReads<'a> = dyn Fn() -> futures::future::BoxFuture<'a, ()> + Send + Sync + 'a;
 
 /// The result of a reconciliation.
 #[derive(Debug, Clone, Default)]
@@ -90,7 +101,7 @@ pub struct Report {
 
 /// Compares the stores for `campaign`; with `repair`, fixes what is safe.
 pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::Result<Report> {
-    let s = read::snapshot(st.pool, st.redis, campaign).await?;
+    let s = read::snapshot(st.pool, st.redis, campaign, st.between_reads).await?;
     let b = find::balance(&s);
     let word = |ok: bool| if ok { "holds" } else { "DIFFERS" };
     let stat = |k: &str| s.stat(k);
@@ -294,6 +305,47 @@ async fn fill_home(st: Stores<'_>, home: &Bucket, count: u32, d: &Difference) ->
     Ok(())
 }
 
+/// `DOUBLE_RELEASE` and `ORDER_WITHOUT_RESERVATION`: re-takes the order's units in Redis, after
+/// re-checking the premise, since the snapshot is not atomic (the closer may have closed and
+/// released the order between the two reads). The order's row is locked (`FOR UPDATE`, which
+/// the closer's and the payment's updates wait for) and must still be live, and stays locked
+/// until `adopt.lua` has run; a DOUBLE_RELEASE's release must still be in Redis' ledger
+/// (checked in the script). A close after the commit finds the release struck from the ledger
+/// and gives the units back once.
+async fn adopt(st: Stores<'_>, home: &Bucket, count: u32, d: &Difference) -> anyhow::Result<Repair> {
+    let mut tx = st.pool.begin().await?;
+    let status: Option<String> =
+        sqlx::query_scalar("SELECT status FROM orders WHERE request_id = $1 FOR UPDATE")
+            .bind(&d.request_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    match status.as_deref() {
+        Some("PENDING_PAYMENT" | "PAID") => {}
+        other => {
+            tx.rollback().await?;
+            let now = other.unwrap_or("gone");
+            return Ok(Repair::Skipped(format!("the order is no longer live on re-check ({now})")));
+        }
+    }
+    fill_home(st, home, count, d).await?;
+    let only_if_released = d.kind == Kind::DoubleRelease;
+    let out = st.scripts.adopt(st.redis, home, &d.request_id, &d.user, d.qty, only_if_released).await?;
+    tx.commit().await?;
+    Ok(match out {
+        AdoptOutcome::Taken(taken) if taken == d.qty => {
+            Repair::Done(format!("re-took {taken} unit(s) from the Redis sale"))
+        }
+        AdoptOutcome::Taken(taken) => Repair::Done(format!(
+            "re-took only {taken} of {} unit(s): Redis stock was short (oversold at the edge; needs a human)",
+            d.qty
+        )),
+        AdoptOutcome::Before => Repair::Skipped("already consistent on re-check (adopted before)".into()),
+        AdoptOutcome::NotReleased => {
+            Repair::Skipped("already consistent on re-check (no longer released in Redis)".into())
+        }
+    })
+}
+
 /// Repairs `d` in its bucket (`count` buckets).
 async fn repair_one(st: Stores<'_>, campaign: &str, count: u32, d: &Difference) -> anyhow::Result<Repair> {
     let home = Bucket::nth(campaign, d.bucket, count);
@@ -329,14 +381,10 @@ async fn repair_one(st: Stores<'_>, campaign: &str, count: u32, d: &Difference) 
         Kind::OrderedNotAcked => {
             format!("acked {}", st.scripts.ack(st.redis, &home, std::slice::from_ref(&d.request_id)).await?)
         }
-        Kind::DoubleRelease | Kind::OrderWithoutReservation => {
-            fill_home(st, &home, count, d).await?;
-            match st.scripts.adopt(st.redis, &home, &d.request_id, &d.user, d.qty).await? {
-                Some(taken) if taken == d.qty => format!("re-took {taken} unit(s) from the Redis sale"),
-                Some(taken) => format!("re-took only {taken} of {} unit(s): Redis stock was short (oversold at the edge; needs a human)", d.qty),
-                None => return Ok(Repair::Skipped("already consistent on re-check (adopted before)".into())),
-            }
-        }
+        Kind::DoubleRelease | Kind::OrderWithoutReservation => match adopt(st, &home, count, d).await? {
+            Repair::Done(what) => what,
+            skipped => return Ok(skipped),
+        },
     };
     audit(st.pool, campaign, d, &what).await?;
     Ok(Repair::Done(what))

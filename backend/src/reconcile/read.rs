@@ -9,13 +9,19 @@ use sqlx::PgPool;
 
 use super::find::{PgOrder, Snapshot};
 use super::ledger::BucketSnap;
+use super::BetweenReads;
 use crate::buckets::{parse_sent, redis_now_ms};
 
 /// Reads both stores for `campaign`: PostgreSQL first, then Redis, so that a reservation made
 /// between the two reads shows in Redis with its outbox entry (balanced), never as an order
 /// without a reservation. Every bucket of the campaign is read (one read per key; under traffic
 /// the buckets are not one atomic snapshot either).
-pub(super) async fn snapshot(pool: &PgPool, redis: &Client, campaign: &str) -> anyhow::Result<Snapshot> {
+pub(super) async fn snapshot(
+    pool: &PgPool,
+    redis: &Client,
+    campaign: &str,
+    between_reads: Option<&BetweenReads<'_>>,
+) -> anyhow::Result<Snapshot> {
     let camp: Option<(i64, i64, i32)> =
         sqlx::query_as("SELECT total_stock, sold, buckets FROM campaigns WHERE id = $1")
             .bind(campaign)
@@ -42,6 +48,10 @@ pub(super) async fn snapshot(pool: &PgPool, redis: &Client, campaign: &str) -> a
     .await?
     .into_iter()
     .collect();
+
+    if let Some(hook) = between_reads {
+        hook().await;
+    }
 
     let mut s = Snapshot { total, sold, orders, refused, count, ..Default::default() };
     for bucket in Bucket::all(campaign, count) {

@@ -132,6 +132,7 @@ impl Env {
                 partitions: self.partitions,
             }),
             sweep_age,
+            between_reads: None,
         }
     }
 
