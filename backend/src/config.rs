@@ -477,7 +477,12 @@ partitions = 4
     #[test]
     fn bad_values_name_file_line_and_field() {
         expect(&good().replace("127.0.0.1:8081", "nowhere"), 1, "listen", "address");
-        expect(&good().replace("partitions = 4", "partitions = 0"), 10, "kafka.partitions", "between 1 and 1024");
+        expect(
+            &good().replace("partitions = 4", "partitions = 0"),
+            10,
+            "kafka.partitions",
+            "between 1 and 1024",
+        );
         expect(
             &good().replace("env:OW_TEST_KEY\"\npay", "hunter2hunter2hunter2\"\npay"),
             4,

@@ -42,13 +42,19 @@ pub async fn partition(
 
 /// Creates `topic` with `partitions` partitions of `replication_factor` replicas each (-1: the
 /// cluster's `default.replication.factor`); an existing topic is fine. Returns whether it was
-/// created now.
+/// created now. The brokers are asked first and a create is sent only for a missing topic:
+/// rskafka logs a refused create (`TopicAlreadyExists`) at ERROR level itself, which would read
+/// as a failure in the logs of every start after the first.
 pub async fn create_topic(
     client: &Client,
     topic: &str,
     partitions: i32,
     replication_factor: i16,
 ) -> anyhow::Result<bool> {
+    let known = client.list_topics().await.context("listing topics")?;
+    if known.iter().any(|t| t.name == topic) {
+        return Ok(false);
+    }
     let controller = client.controller_client().context("no controller")?;
     match controller.create_topic(topic, partitions, replication_factor, 5_000).await {
         Ok(()) => Ok(true),

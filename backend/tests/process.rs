@@ -141,3 +141,52 @@ async fn a_topic_with_another_partition_count_is_refused_at_start() {
         assert!(err.contains("has 2 partitions but kafka.partitions = 3"), "{args:?}: {err}");
     }
 }
+
+/// The ERROR lines of a log.
+fn error_lines(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.split_whitespace().any(|w| w == "ERROR")).collect()
+}
+
+/// A topic that exists is not an error: `topic create` run twice and `serve` on the topic log no
+/// ERROR line (the brokers are asked first; a create is sent only for a missing topic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_topic_logs_no_error() {
+    let env = Env::new(1, 1, 2).await;
+    let conf = write_conf(&env, 10);
+    for run in ["first", "second"] {
+        let out = command(&conf, &["topic", "create"]).env("RUST_LOG", "info").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{run} topic create: {stderr}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("already exists"), "{run}");
+        assert_eq!(error_lines(&stderr), Vec::<&str>::new(), "{run} topic create");
+    }
+
+    // serve on the existing topic, until it has written an order, then SIGTERM.
+    let log_path = env.dir.join("serve.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = command(&conf, &["serve"])
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let record = env.reserve("topic-user", 1).await;
+    env.produce_records(vec![record]).await;
+    let limit = Instant::now() + Duration::from_secs(60);
+    while orders(&env).await == 0 {
+        if Instant::now() > limit || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve wrote no order: {}", std::fs::read_to_string(&log_path).unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(child.wait().unwrap().success());
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert_eq!(error_lines(&log), Vec::<&str>::new(), "serve on an existing topic");
+
+    if let Ok(controller) = env.kafka.controller_client() {
+        let _ = controller.delete_topic(&env.topic, 5_000).await;
+    }
+}

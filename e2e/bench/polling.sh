@@ -6,7 +6,8 @@
 # build) on them, and lets `drain-probe` (e2e/src/bin/drain-probe.rs) reserve COUNT units through
 # the real reservation script, produce the records to the topic and time them into PostgreSQL
 # orders. In the flood run, wrk polls GET /seckill/<campaign>/result/<id> on the same order
-# writer from before the drain starts until it ends. The polled id is unknown, the dearest
+# writer from before the drain starts until it ends (straight to the writer: through a gateway
+# only polls carrying their request's result token get this far). The polled id is unknown, the dearest
 # answer: Redis outbox, PostgreSQL, Redis released hash, NOT_FOUND; all of it runs on the result
 # query's own pool (result_pool_size) and Redis client, apart from the writer's. Target: the
 # flood run keeps at least 80% of the quiet run's rate. On one small machine wrk and the servers

@@ -5,11 +5,14 @@
 //!    login_key` names), as the shop's auth service would issue it;
 //! 2. [`get_ticket`]: `POST /seckill/{c}/captcha` → solve the proof of work →
 //!    `POST /seckill/{c}/token` → the campaign token, its hidden path and its signing key;
-//! 3. [`Ticket::order`]: a signed order request (`X-Timestamp`, `X-Nonce`, `X-Signature`).
+//! 3. [`Ticket::order`]: a signed order request (`X-Timestamp`, `X-Nonce`, `X-Signature`);
+//! 4. [`poll`]: its result, `GET /seckill/{c}/result/{request_id}` with the result token the
+//!    QUEUED answer gave (`X-Result-Token`), which only its buyer holds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use plugins::token::RESULT_TOKEN_HEADER;
 use protocol::signing::{order_canonical, DEVICE_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use ring::hmac;
 use serde_json::{json, Value};
@@ -66,6 +69,41 @@ pub struct Ticket {
 
 /// An answer: status and JSON body (`Null` when the body is not JSON).
 pub type Reply = (u16, Value);
+
+/// What a QUEUED answer gives to poll its result with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queued {
+    /// The request id (the first request's, for a safe retry).
+    pub request_id: String,
+    /// The result token: the result is told only to whoever sends it.
+    pub result_token: String,
+}
+
+impl Queued {
+    /// From a QUEUED answer's body; `None` for any other answer.
+    pub fn of(body: &Value) -> Option<Self> {
+        if body["code"] != "QUEUED" {
+            return None;
+        }
+        Some(Self {
+            request_id: body["request_id"].as_str()?.to_string(),
+            result_token: body["result_token"].as_str()?.to_string(),
+        })
+    }
+}
+
+/// Asks for the result of `queued` on `campaign` at `base` (a gateway), with its result token.
+pub async fn poll(
+    http: &reqwest::Client,
+    base: &str,
+    campaign: &str,
+    queued: &Queued,
+) -> reqwest::Result<reqwest::Response> {
+    http.get(format!("{base}/seckill/{campaign}/result/{}", queued.request_id))
+        .header(RESULT_TOKEN_HEADER, &queued.result_token)
+        .send()
+        .await
+}
 
 async fn reply(r: reqwest::Response) -> Reply {
     let status = r.status().as_u16();

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use protocol::signing::{Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 
+use crate::client::Queued;
 use crate::crowd::Crowd;
 use crate::progress::Progress;
 
@@ -22,24 +23,24 @@ pub fn pays(user: &str, percent: u32) -> bool {
     (h % 100) < percent as u64
 }
 
-/// Polls every `(request id, user)` until final or `deadline`; winners who pay, pay. Returns
-/// the final results by code and the payment answers by code.
+/// Polls every `(queued request, user)` until final or `deadline` (each with its result
+/// token); winners who pay, pay. Returns the final results by code and the payment answers by
+/// code.
 pub async fn drain(
     client: &reqwest::Client,
     crowd: &Crowd,
-    ids: Vec<(String, String)>,
+    ids: Vec<(Queued, String)>,
     deadline: Instant,
 ) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
     let bar = Progress::start("drain", ids.len() as u64);
     let done: Vec<(String, Option<String>)> = futures::stream::iter(ids)
-        .map(|(id, user)| {
-            let url = format!("{}/seckill/{}/result/{}", crowd.gateways[0], crowd.campaign, id);
+        .map(|(queued, user)| {
             let bar = bar.clone();
             async move {
-                let (code, order_id) = poll(client, &url, deadline).await;
+                let (code, order_id) = poll(client, crowd, &queued, deadline).await;
                 let paid = match (&crowd.payments, order_id) {
                     (Some((writer, key)), Some(order)) if pays(&user, crowd.mix.pay_percent) => {
-                        Some(pay(client, writer, key, order, &id).await)
+                        Some(pay(client, writer, key, order, &queued.request_id).await)
                     }
                     _ => None,
                 };
@@ -63,11 +64,16 @@ pub async fn drain(
 
 /// Polls one result until it is final: waits the server's `Retry-After` when it sends one,
 /// else 50 ms doubling to 1 s. Returns the code, and the order id of a SUCCESS.
-async fn poll(client: &reqwest::Client, url: &str, deadline: Instant) -> (String, Option<i64>) {
+async fn poll(
+    client: &reqwest::Client,
+    crowd: &Crowd,
+    queued: &Queued,
+    deadline: Instant,
+) -> (String, Option<i64>) {
     let mut backoff = Duration::from_millis(50);
     loop {
         let mut wait = backoff;
-        let code = match client.get(url).send().await {
+        let code = match crate::client::poll(client, &crowd.gateways[0], &crowd.campaign, queued).await {
             Ok(r) => {
                 if let Some(secs) =
                     r.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse::<u64>().ok())

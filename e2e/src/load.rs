@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 
-use crate::client::{get_ticket, Ticket};
+use crate::client::{get_ticket, Queued, Ticket};
 pub use crate::crowd::{Crowd, Mix};
 use crate::mix::{attempt, bot_user, Job, Kind, Sent};
 use crate::progress::Progress;
@@ -32,8 +32,8 @@ pub struct Outcome {
     pub early_before_open: bool,
     /// Wall time of the burst.
     pub burst: Duration,
-    /// request id -> (user, kind), for every QUEUED answer.
-    pub queued: HashMap<String, (String, Kind)>,
+    /// request id -> (user, kind, result token), for every QUEUED answer.
+    pub queued: HashMap<String, (String, Kind, String)>,
     /// Final results of queued requests by code (`UNSETTLED` when still queued at the deadline).
     pub results: BTreeMap<String, u64>,
     /// Wall time until every queued request settled (or the deadline).
@@ -53,8 +53,8 @@ impl Outcome {
         if !matches!(s.kind, Kind::Early | Kind::Resale) {
             self.in_burst(&s, burst_start);
         }
-        if let (true, Some(id)) = (s.code.starts_with("QUEUED"), s.request_id) {
-            self.queued.insert(id, (s.user, s.kind));
+        if let (true, Some(q)) = (s.code.starts_with("QUEUED"), s.queued) {
+            self.queued.insert(q.request_id, (s.user, s.kind, q.result_token));
         }
         *self.answers.entry(s.kind).or_default().entry(s.code).or_default() += 1;
     }
@@ -188,10 +188,7 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
                 Ok(_) => "TOKEN_ISSUED".to_string(),
                 Err(code) => code,
             };
-            out.record(
-                Sent { user, kind: Kind::Early, code, request_id: None, took, at: Instant::now() },
-                now,
-            );
+            out.record(Sent { user, kind: Kind::Early, code, queued: None, took, at: Instant::now() }, now);
         }
     }
     let wait = starts_ms - server_now();
@@ -229,7 +226,13 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
     eprintln!("seckill-load: burst done, draining");
 
     let started = Instant::now();
-    let ids: Vec<(String, String)> = out.queued.iter().map(|(id, (u, _))| (id.clone(), u.clone())).collect();
+    let ids: Vec<(Queued, String)> = out
+        .queued
+        .iter()
+        .map(|(id, (u, _, token))| {
+            (Queued { request_id: id.clone(), result_token: token.clone() }, u.clone())
+        })
+        .collect();
     let (results, payments) = crate::drain::drain(&client, crowd, ids, started + crowd.settle).await;
     out.results = results;
     out.payments = payments;
@@ -296,7 +299,7 @@ async fn send_all(
 /// buyers who got nothing in the burst try once more (fresh tokens); their results are polled.
 pub async fn resale(crowd: &Crowd, out: &mut Outcome, users: u32) -> anyhow::Result<()> {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build()?;
-    let winners: std::collections::HashSet<&String> = out.queued.values().map(|(u, _)| u).collect();
+    let winners: std::collections::HashSet<&String> = out.queued.values().map(|(u, _, _)| u).collect();
     let losers: Vec<String> = (0..crowd.users)
         .map(|u| format!("user-{u}"))
         .filter(|u| !winners.contains(u))
@@ -315,8 +318,8 @@ pub async fn resale(crowd: &Crowd, out: &mut Outcome, users: u32) -> anyhow::Res
     let now = Instant::now();
     let mut ids = Vec::new();
     for s in send_all(&client, crowd, &tickets, jobs, None).await {
-        if let (true, Some(id)) = (s.code == "QUEUED", s.request_id.clone()) {
-            ids.push((id, s.user.clone()));
+        if let (true, Some(q)) = (s.code == "QUEUED", s.queued.clone()) {
+            ids.push((q, s.user.clone()));
         }
         out.record(s, now);
     }

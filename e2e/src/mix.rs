@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::client::{nonce, Reply, SignedOrder, Ticket};
+use crate::client::{nonce, Queued, Reply, SignedOrder, Ticket};
 
 /// The kind of an attempt: who sends it and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -95,21 +95,21 @@ pub struct Sent {
     pub kind: Kind,
     /// The answer's code (`ERROR`: transport error, `HTTP_<status>`: no code in the body).
     pub code: String,
-    /// The request id of a QUEUED answer.
-    pub request_id: Option<String>,
+    /// The request id and result token of a QUEUED answer.
+    pub queued: Option<Queued>,
     /// Round trip.
     pub took: Duration,
     /// When the answer came.
     pub at: Instant,
 }
 
-fn code_of(reply: &Reply) -> (String, Option<String>) {
+fn code_of(reply: &Reply) -> (String, Option<Queued>) {
     let (status, body) = reply;
     if *status == 0 {
         return ("ERROR".into(), None);
     }
     match body["code"].as_str() {
-        Some(code) => (code.to_string(), body["request_id"].as_str().map(str::to_string)),
+        Some(code) => (code.to_string(), Queued::of(body)),
         None => (format!("HTTP_{status}"), None),
     }
 }
@@ -134,8 +134,8 @@ async fn send_one(
         tokio::time::sleep(Duration::from_millis(300)).await;
         reply = ticket.send(http, base, order).await;
     }
-    let (code, request_id) = code_of(&reply);
-    Sent { user: user.to_string(), kind, code, request_id, took: t.elapsed(), at: Instant::now() }
+    let (code, queued) = code_of(&reply);
+    Sent { user: user.to_string(), kind, code, queued, took: t.elapsed(), at: Instant::now() }
 }
 
 /// Sends one job: one request, or two for a replay (the buyer's, then the bot's copy of it).
@@ -172,10 +172,11 @@ pub async fn attempt(http: &reqwest::Client, gateways: &[String], job: &Job, tic
                 let reused = ticket.sign(1, now + 1, &order.nonce);
                 send_one(http, other, ticket, &reused, &job.user, job.kind).await
             };
-            if again.code == "QUEUED" && again.request_id.is_some() && again.request_id == first.request_id {
+            let id = |s: &Sent| s.queued.as_ref().map(|q| q.request_id.clone());
+            if again.code == "QUEUED" && again.queued.is_some() && id(&again) == id(&first) {
                 // The first answer again: no new reservation.
                 again.code = "QUEUED_SAME_ID".into();
-                again.request_id = None;
+                again.queued = None;
             } else if again.code == "QUEUED" && first.code != "QUEUED" {
                 // The copy reserved where the buyer's own request had not (its nonce was never
                 // spent: answered before reserve.lua ran). One reservation for one signed request,

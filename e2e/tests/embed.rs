@@ -125,6 +125,7 @@ async fn a_proxy_of_its_own_sells_through_the_edge_api() {
     assert_eq!((refused.0, refused.1["code"].as_str()), (401, Some("BAD_SIGNATURE")));
     let queued = t.order(&http, &base, 1).await;
     assert_eq!((queued.0, queued.1["code"].as_str()), (202, Some("QUEUED")), "{queued:?}");
+    assert!(client::Queued::of(&queued.1).is_some(), "QUEUED carries its result token: {queued:?}");
     let again = t.order(&http, &base, 1).await;
     assert_eq!((again.0, again.1["code"].as_str()), (409, Some("LIMIT_REACHED")), "{again:?}");
 

@@ -16,13 +16,15 @@ use crate::limits::Refusal;
 use crate::observe::Trace;
 use crate::reload::CampaignEntry;
 
-/// The 202 body of a reservation.
-pub(crate) fn queued(campaign: &str, request_id: &str) -> Vec<u8> {
+/// The 202 body of a reservation: where to poll, and the result token to poll with (sent as
+/// `X-Result-Token`).
+pub(crate) fn queued(campaign: &str, request_id: &str, result_token: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({
         "code": Code::Queued,
         "message": "reserved; your order is being written",
         "request_id": request_id,
         "poll_url": format!("/seckill/{campaign}/result/{request_id}"),
+        "result_token": result_token,
     }))
     .unwrap_or_default()
 }

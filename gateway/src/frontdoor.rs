@@ -44,6 +44,7 @@ use pingora_http::RequestHeader;
 use pingora_proxy::Session;
 use plugins::client_ip::{self, TrustedProxies};
 use plugins::edge::X_FORWARDED_FOR;
+use plugins::token::RESULT_TOKEN_HEADER;
 use protocol::signing::{
     NONCE_HEADER, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER, RECORD_SIGNATURE_HEADER,
     SIGNATURE_HEADER, TIMESTAMP_HEADER,
@@ -314,16 +315,18 @@ pub fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
     session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
 }
 
-/// The sale's own headers: an order's signature, a payment callback's, a record's. No upstream
-/// reads them through the gateway (shop routes have their own login, result queries need none
-/// of them), and a shop should never learn a buyer's order signature.
-const SALE_OWNED: [&str; 6] = [
+/// The sale's own headers: an order's signature, a payment callback's, a record's, a result
+/// query's token (checked at the edge). No upstream reads them through the gateway (shop routes
+/// have their own login, result queries need none of them), and a shop should never learn a
+/// buyer's order signature.
+const SALE_OWNED: [&str; 7] = [
     SIGNATURE_HEADER,
     NONCE_HEADER,
     TIMESTAMP_HEADER,
     PAYMENT_SIGNATURE_HEADER,
     PAYMENT_TIMESTAMP_HEADER,
     RECORD_SIGNATURE_HEADER,
+    RESULT_TOKEN_HEADER,
 ];
 
 /// Removes the sale's own headers ([`SALE_OWNED`]) from a request on its way upstream;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use pingora_http::RequestHeader;
+use plugins::token::RESULT_TOKEN_HEADER;
 use protocol::codes::Code;
 use protocol::signing::{DEVICE_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
@@ -90,12 +91,16 @@ const ONCE_EVERYWHERE: [(&str, Refusal); 2] = [
 /// Fields the sale reads (the login or campaign token, the device, the request signature),
 /// which a request to the gateway's own paths may carry at most once: with two values the
 /// checks would read one and a later reader perhaps the other.
-const ONCE_FOR_THE_SALE: [(&str, Refusal); 5] = [
+const ONCE_FOR_THE_SALE: [(&str, Refusal); 6] = [
     ("authorization", Refusal::new(Code::BadRequest, "two Authorization headers: the request is ambiguous")),
     (DEVICE_HEADER, Refusal::new(Code::BadRequest, "two X-Device-Id headers: the request is ambiguous")),
     (TIMESTAMP_HEADER, Refusal::new(Code::BadRequest, "two X-Timestamp headers: the request is ambiguous")),
     (NONCE_HEADER, Refusal::new(Code::BadRequest, "two X-Nonce headers: the request is ambiguous")),
     (SIGNATURE_HEADER, Refusal::new(Code::BadRequest, "two X-Signature headers: the request is ambiguous")),
+    (
+        RESULT_TOKEN_HEADER,
+        Refusal::new(Code::BadRequest, "two X-Result-Token headers: the request is ambiguous"),
+    ),
 ];
 
 /// The refusal of the first field of `once` that `headers` carries more than once.

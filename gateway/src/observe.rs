@@ -118,7 +118,7 @@ impl Observer {
                 (true, _) => RouteKind::Shop,
                 (_, Some(CampaignPath::Order(..))) => RouteKind::Order,
                 (_, Some(CampaignPath::Captcha(_) | CampaignPath::Token(_))) => RouteKind::Token,
-                (_, Some(CampaignPath::Result(_))) => RouteKind::Result,
+                (_, Some(CampaignPath::Result(..))) => RouteKind::Result,
                 (_, Some(CampaignPath::Info(_))) => RouteKind::Info,
                 _ => RouteKind::None,
             };

@@ -15,7 +15,10 @@
 //!    the same call (bounded timeout). Every order is answered here; the buyer is the token's user,
 //!    never a header;
 //! 3. `captcha` and `token` (before an order: the login JWT, a solved captcha, a token) are
-//!    answered by [`crate::issue`].
+//!    answered by [`crate::issue`];
+//! 4. a result query: the campaign exists → the per-address polling limit → the request's
+//!    result token (`X-Result-Token`, given with its QUEUED answer; one HMAC, no lookup), then
+//!    proxied to the order writer. Anyone else learns nothing, not even whether the id exists.
 //!
 //! A reservation is answered `202 QUEUED` (with its `poll_url`) at once: the record the script
 //! wrote to the Redis outbox is the promise. The record, signed, is handed to the background
@@ -114,7 +117,7 @@ enum Route {
     Captcha(String),
     Token(String),
     Info(String),
-    Result(String),
+    Result(String, String),
     Shop(usize),
     NotFound,
 }
@@ -145,7 +148,7 @@ impl ProxyHttp for Gateway {
                 Some(CampaignPath::Captcha(c)) => Route::Captcha(c.to_string()),
                 Some(CampaignPath::Token(c)) => Route::Token(c.to_string()),
                 Some(CampaignPath::Info(c)) => Route::Info(c.to_string()),
-                Some(CampaignPath::Result(c)) => Route::Result(c.to_string()),
+                Some(CampaignPath::Result(c, id)) => Route::Result(c.to_string(), id.to_string()),
                 Some(CampaignPath::Unknown) => Route::NotFound,
                 None => active.routes.find(host(req), req.uri.path()).map_or(Route::NotFound, Route::Shop),
             }
@@ -166,17 +169,23 @@ impl ProxyHttp for Gateway {
                 ctx.upstream = Upstream::Shop(i);
                 Ok(false)
             }
-            Route::Result(campaign) => {
+            Route::Result(campaign, id) => {
                 // Polling has its own per-address limit, so a storm of polls stops here and never
                 // reaches the order writer; a campaign this gateway does not sell is answered
-                // here too (a made-up id must not reach the writer unlimited).
-                let limited = match active.campaigns.get(&campaign) {
-                    Some(entry) => {
-                        self.edge.limiter().check_result(&campaign, &entry.campaign.limits, ctx.client)
-                    }
+                // here too (a made-up id must not reach the writer unlimited). Then the result
+                // is the buyer's alone: the request's result token, checked here with no lookup.
+                let checked = match active.campaigns.get(&campaign) {
+                    Some(entry) => self
+                        .edge
+                        .limiter()
+                        .check_result(&campaign, &entry.campaign.limits, ctx.client)
+                        .and_then(|()| {
+                            let head = head(session, ctx.client);
+                            self.edge.check_result(&active.edge(), &campaign, &head, &id).map(drop)
+                        }),
                     None => Err(unknown_campaign()),
                 };
-                if let Err(d) = limited {
+                if let Err(d) = checked {
                     ctx.request_id = new_request_id();
                     return answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await;
                 }
@@ -198,15 +207,12 @@ impl ProxyHttp for Gateway {
             Route::Order(campaign, path) => {
                 ctx.request_id = new_request_id();
                 match self.order(session, ctx, &active, &campaign, &path).await {
-                    Ok(queued_as) => {
-                        if let Queued::Retry(first) = queued_as {
-                            ctx.request_id = first;
-                        }
+                    Ok(result_token) => {
                         ctx.trace.answered(Code::Queued);
                         answer::respond(
                             session,
                             202,
-                            answer::queued(&campaign, &ctx.request_id),
+                            answer::queued(&campaign, &ctx.request_id, &result_token),
                             None,
                             "no-store",
                         )
@@ -335,7 +341,8 @@ impl ProxyHttp for Gateway {
 
 impl Gateway {
     /// An order, every check in the order of the module's list (`plugins::edge`); `Ok` means
-    /// answer QUEUED.
+    /// answer QUEUED, under `ctx.request_id` (a safe retry's is the first request's), with the
+    /// result token it carries.
     async fn order(
         &self,
         session: &mut Session,
@@ -343,7 +350,7 @@ impl Gateway {
         active: &Active,
         campaign: &str,
         path: &str,
-    ) -> std::result::Result<Queued, Denial> {
+    ) -> std::result::Result<String, Denial> {
         let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
         let (conf, c) = (active.edge(), entry.edge());
         let mut admitted = self.edge.admit(&conf, &c, &head(session, ctx.client), path)?;
@@ -354,7 +361,11 @@ impl Gateway {
         if order.global == Checked::FailedOpen {
             self.observer.global_limits_failed_open(campaign);
         }
-        self.observer.reserve(self.edge.reserve(&conf, &c, &order, &ctx.request_id)).await
+        let queued = self.observer.reserve(self.edge.reserve(&conf, &c, &order, &ctx.request_id)).await?;
+        if let Queued::Retry(first) = queued {
+            ctx.request_id = first;
+        }
+        Ok(self.edge.result_token(&conf, &c, &order, &ctx.request_id))
     }
 }
 

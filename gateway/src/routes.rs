@@ -21,8 +21,9 @@ pub enum CampaignPath<'a> {
     Token(&'a str),
     /// `GET /seckill/{campaign}/info`: answered by the gateway.
     Info(&'a str),
-    /// `GET /seckill/{campaign}/result/{request_id}`: proxied to the order writer.
-    Result(&'a str),
+    /// `GET /seckill/{campaign}/result/{request_id}`: proxied to the order writer once the
+    /// request's result token is checked.
+    Result(&'a str, &'a str),
     /// Under `/seckill/` but nothing we serve.
     Unknown,
 }
@@ -40,7 +41,7 @@ pub fn campaign_path(path: &str) -> Option<CampaignPath<'_>> {
         (Some("info"), None, None) => CampaignPath::Info(campaign),
         (Some("captcha"), None, None) => CampaignPath::Captcha(campaign),
         (Some("token"), None, None) => CampaignPath::Token(campaign),
-        (Some("result"), Some(id), None) if !id.is_empty() => CampaignPath::Result(campaign),
+        (Some("result"), Some(id), None) if !id.is_empty() => CampaignPath::Result(campaign, id),
         (Some(path), Some("order"), None) => CampaignPath::Order(campaign, path),
         _ => CampaignPath::Unknown,
     })
@@ -90,9 +91,9 @@ mod tests {
         assert_eq!(campaign_path("/seckill/c1/ab12/order"), Some(CampaignPath::Order("c1", "ab12")));
         assert_eq!(campaign_path("/seckill/c1/captcha"), Some(CampaignPath::Captcha("c1")));
         assert_eq!(campaign_path("/seckill/c1/token"), Some(CampaignPath::Token("c1")));
-        assert_eq!(campaign_path("/seckill/c1/result/order"), Some(CampaignPath::Result("c1")));
+        assert_eq!(campaign_path("/seckill/c1/result/order"), Some(CampaignPath::Result("c1", "order")));
         assert_eq!(campaign_path("/seckill/c1/info"), Some(CampaignPath::Info("c1")));
-        assert_eq!(campaign_path("/seckill/c1/result/r-1"), Some(CampaignPath::Result("c1")));
+        assert_eq!(campaign_path("/seckill/c1/result/r-1"), Some(CampaignPath::Result("c1", "r-1")));
         assert_eq!(campaign_path("/seckill/c1/result/"), Some(CampaignPath::Unknown));
         assert_eq!(campaign_path("/seckill/c1/order/x"), Some(CampaignPath::Unknown));
         assert_eq!(campaign_path("/seckill/c1/a/b/order"), Some(CampaignPath::Unknown));

@@ -113,7 +113,14 @@ impl Shop {
                     plugins::sale::Queued::New => id.to_string(),
                     plugins::sale::Queued::Retry(first) => first,
                 };
-                Ok(serde_json::json!({"code": Code::Queued, "message": "reserved", "request_id": id}))
+                // The result is told only to whoever holds this token (`X-Result-Token`).
+                let result_token = self.edge.result_token(&conf, &c, &order, &id);
+                Ok(serde_json::json!({
+                    "code": Code::Queued,
+                    "message": "reserved",
+                    "request_id": id,
+                    "result_token": result_token,
+                }))
             }
             _ => Err(Denial::new(Code::RouteNotFound, "no such sale path")),
         }

@@ -6,7 +6,11 @@
 //! let body = /* the proxy reads the body (at most a few KB) */;
 //! let order = edge.verify(&conf, &campaign, admitted, &head, &body).await?;  // signature, eligibility, global limits
 //! let queued = edge.reserve(&conf, &campaign, &order, request_id).await?;    // reserve.lua, then Kafka
+//! let result_token = edge.result_token(&conf, &campaign, &order, answered_id);  // with the QUEUED answer
 //! ```
+//!
+//! A result query (`GET /seckill/{c}/result/{id}`) passes [`Edge::check_result`] (the result
+//! token of that request, one HMAC, no lookup) before the proxy sends it to the order writer.
 //!
 //! Every step answers `Ok` or a [`Denial`] (the code, its status, a message, maybe a
 //! `Retry-After`), which the proxy writes as its JSON answer. Nothing here knows Pingora: a
@@ -48,7 +52,7 @@ use crate::reserve::Reserver;
 use crate::sale::{Order, Place, Queued, Sale};
 use crate::signature::{self, Request};
 use crate::sold_out::{now_ms, SoldOutFlag};
-use crate::token::{CampaignClaims, EdgeKeys};
+use crate::token::{CampaignClaims, EdgeKeys, RESULT_TOKEN_GRACE_SECS, RESULT_TOKEN_HEADER};
 use crate::{switches, window, Denial};
 
 pub use crate::client_ip::X_FORWARDED_FOR;
@@ -269,5 +273,36 @@ impl Edge {
         };
         let place = Place { sold_out: c.sold_out, sold_out_ttl: conf.sold_out_ttl, signer: conf.signer };
         self.sale.reserve(reservation, place).await
+    }
+
+    /// The result token that goes with a QUEUED answer of `order` under `request_id` (the
+    /// request's own, or the first one's for a safe retry): bound to the campaign, the buyer
+    /// and the request, valid for the campaign's pay window and a day more.
+    pub fn result_token(
+        &self,
+        conf: &Conf<'_>,
+        c: &CampaignRef<'_>,
+        order: &Verified,
+        request_id: &str,
+    ) -> String {
+        let expires_at = Utc::now()
+            .timestamp()
+            .saturating_add(c.campaign.pay_window_secs)
+            .saturating_add(RESULT_TOKEN_GRACE_SECS);
+        conf.keys.result_token(&c.campaign.id, &order.claims.sub, request_id, expires_at)
+    }
+
+    /// Whether a result query for `request_id` on `campaign` carries that request's result
+    /// token; returns the buyer. `BAD_RESULT_TOKEN` otherwise, the same whether the request
+    /// exists or not (nothing is looked up).
+    pub fn check_result(
+        &self,
+        conf: &Conf<'_>,
+        campaign: &str,
+        head: &Head<'_>,
+        request_id: &str,
+    ) -> Result<String, Denial> {
+        let token = head.header(RESULT_TOKEN_HEADER);
+        conf.keys.check_result_token(token, campaign, request_id, Utc::now().timestamp())
     }
 }

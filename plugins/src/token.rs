@@ -11,8 +11,16 @@
 //! - **Signing key**: `HMAC-SHA256(signing master, jti)`, given to the client once (hex) with
 //!   the token; the client signs each order with it ([`crate::signature`]).
 //!
-//! The sub-keys are `HMAC-SHA256(master, label)` for the labels `token`, `path`, `signing` and
-//! `challenge`.
+//! - **Result token**: given with a `QUEUED` answer (and again with a safe retry's), sent as
+//!   [`RESULT_TOKEN_HEADER`] when polling the result: `{expires_at}.{hex(user)}.{hex(tag)}`,
+//!   the tag `HMAC-SHA256(result key, campaign, user, request id, expires_at)`. It lives the
+//!   campaign's pay window plus [`RESULT_TOKEN_GRACE_SECS`]. The gateway checks it with one HMAC
+//!   and no lookup, so a result is told only to the buyer who holds it, and a poll without it
+//!   costs the order writer nothing; the answer to a bad one is the same whether the request id
+//!   exists or not.
+//!
+//! The sub-keys are `HMAC-SHA256(master, label)` for the labels `token`, `path`, `signing`,
+//! `challenge` and `result`.
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -28,6 +36,11 @@ use crate::Denial;
 pub const PATH_LEN: usize = 16;
 /// The `aud` of every campaign token.
 pub const TOKEN_AUDIENCE: &str = "seckill-order";
+
+/// The header a result query carries its result token in.
+pub const RESULT_TOKEN_HEADER: &str = "x-result-token";
+/// How long a result token outlives its campaign's pay window (a day).
+pub const RESULT_TOKEN_GRACE_SECS: i64 = 86_400;
 
 /// What a campaign token says (its JWT claims).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +99,7 @@ pub struct EdgeKeys {
     path: hmac::Key,
     signing: hmac::Key,
     challenge: hmac::Key,
+    result: hmac::Key,
 }
 
 impl std::fmt::Debug for EdgeKeys {
@@ -120,6 +134,7 @@ impl EdgeKeys {
             path: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "path")),
             signing: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "signing")),
             challenge: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "challenge")),
+            result: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "result")),
         })
     }
 
@@ -137,6 +152,62 @@ impl EdgeKeys {
     /// The signing key of the token `jti`.
     pub fn signing_key(&self, jti: &str) -> hmac::Key {
         hmac::Key::new(hmac::HMAC_SHA256, hmac::sign(&self.signing, jti.as_bytes()).as_ref())
+    }
+
+    /// What a result token's tag signs: every field, the user length-prefixed (a user id may
+    /// hold any character).
+    fn result_message(campaign: &str, user: &str, request_id: &str, expires_at: i64) -> String {
+        format!("{campaign}\n{}\n{user}\n{request_id}\n{expires_at}", user.len())
+    }
+
+    /// The result token of `user`'s reservation `request_id` on `campaign`, valid until
+    /// `expires_at` (unix seconds).
+    pub fn result_token(&self, campaign: &str, user: &str, request_id: &str, expires_at: i64) -> String {
+        let message = Self::result_message(campaign, user, request_id, expires_at);
+        let tag = hmac::sign(&self.result, message.as_bytes());
+        format!("{expires_at}.{}.{}", hex::encode(user), hex::encode(tag.as_ref()))
+    }
+
+    /// Checks a result query's token (the [`RESULT_TOKEN_HEADER`] value) for `request_id` on
+    /// `campaign` at `now` (unix seconds); returns the buyer it was given to. Anything wrong
+    /// (missing, malformed, forged, another user's, request's or campaign's, expired) is
+    /// `BAD_RESULT_TOKEN`, decided without a lookup.
+    pub fn check_result_token(
+        &self,
+        token: Option<&[u8]>,
+        campaign: &str,
+        request_id: &str,
+        now: i64,
+    ) -> Result<String, Denial> {
+        let bad = || {
+            Denial::new(
+                Code::BadResultToken,
+                "X-Result-Token must be the result token given with this request's QUEUED answer",
+            )
+        };
+        let token = token.ok_or_else(|| {
+            Denial::new(
+                Code::BadResultToken,
+                "X-Result-Token is required: the result token given with QUEUED",
+            )
+        })?;
+        let token = std::str::from_utf8(token).map_err(|_| bad())?;
+        let mut parts = token.splitn(3, '.');
+        let (Some(exp), Some(user), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        if exp.is_empty() || exp.len() > 18 || !exp.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let expires_at: i64 = exp.parse().map_err(|_| bad())?;
+        let user = hex::decode(user).ok().and_then(|u| String::from_utf8(u).ok()).ok_or_else(bad)?;
+        let tag = hex::decode(tag).map_err(|_| bad())?;
+        let message = Self::result_message(campaign, &user, request_id, expires_at);
+        hmac::verify(&self.result, message.as_bytes(), &tag).map_err(|_| bad())?;
+        if now > expires_at {
+            return Err(Denial::new(Code::BadResultToken, "the result token has expired"));
+        }
+        Ok(user)
     }
 
     /// Issues a token for `login` on `campaign` from `device`, living `ttl_secs` from `now`.
@@ -263,6 +334,43 @@ mod tests {
         let u2 = k.issue(&login("u2"), "c1", "d1", 60, now).unwrap();
         assert_eq!(k.check_path(&claims, &u2.path).unwrap_err().code, Code::BadPath, "another user's path");
         assert_eq!(k.check_path(&claims, "order").unwrap_err().code, Code::BadPath);
+    }
+
+    #[test]
+    fn a_result_token_answers_its_own_request_only_until_it_expires() {
+        let (k, now) = (keys(), 1_700_000_000);
+        let t = k.result_token("c1", "u1", "r1", now + 60);
+        let check = |key: &EdgeKeys, token: &str, campaign: &str, request: &str, at: i64| {
+            key.check_result_token(Some(token.as_bytes()), campaign, request, at)
+        };
+        assert_eq!(check(&k, &t, "c1", "r1", now).unwrap(), "u1");
+        assert_eq!(check(&k, &t, "c1", "r1", now + 60).unwrap(), "u1", "valid up to its expiry");
+        let code = |r: Result<String, Denial>| r.unwrap_err().code;
+        assert_eq!(code(check(&k, &t, "c1", "r1", now + 61)), Code::BadResultToken, "expired");
+        assert_eq!(code(check(&k, &t, "c1", "r2", now)), Code::BadResultToken, "another request");
+        assert_eq!(code(check(&k, &t, "c2", "r1", now)), Code::BadResultToken, "another campaign");
+        let other = EdgeKeys::derive(b"another-master-key-0123456789").unwrap();
+        assert_eq!(code(check(&other, &t, "c1", "r1", now)), Code::BadResultToken, "another key");
+        assert_eq!(code(k.check_result_token(None, "c1", "r1", now)), Code::BadResultToken, "none");
+
+        // Every field is bound: another user, a later expiry or a changed tag does not verify.
+        let (exp, rest) = t.split_once('.').unwrap();
+        let (user, tag) = rest.split_once('.').unwrap();
+        assert_eq!(user, hex::encode("u1"));
+        let as_u2 = format!("{exp}.{}.{tag}", hex::encode("u2"));
+        assert_eq!(code(check(&k, &as_u2, "c1", "r1", now)), Code::BadResultToken, "user swapped");
+        let later = format!("{}.{user}.{tag}", now + 3600);
+        assert_eq!(code(check(&k, &later, "c1", "r1", now + 61)), Code::BadResultToken, "expiry moved");
+        let flipped =
+            format!("{exp}.{user}.{}{}", &tag[..tag.len() - 1], if tag.ends_with('0') { '1' } else { '0' });
+        assert_eq!(code(check(&k, &flipped, "c1", "r1", now)), Code::BadResultToken, "tag changed");
+        for junk in ["", "x", "1.2", "+1.7531.00", "-5.7531.00", ".7531.00", "1.zz.00"] {
+            assert_eq!(code(check(&k, junk, "c1", "r1", now)), Code::BadResultToken, "{junk:?}");
+        }
+        // Another user's token for their own request does not open this one.
+        let u2 = k.result_token("c1", "u2", "r2", now + 60);
+        assert_eq!(check(&k, &u2, "c1", "r2", now).unwrap(), "u2");
+        assert_eq!(code(check(&k, &u2, "c1", "r1", now)), Code::BadResultToken);
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub enum Code {
     BadToken,
     /// The campaign token has expired: get a new one.
     TokenExpired,
+    /// A result query without the result token of its request (missing, forged, for another
+    /// user, request or campaign, or expired). Answered at the edge alike whether the request id
+    /// exists or not.
+    BadResultToken,
     /// The hidden order path does not belong to this token (or the order came without one).
     BadPath,
     /// The order's nonce was used before by another request.
@@ -104,6 +108,7 @@ impl Code {
             Code::BadLogin => "BAD_LOGIN",
             Code::BadToken => "BAD_TOKEN",
             Code::TokenExpired => "TOKEN_EXPIRED",
+            Code::BadResultToken => "BAD_RESULT_TOKEN",
             Code::BadPath => "BAD_PATH",
             Code::Replay => "REPLAY",
             Code::NotEligible => "NOT_ELIGIBLE",
@@ -142,7 +147,8 @@ impl Code {
             | Code::StaleTimestamp
             | Code::BadLogin
             | Code::BadToken
-            | Code::TokenExpired => 401,
+            | Code::TokenExpired
+            | Code::BadResultToken => 401,
             Code::NotEligible | Code::CaptchaFailed => 403,
             Code::UpstreamUnavailable => 502,
             Code::Success
@@ -202,6 +208,7 @@ mod tests {
             Code::BadLogin,
             Code::BadToken,
             Code::TokenExpired,
+            Code::BadResultToken,
             Code::BadPath,
             Code::Replay,
             Code::NotEligible,
@@ -232,6 +239,7 @@ mod tests {
             (Code::BadLogin, 401),
             (Code::BadToken, 401),
             (Code::TokenExpired, 401),
+            (Code::BadResultToken, 401),
             (Code::BadSignature, 401),
             (Code::BadPath, 404),
             (Code::Replay, 409),

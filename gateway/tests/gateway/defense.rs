@@ -129,6 +129,11 @@ async fn a_replayed_nonce_is_refused_on_any_gateway_and_a_safe_retry_learns_the_
         assert_eq!(code(&again), (202, "QUEUED"), "{}", again.1);
         assert_eq!(again.1["request_id"], first.1["request_id"]);
         assert_eq!(again.1["poll_url"], first.1["poll_url"]);
+        // With the result token of the first request, for its buyer.
+        let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+        let token = again.1["result_token"].as_str().expect("a safe retry's answer carries a result token");
+        let id = first.1["request_id"].as_str().unwrap();
+        assert_eq!(keys.check_result_token(Some(token.as_bytes()), &c, id, now()).unwrap(), "carol");
     }
     // Another request with that nonce: a replay, on either process.
     let other = t.sign(2, now(), "nonce-retry-1");

@@ -170,6 +170,19 @@ async fn a_second_value_of_a_header_the_sale_reads_is_refused() {
     // The genuine order still goes through.
     let (status, body) = t.order(&http, &gw.url(""), 1).await;
     assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+
+    // A result query with its own token and a second one.
+    let id = body["request_id"].as_str().unwrap();
+    let resp = http
+        .get(gw.url(&format!("/seckill/{campaign}/result/{id}")))
+        .header("x-result-token", body["result_token"].as_str().unwrap())
+        .header("x-result-token", result_token(&campaign, "mallory", id))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 400);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(body["message"].as_str().unwrap().to_ascii_lowercase().contains("x-result-token"), "{body}");
 }
 
 /// The sale's own headers (the order signature, the payment callback's, the record's) are the
@@ -190,11 +203,16 @@ async fn the_sales_own_headers_never_reach_an_upstream() {
         "x-payment-signature",
         "x-payment-timestamp",
         "seckill-signature",
+        "x-result-token",
     ];
     let send = |path: String| {
         let mut req = http.get(gw.url(&path)).header("authorization", "Bearer shop-login");
-        for name in owned {
-            req = req.header(name, "client-value");
+        if path.contains("/result/") {
+            // The result token is the sale's: checked at the edge, then stripped.
+            req = req.header("x-result-token", result_token(&campaign, "u", "some-id"));
+        }
+        for name in owned.iter().filter(|n| **n != "x-result-token") {
+            req = req.header(*name, "client-value");
         }
         req.send()
     };

@@ -120,7 +120,12 @@ async fn an_order_is_answered_at_the_edge_and_only_results_reach_the_order_write
     assert_eq!(status, 202, "{body}");
     assert!(writer.received_requests().await.unwrap().is_empty(), "an order is not forwarded");
     // Result query: proxied to the order writer.
-    let resp = http.get(gw.url(&format!("/seckill/{campaign}/result/abc"))).send().await.unwrap();
+    let resp = http
+        .get(gw.url(&format!("/seckill/{campaign}/result/abc")))
+        .header("x-result-token", result_token(&campaign, "u", "abc"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.json::<serde_json::Value>().await.unwrap()["code"], "SUCCESS");
 
@@ -243,7 +248,12 @@ async fn a_dead_upstream_is_skipped_in_both_pools() {
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
     for i in 0..10 {
-        let resp = http.get(gw.url(&format!("/seckill/{campaign}/result/hc-{i}"))).send().await.unwrap();
+        let resp = http
+            .get(gw.url(&format!("/seckill/{campaign}/result/hc-{i}")))
+            .header("x-result-token", result_token(&campaign, "u", &format!("hc-{i}")))
+            .send()
+            .await
+            .unwrap();
         let status = resp.status().as_u16();
         let body: serde_json::Value = resp.json().await.unwrap();
         assert_eq!(
@@ -277,7 +287,12 @@ async fn unreachable_upstreams_answer_502_upstream_unavailable() {
         assert_eq!(shop.status(), 502);
         let body: serde_json::Value = shop.json().await.unwrap();
         assert_eq!(body["code"], "UPSTREAM_UNAVAILABLE", "{body}");
-        let result = http.get(gw.url(&format!("/seckill/{campaign}/result/some-id"))).send().await.unwrap();
+        let result = http
+            .get(gw.url(&format!("/seckill/{campaign}/result/some-id")))
+            .header("x-result-token", result_token(&campaign, "u", "some-id"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(result.status(), 502);
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     }
@@ -380,6 +395,7 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
     let resp = http
         .get(behind.url(&format!("/seckill/{campaign}/result/calm")))
         .header("x-forwarded-for", "198.51.100.8")
+        .header("x-result-token", result_token(&campaign, "calm", "calm"))
         .send()
         .await
         .unwrap();

@@ -18,6 +18,13 @@ pub fn auth() -> e2e::client::Auth {
     e2e::client::Auth::hs256(LOGIN_KEY.as_bytes()).unwrap()
 }
 
+/// The result token the test gateways (master key [`KEY`]) give with a QUEUED answer of
+/// `user`'s `request_id`, for a poll of a request no test ordered.
+pub fn result_token(campaign: &str, user: &str, request_id: &str) -> String {
+    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    keys.result_token(campaign, user, request_id, chrono::Utc::now().timestamp() + 3600)
+}
+
 /// A free loopback port (bound, then released).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
