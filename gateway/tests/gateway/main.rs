@@ -2,7 +2,8 @@
 //! loopback ports against real Redis (the stack's, or a private `redis-server` where a test
 //! must count commands or kill Redis), with wiremock as the shop's and the result query's
 //! upstream; `sale` adds the stack's Kafka and PostgreSQL and the real order writer; `cluster`
-//! runs the sale on the stack's Redis Cluster (`e2e/stack.sh up cluster`).
+//! runs the sale on the stack's Redis Cluster (`e2e/stack.sh up cluster`); `safe_retry` puts a
+//! relay the test controls between one gateway and Redis.
 
 mod support;
 
@@ -16,6 +17,7 @@ mod orders;
 mod polling;
 mod requests;
 mod routes;
+mod safe_retry;
 mod sale;
 mod scrape;
 mod sold_out;
