@@ -119,6 +119,7 @@ impl Observer {
                 (_, Some(CampaignPath::Captcha(_) | CampaignPath::Token(_))) => RouteKind::Token,
                 (_, Some(CampaignPath::Result(_))) => RouteKind::Result,
                 (_, Some(CampaignPath::Info(_))) => RouteKind::Info,
+                (_, Some(CampaignPath::Page(..) | CampaignPath::PageNoSlash(_))) => RouteKind::Page,
                 _ => RouteKind::None,
             };
             let m = metrics();
