@@ -138,7 +138,17 @@ async fn main() -> anyhow::Result<()> {
         },
         payments,
     };
-    let mut outcome = load::run(&crowd).await.context("running the crowd")?;
+    let metrics_urls: Vec<String> =
+        args.metrics.iter().filter_map(|m| pair(m).ok()).map(|(_, url)| url).collect();
+    for url in &metrics_urls {
+        load::require_loopback(url)?;
+    }
+    let sampler = e2e::sampler::Sampler::start(&args.campaign, &args.pg_url, &args.redis_url, metrics_urls)
+        .await
+        .context("starting the sampler of Redis and /metrics")?;
+    let run = load::run(&crowd).await;
+    let samples = sampler.stop().await;
+    let mut outcome = run.context("running the crowd")?;
     if args.close_wait_secs > 0 {
         report::wait_closed(
             &args.campaign,
@@ -156,7 +166,8 @@ async fn main() -> anyhow::Result<()> {
     let checks = report::check(&args.campaign, &args.pg_url, &args.redis_url, &outcome)
         .await
         .context("checking the outcome against PostgreSQL and Redis")?;
-    let mut report = Report::new(&crowd, &outcome, checks, lost_allowed);
+    let mut report =
+        Report::new(&crowd, &outcome, checks, lost_allowed).with_samples(outcome.opened, samples);
     for p in &args.process {
         let (name, pid) = pair(p)?;
         report.peak_rss_mib.insert(name, e2e::watch::peak_rss_mib(&pid));
