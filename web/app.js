@@ -79,6 +79,7 @@ const TEXT = {
   pow: { en: 'Checking you are not a robot', zh: '正在进行人机验证' },
   hashes: { en: (n, bits) => `${n.toLocaleString('en')} hashes tried (about ${2 ** bits} expected)`, zh: (n, bits) => `已计算 ${n.toLocaleString('zh')} 次（预计约 ${2 ** bits} 次）` },
   starts: { en: (t) => `Starts at ${t} (server time)`, zh: (t) => `开始时间 ${t}（以服务器时间为准）` },
+  ends: { en: (t) => `Ends at ${t} (server time)`, zh: (t) => `结束时间 ${t}（以服务器时间为准）` },
   campaign: { en: (c) => `Sale “${c}”`, zh: (c) => `活动“${c}”` },
   signedIn: { en: (u) => `Signed in as ${u}.`, zh: (u) => `当前账户：${u}。` },
   signIn: { en: 'Sign in to the shop to buy', zh: '请先登录商城再抢购' },
@@ -307,6 +308,7 @@ function tick() {
     return;
   }
   heading.textContent = t('open');
+  $('starts').textContent = t('ends', fmtTime(ends));
   const state = document.body.dataset.state;
   if (!busy && state !== 'done' && state !== 'retry') {
     const wasClosed = buy.disabled;

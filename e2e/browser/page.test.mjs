@@ -18,13 +18,13 @@ after(async () => {
   await browser?.close();
 });
 
-function get(path, headers = {}) {
+function get(path, headers = {}, method = 'GET') {
   return new Promise((resolve, reject) => {
-    http.get(`${BASE}${path}`, { headers }, (res) => {
+    http.request(`${BASE}${path}`, { headers, method }, (res) => {
       const chunks = [];
       res.on('data', (c) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
-    }).on('error', reject);
+    }).on('error', reject).end();
   });
 }
 
@@ -51,6 +51,13 @@ test('the page is static: gzip made once, ETag, a cache may keep it, the same by
     plain += p.body.length;
   }
   console.log(`FIGURE page bytes: ${plain} plain, ${gzipped} gzipped (4 files)`);
+  const head = await get(`/seckill/${CAMPAIGN.open}/`, { 'Accept-Encoding': 'gzip' }, 'HEAD');
+  assert.equal(head.status, 200);
+  assert.equal(head.body.length, 0);
+  assert.ok(Number(head.headers['content-length']) > 0);
+  const posted = await get(`/seckill/${CAMPAIGN.open}/`, {}, 'POST');
+  assert.equal(posted.status, 400);
+  assert.equal(JSON.parse(posted.body).code, 'BAD_REQUEST');
   const bare = await get(`/seckill/${CAMPAIGN.open}`);
   assert.equal(bare.status, 308);
   assert.equal(bare.headers.location, `/seckill/${CAMPAIGN.open}/`);
@@ -80,6 +87,8 @@ test('before the start the countdown runs and the button is disabled; with the d
     const left = (OPEN_AT_MS - Date.now()) / 1000;
     assert.ok(Math.abs(h * 3600 + m * 60 + sec - left) < 2, `${d.name}: countdown ${shown}, ${left.toFixed(1)} s left`);
     if (d.locale) assert.match(await page.textContent('#when'), /距开始/);
+    // Nothing wider than the screen (320 px for the phone).
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth), `${d.name}: wider than the screen`);
     // It runs: the text changes.
     await page.waitForFunction((before) => document.getElementById('countdown').textContent !== before, shown);
     // Record when the button opens, on the real clock (performance.timeOrigin is not the Date
@@ -220,10 +229,14 @@ test('the order connection cut once: the page sends the same signed request agai
   await page.context().close();
 });
 
-test('sold out: the sold-out words', { timeout: 60000 }, async () => {
+test('sold out: the sold-out words, bought with the keyboard and announced', { timeout: 60000 }, async () => {
   const page = await buyer(browser, { user: 'buyer-s', campaign: CAMPAIGN.sold, locale: 'zh-CN' });
   await page.waitForFunction(() => document.body.dataset.state === 'open');
-  await page.click('#buy');
+  assert.equal(await page.getAttribute('#status', 'aria-live'), 'polite');
+  // Tab past the two language buttons to the buy button, then Enter.
+  for (let i = 0; i < 3; i++) await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'buy');
+  await page.keyboard.press('Enter');
   const s = await settled(page);
   assert.equal(s.code, 'SOLD_OUT', s.text);
   assert.match(s.text, /库存不足/);

@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launch } from './launch.mjs';
 
 function need(name) {
   const v = process.env[name];
@@ -19,20 +19,10 @@ export const OPEN_AT_MS = Number(need('OPEN_AT_MS'));
 export const DB_URL = need('DB_URL');
 export const SHOTS = need('SHOTS');
 export const REPORT_HTML = process.env.REPORT_HTML || '';
+export { launch };
 export const CAMPAIGN = { open: `${RUN_ID}open`, sold: `${RUN_ID}sold`, crowd: `${RUN_ID}crowd` };
 
 mkdirSync(SHOTS, { recursive: true });
-
-// Chromium from Debian, headless, without the background connections it would try to make.
-export function launch() {
-  return chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: [
-      '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync',
-    ],
-  });
-}
 
 // A page of a new context signed in as `user` (the demo's stand-in login sets the cookie and
 // sends the browser to the campaign's page). `skewMs`: the device's clock that far off.
