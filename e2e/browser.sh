@@ -13,9 +13,9 @@
 #   <run>crowd  open, stock 5 (20 browsers buy at once)
 # starts the order writer, the gateway (its shop route /login goes to demo-login) and
 # demo-login, runs the tests (e2e/browser/*.test.mjs, node's test runner), then stops what it
-# started, drops the database and deletes the campaigns' Redis keys. Screenshots of each state
-# are saved in .stack/browser/shots/. Knobs: GATEWAY_PORT (18280; the writer on +1, demo-login
-# on +5), OPEN_IN.
+# started, drops the database and deletes the campaigns' Redis keys (the topic stays, as the
+# demo's do). Screenshots of each state are saved in .stack/browser/shots/. Knobs:
+# GATEWAY_PORT (18280; the writer on +1, demo-login on +5), OPEN_IN.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -98,13 +98,17 @@ impl Sampler {
                     _ = stopped.changed() => break,
                 }
                 let at = Instant::now();
-                let mut stock_left = Some(0);
-                for key in &stocks {
-                    match redis.get::<Option<i64>, _>(key).await {
-                        Ok(v) => stock_left = stock_left.map(|s| s + v.unwrap_or(0)),
-                        Err(_) => stock_left = None,
+                // Bounded: a Redis killed by a fault test leaves a gap, never a stuck sampler.
+                let stock_left = tokio::time::timeout(Duration::from_millis(500), async {
+                    let mut left = 0;
+                    for key in &stocks {
+                        left += redis.get::<Option<i64>, _>(key).await.ok()?.unwrap_or(0);
                     }
-                }
+                    Some(left)
+                })
+                .await
+                .ok()
+                .flatten();
                 let mut series = BTreeMap::new();
                 for url in &metrics {
                     let Ok(r) = http.get(url).send().await else { continue };
@@ -114,16 +118,23 @@ impl Sampler {
                 }
                 samples.push(Sample { at: Some(at), t: 0.0, stock_left, series });
             }
-            let _ = redis.quit().await;
+            let _ = tokio::time::timeout(Duration::from_secs(1), redis.quit()).await;
             samples
         });
         Ok(Self { stop, task })
     }
 
-    /// Stops and returns the samples.
+    /// Stops and returns the samples (none when the task does not end within 5 s).
     pub async fn stop(self) -> Vec<Sample> {
         let _ = self.stop.send(true);
-        self.task.await.unwrap_or_default()
+        let abort = self.task.abort_handle();
+        match tokio::time::timeout(Duration::from_secs(5), self.task).await {
+            Ok(samples) => samples.unwrap_or_default(),
+            Err(_) => {
+                abort.abort();
+                Vec::new()
+            }
+        }
     }
 }
 
