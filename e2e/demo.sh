@@ -15,7 +15,7 @@
 # stops what it started and exits non-zero when an invariant breaks.
 # Knobs (environment): STOCK (1000), USERS (50000), REQUESTS_PER_USER (4), POW_BITS (8),
 # CONCURRENCY (256), START_IN (15), PAY_WINDOW_SECS (60), GATEWAY_PORT (8080), WRITER_PORT
-# (8081), PROFILE (release; the test command runs a small sale with PROFILE=debug, reusing the
+# (8081; the demo's stand-in login for the buyer's page on GATEWAY_PORT + 5), PROFILE (release; the test command runs a small sale with PROFILE=debug, reusing the
 # binaries its tests built).
 # The deployment (defaults: one Redis, one gateway, one order writer):
 #   REDIS_URL  the Redis of the sale: the stack's single Redis (SECKILL_REDIS_URL), or a Redis
@@ -62,6 +62,8 @@ export SECKILL_REDIS_URL
 log "building $PROFILE binaries"
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
+# shellcheck source=e2e/page.sh
+source e2e/page.sh
 build_all "$PROFILE"
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$( [[ "$PROFILE" == release ]] && echo release || echo debug )"
 
@@ -116,6 +118,10 @@ else
   PIDS+=($!)
   CROWD+=(--process "order-writer-2=$!")
 fi
+# The demo's stand-in shop login, so a person can buy on the page by hand during the sale.
+LOGIN_PORT=$((GATEWAY_PORT + 5))
+"$BIN/demo-login" --listen "127.0.0.1:$LOGIN_PORT" >"$RUN/demo-login.log" 2>&1 &
+PIDS+=($!)
 UPSTREAMS=""
 for i in "${!WRITER_PORTS[@]}"; do
   log_name=$( ((i == 0)) && echo order-writer || echo "order-writer-$((i + 1))")
@@ -129,6 +135,7 @@ for n in $(seq 1 "$GATEWAYS"); do
   port=$((GATEWAY_PORT + 10 * (n - 1)))
   gateway_conf "$RUN" "$name" "$port" "$ID" "$WRITER_PORT"
   sed -i "s#^upstreams = .*#upstreams = [$UPSTREAMS]#" "$RUN/$name.toml"
+  demo_login_route "$RUN/$name.toml" "$LOGIN_PORT"
   "$BIN/gateway" --conf "$RUN/$name.toml" --lua-dir "$ROOT/lua" >"$RUN/$name.log" 2>&1 &
   PIDS+=($!)
   CROWD+=(--gateway "http://127.0.0.1:$port" --process "$name=$!")
@@ -141,6 +148,8 @@ if [[ $SECKILL_REDIS_URL == redis-cluster://* ]]; then
 else
   CROWD+=(--process "redis-server=$(stack_pid redis)")
 fi
+wait_port demo-login "$LOGIN_PORT" "$RUN/demo-login.log"
+log "the buyer's page: http://127.0.0.1:$GATEWAY_PORT/seckill/$ID/  (sign in first with the demo's stand-in login: http://127.0.0.1:$GATEWAY_PORT/login?next=/seckill/$ID/)"
 log "redis $SECKILL_REDIS_URL  postgres $(sale_db_url "$ID")  kafka $SECKILL_KAFKA_BROKER"
 
 log "the sale: $USERS users x $REQUESTS_PER_USER requests, $CONCURRENCY in flight, stock $STOCK"

@@ -79,6 +79,13 @@ phase "end-to-end sale, reservation-heavy"
 PROFILE=debug STOCK=3000 USERS=3500 REQUESTS_PER_USER=1 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
   GATEWAY_PORT=18380 WRITER_PORT=18381 bash e2e/demo.sh
 
+# The buyer's page in Debian's Chromium (playwright-core) on a real gateway and order writer:
+# countdown and clock skew, one click to an order id, sold out, not eligible, a cut connection
+# resent, 20 browsers on stock 5; then the HTML report of the sale above. Screenshots in
+# .stack/browser/shots. Its own ports.
+phase "buyer's page in a browser"
+GATEWAY_PORT=18280 bash e2e/browser.sh
+
 # The same sale on the Redis Cluster (SECKILL_REDIS_CLUSTER_URL, from .stack/env), its stock in
 # three hot-stock buckets (one per master), with two gateway processes (the crowd round robin over
 # both) and two order writers splitting the topic's partitions. Its own ports.

@@ -14,5 +14,6 @@ pub mod order_writer;
 pub mod page;
 pub mod progress;
 pub mod report;
+pub mod sampler;
 pub mod stack;
 pub mod watch;

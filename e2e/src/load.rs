@@ -44,6 +44,14 @@ pub struct Outcome {
     pub resale_queued: u64,
     /// Final results of the resale wave.
     pub resale_results: BTreeMap<String, u64>,
+    /// When the window opened (by the gateway's clock), on this process's clock.
+    pub opened: Option<Instant>,
+    /// When the burst of orders started.
+    pub burst_started: Option<Instant>,
+    /// When the burst's first `SOLD_OUT` answer arrived.
+    pub first_sold_out: Option<Instant>,
+    /// Latency of the burst's order requests per second of the burst, every code, microseconds.
+    pub latency_by_sec: Vec<Histogram<u64>>,
 }
 
 impl Outcome {
@@ -64,6 +72,16 @@ impl Outcome {
             .entry(s.code.clone())
             .or_insert_with(|| Histogram::new_with_bounds(1, 120_000_000, 3).expect("static bounds"))
             .saturating_record(s.took.as_micros() as u64);
+        let sec = s.at.saturating_duration_since(burst_start).as_secs() as usize;
+        if self.latency_by_sec.len() <= sec {
+            self.latency_by_sec.resize_with(sec + 1, || {
+                Histogram::new_with_bounds(1, 120_000_000, 3).expect("static bounds")
+            });
+        }
+        self.latency_by_sec[sec].saturating_record(s.took.as_micros() as u64);
+        if s.code == "SOLD_OUT" && self.first_sold_out.is_none_or(|t| s.at < t) {
+            self.first_sold_out = Some(s.at);
+        }
         let bucket = (s.at.saturating_duration_since(burst_start).as_millis() / 250) as usize;
         if self.timeline.len() <= bucket {
             self.timeline.resize(bucket + 1, BTreeMap::new());
@@ -196,6 +214,8 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
         eprintln!("seckill-load: idle until the window opens by the gateway's clock ({wait} ms)");
         tokio::time::sleep(Duration::from_millis(wait as u64 + 20)).await;
     }
+    let late = Duration::from_millis((server_now() - starts_ms).max(0) as u64);
+    out.opened = Instant::now().checked_sub(late);
 
     // The window is open: everyone at once, through captcha and token, then the orders.
     eprintln!("seckill-load: window open: tokens");
@@ -217,6 +237,7 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
     eprintln!("seckill-load: burst started");
     let jobs = burst_jobs(crowd);
     let started = Instant::now();
+    out.burst_started = Some(started);
     let bar = Progress::start("burst", jobs.len() as u64);
     for s in send_all(&client, crowd, &tickets, jobs, Some(&bar)).await {
         out.record(s, started);

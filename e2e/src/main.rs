@@ -138,7 +138,29 @@ async fn main() -> anyhow::Result<()> {
         },
         payments,
     };
-    let mut outcome = load::run(&crowd).await.context("running the crowd")?;
+    let metrics_urls: Vec<String> =
+        args.metrics.iter().filter_map(|m| pair(m).ok()).map(|(_, url)| url).collect();
+    for url in &metrics_urls {
+        load::require_loopback(url)?;
+    }
+    // The report's timelines; a sale whose servers cannot be sampled runs without them.
+    let start = e2e::sampler::Sampler::start(&args.campaign, &args.pg_url, &args.redis_url, metrics_urls);
+    let sampler = match tokio::time::timeout(std::time::Duration::from_secs(5), start)
+        .await
+        .unwrap_or_else(|_| Err(anyhow::anyhow!("Redis or PostgreSQL did not answer within 5 s")))
+    {
+        Ok(s) => Some(s),
+        Err(e) => {
+            eprintln!("seckill-load: no timelines in the report (the sampler did not start: {e:#})");
+            None
+        }
+    };
+    let run = load::run(&crowd).await;
+    let samples = match sampler {
+        Some(s) => s.stop().await,
+        None => Vec::new(),
+    };
+    let mut outcome = run.context("running the crowd")?;
     if args.close_wait_secs > 0 {
         report::wait_closed(
             &args.campaign,
@@ -156,7 +178,8 @@ async fn main() -> anyhow::Result<()> {
     let checks = report::check(&args.campaign, &args.pg_url, &args.redis_url, &outcome)
         .await
         .context("checking the outcome against PostgreSQL and Redis")?;
-    let mut report = Report::new(&crowd, &outcome, checks, lost_allowed);
+    let mut report =
+        Report::new(&crowd, &outcome, checks, lost_allowed).with_samples(outcome.opened, samples);
     for p in &args.process {
         let (name, pid) = pair(p)?;
         report.peak_rss_mib.insert(name, e2e::watch::peak_rss_mib(&pid));

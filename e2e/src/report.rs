@@ -7,6 +7,7 @@ use serde::Serialize;
 pub use crate::checks::{check, wait_closed, Checks};
 use crate::load::{Crowd, Outcome};
 use crate::mix::Kind;
+use crate::sampler::Sample;
 
 /// One invariant and whether it held.
 #[derive(Debug, Serialize)]
@@ -129,10 +130,27 @@ pub struct Report {
     pub peak_rss_mib: BTreeMap<String, Option<u64>>,
     /// `seckill_*` series scraped from each `/metrics` after the drain.
     pub metrics: BTreeMap<String, Vec<String>>,
+    /// Seconds from the window's opening to the burst's start (the crowd's tokens came first).
+    pub burst_start_secs: f64,
+    /// Seconds from the window's opening to the first `SOLD_OUT` answer.
+    pub sold_out_secs: Option<f64>,
+    /// p50 and p99 of the burst's order requests in each second of the burst, ms, and the count.
+    pub latency_per_sec: Vec<(f64, f64, u64)>,
+    /// What the servers said while the sale ran ([`crate::sampler`]), from the window's opening.
+    pub samples: Vec<Sample>,
     /// Figures from the servers.
     pub checks: Checks,
     /// Invariants.
     pub verdicts: Vec<Verdict>,
+}
+
+/// Seconds from `from` to `to` (negative when `to` came first).
+fn since(from: Option<std::time::Instant>, to: Option<std::time::Instant>) -> Option<f64> {
+    let (from, to) = (from?, to?);
+    Some(match to.checked_duration_since(from) {
+        Some(d) => d.as_secs_f64(),
+        None => -from.duration_since(to).as_secs_f64(),
+    })
 }
 
 fn latency(h: &hdrhistogram::Histogram<u64>) -> Latency {
@@ -257,9 +275,32 @@ impl Report {
             resale_results: out.resale_results.clone(),
             peak_rss_mib: BTreeMap::new(),
             metrics: BTreeMap::new(),
+            burst_start_secs: since(out.opened, out.burst_started).unwrap_or(0.0),
+            sold_out_secs: since(out.opened, out.first_sold_out),
+            latency_per_sec: out
+                .latency_by_sec
+                .iter()
+                .map(|h| {
+                    (
+                        h.value_at_quantile(0.5) as f64 / 1000.0,
+                        h.value_at_quantile(0.99) as f64 / 1000.0,
+                        h.len(),
+                    )
+                })
+                .collect(),
+            samples: Vec::new(),
             checks,
             verdicts,
         }
+    }
+
+    /// Keeps the sampler's `samples`, timed from the window's opening (`opened`).
+    pub fn with_samples(mut self, opened: Option<std::time::Instant>, mut samples: Vec<Sample>) -> Self {
+        for s in &mut samples {
+            s.t = since(opened, s.at).unwrap_or(0.0);
+        }
+        self.samples = samples;
+        self
     }
 
     /// Whether every invariant held.
@@ -282,6 +323,13 @@ impl Report {
             "burst: {} users, {} order attempts in {:.2} s ({:.0} attempts/s at the gateway)",
             self.users, self.attempts, self.burst_secs, self.attempts_per_sec
         );
+        if let Some(t) = self.sold_out_secs {
+            let _ = writeln!(
+                s,
+                "sold out {t:.2} s after the window opened (the burst started {:.2} s after it, once the crowd had its tokens)",
+                self.burst_start_secs
+            );
+        }
         let _ = writeln!(s, "answers by kind:");
         for (kind, m) in &self.answers {
             let list: Vec<String> = m.iter().map(|(c, n)| format!("{c} {n}")).collect();

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::frontdoor;
 use crate::limits::Refusal;
 use crate::observe::Trace;
+use crate::page;
 use crate::reload::CampaignEntry;
 
 /// The 202 body of a reservation: where to poll, and the result token to poll with (sent as
@@ -122,6 +123,43 @@ pub(crate) async fn info(session: &mut Session, entry: &CampaignEntry) -> Result
     }))
     .unwrap_or_default();
     respond(session, 200, body, None, "max-age=1").await
+}
+
+/// One file of the buyer's page (`head`: a HEAD request), as [`page::decide`] says.
+pub(crate) async fn page(session: &mut Session, asset: &'static page::Asset, head: bool) -> Result<bool> {
+    let req = session.req_header();
+    let text = |name| req.headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
+    let reply =
+        page::decide(asset, head, text(http::header::ACCEPT_ENCODING), text(http::header::IF_NONE_MATCH));
+    let mut header = ResponseHeader::build(reply.status, Some(7))?;
+    if reply.status == 200 {
+        header.insert_header(http::header::CONTENT_TYPE, asset.content_type)?;
+        if reply.gzip {
+            header.insert_header(http::header::CONTENT_ENCODING, "gzip")?;
+        }
+    }
+    header.insert_header(http::header::CONTENT_LENGTH, reply.length)?;
+    header.insert_header(http::header::ETAG, reply.etag)?;
+    header.insert_header(http::header::CACHE_CONTROL, page::CACHE_CONTROL)?;
+    header.insert_header(http::header::VARY, "Accept-Encoding")?;
+    header.insert_header("x-content-type-options", "nosniff")?;
+    if reply.body.is_empty() {
+        session.write_response_header(Box::new(header), true).await?;
+    } else {
+        session.write_response_header(Box::new(header), false).await?;
+        session.write_response_body(Some(Bytes::from_static(reply.body)), true).await?;
+    }
+    Ok(true)
+}
+
+/// A permanent redirect to `location` (a path of ours).
+pub(crate) async fn redirect(session: &mut Session, location: &str) -> Result<bool> {
+    let mut header = ResponseHeader::build(308, Some(3))?;
+    header.insert_header(http::header::LOCATION, location)?;
+    header.insert_header(http::header::CONTENT_LENGTH, 0)?;
+    header.insert_header(http::header::CACHE_CONTROL, page::CACHE_CONTROL)?;
+    session.write_response_header(Box::new(header), true).await?;
+    Ok(true)
 }
 
 /// Answers a captcha or token request: 200 with its JSON (plus `request_id`), or the denial.

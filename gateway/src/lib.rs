@@ -7,6 +7,7 @@
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
 //! - [`issue`]: the captcha challenge and the campaign token, before an order;
 //! - [`answer`]: the JSON answers the gateway writes itself;
+//! - [`page`]: the buyer's page (`web/`), compiled in, gzipped once at start;
 //! - [`replenish`]: the pub/sub listener that clears sold-out flags;
 //! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
 //! - [`limits`]: those limits as pure decisions;
@@ -28,6 +29,7 @@ pub mod issue;
 pub mod limits;
 pub mod metrics;
 pub mod observe;
+pub mod page;
 pub mod proxy;
 pub mod reload;
 pub mod replenish;

@@ -57,6 +57,8 @@ pub enum RouteKind {
     Result,
     /// `GET /seckill/{c}/info`.
     Info,
+    /// `GET /seckill/{c}/` and its files: the buyer's page.
+    Page,
     /// A shop route (proxied).
     Shop,
     /// No route (404), or the request could not be read.
@@ -65,11 +67,12 @@ pub enum RouteKind {
 
 impl RouteKind {
     /// Every kind, in label order.
-    pub const ALL: [RouteKind; 6] = [
+    pub const ALL: [RouteKind; 7] = [
         RouteKind::Order,
         RouteKind::Token,
         RouteKind::Result,
         RouteKind::Info,
+        RouteKind::Page,
         RouteKind::Shop,
         RouteKind::None,
     ];
@@ -81,6 +84,7 @@ impl RouteKind {
             RouteKind::Token => "token",
             RouteKind::Result => "result",
             RouteKind::Info => "info",
+            RouteKind::Page => "page",
             RouteKind::Shop => "shop",
             RouteKind::None => "none",
         }
@@ -116,7 +120,7 @@ pub struct Metrics {
     redis_errors: IntCounter,
     failed_open: IntCounterVec,
     upstream_errors: IntCounterVec,
-    routes: [RouteHandles; 6],
+    routes: [RouteHandles; 7],
     unknown: Answers,
 }
 

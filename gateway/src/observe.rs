@@ -120,6 +120,7 @@ impl Observer {
                 (_, Some(CampaignPath::Captcha(_) | CampaignPath::Token(_))) => RouteKind::Token,
                 (_, Some(CampaignPath::Result(..))) => RouteKind::Result,
                 (_, Some(CampaignPath::Info(_))) => RouteKind::Info,
+                (_, Some(CampaignPath::Page(..) | CampaignPath::PageNoSlash(_))) => RouteKind::Page,
                 _ => RouteKind::None,
             };
             let m = metrics();

@@ -19,6 +19,8 @@
 //! 4. a result query: the campaign exists → the per-address polling limit → the request's
 //!    result token (`X-Result-Token`, given with its QUEUED answer; one HMAC, no lookup), then
 //!    proxied to the order writer. Anyone else learns nothing, not even whether the id exists.
+//! 5. the buyer's page (`GET /seckill/{c}/` and its files) is answered from memory
+//!    ([`crate::page`]): the campaign exists → the bytes, gzipped once at start.
 //!
 //! A reservation is answered `202 QUEUED` (with its `poll_url`) at once: the record the script
 //! wrote to the Redis outbox is the promise. The record, signed, is handed to the background
@@ -50,6 +52,7 @@ use crate::frontdoor;
 use crate::limits::{BodyCount, BODY_TIMEOUT};
 use crate::metrics::metrics;
 use crate::observe::{self, Observer, Trace};
+use crate::page;
 use crate::reload::{Active, SharedState};
 use crate::routes::{self, CampaignPath};
 
@@ -118,6 +121,8 @@ enum Route {
     Token(String),
     Info(String),
     Result(String, String),
+    Page(String, &'static page::Asset),
+    PageNoSlash(String),
     Shop(usize),
     NotFound,
 }
@@ -149,6 +154,10 @@ impl ProxyHttp for Gateway {
                 Some(CampaignPath::Token(c)) => Route::Token(c.to_string()),
                 Some(CampaignPath::Info(c)) => Route::Info(c.to_string()),
                 Some(CampaignPath::Result(c, id)) => Route::Result(c.to_string(), id.to_string()),
+                Some(CampaignPath::Page(c, name)) => {
+                    page::find(name).map_or(Route::NotFound, |a| Route::Page(c.to_string(), a))
+                }
+                Some(CampaignPath::PageNoSlash(c)) => Route::PageNoSlash(c.to_string()),
                 Some(CampaignPath::Unknown) => Route::NotFound,
                 None => active.routes.find(host(req), req.uri.path()).map_or(Route::NotFound, Route::Shop),
             }
@@ -202,6 +211,22 @@ impl ProxyHttp for Gateway {
                 match active.campaigns.get(&campaign) {
                     Some(entry) => answer::info(session, entry).await,
                     None => answer::deny(session, &mut ctx.trace, &ctx.request_id, &unknown_campaign()).await,
+                }
+            }
+            Route::Page(campaign, asset) => {
+                ctx.request_id = new_request_id();
+                match page_request(session, &active, &campaign) {
+                    Ok(head) => answer::page(session, asset, head).await,
+                    Err(d) => answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await,
+                }
+            }
+            Route::PageNoSlash(campaign) => {
+                ctx.request_id = new_request_id();
+                match page_request(session, &active, &campaign) {
+                    Ok(_) => {
+                        answer::redirect(session, &format!("{}{campaign}/", routes::CAMPAIGN_PREFIX)).await
+                    }
+                    Err(d) => answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await,
                 }
             }
             Route::Order(campaign, path) => {
@@ -402,6 +427,17 @@ pub(crate) async fn read_body(session: &mut Session) -> std::result::Result<Vec<
     match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
         Ok(Ok(result)) => result,
         Ok(Err(())) | Err(_) => Err(Denial::new(Code::BadRequest, "the body could not be read")),
+    }
+}
+
+/// A request for the buyer's page: the campaign exists and the method reads (GET or HEAD;
+/// `Ok(true)` for HEAD).
+fn page_request(session: &Session, active: &Active, campaign: &str) -> std::result::Result<bool, Denial> {
+    active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
+    match session.req_header().method {
+        http::Method::GET => Ok(false),
+        http::Method::HEAD => Ok(true),
+        _ => Err(Denial::new(Code::BadRequest, "the page is read with GET")),
     }
 }
 

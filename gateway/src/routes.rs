@@ -24,6 +24,11 @@ pub enum CampaignPath<'a> {
     /// `GET /seckill/{campaign}/result/{request_id}`: proxied to the order writer once the
     /// request's result token is checked.
     Result(&'a str, &'a str),
+    /// `GET /seckill/{campaign}/` and its files (`app.js`, ...): the buyer's page
+    /// ([`crate::page`]); the file's name, `""` for the page itself.
+    Page(&'a str, &'a str),
+    /// `GET /seckill/{campaign}`: redirected to the page (its files' addresses are relative).
+    PageNoSlash(&'a str),
     /// Under `/seckill/` but nothing we serve.
     Unknown,
 }
@@ -37,6 +42,8 @@ pub fn campaign_path(path: &str) -> Option<CampaignPath<'_>> {
         return Some(CampaignPath::Unknown);
     }
     Some(match (parts.next(), parts.next(), parts.next()) {
+        (None, None, None) => CampaignPath::PageNoSlash(campaign),
+        (Some(name), None, None) if crate::page::is_asset(name) => CampaignPath::Page(campaign, name),
         (Some("order"), None, None) => CampaignPath::Order(campaign, ""),
         (Some("info"), None, None) => CampaignPath::Info(campaign),
         (Some("captcha"), None, None) => CampaignPath::Captcha(campaign),
@@ -99,6 +106,11 @@ mod tests {
         assert_eq!(campaign_path("/seckill/c1/a/b/order"), Some(CampaignPath::Unknown));
         assert_eq!(campaign_path("/seckill//order"), Some(CampaignPath::Unknown));
         assert_eq!(campaign_path("/shop/seckill/c1/order"), None);
+        assert_eq!(campaign_path("/seckill/c1/"), Some(CampaignPath::Page("c1", "")));
+        assert_eq!(campaign_path("/seckill/c1/app.js"), Some(CampaignPath::Page("c1", "app.js")));
+        assert_eq!(campaign_path("/seckill/c1"), Some(CampaignPath::PageNoSlash("c1")));
+        assert_eq!(campaign_path("/seckill/c1/nope.js"), Some(CampaignPath::Unknown));
+        assert_eq!(campaign_path("/seckill/c1/app.js/x"), Some(CampaignPath::Unknown));
     }
 
     fn route(host: Option<&str>, prefix: &str) -> RouteConf {

@@ -88,6 +88,8 @@ async fn connect_redis(conf: &RedisConf, scripts: &Scripts) -> anyhow::Result<Po
 /// Runs the gateway until a shutdown signal. Does not return on success.
 pub fn run(opts: &Options) -> anyhow::Result<()> {
     let shared = Arc::new(SharedState::load(&opts.conf)?);
+    // The buyer's page is gzipped now, once, never per request.
+    crate::page::warm();
     let scripts = Scripts::load(&opts.lua_dir)?;
     let active = shared.active();
     let server_conf = active.server.clone();

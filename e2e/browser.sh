@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The buyer's page in a real browser: Debian's Chromium driven by playwright-core (npm, pinned in
+# e2e/browser/package-lock.json), against a real gateway, order writer and the demo's stand-in
+# login on the local stack. What e2e/test.sh runs as its "browser" phase.
+#
+#   bash e2e/browser.sh
+#
+# Installs what is missing (chromium and a CJK font from Debian, the npm packages with `npm
+# ci`), uses the stack of the environment (SECKILL_REDIS_URL, ...; else brings .stack up), builds
+# the debug binaries, creates three campaigns in one fresh database and topic:
+#   <run>open   opens OPEN_IN (40) seconds after setup, stock 100, a blacklist with `blocked-1`
+#   <run>sold   open, no stock
+#   <run>crowd  open, stock 5 (20 browsers buy at once)
+# starts the order writer, the gateway (its shop route /login goes to demo-login) and
+# demo-login, runs the tests (e2e/browser/*.test.mjs, node's test runner), then stops what it
+# started, drops the database and deletes the campaigns' Redis keys (the topic stays, as the
+# demo's do). Screenshots of each state are saved in .stack/browser/shots/. Knobs:
+# GATEWAY_PORT (18280; the writer on +1, demo-login on +5), OPEN_IN.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+# shellcheck source=e2e/page.sh
+source e2e/page.sh
+
+GATEWAY_PORT=${GATEWAY_PORT:-18280}
+WRITER_PORT=$((GATEWAY_PORT + 1))
+LOGIN_PORT=$((GATEWAY_PORT + 5))
+OPEN_IN=${OPEN_IN:-40}
+
+log() { printf '%s browser: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+
+# Writes campaign file DIR/ID.toml: opens at STARTS (RFC 3339), STOCK units, limit 1 per user,
+# every edge defense on, no per-address rate (every browser comes from 127.0.0.1).
+browser_campaign() { # dir id stock starts blacklist
+  cat >"$1/$2.toml" <<TOML
+id = "$2"
+sku = "SKU-BROWSER"
+stock = $3
+per_user_limit = 1
+price_cents = 99900
+starts_at = "$4"
+ends_at = "$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)"
+pay_window_secs = 600
+
+[limits]
+max_inflight = 4096
+ip_per_sec = 0
+device_per_sec = 5
+user_per_sec = 5
+campaign_per_sec = 0
+result_per_sec = 0
+
+[defense]
+captcha = "pow"
+pow_bits = 8
+token_ttl_secs = 300
+timestamp_window_secs = 30
+
+[eligibility]
+min_level = 1
+$([[ -n "$5" ]] && echo "blacklist_file = \"$5\"")
+TOML
+}
+
+browser_install
+
+if [[ -z "${SECKILL_REDIS_URL:-}" ]]; then
+  bash e2e/stack.sh up
+  # shellcheck disable=SC1091
+  . .stack/env
+fi
+log "building debug binaries"
+build_all debug
+BIN="${CARGO_TARGET_DIR:-$ROOT/target}/debug"
+
+RUN="$ROOT/.stack/browser"
+rm -rf "$RUN"
+mkdir -p "$RUN/shots"
+RUN_ID="br$(date -u +%H%M%S)$((RANDOM % 100))"
+SECKILL_GATEWAY_KEY=$(random_key browser-gateway-)
+SECKILL_PAYMENT_KEY=$(random_key browser-payment-)
+export SECKILL_GATEWAY_KEY SECKILL_PAYMENT_KEY
+edge_keys browser
+
+PIDS=()
+DB_URL=$(sale_db_url "$RUN_ID")
+cleanup() {
+  local rc=$?
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  done
+  psql "$SECKILL_PG_ADMIN_URL" -qc "DROP DATABASE IF EXISTS sale_$RUN_ID" >/dev/null 2>&1 || true
+  if [[ $SECKILL_REDIS_URL == redis://* ]]; then
+    local hostport=${SECKILL_REDIS_URL#redis://}
+    hostport=${hostport%%/*}
+    redis-cli -h "${hostport%:*}" -p "${hostport##*:}" --scan --pattern "sk:*$RUN_ID*" |
+      xargs -r -n 100 redis-cli -h "${hostport%:*}" -p "${hostport##*:}" DEL >/dev/null || true
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# The database, topic and order-writer file for the run (sale_create's), then the campaigns.
+STARTS_AT=$(date -u -d "+$OPEN_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
+OPENED=$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:%SZ)
+log "campaigns ${RUN_ID}open (opens $STARTS_AT), ${RUN_ID}sold, ${RUN_ID}crowd"
+printf '# users refused by the browser test\nblocked-1\n' >"$RUN/campaigns.blacklist"
+sale_create "$RUN" "$RUN_ID" 0 "$OPENED" "$WRITER_PORT" "$BIN" >/dev/null
+rm "$RUN/campaigns/$RUN_ID.toml"
+mv "$RUN/campaigns.blacklist" "$RUN/campaigns/blacklist"
+browser_campaign "$RUN/campaigns" "${RUN_ID}open" 100 "$STARTS_AT" blacklist
+browser_campaign "$RUN/campaigns" "${RUN_ID}sold" 0 "$OPENED" ""
+browser_campaign "$RUN/campaigns" "${RUN_ID}crowd" 5 "$OPENED" ""
+for c in open sold crowd; do
+  "$BIN/order-writer" --config "$RUN/order-writer.toml" campaign publish "$RUN_ID$c" >/dev/null
+done
+
+"$BIN/order-writer" --config "$RUN/order-writer.toml" serve >"$RUN/order-writer.log" 2>&1 &
+PIDS+=($!)
+"$BIN/demo-login" --listen "127.0.0.1:$LOGIN_PORT" >"$RUN/demo-login.log" 2>&1 &
+PIDS+=($!)
+gateway_conf "$RUN" gateway "$GATEWAY_PORT" "$RUN_ID" "$WRITER_PORT"
+demo_login_route "$RUN/gateway.toml" "$LOGIN_PORT"
+"$BIN/gateway" --conf "$RUN/gateway.toml" --lua-dir "$ROOT/lua" >"$RUN/gateway.log" 2>&1 &
+PIDS+=($!)
+wait_port order-writer "$WRITER_PORT" "$RUN/order-writer.log"
+wait_port demo-login "$LOGIN_PORT" "$RUN/demo-login.log"
+wait_port gateway "$GATEWAY_PORT" "$RUN/gateway.log"
+
+log "tests (node --test e2e/browser)"
+BASE_URL="http://127.0.0.1:$GATEWAY_PORT" RUN_ID="$RUN_ID" \
+  OPEN_AT_MS=$(($(date -u -d "$STARTS_AT" +%s) * 1000)) DB_URL="$DB_URL" \
+  SHOTS="$RUN/shots" REPORT_HTML="${REPORT_HTML:-$ROOT/.stack/demo/report.html}" \
+  node --test --test-concurrency=1 e2e/browser/
+log "screenshots: $RUN/shots"
