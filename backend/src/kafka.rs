@@ -57,7 +57,10 @@ pub async fn create_topic(
     }
     let controller = client.controller_client().context("no controller")?;
     match controller.create_topic(topic, partitions, replication_factor, 5_000).await {
-        Ok(()) => Ok(true),
+        Ok(()) => {
+            wait_for_leaders(client, topic, partitions).await?;
+            Ok(true)
+        }
         Err(KafkaError::ServerError { protocol_error: ProtocolError::TopicAlreadyExists, .. }) => Ok(false),
         Err(e) => Err(e).with_context(|| format!("creating topic {topic}")),
     }
@@ -73,6 +76,30 @@ pub async fn ensure_topic(client: &Client, kafka: &crate::config::KafkaConfig) -
         .map_err(|e| anyhow::anyhow!("reading the metadata of topic {}: {e}", kafka.topic))?;
     protocol::kafka::partitions_match(&kafka.topic, kafka.partitions, found).map_err(anyhow::Error::msg)?;
     Ok(created)
+}
+
+/// How long a new topic's partitions may take to get their leaders.
+const LEADERS_WITHIN: Duration = Duration::from_secs(15);
+
+/// Apache Kafka answers CreateTopics once its controller has the topic, before every broker has
+/// the new partitions' metadata: a produce or fetch right after can meet UnknownTopicOrPartition.
+/// Waits (bounded) until each partition has a leader the brokers name.
+async fn wait_for_leaders(client: &Client, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let until = tokio::time::Instant::now() + LEADERS_WITHIN;
+    for p in 0..partitions {
+        loop {
+            match client.partition_client(topic, p, UnknownTopicHandling::Error).await {
+                Ok(_) => break,
+                Err(e) if tokio::time::Instant::now() >= until => return Err(e).with_context(|| {
+                    format!(
+                        "topic {topic}: partition {p} has no leader {LEADERS_WITHIN:?} after its creation"
+                    )
+                }),
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+    Ok(())
 }
 
 pub use protocol::record::partition_for;

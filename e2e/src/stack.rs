@@ -147,17 +147,16 @@ pub async fn check_kafka(broker: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Creates `topic` with `partitions` partitions (replication 1) on the stack's broker. Topics
-/// are never created automatically.
+/// Creates `topic` with `partitions` partitions (replication 1) on the stack's broker, as the
+/// order writer does ([`backend::kafka::create_topic`]: it returns once every partition has a
+/// leader). Topics are never created automatically.
 pub async fn create_topic(
     client: &rskafka::client::Client,
     topic: &str,
     partitions: i32,
 ) -> anyhow::Result<()> {
-    let controller = client.controller_client()?;
-    tokio::time::timeout(CONNECT_TIMEOUT, controller.create_topic(topic, partitions, 1, 5_000))
+    tokio::time::timeout(CONNECT_TIMEOUT * 2, backend::kafka::create_topic(client, topic, partitions, 1))
         .await
-        .with_context(|| format!("creating topic {topic}: no answer within {CONNECT_TIMEOUT:?}"))?
-        .with_context(|| format!("creating topic {topic}"))?;
+        .with_context(|| format!("creating topic {topic}: no answer within {:?}", CONNECT_TIMEOUT * 2))??;
     Ok(())
 }
