@@ -546,9 +546,16 @@ start_kafka_node() {
 }
 
 # A cluster id is 16 bytes in URL-safe base64 without padding (what `kafka-storage random-uuid`
-# prints); the stack keeps one per folder.
+# prints), never starting with '-' (Kafka's own rule: the storage tool would read it as an
+# option); the stack keeps one per folder.
 cluster_id() { # file
-  [[ -s "$1" ]] || python3 -c 'import base64,uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))' >"$1"
+  [[ -s "$1" && "$(head -c 1 "$1")" != - ]] || python3 -c '
+import base64, uuid
+while True:
+    i = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    if not i.startswith("-"):
+        print(i)
+        break' >"$1"
   cat "$1"
 }
 
