@@ -90,11 +90,13 @@ async fn wait_for_leaders(client: &Client, topic: &str, partitions: i32) -> anyh
         loop {
             match client.partition_client(topic, p, UnknownTopicHandling::Error).await {
                 Ok(_) => break,
-                Err(e) if tokio::time::Instant::now() >= until => return Err(e).with_context(|| {
-                    format!(
+                Err(e) if tokio::time::Instant::now() >= until => {
+                    return Err(e).with_context(|| {
+                        format!(
                         "topic {topic}: partition {p} has no leader {LEADERS_WITHIN:?} after its creation"
                     )
-                }),
+                    })
+                }
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
