@@ -47,25 +47,32 @@ fn refusal_verdict(c: &Checks) -> Verdict {
     }
 }
 
+/// Answers after which the crowd cannot know whether it holds a unit: SERVICE_DEGRADED, and no
+/// answer at all (ERROR: the request was sent, the connection was lost).
+fn ambiguous_answers(codes: &BTreeMap<String, u64>) -> i64 {
+    ["SERVICE_DEGRADED", "ERROR"].iter().map(|k| codes.get(*k).copied().unwrap_or(0) as i64).sum()
+}
+
 /// "Oversold = 0", judged on three counts that do not lean on the database's own guard (its
 /// `sold <= total_stock` CHECK): the crowd's own tally of QUEUED answers (less the ones that
 /// ended: refused, closed, released), what Redis' buyers hold against what Redis was published
 /// with, and PostgreSQL's live orders against its `sold` counter and against the crowd's
-/// promises. `degraded`: the crowd's SERVICE_DEGRADED answers, each of which may hold a unit
-/// (the gateway could not tell), so PostgreSQL may hold up to that many live units the crowd
-/// was not told QUEUED.
-fn oversold_verdict(c: &Checks, degraded: i64) -> Verdict {
+/// promises. `ambiguous`: the crowd's SERVICE_DEGRADED answers (the gateway could not tell) and
+/// its requests that got no answer at all (ERROR: the connection was lost after the request was
+/// sent, as when a gateway is killed mid-burst), each of which may hold a unit, so PostgreSQL may
+/// hold up to that many live units the crowd was not told QUEUED.
+fn oversold_verdict(c: &Checks, ambiguous: i64) -> Verdict {
     let holding = c.crowd_queued - c.crowd_ended;
     let promised_within_stock = holding <= c.total_stock;
     let redis_within_stock = c.held_qty <= c.redis_initial;
     let pg_counter = c.db_sold == c.units_held && c.units_held <= c.total_stock;
-    let pg_within_promises = c.units_held <= holding + degraded;
+    let pg_within_promises = c.units_held <= holding + ambiguous;
     Verdict {
         name: "oversold = 0 (the crowd's QUEUED answers, Redis and PostgreSQL agree)",
         ok: promised_within_stock && redis_within_stock && pg_counter && pg_within_promises,
         detail: format!(
             "crowd: {} QUEUED, {} ended, {holding} still promised (stock {}); Redis: buyers hold {} of {} published; \
-             PostgreSQL: {} units in live orders, sold = {} ({degraded} SERVICE_DEGRADED answers may each hold one)",
+             PostgreSQL: {} units in live orders, sold = {} ({ambiguous} SERVICE_DEGRADED or unanswered requests may each hold one)",
             c.crowd_queued, c.crowd_ended, c.total_stock, c.held_qty, c.redis_initial, c.units_held, c.db_sold
         ),
     }
@@ -197,7 +204,7 @@ impl Report {
         let early_queued = early.and_then(|m| m.get("QUEUED")).copied().unwrap_or(0);
         let lost = c.queued_without_outcome.len() as u64;
         let verdicts = vec![
-            oversold_verdict(c, codes.get("SERVICE_DEGRADED").copied().unwrap_or(0) as i64),
+            oversold_verdict(c, ambiguous_answers(&codes)),
             Verdict {
                 name: "over-limit per user = 0",
                 ok: c.max_units_per_user <= c.per_user_limit,
@@ -396,6 +403,19 @@ mod tests {
             crowd_ended: 1,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_request_left_unanswered_may_hold_a_unit() {
+        // A gateway killed mid-burst: 594 QUEUED reached the crowd, 6 reservations were made
+        // whose answers never came (ERROR); PostgreSQL rightly holds 600.
+        let codes: BTreeMap<String, u64> =
+            [("QUEUED".to_string(), 594), ("ERROR".to_string(), 67), ("SOLD_OUT".to_string(), 2365)].into();
+        assert_eq!(ambiguous_answers(&codes), 67);
+        let c = Checks { crowd_queued: 594, db_sold: 600, units_held: 600, held_qty: 600, ..agreeing() };
+        let c = Checks { total_stock: 600, redis_initial: 600, ..c };
+        assert!(oversold_verdict(&c, ambiguous_answers(&codes)).ok);
+        assert!(!oversold_verdict(&c, 0).ok, "without the unanswered requests it would be a FAIL");
     }
 
     #[test]
