@@ -125,14 +125,25 @@ async fn metrics_after_a_small_sale_are_the_sales_counts_and_feed_the_dashboard(
     assert!(missing.is_empty(), "the dashboard reads metrics nobody exports: {missing:?}");
     assert!(dashboard_metrics().len() > 25, "the dashboard reads both binaries' metrics");
 
-    // The request id, from the access line to the order row.
-    let lines = std::fs::read_to_string(gw.dir.join("access.log")).unwrap();
-    let logged: HashSet<String> = lines
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
-        .filter(|v| v["code"] == "QUEUED")
-        .map(|v| v["request_id"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(logged, sale.orders().await, "each QUEUED access line's id is an order's request_id");
+    // The request id, from the access line to the order row. The access log is written in the
+    // background (its queue is flushed every 100 ms): wait, bounded, for the last lines.
+    let orders = sale.orders().await;
+    let logged = || {
+        let lines = std::fs::read_to_string(gw.dir.join("access.log")).unwrap_or_default();
+        lines
+            .lines()
+            .filter(|l| l.ends_with('}'))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("a JSON line"))
+            .filter(|v| v["code"] == "QUEUED")
+            .map(|v| v["request_id"].as_str().unwrap().to_string())
+            .collect::<HashSet<String>>()
+    };
+    let want = orders.len();
+    eventually(Duration::from_secs(10), || {
+        let n = logged().len();
+        async move { n >= want }
+    })
+    .await;
+    assert_eq!(logged(), orders, "each QUEUED access line's id is an order's request_id");
     writer.stop().await;
 }
