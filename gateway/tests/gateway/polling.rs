@@ -20,9 +20,9 @@ impl Respond for Counted {
     }
 }
 
-#[tokio::test]
-async fn a_polling_storm_stops_at_the_edge() {
-    let campaign = e2e::stack::unique("gw");
+/// A gateway selling `campaign` (its file gets `extra`) in front of an order writer that counts
+/// the result queries reaching it. The writer must outlive the gateway's use of it.
+async fn behind_counting_writer(campaign: &str, extra: &str) -> (MockServer, Arc<AtomicUsize>, Gateway) {
     let writer = MockServer::start().await;
     let reached = Arc::new(AtomicUsize::new(0));
     Mock::given(method("GET"))
@@ -30,7 +30,14 @@ async fn a_polling_storm_stops_at_the_edge() {
         .respond_with(Counted(reached.clone()))
         .mount(&writer)
         .await;
-    let gw = Gateway::on_stack(&writer, &campaign, "[limits]\nresult_per_sec = 5").await;
+    let gw = Gateway::on_stack(&writer, campaign, extra).await;
+    (writer, reached, gw)
+}
+
+#[tokio::test]
+async fn a_polling_storm_stops_at_the_edge() {
+    let campaign = e2e::stack::unique("gw");
+    let (_writer, reached, gw) = behind_counting_writer(&campaign, "[limits]\nresult_per_sec = 5").await;
     let http = reqwest::Client::new();
     let url = gw.url(&format!("/seckill/{campaign}/result/some-request"));
     let token = crate::support::result_token(&campaign, "u", "some-request");
@@ -60,14 +67,7 @@ async fn a_polling_storm_stops_at_the_edge() {
 #[tokio::test]
 async fn polls_for_unknown_campaigns_stop_at_the_edge() {
     let campaign = e2e::stack::unique("gw");
-    let writer = MockServer::start().await;
-    let reached = Arc::new(AtomicUsize::new(0));
-    Mock::given(method("GET"))
-        .and(path_regex("^/seckill/.+/result/.+$"))
-        .respond_with(Counted(reached.clone()))
-        .mount(&writer)
-        .await;
-    let gw = Gateway::on_stack(&writer, &campaign, "[limits]\nresult_per_sec = 5").await;
+    let (_writer, reached, gw) = behind_counting_writer(&campaign, "[limits]\nresult_per_sec = 5").await;
     let http = reqwest::Client::new();
     for i in 0..20 {
         let resp =
@@ -95,14 +95,7 @@ async fn a_result_is_answered_to_its_buyer_only() {
     let redis = crate::support::client(&e2e::stack::redis_url()).await.unwrap();
     let campaign = e2e::stack::unique("gw");
     crate::support::publish(&redis, &campaign, 10, 1).await;
-    let writer = MockServer::start().await;
-    let reached = Arc::new(AtomicUsize::new(0));
-    Mock::given(method("GET"))
-        .and(path_regex("^/seckill/.+/result/.+$"))
-        .respond_with(Counted(reached.clone()))
-        .mount(&writer)
-        .await;
-    let gw = Gateway::on_stack(&writer, &campaign, "").await;
+    let (writer, reached, gw) = behind_counting_writer(&campaign, "").await;
     let http = reqwest::Client::new();
 
     let (status, mine) = crate::support::order(&http, &gw, &campaign, "owner").await;
