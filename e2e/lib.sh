@@ -93,6 +93,18 @@ end
 LUA
 }
 
+# The benchmarks' Redis: sets REDIS_URL (SECKILL_REDIS_URL, else the stack's), REDIS_HOST,
+# REDIS_PORT and RCLI (redis-cli for it); exits when it does not answer PING.
+bench_redis() {
+  REDIS_URL=${SECKILL_REDIS_URL:-redis://127.0.0.1:6390}
+  local hostport=${REDIS_URL#redis://}
+  hostport=${hostport%%/*}
+  REDIS_HOST=${hostport%:*}
+  REDIS_PORT=${hostport##*:}
+  RCLI=(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT")
+  "${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $REDIS_URL (e2e/stack.sh up)" >&2; exit 1; }
+}
+
 # A free TCP port on loopback.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 

@@ -46,20 +46,13 @@ fi
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
-REDIS_URL=${SECKILL_REDIS_URL:-redis://127.0.0.1:6390}
-REDIS_HOSTPORT=${REDIS_URL#redis://}
-REDIS_HOSTPORT=${REDIS_HOSTPORT%%/*}
-REDIS_HOST=${REDIS_HOSTPORT%:*}
-REDIS_PORT=${REDIS_HOSTPORT##*:}
-RCLI=(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT")
 
 for tool in wrk nginx redis-benchmark redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk nginx-light redis-tools)" >&2; exit 1; }
 done
-"${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $REDIS_URL (e2e/stack.sh up)" >&2; exit 1; }
-
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
+bench_redis
 build_all release
 
 WORK=$(mktemp -d -t gw-bench.XXXXXX)

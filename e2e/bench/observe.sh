@@ -29,18 +29,13 @@ DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
 ROUNDS=${ROUNDS:-2}
-REDIS_URL=${SECKILL_REDIS_URL:-redis://127.0.0.1:6390}
-REDIS_HOSTPORT=${REDIS_URL#redis://}
-REDIS_HOSTPORT=${REDIS_HOSTPORT%%/*}
-RCLI=(redis-cli -h "${REDIS_HOSTPORT%:*}" -p "${REDIS_HOSTPORT##*:}")
 
 for tool in wrk redis-cli curl python3; do
   command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk redis-tools curl)" >&2; exit 1; }
 done
-"${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $REDIS_URL (e2e/stack.sh up)" >&2; exit 1; }
-
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
+bench_redis
 build_all release
 # The edge's keys for this run (each gateway's [defense]); the login key also signs the one
 # buyer's login JWT that sets the sold-out flag.

@@ -25,14 +25,10 @@ DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-50}
 ROUNDS=${ROUNDS:-30}
-REDIS_URL=${SECKILL_REDIS_URL:-redis://127.0.0.1:6390}
-REDIS_HOSTPORT=${REDIS_URL#redis://}
-REDIS_HOSTPORT=${REDIS_HOSTPORT%%/*}
-RCLI=(redis-cli -h "${REDIS_HOSTPORT%:*}" -p "${REDIS_HOSTPORT##*:}")
 command -v wrk >/dev/null || { echo "missing: wrk (apt-get install wrk)" >&2; exit 1; }
-"${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $REDIS_URL (e2e/stack.sh up)" >&2; exit 1; }
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
+bench_redis
 # shellcheck source=e2e/page.sh
 source e2e/page.sh
 browser_install
