@@ -78,6 +78,7 @@ gateway() { # name redis_url; sets GW_PORT and GW_PID
 [server]
 listen = "127.0.0.1:$port"
 threads = $THREADS
+[sale]
 signing_key = "file:key"
 sold_out_ttl_ms = 60000
 [redis]

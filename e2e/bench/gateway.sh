@@ -131,6 +131,7 @@ cat >"$WORK/conf/server.toml" <<SERVER
 [server]
 listen = "127.0.0.1:$GW_PORT"
 threads = $THREADS
+[sale]
 signing_key = "file:key"
 sold_out_ttl_ms = 60000
 [redis]

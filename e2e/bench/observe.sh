@@ -73,6 +73,7 @@ for v in "${VARIANTS[@]}"; do
 [server]
 listen = "127.0.0.1:${PORT[$v]}"
 threads = $THREADS
+[sale]
 signing_key = "file:key"
 campaigns_dir = "campaigns"
 sold_out_ttl_ms = 60000

@@ -132,6 +132,7 @@ cat >"$WORK/gw/server.toml" <<SERVER
 [server]
 listen = "127.0.0.1:$GW"
 threads = $THREADS
+[sale]
 signing_key = "file:key"
 sold_out_ttl_ms = 60000
 [redis]

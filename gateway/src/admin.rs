@@ -9,20 +9,18 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use fred::clients::Pool as RedisPool;
 use fred::interfaces::ClientLike;
 use http::Response;
 use pingora_core::apps::http_app::{HttpServer, ServeHttp};
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::services::listening::Service;
 use pingora_prometheus::PrometheusHttpApp;
-use plugins::queue::ReservationQueue;
+use plugins::FlashSale;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
 use crate::access_log::LogStats;
-use crate::reload::SharedState;
 
 /// The admin app: `/metrics`, `/healthz`, `/readyz`; 404 otherwise.
 pub struct AdminApp {
@@ -69,9 +67,7 @@ pub fn service(listen: &str, live: Arc<Live>) -> Service<HttpServer<AdminApp>> {
 
 /// What is read at scrape time.
 pub struct Live {
-    shared: Arc<SharedState>,
-    queue: ReservationQueue,
-    redis: RedisPool,
+    sale: Arc<FlashSale>,
     log: Option<Arc<LogStats>>,
     /// One scrape at a time updates the families below.
     lock: Mutex<()>,
@@ -88,18 +84,11 @@ pub struct Live {
 
 impl Live {
     /// The scrape-time families over the process's state.
-    pub fn new(
-        shared: Arc<SharedState>,
-        queue: ReservationQueue,
-        redis: RedisPool,
-        log: Option<Arc<LogStats>>,
-    ) -> Self {
+    pub fn new(sale: Arc<FlashSale>, log: Option<Arc<LogStats>>) -> Self {
         let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
         let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric");
         Self {
-            shared,
-            queue,
-            redis,
+            sale,
             log,
             lock: Mutex::new(()),
             sold_out: IntGaugeVec::new(
@@ -133,7 +122,7 @@ impl Live {
 
     /// Whether at least one client of the Redis pool is connected (the readiness check).
     pub fn redis_ready(&self) -> bool {
-        self.redis.clients().iter().any(|c| c.is_connected())
+        self.sale.redis().clients().iter().any(|c| c.is_connected())
     }
 }
 
@@ -166,17 +155,17 @@ impl Collector for Live {
         let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let now = plugins::sold_out::now_ms();
         self.sold_out.reset();
-        for (id, entry) in &self.shared.active().campaigns {
+        for (id, entry) in &self.sale.registry().campaigns {
             self.sold_out.with_label_values(&[id.as_str()]).set(entry.sold_out.is_set(now) as i64);
         }
-        let stats = self.queue.stats();
-        self.depth.set(self.queue.depth() as i64);
-        self.capacity.set(self.queue.capacity() as i64);
+        let stats = self.sale.queue().stats();
+        self.depth.set(self.sale.queue().depth() as i64);
+        self.capacity.set(self.sale.queue().capacity() as i64);
         catch_up(&self.produced, stats.produced.load(Ordering::Relaxed));
         catch_up(&self.batches, stats.batches.load(Ordering::Relaxed));
         catch_up(&self.dropped.with_label_values(&["full"]), stats.dropped_full.load(Ordering::Relaxed));
         catch_up(&self.dropped.with_label_values(&["kafka"]), stats.dropped_kafka.load(Ordering::Relaxed));
-        let connected = self.redis.clients().iter().filter(|c| c.is_connected()).count();
+        let connected = self.sale.redis().clients().iter().filter(|c| c.is_connected()).count();
         self.redis_connected.set(connected as i64);
         let mut out = Vec::new();
         out.extend(self.sold_out.collect());

@@ -1,9 +1,11 @@
 //! The gateway's server file (`conf/server.toml`) and the campaign files it points at.
 //!
-//! The server file reads like an Nginx `server` block: where to listen, where Redis is, the
-//! order-writer pool, where reserved records are produced (`[kafka]`, in [`kafka`]), and `[[route]]`s (host + path prefix → upstream pool) for the rest of the
-//! shop. Every value is checked at load; an error names the file, the line and the field.
-//! See `conf/server.toml` for a commented example.
+//! The server file reads like an Nginx `server` block: where to listen, the order-writer pool,
+//! and `[[route]]`s (host + path prefix → upstream pool) for the rest of the shop. The sale's
+//! own sections (`[sale]`, `[redis]`, `[kafka]`, `[defense]`: `plugins::conf::SECTIONS`) are in
+//! the same file and read by `plugins::conf`; this module reads the proxy's. Every value is
+//! checked at load; an error names the file, the line, the column and the field. See
+//! `conf/server.toml` for a commented example.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -11,14 +13,11 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use plugins::client_ip::TrustedProxies;
-use plugins::queue::QueueConf;
-use protocol::campaign::Campaign;
 use protocol::conf::{self, ConfError};
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use toml::Spanned;
 
-mod defense;
-mod kafka;
 pub mod limits;
 mod observe;
 mod route;
@@ -26,8 +25,6 @@ pub mod shutdown;
 pub mod tls;
 
 pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
-
-pub use defense::DefenseConf;
 
 type S<T> = Spanned<T>;
 
@@ -39,16 +36,22 @@ fn spanned<T>(v: T) -> S<T> {
 #[serde(deny_unknown_fields)]
 struct Raw {
     server: RawServer,
-    redis: RawRedis,
     order_writer: RawPool,
-    kafka: kafka::RawKafka,
+    // The sale's sections (plugins::conf::SECTIONS), read by plugins::conf.
+    #[allow(dead_code)]
+    sale: IgnoredAny,
+    #[allow(dead_code)]
+    redis: IgnoredAny,
+    #[allow(dead_code)]
+    kafka: IgnoredAny,
+    #[allow(dead_code)]
+    defense: IgnoredAny,
     #[serde(default)]
     limits: limits::RawLimits,
     #[serde(default)]
     shutdown: shutdown::RawShutdown,
     #[serde(default)]
     tls: Option<tls::RawTls>,
-    defense: defense::RawDefense,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
     #[serde(default)]
@@ -63,40 +66,12 @@ struct RawServer {
     listen: S<String>,
     #[serde(default = "d_threads")]
     threads: S<i64>,
-    #[serde(default = "d_campaigns_dir")]
-    campaigns_dir: S<String>,
-    #[serde(default = "d_sold_out_ttl")]
-    sold_out_ttl_ms: S<i64>,
-    signing_key: S<String>,
     #[serde(default)]
     trusted_proxies: Vec<S<String>>,
 }
 
 fn d_threads() -> S<i64> {
     spanned(2)
-}
-fn d_campaigns_dir() -> S<String> {
-    spanned("campaigns".into())
-}
-fn d_sold_out_ttl() -> S<i64> {
-    spanned(1000)
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRedis {
-    url: S<String>,
-    #[serde(default = "d_redis_timeout")]
-    timeout_ms: S<i64>,
-    #[serde(default = "d_pool_size")]
-    pool_size: S<i64>,
-}
-
-fn d_redis_timeout() -> S<i64> {
-    spanned(100)
-}
-fn d_pool_size() -> S<i64> {
-    spanned(4)
 }
 
 #[derive(Debug, Deserialize)]
@@ -145,18 +120,6 @@ fn d_interval() -> S<i64> {
     spanned(1000)
 }
 
-/// Where Redis is and how long to wait for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisConf {
-    /// `redis://host:port[/db]`, or a Redis Cluster's
-    /// `redis-cluster://host:port?node=host:port&node=host:port` (`protocol::cluster::URL_FORMS`).
-    pub url: String,
-    /// Bound on one reservation round trip; past it the answer is `SERVICE_DEGRADED`.
-    pub timeout: Duration,
-    /// Connections in the pool.
-    pub pool_size: usize,
-}
-
 /// An upstream pool: addresses, timeouts, health check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConf {
@@ -198,20 +161,10 @@ pub struct ServerConf {
     pub listen: SocketAddr,
     /// Worker threads (restart to change).
     pub threads: usize,
-    /// Folder of the campaign files.
-    pub campaigns_dir: PathBuf,
-    /// How long a local sold-out flag lives without a replenish message.
-    pub sold_out_ttl: Duration,
-    /// The gateway↔order-writer HMAC key, resolved from its reference.
-    pub signing_key: Vec<u8>,
     /// Proxies in front of the gateway whose `X-Forwarded-For` names the client.
     pub trusted_proxies: TrustedProxies,
-    /// Redis (restart to change).
-    pub redis: RedisConf,
     /// The order writer's pool (result queries).
     pub order_writer: PoolConf,
-    /// Where reserved records are produced (restart to change).
-    pub kafka: QueueConf,
     /// Shop routes, in file order.
     pub routes: Vec<RouteConf>,
     /// The front door's limits and timeouts (restart to change).
@@ -224,8 +177,6 @@ pub struct ServerConf {
     pub admin: Option<AdminConf>,
     /// The access log; off when `None` (restart to change).
     pub access_log: Option<AccessLogConf>,
-    /// The edge defenses' keys (login JWT, master key, captcha provider).
-    pub defense: DefenseConf,
 }
 
 impl std::fmt::Debug for ServerConf {
@@ -234,31 +185,16 @@ impl std::fmt::Debug for ServerConf {
             .field("file", &self.file)
             .field("listen", &self.listen)
             .field("threads", &self.threads)
-            .field("campaigns_dir", &self.campaigns_dir)
-            .field("sold_out_ttl", &self.sold_out_ttl)
-            .field("signing_key", &"<redacted>")
             .field("trusted_proxies", &self.trusted_proxies)
-            .field("redis", &self.redis)
             .field("order_writer", &self.order_writer)
-            .field("kafka", &self.kafka)
             .field("routes", &self.routes)
             .field("limits", &self.limits)
             .field("shutdown", &self.shutdown)
             .field("tls", &self.tls)
             .field("admin", &self.admin)
             .field("access_log", &self.access_log)
-            .field("defense", &self.defense)
             .finish()
     }
-}
-
-/// The server file and its campaigns, all valid.
-#[derive(Debug, Clone)]
-pub struct Loaded {
-    /// The server file.
-    pub server: ServerConf,
-    /// Every campaign of the campaigns folder.
-    pub campaigns: Vec<Campaign>,
 }
 
 struct Checker<'a> {
@@ -342,12 +278,6 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     let s = &raw.server;
     let listen = c.addr(&s.listen, "server.listen")?;
     let threads = c.int(&s.threads, "server.threads", 1, 256)?;
-    let sold_out_ttl = c.ms(&s.sold_out_ttl_ms, "server.sold_out_ttl_ms", 10, 60_000)?;
-    let signing_key = protocol::secret::resolve(s.signing_key.get_ref(), base)
-        .map_err(|e| c.err(s.signing_key.span(), "server.signing_key", e.to_string()))?;
-    if s.campaigns_dir.get_ref().is_empty() {
-        return Err(c.err(s.campaigns_dir.span(), "server.campaigns_dir", "must not be empty"));
-    }
     let mut trusted = Vec::with_capacity(s.trusted_proxies.len());
     for net in &s.trusted_proxies {
         let text = net.get_ref().trim();
@@ -361,19 +291,6 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         })?);
     }
 
-    let r = &raw.redis;
-    if !protocol::cluster::accepted_url(r.url.get_ref()) {
-        return Err(c.err(r.url.span(), "redis.url", format!("must be {}", protocol::cluster::URL_FORMS)));
-    }
-    fred::types::config::Config::from_url(r.url.get_ref())
-        .map_err(|e| c.err(r.url.span(), "redis.url", format!("not a Redis URL: {e}")))?;
-    let redis = RedisConf {
-        url: r.url.get_ref().clone(),
-        // The upper bound is the timing rule with the order writer's sweeper (protocol::timing).
-        timeout: c.ms(&r.timeout_ms, "redis.timeout_ms", 5, protocol::timing::RESERVE_TIMEOUT_MAX_MS)?,
-        pool_size: c.int(&r.pool_size, "redis.pool_size", 1, 64)?,
-    };
-
     let o = &raw.order_writer;
     let order_writer = c.pool(
         "order_writer",
@@ -384,10 +301,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         &o.health_check_path,
     )?;
 
-    let kafka = kafka::check(&c, &raw.kafka, base)?;
     let admin = observe::admin(&c, &raw.admin)?;
     let access_log = observe::access_log(&c, &raw.access_log, base)?;
-    let defense = defense::check(&c, &raw.defense, base)?;
 
     let mut routes = Vec::with_capacity(raw.routes.len());
     for (i, r) in raw.routes.iter().enumerate() {
@@ -428,30 +343,22 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         file: file.to_path_buf(),
         listen,
         threads,
-        campaigns_dir: base.join(s.campaigns_dir.get_ref()),
-        sold_out_ttl,
-        signing_key,
         trusted_proxies: TrustedProxies::new(trusted),
-        redis,
         order_writer,
-        kafka,
         routes,
         limits: limits::check(&c, &raw.limits)?,
         shutdown: shutdown::check(&c, &raw.shutdown)?,
         tls: raw.tls.as_ref().map(|t| tls::check(&c, t, base)).transpose()?,
         admin,
         access_log,
-        defense,
     })
 }
 
-/// Reads and validates the server file and every campaign file of its campaigns folder.
-pub fn load(file: &Path) -> Result<Loaded, ConfError> {
+/// Reads and validates the server file's own sections (the sale's are `plugins::conf`'s).
+pub fn load(file: &Path) -> Result<ServerConf, ConfError> {
     let text =
         std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
-    let server = parse_server(file, &text)?;
-    let campaigns = Campaign::load_dir(&server.campaigns_dir)?;
-    Ok(Loaded { server, campaigns })
+    parse_server(file, &text)
 }
 
 #[cfg(test)]
@@ -461,7 +368,7 @@ mod tests {
     pub(super) const GOOD: &str = r#"
 [server]
 listen = "127.0.0.1:8080"
-signing_key = "env:GATEWAY_CONF_TEST_KEY"
+
 
 [redis]
 url = "redis://127.0.0.1:6390"
@@ -485,6 +392,9 @@ login_alg = "HS256"
 login_key = "env:GATEWAY_CONF_TEST_KEY"
 login_issuer = "shop"
 login_audience = "seckill"
+
+[sale]
+signing_key = "env:GATEWAY_CONF_TEST_KEY"
 "#;
 
     pub(super) fn parse(text: &str) -> Result<ServerConf, ConfError> {
@@ -498,20 +408,9 @@ login_audience = "seckill"
         let c = parse(GOOD).unwrap();
         assert_eq!(c.listen.port(), 8080);
         assert_eq!(c.threads, 2);
-        assert_eq!(c.campaigns_dir, Path::new("conf/campaigns"));
-        assert_eq!(c.redis.timeout, Duration::from_millis(100));
         assert_eq!(c.order_writer.connect_timeout, Duration::from_millis(200));
         assert_eq!(c.routes[0].host.as_deref(), Some("shop.example"));
         assert_eq!(c.routes[0].pool.upstreams.len(), 2);
-        assert_eq!(c.signing_key, b"0123456789abcdef0123");
-        let k = &c.kafka;
-        assert_eq!(
-            (k.connection.brokers(), k.topic.as_str()),
-            (&["127.0.0.1:19092".to_string()][..], "seckill.reservations")
-        );
-        assert_eq!((k.partitions, k.batch_max, k.capacity), (4, 500, 100_000));
-        assert_eq!((k.linger, k.produce_timeout), (Duration::from_millis(5), Duration::from_millis(1000)));
-        assert!(!format!("{c:?}").contains("0123456789abcdef"), "the key is not printed");
         assert_eq!(c.trusted_proxies, TrustedProxies::default(), "nobody's X-Forwarded-For by default");
         let lb =
             parse(&GOOD.replace("[redis]", "trusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\"]\n[redis]"))
@@ -549,24 +448,20 @@ login_audience = "seckill"
     #[test]
     fn unknown_fields_and_bounds_are_refused() {
         expect_err(
-            &GOOD.replace("timeout_ms = 100", "timeout_ms = 100\ntimeuot = 1"),
-            9,
-            "timeuot",
+            &GOOD.replace("listen = \"127.0.0.1:8080\"", "listen = \"127.0.0.1:8080\"\nlisen = 1"),
+            4,
+            "lisen",
             "unknown field",
         );
-        expect_err(
-            &GOOD.replace("timeout_ms = 100", "timeout_ms = 100000"),
-            8,
-            "redis.timeout_ms",
-            "between",
-        );
+        let err = parse(&GOOD.replace("[order_writer]", "[ordr_writer]")).unwrap_err();
+        assert!(err.to_string().starts_with("conf/server.toml:10:"), "{err}");
+        assert!(err.message.contains("unknown field `ordr_writer`"), "{err}");
         expect_err(
             &GOOD.replace("path_prefix = \"/\"", "path_prefix = \"api\""),
             16,
             "route[0].path_prefix",
             "/",
         );
-        expect_err(&GOOD.replace("redis://", "http://"), 7, "redis.url", "redis://");
         expect_err(
             &GOOD.replace("upstreams = [\"127.0.0.1:8081\"]", "upstreams = []"),
             11,
@@ -576,26 +471,14 @@ login_audience = "seckill"
     }
 
     #[test]
-    fn a_redis_cluster_url_is_accepted_and_other_schemes_are_not() {
-        let url = "redis-cluster://127.0.0.1:7390?node=127.0.0.1:7391&node=127.0.0.1:7392";
-        let c = parse(&GOOD.replace("redis://127.0.0.1:6390", url)).unwrap();
-        assert_eq!(c.redis.url, url);
-        expect_err(&GOOD.replace("redis://", "redis-sentinel://"), 7, "redis.url", "redis-cluster://");
-    }
-
-    #[test]
-    fn secrets_must_be_references() {
-        expect_err(
-            &GOOD.replace("env:GATEWAY_CONF_TEST_KEY", "hunter2hunter2hunter2"),
-            4,
-            "server.signing_key",
-            "env:NAME or file:PATH",
-        );
-        expect_err(
-            &GOOD.replace("env:GATEWAY_CONF_TEST_KEY", "env:GATEWAY_CONF_SURELY_UNSET"),
-            4,
-            "server.signing_key",
-            "GATEWAY_CONF_SURELY_UNSET",
-        );
+    fn the_sale_sections_are_known_and_left_to_the_sale() {
+        // A sale section's content is not read here: plugins::conf checks it.
+        let c = parse(&GOOD.replace("timeout_ms = 100", "timeout_ms = 100000"));
+        assert!(c.is_ok(), "{c:?}");
+        for section in plugins::conf::SECTIONS {
+            let without = GOOD.replace(&format!("[{section}]"), "[elsewhere]");
+            let err = parse(&without).unwrap_err();
+            assert!(err.message.contains("elsewhere") || err.message.contains(section), "{section}: {err}");
+        }
     }
 }

@@ -109,7 +109,7 @@ where
                 Head::Ready(head) => head,
                 Head::Closed => return None,
                 Head::Refused(refusal) => {
-                    let request_id = uuid::Uuid::now_v7().to_string();
+                    let request_id = crate::proxy::new_request_id();
                     let answer = limits::raw_answer(&refusal, &request_id);
                     if let Some(log) = &self.log {
                         let client = stream.get_socket_digest().and_then(|d| d.peer_addr().cloned());
@@ -276,17 +276,11 @@ pub fn scheme(session: &Session) -> &'static str {
     }
 }
 
-/// Sets the response compression of a shop route (`compression_level`, off by default) on
-/// Pingora's compression module; the gateway's own answers are never compressed.
-pub fn compression(session: &mut Session, active: &Active) {
-    let req = session.req_header();
-    let host = req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host());
-    let level = active
-        .routes
-        .find(host, req.uri.path())
-        .and_then(|i| active.server.routes.get(i))
-        .map_or(0, |r| r.compression_level);
-    if level > 0 && crate::routes::campaign_path(req.uri.path()).is_none() {
+/// Sets the response compression of a request to `shop` route (`compression_level`, off by
+/// default) on Pingora's compression module; the gateway's own answers are never compressed.
+pub fn compression(session: &mut Session, active: &Active, shop: Option<usize>) {
+    let level = shop.and_then(|i| active.server.routes.get(i)).map_or(0, |r| r.compression_level);
+    if level > 0 {
         if let Some(c) = session.downstream_modules_ctx.get_mut::<ResponseCompression>() {
             c.adjust_level(level);
         }

@@ -1,14 +1,15 @@
 //! The flash-sale edge: a Pingora reverse proxy in place of Nginx.
 //!
-//! - [`conf`]: the server file and the campaign files, validated with line-precise errors;
-//! - [`reload`]: the active conf in an `ArcSwap`, reloaded on `SIGHUP`;
-//! - [`routes`]: campaign paths and the shop's host/prefix routes;
+//! The sale itself (its checks, campaigns, reload, Redis and Kafka, the buyer's page and every
+//! sale answer) is `plugins::FlashSale`, embedded here as any Pingora proxy may embed it; this
+//! crate is the proxy around it:
+//!
+//! - [`conf`]: the server file's own sections, validated with line-precise errors;
+//! - [`reload`]: the active conf in an `ArcSwap`, reloaded with the sale's on `SIGHUP`;
+//! - [`routes`]: the shop's host/prefix routes;
 //! - [`upstreams`]: health-checked round-robin pools;
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
-//! - [`issue`]: the captcha challenge and the campaign token, before an order;
-//! - [`answer`]: the JSON answers the gateway writes itself;
-//! - [`page`]: the buyer's page (`web/`), compiled in, gzipped once at start;
-//! - [`replenish`]: the pub/sub listener that clears sold-out flags;
+//! - [`answer`]: the answers the front door and a failed proxy attempt write;
 //! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
 //! - [`limits`]: those limits as pure decisions;
 //! - [`tls`]: certificates by SNI from the active conf, HTTP/2 by ALPN, the HTTPS redirect;
@@ -25,14 +26,11 @@ pub mod answer;
 pub mod certs;
 pub mod conf;
 pub mod frontdoor;
-pub mod issue;
 pub mod limits;
 pub mod metrics;
 pub mod observe;
-pub mod page;
 pub mod proxy;
 pub mod reload;
-pub mod replenish;
 pub mod routes;
 pub mod server;
 pub mod threads;

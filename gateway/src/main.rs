@@ -1,4 +1,4 @@
-//! `gateway --conf conf/server.toml [--lua-dir lua] [--check]`
+//! `gateway --conf conf/server.toml [--lua-dir lua] [--check] [--upgrade]`
 
 use std::path::PathBuf;
 
@@ -11,7 +11,7 @@ struct Cli {
     /// The server file (TOML).
     #[arg(long, default_value = "conf/server.toml")]
     conf: PathBuf,
-    /// Folder of the Lua scripts (default: `lua/` beside the conf folder).
+    /// Read the Lua scripts from this folder instead of the ones compiled in.
     #[arg(long)]
     lua_dir: Option<PathBuf>,
     /// Validate the conf and the scripts, print a summary and exit.
@@ -37,11 +37,7 @@ fn main() -> std::process::ExitCode {
 fn run() -> anyhow::Result<()> {
     protocol::logging::init();
     let cli = Cli::parse();
-    let opts = gateway::server::Options {
-        lua_dir: cli.lua_dir.clone().unwrap_or_else(|| gateway::server::default_lua_dir(&cli.conf)),
-        conf: cli.conf,
-        upgrade: cli.upgrade,
-    };
+    let opts = gateway::server::Options { lua_dir: cli.lua_dir, conf: cli.conf, upgrade: cli.upgrade };
     if cli.check {
         println!("{}", gateway::server::check(&opts)?);
         return Ok(());

@@ -3,25 +3,37 @@
 //! along the way ([`Trace`], kept in the request's context). [`install`] turns both on as the
 //! server file says (`[admin]`, `[access_log]`); with both off, [`Observer::done`] does nothing.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use fred::clients::Pool as RedisPool;
 use pingora_core::server::Server;
 use pingora_proxy::Session;
-use plugins::queue::ReservationQueue;
-use plugins::Denial;
+use plugins::FlashSale;
 use protocol::codes::Code;
 
 use crate::access_log::{self, AccessLog, Entry};
 use crate::admin::{self, Live, SharedLive};
 use crate::conf::ServerConf;
 use crate::metrics::{metrics, RouteKind};
-use crate::reload::{Active, SharedState};
-use crate::routes::{self, CampaignPath};
+use crate::reload::Active;
+use plugins::route::{Endpoint, SaleRoute};
+
+/// What the proxy decided of a request, for its logging phase.
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    /// The conf snapshot it ran under (`None`: refused before `request_filter`).
+    pub active: Option<&'a Active>,
+    /// The client's address the proxy decided (`None` when it never got that far).
+    pub client: Option<std::net::IpAddr>,
+    /// Its id.
+    pub request_id: &'a str,
+    /// Its sale route, when it was one.
+    pub sale_route: Option<&'a SaleRoute>,
+    /// Whether it went to a shop route.
+    pub shop: bool,
+}
 
 /// What one request's logging phase needs beyond the session: set along the way by the proxy.
 #[derive(Debug, Default)]
@@ -74,17 +86,12 @@ impl Observer {
         self.metrics
     }
 
-    /// Runs the reservation step `step`, timing it (and counting Redis failures) when metrics
-    /// are on.
-    pub async fn reserve<T>(&self, step: impl Future<Output = Result<T, Denial>>) -> Result<T, Denial> {
-        if !self.metrics {
-            return step.await;
+    /// An order's reservation step took `took` (`redis_failed`: it was answered
+    /// `SERVICE_DEGRADED`): counted when metrics are on.
+    pub fn reserved(&self, took: Duration, redis_failed: bool) {
+        if self.metrics {
+            metrics().reserved(took, redis_failed);
         }
-        let started = Instant::now();
-        let reserved = step.await;
-        let redis_failed = matches!(&reserved, Err(d) if d.code == Code::ServiceDegraded);
-        metrics().reserved(started.elapsed(), redis_failed);
-        reserved
     }
 
     /// An order of `campaign` went on with its global limits unchecked (Redis did not answer,
@@ -95,50 +102,37 @@ impl Observer {
         }
     }
 
-    /// The request is answered: count it and write its access line (`client`: the address the
-    /// proxy decided for it, `None` when it never got that far).
-    pub fn done(
-        &self,
-        session: &Session,
-        active: Option<&Active>,
-        client: Option<std::net::IpAddr>,
-        request_id: &str,
-        shop: bool,
-        trace: &Trace,
-    ) {
+    /// The request is answered: count it and write its access line.
+    pub fn done(&self, session: &Session, seen: &Seen<'_>, trace: &Trace) {
         if !self.metrics && self.log.is_none() {
             return;
         }
         let took = trace.started.map_or(Duration::ZERO, |t| t.elapsed());
         let status = session.response_written().map_or(0, |r| r.status.as_u16());
         let req = session.req_header();
-        let path = routes::campaign_path(req.uri.path());
         if self.metrics {
-            let kind = match (shop, &path) {
+            let kind = match (seen.shop, seen.sale_route.map(|r| &r.endpoint)) {
                 (true, _) => RouteKind::Shop,
-                (_, Some(CampaignPath::Order(..))) => RouteKind::Order,
-                (_, Some(CampaignPath::Captcha(_) | CampaignPath::Token(_))) => RouteKind::Token,
-                (_, Some(CampaignPath::Result(..))) => RouteKind::Result,
-                (_, Some(CampaignPath::Info(_))) => RouteKind::Info,
-                (_, Some(CampaignPath::Page(..) | CampaignPath::PageNoSlash(_))) => RouteKind::Page,
+                (_, Some(Endpoint::Order { .. })) => RouteKind::Order,
+                (_, Some(Endpoint::Captcha | Endpoint::Token)) => RouteKind::Token,
+                (_, Some(Endpoint::Result { .. })) => RouteKind::Result,
+                (_, Some(Endpoint::Info)) => RouteKind::Info,
+                (_, Some(Endpoint::Page(_) | Endpoint::PageNoSlash)) => RouteKind::Page,
                 _ => RouteKind::None,
             };
             let m = metrics();
             m.request(kind, status, took);
             // A buyer's flow: the captcha, token and order requests of a campaign.
-            let flow = match &path {
-                Some(CampaignPath::Order(c, _) | CampaignPath::Captcha(c) | CampaignPath::Token(c)) => {
-                    Some(c)
-                }
-                _ => None,
-            };
-            if let (Some(c), Some(code)) = (flow, trace.answer) {
-                match active.and_then(|a| a.campaigns.get(*c)) {
-                    Some(entry) => entry.answers.count(code),
+            let flow = seen.sale_route.filter(|r| r.is_flow());
+            if let (Some(route), Some(code)) = (flow, trace.answer) {
+                match seen.active.and_then(|a| a.answers.get(&route.campaign)) {
+                    Some(answers) => answers.count(code),
                     None => m.unknown_campaign().count(code),
                 }
             }
         }
+        let client = seen.client;
+        let request_id = seen.request_id;
         if let Some(log) = &self.log {
             // A request Pingora refused before the proxy decided its client: the socket's peer.
             let client = client.or_else(|| session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip()));
@@ -182,9 +176,7 @@ pub fn inet(addr: &pingora_core::protocols::l4::socket::SocketAddr) -> Option<So
 pub fn install(
     server: &mut Server,
     conf: &ServerConf,
-    shared: &Arc<SharedState>,
-    queue: &ReservationQueue,
-    redis: &RedisPool,
+    sale: &Arc<FlashSale>,
     control: &tokio::runtime::Handle,
 ) -> anyhow::Result<Observer> {
     let log = match &conf.access_log {
@@ -198,7 +190,7 @@ pub fn install(
     };
     if let Some(admin) = &conf.admin {
         let stats = log.as_ref().map(AccessLog::stats);
-        let live = Arc::new(Live::new(Arc::clone(shared), queue.clone(), redis.clone(), stats));
+        let live = Arc::new(Live::new(Arc::clone(sale), stats));
         crate::metrics::register(Box::new(SharedLive(Arc::clone(&live))))?;
         server.add_service(admin::service(&admin.listen.to_string(), live));
         tracing::info!(listen = %admin.listen, "admin listener: /metrics, /healthz, /readyz");

@@ -41,10 +41,8 @@ use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
 use plugins::budget::Permit;
-use plugins::edge::{Edge, Head};
-use plugins::global_limit::Checked;
-use plugins::sale::Queued;
-use plugins::Denial;
+use plugins::pingora::PingoraRequest;
+use plugins::{Denial, FlashSale, Handled, Reply, SaleRoute};
 use protocol::codes::{Answer, Code};
 
 use crate::answer;
@@ -52,27 +50,22 @@ use crate::frontdoor;
 use crate::limits::{BodyCount, BODY_TIMEOUT};
 use crate::metrics::metrics;
 use crate::observe::{self, Observer, Trace};
-use crate::page;
 use crate::reload::{Active, SharedState};
-use crate::routes::{self, CampaignPath};
 
 const X_REQUEST_ID: &str = "x-request-id";
 
-/// Longest order or token request body read.
-pub(crate) const MAX_BODY: usize = 4096;
-
-/// The gateway's proxy logic.
+/// The gateway's proxy logic: the sale's paths answered by the embedded [`FlashSale`], the rest
+/// of the shop proxied.
 pub struct Gateway {
     shared: Arc<SharedState>,
-    pub(crate) edge: Edge,
+    sale: Arc<FlashSale>,
     observer: Observer,
 }
 
 impl Gateway {
-    /// A gateway over the shared conf and the edge (its checks, Redis scripts and Kafka
-    /// queue), with metrics and the access log off.
-    pub fn new(shared: Arc<SharedState>, edge: Edge) -> Self {
-        Self { shared, edge, observer: Observer::default() }
+    /// A gateway over the shared conf and the sale, with metrics and the access log off.
+    pub fn new(shared: Arc<SharedState>, sale: Arc<FlashSale>) -> Self {
+        Self { shared, sale, observer: Observer::default() }
     }
 
     /// The same, counting metrics and writing access lines as `observer` says.
@@ -94,7 +87,8 @@ pub enum Upstream {
     Shop(usize),
 }
 
-/// Per-request state.
+/// Per-request state: what is decided once at the start (the conf snapshot, the client, the
+/// request id, the route) and carried to the end.
 #[derive(Debug, Default)]
 pub struct Ctx {
     /// The conf snapshot this request runs under, from start to end.
@@ -104,6 +98,10 @@ pub struct Ctx {
     pub(crate) request_id: String,
     /// The client's address (the peer, or what a trusted proxy says), decided once at the start.
     pub(crate) client: Option<IpAddr>,
+    /// The sale's route of the request, when it is one.
+    pub(crate) sale_route: Option<SaleRoute>,
+    /// The shop route of the request, when it is one.
+    shop: Option<usize>,
     /// Where it goes.
     upstream: Upstream,
     /// The campaign's concurrency budget place, given back in `logging`.
@@ -114,19 +112,6 @@ pub struct Ctx {
     trace: Trace,
 }
 
-/// What `request_filter` decided from the request line and headers.
-enum Route {
-    Order(String, String),
-    Captcha(String),
-    Token(String),
-    Info(String),
-    Result(String, String),
-    Page(String, &'static page::Asset),
-    PageNoSlash(String),
-    Shop(usize),
-    NotFound,
-}
-
 #[async_trait]
 impl ProxyHttp for Gateway {
     type CTX = Ctx;
@@ -135,126 +120,53 @@ impl ProxyHttp for Gateway {
         Ctx { trace: Trace::start(), ..Ctx::default() }
     }
 
-    async fn early_request_filter(&self, session: &mut Session, _ctx: &mut Ctx) -> Result<()> {
+    async fn early_request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
+        // The conf snapshot and the route, decided once for the request: the sale's paths
+        // first, then the shop's routes.
+        let active = self.shared.active();
+        let req = session.req_header();
+        ctx.sale_route = SaleRoute::of(req.uri.path());
+        ctx.shop = match ctx.sale_route {
+            Some(_) => None,
+            None => active.routes.find(host(req), req.uri.path()),
+        };
         // Response compression is set before Pingora's module reads Accept-Encoding.
-        frontdoor::compression(session, &self.shared.active());
+        frontdoor::compression(session, &active, ctx.shop);
+        ctx.active = Some(active);
         Ok(())
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        let active = self.shared.active();
-        ctx.active = Some(Arc::clone(&active));
-        ctx.client = frontdoor::client(session, &active.server.trusted_proxies);
-
-        let route = {
-            let req = session.req_header();
-            match routes::campaign_path(req.uri.path()) {
-                Some(CampaignPath::Order(c, p)) => Route::Order(c.to_string(), p.to_string()),
-                Some(CampaignPath::Captcha(c)) => Route::Captcha(c.to_string()),
-                Some(CampaignPath::Token(c)) => Route::Token(c.to_string()),
-                Some(CampaignPath::Info(c)) => Route::Info(c.to_string()),
-                Some(CampaignPath::Result(c, id)) => Route::Result(c.to_string(), id.to_string()),
-                Some(CampaignPath::Page(c, name)) => {
-                    page::find(name).map_or(Route::NotFound, |a| Route::Page(c.to_string(), a))
-                }
-                Some(CampaignPath::PageNoSlash(c)) => Route::PageNoSlash(c.to_string()),
-                Some(CampaignPath::Unknown) => Route::NotFound,
-                None => active.routes.find(host(req), req.uri.path()).map_or(Route::NotFound, Route::Shop),
-            }
+        let Some(active) = ctx.active.clone() else {
+            return Err(Error::explain(ErrorType::InternalError, "no conf"));
         };
+        ctx.client = frontdoor::client(session, &active.server.trusted_proxies);
+        ctx.request_id = new_request_id();
 
         // The front door's limits: header fields, smuggling, declared body size (413).
-        let shop = if let Route::Shop(i) = route { Some(i) } else { None };
-        match frontdoor::admit(session, &active, shop) {
+        match frontdoor::admit(session, &active, ctx.shop) {
             Ok(body) => ctx.body = body,
-            Err(r) => {
-                ctx.request_id = new_request_id();
-                return answer::refuse(session, &mut ctx.trace, &ctx.request_id, &r).await;
-            }
+            Err(r) => return answer::refuse(session, &mut ctx.trace, &ctx.request_id, &r).await,
         }
 
-        match route {
-            Route::Shop(i) => {
-                ctx.upstream = Upstream::Shop(i);
-                Ok(false)
-            }
-            Route::Result(campaign, id) => {
-                // Polling has its own per-address limit, so a storm of polls stops here and never
-                // reaches the order writer; a campaign this gateway does not sell is answered
-                // here too (a made-up id must not reach the writer unlimited). Then the result
-                // is the buyer's alone: the request's result token, checked here with no lookup.
-                let checked = match active.campaigns.get(&campaign) {
-                    Some(entry) => self
-                        .edge
-                        .limiter()
-                        .check_result(&campaign, &entry.campaign.limits, ctx.client)
-                        .and_then(|()| {
-                            let head = head(session, ctx.client);
-                            self.edge.check_result(&active.edge(), &campaign, &head, &id).map(drop)
-                        }),
-                    None => Err(unknown_campaign()),
-                };
-                if let Err(d) = checked {
-                    ctx.request_id = new_request_id();
-                    return answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await;
+        let Some(route) = &ctx.sale_route else {
+            return match ctx.shop {
+                Some(i) => {
+                    ctx.upstream = Upstream::Shop(i);
+                    Ok(false)
                 }
+                None => {
+                    let d = Denial::new(Code::RouteNotFound, "no route for this host and path");
+                    self.reply(session, ctx, Reply::denied(&d, &ctx.request_id)).await
+                }
+            };
+        };
+        let mut req = PingoraRequest { session, client: ctx.client };
+        match self.sale.handle(route, &mut req, &ctx.request_id).await {
+            Handled::Reply(reply) => self.reply(session, ctx, reply).await,
+            Handled::ToOrderWriter => {
                 ctx.upstream = Upstream::OrderWriter;
                 Ok(false)
-            }
-            Route::NotFound => {
-                ctx.request_id = new_request_id();
-                let d = Denial::new(Code::RouteNotFound, "no route for this host and path");
-                answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await
-            }
-            Route::Info(campaign) => {
-                ctx.request_id = new_request_id();
-                match active.campaigns.get(&campaign) {
-                    Some(entry) => answer::info(session, entry).await,
-                    None => answer::deny(session, &mut ctx.trace, &ctx.request_id, &unknown_campaign()).await,
-                }
-            }
-            Route::Page(campaign, asset) => {
-                ctx.request_id = new_request_id();
-                match page_request(session, &active, &campaign) {
-                    Ok(head) => answer::page(session, asset, head).await,
-                    Err(d) => answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await,
-                }
-            }
-            Route::PageNoSlash(campaign) => {
-                ctx.request_id = new_request_id();
-                match page_request(session, &active, &campaign) {
-                    Ok(_) => {
-                        answer::redirect(session, &format!("{}{campaign}/", routes::CAMPAIGN_PREFIX)).await
-                    }
-                    Err(d) => answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await,
-                }
-            }
-            Route::Order(campaign, path) => {
-                ctx.request_id = new_request_id();
-                match self.order(session, ctx, &active, &campaign, &path).await {
-                    Ok(result_token) => {
-                        ctx.trace.answered(Code::Queued);
-                        answer::respond(
-                            session,
-                            202,
-                            answer::queued(&campaign, &ctx.request_id, &result_token),
-                            None,
-                            "no-store",
-                        )
-                        .await
-                    }
-                    Err(d) => answer::deny(session, &mut ctx.trace, &ctx.request_id, &d).await,
-                }
-            }
-            Route::Captcha(campaign) => {
-                ctx.request_id = new_request_id();
-                let answer = self.captcha(session, &active, &campaign, ctx.client);
-                answer::issued(session, &mut ctx.trace, &ctx.request_id, answer).await
-            }
-            Route::Token(campaign) => {
-                ctx.request_id = new_request_id();
-                let answer = self.token(session, &active, &campaign, ctx.client).await;
-                answer::issued(session, &mut ctx.trace, &ctx.request_id, answer).await
             }
         }
     }
@@ -301,9 +213,6 @@ impl ProxyHttp for Gateway {
         frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.client)?;
         frontdoor::strip_sale_headers(upstream_request);
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
-        if ctx.request_id.is_empty() {
-            ctx.request_id = new_request_id();
-        }
         upstream_request.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
         Ok(())
     }
@@ -360,93 +269,43 @@ impl ProxyHttp for Gateway {
         // The answer is written: give the campaign's budget place back.
         ctx.permit.take();
         let shop = matches!(ctx.upstream, Upstream::Shop(_));
-        self.observer.done(session, ctx.active.as_deref(), ctx.client, &ctx.request_id, shop, &ctx.trace);
+        let seen = observe::Seen {
+            active: ctx.active.as_deref(),
+            client: ctx.client,
+            request_id: &ctx.request_id,
+            sale_route: ctx.sale_route.as_ref(),
+            shop,
+        };
+        self.observer.done(session, &seen, &ctx.trace);
     }
 }
 
 impl Gateway {
-    /// An order, every check in the order of the module's list (`plugins::edge`); `Ok` means
-    /// answer QUEUED, under `ctx.request_id` (a safe retry's is the first request's), with the
-    /// result token it carries.
-    async fn order(
-        &self,
-        session: &mut Session,
-        ctx: &mut Ctx,
-        active: &Active,
-        campaign: &str,
-        path: &str,
-    ) -> std::result::Result<String, Denial> {
-        let entry = active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
-        let (conf, c) = (active.edge(), entry.edge());
-        let mut admitted = self.edge.admit(&conf, &c, &head(session, ctx.client), path)?;
-        // The budget place is given back once the answer is written (`logging`).
-        ctx.permit = admitted.permit.take();
-        let body = read_body(session).await?;
-        let order = self.edge.verify(&conf, &c, admitted, &head(session, ctx.client), &body).await?;
-        if order.global == Checked::FailedOpen {
-            self.observer.global_limits_failed_open(campaign);
+    /// Writes the sale's `reply`: its answer code and timings go to the trace and the metrics,
+    /// its budget place is held to `logging`, a safe retry's first id becomes the request's.
+    async fn reply(&self, session: &mut Session, ctx: &mut Ctx, mut reply: Reply) -> Result<bool> {
+        if let Some(code) = reply.code {
+            ctx.trace.answered(code);
         }
-        let queued = self.observer.reserve(self.edge.reserve(&conf, &c, &order, &ctx.request_id)).await?;
-        if let Queued::Retry(first) = queued {
+        ctx.permit = reply.permit.take();
+        if let Some(first) = reply.answered_as.take() {
             ctx.request_id = first;
         }
-        Ok(self.edge.result_token(&conf, &c, &order, &ctx.request_id))
-    }
-}
-
-/// The request line and headers as the edge's checks read them, with the `client` decided at
-/// the start of the request.
-pub(crate) fn head(session: &Session, client: Option<IpAddr>) -> Head<'_> {
-    let req = session.req_header();
-    Head { method: &req.method, uri: &req.uri, headers: &req.headers, client }
-}
-
-/// Reads the request body, at most [`MAX_BODY`] bytes within 2 s: past it `BODY_TOO_LARGE`
-/// (413, declared or counted, as the front door's own limit answers), unreadable or late
-/// `BAD_REQUEST`.
-pub(crate) async fn read_body(session: &mut Session) -> std::result::Result<Vec<u8>, Denial> {
-    let too_large = || Denial::new(Code::BodyTooLarge, format!("the body is larger than {MAX_BODY} bytes"));
-    let declared = session.req_header().headers.get(http::header::CONTENT_LENGTH);
-    if declared
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .is_some_and(|n| n > MAX_BODY)
-    {
-        return Err(too_large());
-    }
-    let read = async {
-        let mut body = Vec::new();
-        while let Some(chunk) = session.read_request_body().await.map_err(|_| ())? {
-            body.extend_from_slice(&chunk);
-            if body.len() > MAX_BODY {
-                return Ok(Err(too_large()));
+        if let Some(took) = reply.reserve_took {
+            self.observer.reserved(took, reply.code == Some(Code::ServiceDegraded));
+        }
+        if reply.global_limits_failed_open {
+            if let Some(route) = &ctx.sale_route {
+                self.observer.global_limits_failed_open(&route.campaign);
             }
         }
-        Ok(Ok(body))
-    };
-    match tokio::time::timeout(std::time::Duration::from_secs(2), read).await {
-        Ok(Ok(result)) => result,
-        Ok(Err(())) | Err(_) => Err(Denial::new(Code::BadRequest, "the body could not be read")),
-    }
-}
-
-/// A request for the buyer's page: the campaign exists and the method reads (GET or HEAD;
-/// `Ok(true)` for HEAD).
-fn page_request(session: &Session, active: &Active, campaign: &str) -> std::result::Result<bool, Denial> {
-    active.campaigns.get(campaign).ok_or_else(unknown_campaign)?;
-    match session.req_header().method {
-        http::Method::GET => Ok(false),
-        http::Method::HEAD => Ok(true),
-        _ => Err(Denial::new(Code::BadRequest, "the page is read with GET")),
+        plugins::pingora::write(session, &reply).await?;
+        Ok(true)
     }
 }
 
 pub(crate) fn new_request_id() -> String {
     uuid::Uuid::now_v7().to_string()
-}
-
-pub(crate) fn unknown_campaign() -> Denial {
-    Denial::new(Code::CampaignUnknown, "no such campaign")
 }
 
 /// The request's host, without port: the `Host` header, else the URI's authority.

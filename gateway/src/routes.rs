@@ -1,58 +1,8 @@
-//! Which handler a request goes to.
-//!
-//! Campaign paths (`/seckill/{campaign}/...`) are the gateway's own and are matched first; every
-//! other request is matched against the shop's `[[route]]`s like Nginx `server`/`location`:
-//! a route with a host beats one without, then the longest path prefix wins.
+//! The shop's routes. The sale's paths (`/seckill/...`, `plugins::SaleRoute`) are matched first;
+//! every other request is matched against the shop's `[[route]]`s like Nginx
+//! `server`/`location`: a route with a host beats one without, then the longest path prefix wins.
 
 use crate::conf::RouteConf;
-
-/// Prefix of every campaign path.
-pub const CAMPAIGN_PREFIX: &str = "/seckill/";
-
-/// A campaign path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CampaignPath<'a> {
-    /// `POST /seckill/{campaign}/{path}/order`: reserve, answered by the gateway. `path` is the
-    /// token's hidden segment (empty for `/seckill/{campaign}/order`, which is `BAD_PATH`).
-    Order(&'a str, &'a str),
-    /// `POST /seckill/{campaign}/captcha`: a proof-of-work challenge.
-    Captcha(&'a str),
-    /// `POST /seckill/{campaign}/token`: a campaign token for a login JWT and a solved captcha.
-    Token(&'a str),
-    /// `GET /seckill/{campaign}/info`: answered by the gateway.
-    Info(&'a str),
-    /// `GET /seckill/{campaign}/result/{request_id}`: proxied to the order writer once the
-    /// request's result token is checked.
-    Result(&'a str, &'a str),
-    /// `GET /seckill/{campaign}/` and its files (`app.js`, ...): the buyer's page
-    /// ([`crate::page`]); the file's name, `""` for the page itself.
-    Page(&'a str, &'a str),
-    /// `GET /seckill/{campaign}`: redirected to the page (its files' addresses are relative).
-    PageNoSlash(&'a str),
-    /// Under `/seckill/` but nothing we serve.
-    Unknown,
-}
-
-/// Classifies `path`; `None` when it is not a campaign path.
-pub fn campaign_path(path: &str) -> Option<CampaignPath<'_>> {
-    let rest = path.strip_prefix(CAMPAIGN_PREFIX)?;
-    let mut parts = rest.split('/');
-    let campaign = parts.next().unwrap_or("");
-    if campaign.is_empty() {
-        return Some(CampaignPath::Unknown);
-    }
-    Some(match (parts.next(), parts.next(), parts.next()) {
-        (None, None, None) => CampaignPath::PageNoSlash(campaign),
-        (Some(name), None, None) if crate::page::is_asset(name) => CampaignPath::Page(campaign, name),
-        (Some("order"), None, None) => CampaignPath::Order(campaign, ""),
-        (Some("info"), None, None) => CampaignPath::Info(campaign),
-        (Some("captcha"), None, None) => CampaignPath::Captcha(campaign),
-        (Some("token"), None, None) => CampaignPath::Token(campaign),
-        (Some("result"), Some(id), None) if !id.is_empty() => CampaignPath::Result(campaign, id),
-        (Some(path), Some("order"), None) => CampaignPath::Order(campaign, path),
-        _ => CampaignPath::Unknown,
-    })
-}
 
 /// The shop routes, ordered for matching.
 #[derive(Debug, Clone, Default)]
@@ -91,27 +41,6 @@ mod tests {
     use super::*;
     use crate::conf::PoolConf;
     use std::time::Duration;
-
-    #[test]
-    fn campaign_paths() {
-        assert_eq!(campaign_path("/seckill/c1/order"), Some(CampaignPath::Order("c1", "")));
-        assert_eq!(campaign_path("/seckill/c1/ab12/order"), Some(CampaignPath::Order("c1", "ab12")));
-        assert_eq!(campaign_path("/seckill/c1/captcha"), Some(CampaignPath::Captcha("c1")));
-        assert_eq!(campaign_path("/seckill/c1/token"), Some(CampaignPath::Token("c1")));
-        assert_eq!(campaign_path("/seckill/c1/result/order"), Some(CampaignPath::Result("c1", "order")));
-        assert_eq!(campaign_path("/seckill/c1/info"), Some(CampaignPath::Info("c1")));
-        assert_eq!(campaign_path("/seckill/c1/result/r-1"), Some(CampaignPath::Result("c1", "r-1")));
-        assert_eq!(campaign_path("/seckill/c1/result/"), Some(CampaignPath::Unknown));
-        assert_eq!(campaign_path("/seckill/c1/order/x"), Some(CampaignPath::Unknown));
-        assert_eq!(campaign_path("/seckill/c1/a/b/order"), Some(CampaignPath::Unknown));
-        assert_eq!(campaign_path("/seckill//order"), Some(CampaignPath::Unknown));
-        assert_eq!(campaign_path("/shop/seckill/c1/order"), None);
-        assert_eq!(campaign_path("/seckill/c1/"), Some(CampaignPath::Page("c1", "")));
-        assert_eq!(campaign_path("/seckill/c1/app.js"), Some(CampaignPath::Page("c1", "app.js")));
-        assert_eq!(campaign_path("/seckill/c1"), Some(CampaignPath::PageNoSlash("c1")));
-        assert_eq!(campaign_path("/seckill/c1/nope.js"), Some(CampaignPath::Unknown));
-        assert_eq!(campaign_path("/seckill/c1/app.js/x"), Some(CampaignPath::Unknown));
-    }
 
     fn route(host: Option<&str>, prefix: &str) -> RouteConf {
         RouteConf {

@@ -43,6 +43,7 @@ use crate::budget::{Budget, Permit};
 use crate::captcha::SpentChallenges;
 #[cfg(doc)]
 use crate::client_ip;
+use crate::conf::RedisConf;
 use crate::eligibility::Eligibility;
 use crate::global_limit::{Checked, GlobalLimiter, Subject};
 use crate::input::{self, DEVICE_HEADER};
@@ -146,15 +147,11 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// The edge over a Redis `pool` (`scripts` loaded; reservations bounded by
-    /// `reserve_timeout`, spending a challenge by `spend_timeout`) and a started Kafka `queue`.
-    pub fn new(
-        pool: Pool,
-        scripts: Scripts,
-        queue: ReservationQueue,
-        reserve_timeout: Duration,
-        spend_timeout: Duration,
-    ) -> Self {
+    /// The edge over a Redis `pool` (`scripts` loaded; a reservation bounded by `redis.timeout`,
+    /// spending a challenge, one SET off the order path, as long as an undo may wait) and a
+    /// started Kafka `queue`.
+    pub(crate) fn new(pool: Pool, scripts: Scripts, queue: ReservationQueue, redis: &RedisConf) -> Self {
+        let (reserve_timeout, spend_timeout) = (redis.timeout, protocol::timing::undo_timeout(redis.timeout));
         Self {
             limiter: RateLimiter::new(),
             global: GlobalLimiter::new(pool.clone(), scripts.clone()),

@@ -20,14 +20,18 @@
 //!     retry in the same call), with a bounded timeout;
 //! 13. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
 //!
-//! [`edge`] is the whole chain behind one small API for any Pingora `ProxyHttp`'s
-//! `request_filter` ([`edge::Edge::admit`], [`edge::Edge::verify`], [`edge::Edge::reserve`]).
-//! [`sale::Sale::reserve`] is steps 12 and 13 as one call from a proxy's `request_filter`.
-//! Before an order, the token endpoint uses [`auth`] (the shop's login JWT), [`captcha`] (proof
-//! of work or a provider's token, single use) and [`token`] (issue).
+//! [`FlashSale`] is the whole sale behind one entry point for any proxy's request filter
+//! ([`flash_sale`]; [`pingora`] adapts it to a Pingora `Session`): built from one checked conf
+//! ([`conf`]), it owns the Redis pool with its safety settings ([`redis`]), the Kafka producer
+//! ([`queue`]), the campaigns and their reload ([`registry`]), the replenish listener
+//! ([`replenish`]), the path grammar ([`route`]), the buyer's page ([`page`]) and answers every
+//! sale endpoint with a [`reply::Reply`]. Inside it, [`edge`] runs the chain above
+//! ([`edge::Edge::admit`], [`edge::Edge::verify`], [`edge::Edge::reserve`]); before an order, the
+//! token endpoint uses [`auth`] (the shop's login JWT), [`captcha`] (proof of work or a
+//! provider's token, single use) and [`token`] (issue).
 //!
 //! Every check answers `Ok` or a [`Denial`]: the code, the message and, for "try later" answers,
-//! a `Retry-After` hint. The gateway turns a denial into the JSON answer.
+//! a `Retry-After` hint, which [`reply::Reply::denied`] turns into the JSON answer.
 
 use std::borrow::Cow;
 
@@ -37,19 +41,33 @@ pub mod auth;
 pub mod budget;
 pub mod captcha;
 pub mod client_ip;
+pub mod conf;
 pub mod edge;
 pub mod eligibility;
+pub mod flash_sale;
 pub mod global_limit;
 pub mod input;
+pub mod page;
+#[cfg(feature = "pingora")]
+pub mod pingora;
 pub mod queue;
 pub mod rate_limit;
+pub mod redis;
+pub mod registry;
+pub mod replenish;
+pub mod reply;
 pub mod reserve;
+pub mod route;
 pub mod sale;
 pub mod signature;
 pub mod sold_out;
 pub mod switches;
 pub mod token;
 pub mod window;
+
+pub use flash_sale::{FlashSale, Handled, SaleRequest, Start};
+pub use reply::Reply;
+pub use route::SaleRoute;
 
 /// Why a request is answered at the edge instead of going on.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -227,6 +227,19 @@ fn int(script: &'static str, v: &fred::types::Value) -> Result<i64, ScriptError>
 }
 
 impl Scripts {
+    /// The scripts of the repository's `lua/` folder, compiled into the binary (what a gateway
+    /// or an embedding proxy runs unless told to read a folder).
+    pub fn builtin() -> Self {
+        let lua = |body: &str| Script::from_lua(body.to_string());
+        Self {
+            reserve: lua(include_str!("../../lua/reserve.lua")),
+            release: lua(include_str!("../../lua/release.lua")),
+            publish: lua(include_str!("../../lua/publish.lua")),
+            limit: lua(include_str!("../../lua/limit.lua")),
+            transfer: lua(include_str!("../../lua/transfer.lua")),
+        }
+    }
+
     /// Reads `reserve.lua`, `release.lua`, `publish.lua`, `limit.lua` and `transfer.lua` from
     /// `dir`.
     pub fn load(dir: &Path) -> Result<Self, ScriptError> {

@@ -173,9 +173,9 @@ pub struct GatewayConf {
     pub campaigns: Vec<(String, String)>,
     /// `[[route]]` tables, verbatim.
     pub routes: String,
-    /// `server.sold_out_ttl_ms`.
+    /// `sale.sold_out_ttl_ms`.
     pub sold_out_ttl_ms: u64,
-    /// Extra `[server]` lines (none keeps the line numbers the conf tests expect).
+    /// Extra `[server]` lines (one at most keeps the line numbers the conf tests expect).
     pub server_extra: String,
     /// `redis.timeout_ms`.
     pub redis_timeout_ms: u64,
@@ -235,14 +235,15 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     let upstreams: Vec<String> = conf.order_writer.iter().map(|a| format!("{a:?}")).collect();
     let brokers: Vec<String> = conf.kafka_brokers.iter().map(|a| format!("{a:?}")).collect();
     let server = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n{}\n\
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\n{}\n\
+         [sale]\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n\
          [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
          [kafka]\nbrokers = [{}]\n{}\n\n\
          [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"{}\"\nlogin_key = \"file:login_key\"\n\
          login_issuer = \"{}\"\nlogin_audience = \"{}\"\n{}\n\n{}\n{}\n",
-        conf.sold_out_ttl_ms,
         conf.server_extra,
+        conf.sold_out_ttl_ms,
         conf.redis_url,
         conf.redis_timeout_ms,
         upstreams.join(", "),

@@ -1,4 +1,4 @@
-//! The `[defense]` table of the server file: the keys of the edge defenses, shared by every
+//! The `[defense]` table of the sale's conf: the keys of the edge defenses, shared by every
 //! gateway process of the shop.
 //!
 //! - `master_key` (secret reference): derives the campaign-token key, the hidden-path key, the
@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
-use plugins::auth::{JwtCheck, LoginAlg, LoginVerifier};
-use plugins::token::EdgeKeys;
+use crate::auth::{JwtCheck, LoginAlg, LoginVerifier};
+use crate::token::EdgeKeys;
 use protocol::conf::ConfError;
 use ring::digest;
 use serde::Deserialize;

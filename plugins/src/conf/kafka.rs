@@ -1,10 +1,10 @@
-//! The `[kafka]` table of the server file: where the gateway produces reserved records. The
+//! The `[kafka]` table of the sale's conf: where the gateway produces reserved records. The
 //! connection (brokers, `[kafka.tls]`, `[kafka.sasl]`) and the topic are read as the order
 //! writer reads them ([`protocol::kafka`]).
 
 use std::path::Path;
 
-use plugins::queue::QueueConf;
+use crate::queue::QueueConf;
 use protocol::conf::ConfError;
 use protocol::kafka::{RawConnection, RawSasl, RawTls};
 use protocol::timing::{LINGER_MAX_MS, PRODUCE_TIMEOUT_MAX_MS};
@@ -83,20 +83,20 @@ mod tests {
     #[test]
     fn bad_kafka_values_are_refused_with_line_and_field() {
         let with = |extra: &str| GOOD.replace("brokers = [\"127.0.0.1:19092\"]", extra);
-        expect_err(&with("brokers = []"), 20, "kafka.brokers", "at least one");
-        expect_err(&with("brokers = [\"kafka\"]"), 20, "kafka.brokers", "host:port");
+        expect_err(&with("brokers = []"), 13, "kafka.brokers", "at least one");
+        expect_err(&with("brokers = [\"kafka\"]"), 13, "kafka.brokers", "host:port");
         assert!(parse(&with("brokers = [\"kafka-1.corp:9093\"]")).is_ok(), "a company's brokers have names");
         let line = |key: &str| with(&format!("brokers = [\"127.0.0.1:19092\"]\n{key}"));
-        expect_err(&line("topic = \"a b\""), 21, "kafka.topic", "1 to 249");
-        expect_err(&line("topic = \"\""), 21, "kafka.topic", "1 to 249");
-        expect_err(&line("partitions = 0"), 21, "kafka.partitions", "between 1 and 1024");
-        expect_err(&line("batch_max = 0"), 21, "kafka.batch_max", "between 1 and 10000");
-        expect_err(&line("linger_ms = -1"), 21, "kafka.linger_ms", "between 0 and 500");
-        expect_err(&line("linger_ms = 501"), 21, "kafka.linger_ms", "between 0 and 500");
-        expect_err(&line("produce_timeout_ms = 9"), 21, "kafka.produce_timeout_ms", "between 10 and 2500");
-        expect_err(&line("produce_timeout_ms = 2501"), 21, "kafka.produce_timeout_ms", "between 10 and 2500");
-        expect_err(&line("queue_capacity = 0"), 21, "kafka.queue_capacity", "between 1 and 10000000");
-        expect_err(&line("lingr_ms = 5"), 21, "lingr_ms", "unknown field");
+        expect_err(&line("topic = \"a b\""), 14, "kafka.topic", "1 to 249");
+        expect_err(&line("topic = \"\""), 14, "kafka.topic", "1 to 249");
+        expect_err(&line("partitions = 0"), 14, "kafka.partitions", "between 1 and 1024");
+        expect_err(&line("batch_max = 0"), 14, "kafka.batch_max", "between 1 and 10000");
+        expect_err(&line("linger_ms = -1"), 14, "kafka.linger_ms", "between 0 and 500");
+        expect_err(&line("linger_ms = 501"), 14, "kafka.linger_ms", "between 0 and 500");
+        expect_err(&line("produce_timeout_ms = 9"), 14, "kafka.produce_timeout_ms", "between 10 and 2500");
+        expect_err(&line("produce_timeout_ms = 2501"), 14, "kafka.produce_timeout_ms", "between 10 and 2500");
+        expect_err(&line("queue_capacity = 0"), 14, "kafka.queue_capacity", "between 1 and 10000000");
+        expect_err(&line("lingr_ms = 5"), 14, "lingr_ms", "unknown field");
         let bounds = parse(&line("linger_ms = 500\nproduce_timeout_ms = 2500\nbatch_max = 1")).unwrap();
         assert_eq!(bounds.kafka.linger + bounds.kafka.produce_timeout, protocol::timing::GATEWAY_HOLD_MAX);
         let no_table = GOOD.replace("[kafka]\nbrokers = [\"127.0.0.1:19092\"]\n", "");

@@ -5,7 +5,7 @@
 //! carries a strong `ETag` (one per encoding), `Cache-Control` fit for a shared cache and
 //! `Vary: Accept-Encoding`, and a matching `If-None-Match` gets `304`.
 //!
-//! [`decide`] is the pure decision (which bytes, which status); `answer::page` writes it.
+//! [`decide`] is the pure decision (which bytes, which status); `reply::page` makes the answer of it.
 
 use std::io::Write;
 use std::sync::LazyLock;
@@ -16,7 +16,7 @@ use ring::digest;
 pub const CACHE_CONTROL: &str = "public, max-age=60, stale-while-revalidate=300";
 
 /// One file of the page.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Asset {
     /// Its name under `/seckill/{campaign}/` (`""`: the page itself).
     pub name: &'static str,
@@ -54,7 +54,7 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Compresses every file now (the gateway calls it at start), so no request pays for it.
+/// Compresses every file now (the sale calls it at start), so no request pays for it.
 pub fn warm() {
     LazyLock::force(&PAGE);
 }
@@ -76,7 +76,7 @@ pub fn total_bytes() -> (usize, usize) {
 
 /// What to answer for one file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reply<'a> {
+pub struct Served<'a> {
     /// 200, or 304 when the client's copy is current.
     pub status: u16,
     /// The body (empty for 304 and HEAD).
@@ -96,7 +96,7 @@ pub fn decide<'a>(
     head: bool,
     accept_encoding: Option<&str>,
     if_none_match: Option<&str>,
-) -> Reply<'a> {
+) -> Served<'a> {
     let gzip = accept_encoding.is_some_and(accepts_gzip);
     let (bytes, etag) = if gzip {
         (asset.gzip.as_slice(), asset.etag_gzip.as_str())
@@ -104,9 +104,9 @@ pub fn decide<'a>(
         (asset.plain, asset.etag.as_str())
     };
     if if_none_match.is_some_and(|v| etag_matches(v, etag)) {
-        return Reply { status: 304, body: &[], length: 0, etag, gzip };
+        return Served { status: 304, body: &[], length: 0, etag, gzip };
     }
-    Reply { status: 200, body: if head { &[] } else { bytes }, length: bytes.len(), etag, gzip }
+    Served { status: 200, body: if head { &[] } else { bytes }, length: bytes.len(), etag, gzip }
 }
 
 /// Whether an `Accept-Encoding` value accepts gzip (`gzip`, `x-gzip` or `*`, with a q above 0).

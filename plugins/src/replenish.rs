@@ -7,19 +7,19 @@ use std::time::Duration;
 use fred::prelude::*;
 use protocol::keys::REPLENISH_CHANNEL;
 
-use crate::reload::SharedState;
+use crate::registry::Registrar;
 
 /// Subscribes and clears flags, forever; reconnects (and resubscribes) after errors.
-pub async fn run(redis_url: String, shared: Arc<SharedState>) {
+pub async fn run(redis_url: String, registrar: Arc<Registrar>) {
     loop {
-        if let Err(e) = subscribe_once(&redis_url, &shared).await {
+        if let Err(e) = subscribe_once(&redis_url, &registrar).await {
             tracing::warn!(error = %e, "replenish subscription failed; retrying in 1s");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
-async fn subscribe_once(redis_url: &str, shared: &SharedState) -> Result<(), Error> {
+async fn subscribe_once(redis_url: &str, registrar: &Registrar) -> Result<(), Error> {
     let config = Config::from_url(redis_url)?;
     let subscriber = Builder::from_config(config)
         .with_connection_config(|c| c.connection_timeout = Duration::from_secs(2))
@@ -36,12 +36,12 @@ async fn subscribe_once(redis_url: &str, shared: &SharedState) -> Result<(), Err
             msg = messages.recv() => match msg {
                 Ok(msg) => {
                     let campaign = msg.value.as_string().unwrap_or_default();
-                    let was_set = shared.sold_out.clear(&campaign);
+                    let was_set = registrar.sold_out.clear(&campaign);
                     tracing::info!(campaign, was_set, "replenish message: sold-out flag cleared");
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                     tracing::warn!(missed = n, "replenish messages lagged: clearing every flag");
-                    shared.sold_out.clear_all();
+                    registrar.sold_out.clear_all();
                 }
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => {
                     return Err(Error::new(ErrorKind::Canceled, "subscriber closed"));
@@ -50,7 +50,7 @@ async fn subscribe_once(redis_url: &str, shared: &SharedState) -> Result<(), Err
             Ok(_) = reconnects.recv() => {
                 // Messages sent while we were disconnected are lost: forget every flag.
                 tracing::info!("replenish subscriber reconnected: clearing every flag");
-                shared.sold_out.clear_all();
+                registrar.sold_out.clear_all();
             }
         }
     }

@@ -1,0 +1,343 @@
+//! The sale's part of a server file: the sections [`SECTIONS`] (`[sale]`, `[redis]`, `[kafka]`,
+//! `[defense]`), checked once into [`SaleConf`] with file:line:column:field errors.
+//!
+//! A proxy that embeds the sale keeps its own sections in the same file (the gateway's
+//! `[server]`, `[[route]]`, ...) or in another one: [`SaleConf::parse`] reads only these four and
+//! refuses an unknown field inside them. See `conf/server.toml` for a commented example.
+//!
+//! - `[sale]`: `campaigns_dir` (one `<id>.toml` per campaign), `sold_out_ttl_ms` (how long a
+//!   local sold-out flag lives without a replenish message), `signing_key` (the
+//!   gateway↔order-writer HMAC key, a secret reference);
+//! - `[redis]`: `url`, `timeout_ms` (bound on one reservation), `pool_size`;
+//! - `[kafka]` ([`kafka`]): where reserved records are produced;
+//! - `[defense]` ([`defense`]): the keys of the edge defenses.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use protocol::campaign::Campaign;
+use protocol::conf::ConfError;
+use serde::Deserialize;
+use toml::Spanned;
+
+pub mod defense;
+pub mod kafka;
+
+pub use defense::DefenseConf;
+
+use crate::queue::QueueConf;
+
+/// The top-level sections the sale reads; a proxy's own file may have others beside them.
+pub const SECTIONS: [&str; 4] = ["sale", "redis", "kafka", "defense"];
+
+pub(crate) type S<T> = Spanned<T>;
+
+pub(crate) fn spanned<T>(v: T) -> S<T> {
+    Spanned::new(0..0, v)
+}
+
+/// The file's sections the sale reads (the others are not looked at).
+#[derive(Debug, Deserialize)]
+struct Raw {
+    sale: RawSale,
+    redis: RawRedis,
+    kafka: kafka::RawKafka,
+    defense: defense::RawDefense,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSale {
+    #[serde(default = "d_campaigns_dir")]
+    campaigns_dir: S<String>,
+    #[serde(default = "d_sold_out_ttl")]
+    sold_out_ttl_ms: S<i64>,
+    signing_key: S<String>,
+}
+
+fn d_campaigns_dir() -> S<String> {
+    spanned("campaigns".into())
+}
+fn d_sold_out_ttl() -> S<i64> {
+    spanned(1000)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    url: S<String>,
+    #[serde(default = "d_redis_timeout")]
+    timeout_ms: S<i64>,
+    #[serde(default = "d_pool_size")]
+    pool_size: S<i64>,
+}
+
+fn d_redis_timeout() -> S<i64> {
+    spanned(100)
+}
+fn d_pool_size() -> S<i64> {
+    spanned(4)
+}
+
+/// Where Redis is and how long to wait for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConf {
+    /// `redis://host:port[/db]`, or a Redis Cluster's
+    /// `redis-cluster://host:port?node=host:port&node=host:port` (`protocol::cluster::URL_FORMS`).
+    pub url: String,
+    /// Bound on one reservation round trip; past it the answer is `SERVICE_DEGRADED`. At most
+    /// the timing rule with the order writer's sweeper (`protocol::timing`).
+    pub timeout: Duration,
+    /// Connections in the pool.
+    pub pool_size: usize,
+}
+
+/// The sale's settings, checked.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaleConf {
+    /// The file they were read from.
+    pub file: PathBuf,
+    /// Folder of the campaign files.
+    pub campaigns_dir: PathBuf,
+    /// How long a local sold-out flag lives without a replenish message.
+    pub sold_out_ttl: Duration,
+    /// The gateway↔order-writer HMAC key, resolved from its reference.
+    pub signing_key: Vec<u8>,
+    /// Redis (restart to change).
+    pub redis: RedisConf,
+    /// Where reserved records are produced (restart to change).
+    pub kafka: QueueConf,
+    /// The edge defenses' keys (login JWT, master key, captcha provider).
+    pub defense: DefenseConf,
+}
+
+impl std::fmt::Debug for SaleConf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaleConf")
+            .field("file", &self.file)
+            .field("campaigns_dir", &self.campaigns_dir)
+            .field("sold_out_ttl", &self.sold_out_ttl)
+            .field("signing_key", &"<redacted>")
+            .field("redis", &self.redis)
+            .field("kafka", &self.kafka)
+            .field("defense", &self.defense)
+            .finish()
+    }
+}
+
+/// The sale's settings and every campaign of its campaigns folder, all valid.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The settings.
+    pub conf: SaleConf,
+    /// The campaigns.
+    pub campaigns: Vec<Campaign>,
+}
+
+/// Turns a file's spanned raw values into checked ones, each error at its file:line:column and
+/// field.
+pub(crate) struct Checker<'a> {
+    pub(crate) file: &'a Path,
+    pub(crate) text: &'a str,
+}
+
+impl Checker<'_> {
+    pub(crate) fn err(&self, span: std::ops::Range<usize>, field: &str, msg: impl Into<String>) -> ConfError {
+        ConfError::at(self.file, self.text, span, Some(field), msg)
+    }
+
+    pub(crate) fn ms(&self, v: &S<i64>, field: &str, min: i64, max: i64) -> Result<Duration, ConfError> {
+        let n = *v.get_ref();
+        if !(min..=max).contains(&n) {
+            return Err(self.err(
+                v.span(),
+                field,
+                format!("must be between {min} and {max} (ms), found {n}"),
+            ));
+        }
+        Ok(Duration::from_millis(n as u64))
+    }
+
+    pub(crate) fn int(&self, v: &S<i64>, field: &str, min: i64, max: i64) -> Result<usize, ConfError> {
+        let n = *v.get_ref();
+        if !(min..=max).contains(&n) {
+            return Err(self.err(v.span(), field, format!("must be between {min} and {max}, found {n}")));
+        }
+        Ok(n as usize)
+    }
+}
+
+impl SaleConf {
+    /// Parses and checks the sale's sections of a file's `text`. `file` names it in errors and
+    /// anchors relative paths (the campaigns folder, `file:` secrets, a CA file).
+    pub fn parse(file: &Path, text: &str) -> Result<Self, ConfError> {
+        let raw: Raw = protocol::conf::parse(file, text)?;
+        let c = Checker { file, text };
+        let base = file.parent().unwrap_or(Path::new("."));
+
+        let s = &raw.sale;
+        let sold_out_ttl = c.ms(&s.sold_out_ttl_ms, "sale.sold_out_ttl_ms", 10, 60_000)?;
+        let signing_key = protocol::secret::resolve(s.signing_key.get_ref(), base)
+            .map_err(|e| c.err(s.signing_key.span(), "sale.signing_key", e.to_string()))?;
+        if s.campaigns_dir.get_ref().is_empty() {
+            return Err(c.err(s.campaigns_dir.span(), "sale.campaigns_dir", "must not be empty"));
+        }
+
+        let r = &raw.redis;
+        if !protocol::cluster::accepted_url(r.url.get_ref()) {
+            return Err(c.err(
+                r.url.span(),
+                "redis.url",
+                format!("must be {}", protocol::cluster::URL_FORMS),
+            ));
+        }
+        fred::types::config::Config::from_url(r.url.get_ref())
+            .map_err(|e| c.err(r.url.span(), "redis.url", format!("not a Redis URL: {e}")))?;
+        let redis = RedisConf {
+            url: r.url.get_ref().clone(),
+            // The upper bound is the timing rule with the order writer's sweeper (protocol::timing).
+            timeout: c.ms(&r.timeout_ms, "redis.timeout_ms", 5, protocol::timing::RESERVE_TIMEOUT_MAX_MS)?,
+            pool_size: c.int(&r.pool_size, "redis.pool_size", 1, 64)?,
+        };
+
+        Ok(SaleConf {
+            file: file.to_path_buf(),
+            campaigns_dir: base.join(s.campaigns_dir.get_ref()),
+            sold_out_ttl,
+            signing_key,
+            redis,
+            kafka: kafka::check(&c, &raw.kafka, base)?,
+            defense: defense::check(&c, &raw.defense, base)?,
+        })
+    }
+
+    /// Reads `file` and checks its sale's sections and every campaign file of its campaigns
+    /// folder.
+    pub fn load(file: &Path) -> Result<Loaded, ConfError> {
+        let text =
+            std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+        let conf = Self::parse(file, &text)?;
+        let campaigns = Campaign::load_dir(&conf.campaigns_dir)?;
+        Ok(Loaded { conf, campaigns })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) const GOOD: &str = r#"
+[sale]
+signing_key = "env:SALE_CONF_TEST_KEY"
+
+[redis]
+url = "redis://127.0.0.1:6390"
+timeout_ms = 100
+
+[server]
+anything = "a proxy's own section is not the sale's"
+
+[kafka]
+brokers = ["127.0.0.1:19092"]
+
+[defense]
+master_key = "env:SALE_CONF_TEST_KEY"
+login_alg = "HS256"
+login_key = "env:SALE_CONF_TEST_KEY"
+login_issuer = "shop"
+login_audience = "seckill"
+"#;
+
+    pub(crate) fn parse(text: &str) -> Result<SaleConf, ConfError> {
+        // This test module is the only user of this variable's name.
+        std::env::set_var("SALE_CONF_TEST_KEY", "0123456789abcdef0123");
+        SaleConf::parse(Path::new("conf/server.toml"), text)
+    }
+
+    pub(crate) fn expect_err(text: &str, line: usize, field: &str, words: &str) {
+        let err = parse(text).unwrap_err();
+        assert_eq!((err.line, err.field.as_deref()), (line, Some(field)), "{err}");
+        assert!(err.to_string().starts_with(&format!("conf/server.toml:{line}:")), "{err}");
+        assert!(err.to_string().contains(words), "{err}");
+    }
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let c = parse(GOOD).unwrap();
+        assert_eq!(c.campaigns_dir, Path::new("conf/campaigns"));
+        assert_eq!(c.sold_out_ttl, Duration::from_secs(1));
+        assert_eq!(c.redis.timeout, Duration::from_millis(100));
+        assert_eq!(c.redis.pool_size, 4);
+        assert_eq!(c.signing_key, b"0123456789abcdef0123");
+        let k = &c.kafka;
+        assert_eq!(
+            (k.connection.brokers(), k.topic.as_str()),
+            (&["127.0.0.1:19092".to_string()][..], "seckill.reservations")
+        );
+        assert_eq!((k.partitions, k.batch_max, k.capacity), (4, 500, 100_000));
+        assert_eq!((k.linger, k.produce_timeout), (Duration::from_millis(5), Duration::from_millis(1000)));
+        assert!(!format!("{c:?}").contains("0123456789abcdef"), "the key is not printed");
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_line_and_field() {
+        expect_err(
+            &GOOD.replace("timeout_ms = 100", "timeout_ms = 100\ntimeuot = 1"),
+            8,
+            "timeuot",
+            "unknown field",
+        );
+        expect_err(
+            &GOOD.replace("timeout_ms = 100", "timeout_ms = 100000"),
+            7,
+            "redis.timeout_ms",
+            "between",
+        );
+        expect_err(&GOOD.replace("redis://", "http://"), 6, "redis.url", "redis://");
+        expect_err(&GOOD.replace("redis://", "redis-sentinel://"), 6, "redis.url", "redis-cluster://");
+        expect_err(
+            &GOOD.replace("[redis]", "sold_out_ttl_ms = 5\n[redis]"),
+            5,
+            "sale.sold_out_ttl_ms",
+            "between 10 and 60000",
+        );
+        expect_err(
+            &GOOD.replace("[redis]", "campaigns_dir = \"\"\n[redis]"),
+            5,
+            "sale.campaigns_dir",
+            "empty",
+        );
+        expect_err(&GOOD.replace("[redis]", "listen = \"x\"\n[redis]"), 5, "listen", "unknown field");
+        let url = "redis-cluster://127.0.0.1:7390?node=127.0.0.1:7391&node=127.0.0.1:7392";
+        assert_eq!(parse(&GOOD.replace("redis://127.0.0.1:6390", url)).unwrap().redis.url, url);
+    }
+
+    #[test]
+    fn secrets_must_be_references() {
+        expect_err(
+            &GOOD.replacen("env:SALE_CONF_TEST_KEY", "hunter2hunter2hunter2", 1),
+            3,
+            "sale.signing_key",
+            "env:NAME or file:PATH",
+        );
+        expect_err(
+            &GOOD.replacen("env:SALE_CONF_TEST_KEY", "env:SALE_CONF_SURELY_UNSET", 1),
+            3,
+            "sale.signing_key",
+            "SALE_CONF_SURELY_UNSET",
+        );
+    }
+
+    #[test]
+    fn every_section_is_required() {
+        for section in SECTIONS {
+            let without: String = GOOD
+                .split("\n\n")
+                .filter(|block| !block.trim_start().starts_with(&format!("[{section}]")))
+                .collect::<Vec<_>>()
+                .join("\n\n");
+            let err = parse(&without).unwrap_err();
+            assert!(err.message.contains(section), "{section}: {err}");
+        }
+    }
+}
