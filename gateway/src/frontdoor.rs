@@ -109,7 +109,7 @@ where
                 Head::Ready(head) => head,
                 Head::Closed => return None,
                 Head::Refused(refusal) => {
-                    let request_id = crate::proxy::new_request_id();
+                    let request_id = crate::request_id::new();
                     let answer = limits::raw_answer(&refusal, &request_id);
                     if let Some(log) = &self.log {
                         let client = stream.get_socket_digest().and_then(|d| d.peer_addr().cloned());

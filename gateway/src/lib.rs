@@ -18,6 +18,7 @@
 //!   (`/metrics`, `/healthz`, `/readyz`) and what is read at scrape time;
 //! - [`access_log`]: one line per request, written by a thread of its own, reopened on `SIGUSR1`;
 //! - [`observe`]: the logging phase's metrics and access line, turned on by the server file;
+//! - [`request_id`]: the id each request is given, in one place;
 //! - [`server`]: wires it all into a Pingora server.
 
 pub mod access_log;
@@ -31,6 +32,7 @@ pub mod metrics;
 pub mod observe;
 pub mod proxy;
 pub mod reload;
+pub mod request_id;
 pub mod routes;
 pub mod server;
 pub mod threads;

@@ -141,7 +141,7 @@ impl ProxyHttp for Gateway {
             return Err(Error::explain(ErrorType::InternalError, "no conf"));
         };
         ctx.client = frontdoor::client(session, &active.server.trusted_proxies);
-        ctx.request_id = new_request_id();
+        ctx.request_id = crate::request_id::new();
 
         // The front door's limits: header fields, smuggling, declared body size (413).
         match frontdoor::admit(session, &active, ctx.shop) {
@@ -302,10 +302,6 @@ impl Gateway {
         plugins::pingora::write(session, &reply).await?;
         Ok(true)
     }
-}
-
-pub(crate) fn new_request_id() -> String {
-    uuid::Uuid::now_v7().to_string()
 }
 
 /// The request's host, without port: the `Host` header, else the URI's authority.
