@@ -1,25 +1,21 @@
-//! The sale at the edge as one small API, for any Pingora `ProxyHttp` to call from its
-//! `request_filter` (the gateway is its first user; `plugins/examples/embed.rs` shows another):
+//! The chain of the sale's checks and its reservation, step by step, as
+//! [`crate::FlashSale`] runs them for each endpoint (a proxy calls `FlashSale`, not this):
 //!
 //! ```text
 //! let admitted = edge.admit(&conf, &campaign, &head, hidden_path)?;   // the request line and headers
-//! let body = /* the proxy reads the body (at most a few KB) */;
+//! let body = /* at most a few KB */;
 //! let order = edge.verify(&conf, &campaign, admitted, &head, &body).await?;  // signature, eligibility, global limits
 //! let queued = edge.reserve(&conf, &campaign, &order, request_id).await?;    // reserve.lua, then Kafka
 //! let result_token = edge.result_token(&conf, &campaign, &order, answered_id);  // with the QUEUED answer
 //! ```
 //!
-//! A result query (`GET /seckill/{c}/result/{id}`) passes [`Edge::check_result`] (the result
-//! token of that request, one HMAC, no lookup) before the proxy sends it to the order writer.
+//! A result query passes [`Edge::check_result`] (the result token of that request, one HMAC, no
+//! lookup) before it goes to the order writer. Before an order, [`Edge::challenge`] and
+//! [`Edge::token`] answer the captcha and token endpoints ([`crate::edge::issue`]).
 //!
-//! Every step answers `Ok` or a [`Denial`] (the code, its status, a message, maybe a
-//! `Retry-After`), which the proxy writes as its JSON answer. Nothing here knows Pingora: a
-//! request is its `http` parts ([`Head`]); reading the body and writing the answer are the
-//! proxy's. Before an order, [`Edge::challenge`] and [`Edge::token`] answer the captcha and
-//! token endpoints ([`crate::edge::issue`]).
-//!
-//! What the steps need comes in three parts: the process's own state ([`Edge`]: rate
-//! estimators, the Redis scripts, the Kafka queue), the server's settings that a reload may
+//! Every step answers `Ok` or a [`Denial`]. Nothing here knows Pingora: a request is its `http`
+//! parts ([`Head`]). What the steps need comes in three parts: the process's own state
+//! ([`Edge`]: rate estimators, the Redis scripts, the Kafka queue), the settings a reload may
 //! change ([`Conf`]: keys, the login verifier, the record signer) and one campaign with its
 //! process state ([`CampaignRef`]: its file, sold-out flag, budget, eligibility lists).
 
@@ -50,7 +46,7 @@ use crate::input::{self, DEVICE_HEADER};
 use crate::queue::ReservationQueue;
 use crate::rate_limit::RateLimiter;
 use crate::reserve::Reserver;
-use crate::sale::{Order, Place, Queued, Sale};
+use crate::sale::{Effects, Order, Queued, Seller};
 use crate::signature::{self, Request};
 use crate::sold_out::{now_ms, SoldOutFlag};
 use crate::token::{CampaignClaims, EdgeKeys, RESULT_TOKEN_GRACE_SECS, RESULT_TOKEN_HEADER};
@@ -142,7 +138,7 @@ pub struct Verified {
 pub struct Edge {
     limiter: RateLimiter,
     global: GlobalLimiter,
-    sale: Sale,
+    seller: Seller,
     spent: SpentChallenges,
 }
 
@@ -156,7 +152,7 @@ impl Edge {
             limiter: RateLimiter::new(),
             global: GlobalLimiter::new(pool.clone(), scripts.clone()),
             spent: SpentChallenges::new(pool.clone(), spend_timeout),
-            sale: Sale::new(Reserver::new(pool, scripts, reserve_timeout), queue),
+            seller: Seller::new(Reserver::new(pool, scripts, reserve_timeout), queue),
         }
     }
 
@@ -268,8 +264,8 @@ impl Edge {
             qty: order.qty,
             nonce: Some(&nonce),
         };
-        let place = Place { sold_out: c.sold_out, sold_out_ttl: conf.sold_out_ttl, signer: conf.signer };
-        self.sale.reserve(reservation, place).await
+        let effects = Effects { sold_out: c.sold_out, sold_out_ttl: conf.sold_out_ttl, signer: conf.signer };
+        self.seller.sell(reservation, effects).await
     }
 
     /// The result token that goes with a QUEUED answer of `order` under `request_id` (the

@@ -1,4 +1,4 @@
-//! The reservation step of an order, as one call from a proxy's `request_filter`: run
+//! The reservation step of an order ([`Seller::sell`]): run
 //! `reserve.lua` once ([`Reserver`]), learn "sold out" for the local flag, turn the outcome into
 //! `Ok` (reserved: answer `202 QUEUED`) or a [`Denial`], and hand the reserved record, signed, to
 //! the Kafka queue without waiting ([`ReservationQueue`]). The record in the Redis outbox is the
@@ -44,9 +44,10 @@ pub enum Queued {
     Retry(String),
 }
 
-/// What a reservation needs of the campaign's conf and process state.
+/// Where a reservation's effects go besides its answer: the campaign's sold-out flag (with how
+/// long it lives) and the signer of its Kafka record.
 #[derive(Debug, Clone, Copy)]
-pub struct Place<'a> {
+pub struct Effects<'a> {
     /// The campaign's local sold-out flag.
     pub sold_out: &'a SoldOutFlag,
     /// How long the flag lives without a replenish message.
@@ -55,23 +56,23 @@ pub struct Place<'a> {
     pub signer: &'a Signer,
 }
 
-/// The reserver and the Kafka queue of one process.
+/// The reserver and the Kafka queue of one process: sells a checked order.
 #[derive(Debug, Clone)]
-pub struct Sale {
+pub struct Seller {
     reserver: Reserver,
     queue: ReservationQueue,
 }
 
-impl Sale {
-    /// A sale over a Redis reserver and a started queue.
+impl Seller {
+    /// A seller over a Redis reserver and a started queue.
     pub fn new(reserver: Reserver, queue: ReservationQueue) -> Self {
         Self { reserver, queue }
     }
 
-    /// Reserves `order`. `Ok` means reserved (answer `202 QUEUED`): the record is in the outbox
+    /// Sells `order`: reserves it and hands its record to Kafka. `Ok` means reserved (answer `202 QUEUED`): the record is in the outbox
     /// and on its way to Kafka, or, for a safe retry, was before. Never retried (a timeout may
     /// hide a reservation; see [`Reserver::reserve`]).
-    pub async fn reserve(&self, order: Order<'_>, place: Place<'_>) -> Result<Queued, Denial> {
+    pub async fn sell(&self, order: Order<'_>, effects: Effects<'_>) -> Result<Queued, Denial> {
         let Order { campaign, home, bucket_tries, request_id, user, qty, nonce } = order;
         let asked = now_ms();
         let decision = match self.reserver.reserve(home, bucket_tries, request_id, user, qty, nonce).await {
@@ -83,7 +84,7 @@ impl Sale {
             Err(e) => return Err(reserve::degraded(&e, campaign, request_id)),
         };
         if decision.sold_out_everywhere {
-            place.sold_out.mark(asked, now_ms(), place.sold_out_ttl);
+            effects.sold_out.mark(asked, now_ms(), effects.sold_out_ttl);
         }
         let outcome = decision.outcome;
         if let Some(d) = reserve::denial(&outcome) {
@@ -91,7 +92,7 @@ impl Sale {
         }
         match outcome {
             ReserveOutcome::Reserved { record, .. } => {
-                let signature = place.signer.sign(record.as_bytes());
+                let signature = effects.signer.sign(record.as_bytes());
                 self.queue.enqueue(user, record, signature);
                 Ok(Queued::New)
             }
