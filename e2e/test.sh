@@ -60,6 +60,11 @@ cargo clippy --locked --workspace --all-targets -- -D warnings
 phase "cargo test"
 cargo test --locked --workspace
 
+# The gateway's tests again with one worker (cargo test ran them with two, `[server] workers`):
+# a request behaves the same whichever worker takes it, and whatever their number.
+phase "gateway tests, one worker"
+SECKILL_TEST_WORKERS=1 cargo test --locked -p gateway --test gateway
+
 # Standard Kafka clients (kcat, kafka-python) read the project's records off the topic and check
 # them against the README's format; their foreign records are dead-lettered, never orders.
 phase "Kafka interop (kcat, kafka-python)"

@@ -77,7 +77,7 @@ gateway() { # name redis_url; sets GW_PORT and GW_PID
   cat >"$WORK/conf/$1.toml" <<SERVER
 [server]
 listen = "127.0.0.1:$port"
-threads = $THREADS
+workers = $THREADS
 [sale]
 signing_key = "file:key"
 sold_out_ttl_ms = 60000

@@ -130,7 +130,7 @@ bench_campaign "$WORK/conf/campaigns/$POW16.toml" "$POW16" 100000000 16
 cat >"$WORK/conf/server.toml" <<SERVER
 [server]
 listen = "127.0.0.1:$GW_PORT"
-threads = $THREADS
+workers = $THREADS
 [sale]
 signing_key = "file:key"
 sold_out_ttl_ms = 60000

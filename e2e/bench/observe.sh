@@ -72,7 +72,7 @@ for v in "${VARIANTS[@]}"; do
     cat <<SERVER
 [server]
 listen = "127.0.0.1:${PORT[$v]}"
-threads = $THREADS
+workers = $THREADS
 [sale]
 signing_key = "file:key"
 campaigns_dir = "campaigns"

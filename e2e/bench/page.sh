@@ -57,7 +57,7 @@ head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/conf/key"
 cat >"$WORK/conf/server.toml" <<SERVER
 [server]
 listen = "127.0.0.1:$GW_PORT"
-threads = $THREADS
+workers = $THREADS
 [sale]
 signing_key = "file:key"
 sold_out_ttl_ms = 60000

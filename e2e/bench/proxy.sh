@@ -131,7 +131,7 @@ fi
 cat >"$WORK/gw/server.toml" <<SERVER
 [server]
 listen = "127.0.0.1:$GW"
-threads = $THREADS
+workers = $THREADS
 [sale]
 signing_key = "file:key"
 sold_out_ttl_ms = 60000

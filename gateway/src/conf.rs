@@ -64,6 +64,8 @@ struct Raw {
 #[serde(deny_unknown_fields)]
 struct RawServer {
     listen: S<String>,
+    #[serde(default)]
+    workers: Option<S<i64>>,
     #[serde(default = "d_threads")]
     threads: S<i64>,
     #[serde(default)]
@@ -71,7 +73,7 @@ struct RawServer {
 }
 
 fn d_threads() -> S<i64> {
-    spanned(2)
+    spanned(1)
 }
 
 #[derive(Debug, Deserialize)]
@@ -159,7 +161,10 @@ pub struct ServerConf {
     pub file: PathBuf,
     /// Listening address (restart to change).
     pub listen: SocketAddr,
-    /// Worker threads (restart to change).
+    /// Worker services: each its own runtime, listener and upstream pools on the same address,
+    /// sharing the sale (restart to change). Default: the cores.
+    pub workers: usize,
+    /// Threads of each worker (restart to change). Default 1: a request never changes thread.
     pub threads: usize,
     /// Proxies in front of the gateway whose `X-Forwarded-For` names the client.
     pub trusted_proxies: TrustedProxies,
@@ -184,6 +189,7 @@ impl std::fmt::Debug for ServerConf {
         f.debug_struct("ServerConf")
             .field("file", &self.file)
             .field("listen", &self.listen)
+            .field("workers", &self.workers)
             .field("threads", &self.threads)
             .field("trusted_proxies", &self.trusted_proxies)
             .field("order_writer", &self.order_writer)
@@ -277,6 +283,10 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
 
     let s = &raw.server;
     let listen = c.addr(&s.listen, "server.listen")?;
+    let workers = match &s.workers {
+        Some(w) => c.int(w, "server.workers", 1, 256)?,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
     let threads = c.int(&s.threads, "server.threads", 1, 256)?;
     let mut trusted = Vec::with_capacity(s.trusted_proxies.len());
     for net in &s.trusted_proxies {
@@ -342,6 +352,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     Ok(ServerConf {
         file: file.to_path_buf(),
         listen,
+        workers,
         threads,
         trusted_proxies: TrustedProxies::new(trusted),
         order_writer,
@@ -407,7 +418,10 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
     fn a_good_file_parses_with_defaults() {
         let c = parse(GOOD).unwrap();
         assert_eq!(c.listen.port(), 8080);
-        assert_eq!(c.threads, 2);
+        assert_eq!(c.threads, 1);
+        assert_eq!(c.workers, std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let two = parse(&GOOD.replace("[redis]", "workers = 2\n[redis]")).unwrap();
+        assert_eq!((two.workers, two.threads), (2, 1));
         assert_eq!(c.order_writer.connect_timeout, Duration::from_millis(200));
         assert_eq!(c.routes[0].host.as_deref(), Some("shop.example"));
         assert_eq!(c.routes[0].pool.upstreams.len(), 2);
@@ -430,6 +444,12 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
     #[test]
     fn bad_addresses_are_refused_with_line_and_field() {
         expect_err(&GOOD.replace("127.0.0.1:8080", "localhost:8080"), 3, "server.listen", "IP:port");
+        expect_err(
+            &GOOD.replace("[redis]", "workers = 0\n[redis]"),
+            6,
+            "server.workers",
+            "between 1 and 256",
+        );
         expect_err(
             &GOOD.replace("\"127.0.0.1:8081\"", "\"10.0.0.1\""),
             11,

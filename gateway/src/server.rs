@@ -2,9 +2,11 @@
 //! Kafka producer and replenish listener) on the control and Kafka runtimes, the control tasks
 //! (reload on `SIGHUP`, health checks) and the proxy service.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use pingora_core::listeners::TcpSocketOptions;
 use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
 use pingora_core::services::listening::Service;
@@ -84,7 +86,8 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     // with --upgrade (both accept for Pingora's 5 s hand-over), then the same.
     let shutdown = &server_conf.shutdown;
     let pingora_conf = PingoraConf {
-        threads: server_conf.threads,
+        // The admin listener and the HTTPS redirect; each worker sets its own.
+        threads: 1,
         grace_period_seconds: Some(shutdown.drain.as_secs()),
         // After the drain, what is left is cancelled; this bounds only blocking threads.
         graceful_shutdown_timeout_seconds: Some(1),
@@ -97,17 +100,27 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let mut server = Server::new_with_opt_and_conf(Some(opt), pingora_conf);
     server.bootstrap();
     let observer = observe::install(&mut server, &server_conf, &sale, control.handle())?;
-    let access_log = observer.access_log();
-    let gateway = Gateway::new(Arc::clone(&shared), sale).with_observer(observer);
-    let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
-    let mut service = Service::new(
-        "gateway".to_string(),
-        FrontDoor::new(proxy, server_conf.limits.clone()).with_access_log(access_log),
-    );
-    service.add_tcp(&server_conf.listen.to_string());
+    // Nginx's worker model: `workers` services on the same address, each on a runtime of its own
+    // (`threads`, 1 by default) with its own listening socket (SO_REUSEPORT: the kernel spreads
+    // connections over them) and its own upstream keepalive pools, so a request is accepted,
+    // proxied and answered on one thread. The sale (rate limits, budgets, sold-out flags, Redis
+    // and Kafka clients), the conf, metrics and the access log are the process's, shared.
+    for worker in 0..server_conf.workers {
+        let gateway = Gateway::new(Arc::clone(&shared), Arc::clone(&sale)).with_observer(observer.clone());
+        let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
+        let front_door =
+            FrontDoor::new(proxy, server_conf.limits.clone()).with_access_log(observer.access_log());
+        // The name is its threads' (15 characters at most, as Linux keeps them).
+        let mut service = Service::new(format!("gw-worker-{worker}"), front_door);
+        service.threads = Some(server_conf.threads);
+        service.add_tcp_with_settings(&worker_addr(server_conf.listen, worker), reuse_port());
+        if let Some(tls) = &server_conf.tls {
+            let settings = tls::settings(Arc::clone(&shared), tls.http2)?;
+            service.add_tls_with_settings(&worker_addr(tls.listen, worker), Some(reuse_port()), settings);
+        }
+        server.add_service(service);
+    }
     if let Some(tls) = &server_conf.tls {
-        let settings = tls::settings(Arc::clone(&shared), tls.http2)?;
-        service.add_tls_with_settings(&tls.listen.to_string(), None, settings);
         tracing::info!(listen = %tls.listen, http2 = tls.http2, certs = tls.certs.entries.len(), "TLS listener");
         if let Some(plain) = tls.redirect_listen {
             let mut redirect =
@@ -116,8 +129,55 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
             server.add_service(redirect);
         }
     }
-    server.add_service(service);
-    tracing::info!(listen = %server_conf.listen, conf = %opts.conf.display(), "gateway starting");
+    tracing::info!(
+        listen = %server_conf.listen, workers = server_conf.workers, threads = server_conf.threads,
+        conf = %opts.conf.display(), "gateway starting"
+    );
     let (_control, _kafka) = (control, kafka);
     server.run_forever()
+}
+
+/// Worker `worker`'s name of the address `addr`: the same socket address, spelled with `worker`
+/// leading zeros in its port (`127.0.0.1:8080`, `127.0.0.1:08080`, ...), so that each worker gets
+/// a listening socket of its own. Pingora keeps one socket per address *string* in its table of
+/// listening sockets (which the upgrade hands over): under one string every worker would wrap
+/// the same descriptor, and each would close it at shutdown, the second close hitting whatever
+/// socket took the number meanwhile (an in-flight connection). Spelled apart, each worker's
+/// socket is its own, bound with `SO_REUSEPORT`, and handed over by its own name on an upgrade
+/// (keep `workers` the same across an upgrade: a socket no worker takes over is closed with the
+/// connections waiting in it).
+pub fn worker_addr(addr: SocketAddr, worker: usize) -> String {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(ip) => ip.to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+    };
+    format!("{ip}:{}{}", "0".repeat(worker), addr.port())
+}
+
+/// A worker's listener options: `SO_REUSEPORT`, so that the workers' sockets share the address
+/// (and a restarted gateway may bind it while the old one still holds it).
+fn reuse_port() -> TcpSocketOptions {
+    let mut options = TcpSocketOptions::default();
+    options.so_reuseport = Some(true);
+    options
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_worker_spells_the_same_address_its_own_way() {
+        let v4: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        let v6: SocketAddr = "[::1]:443".parse().unwrap();
+        for addr in [v4, v6] {
+            let names: Vec<String> = (0..4).map(|w| worker_addr(addr, w)).collect();
+            for name in &names {
+                assert_eq!(name.parse::<SocketAddr>().unwrap(), addr, "{name}");
+            }
+            let distinct: std::collections::HashSet<_> = names.iter().collect();
+            assert_eq!(distinct.len(), names.len(), "{names:?}");
+        }
+        assert_eq!(worker_addr(v4, 0), "127.0.0.1:8080", "worker 0 keeps the address as written");
+    }
 }

@@ -24,3 +24,4 @@ mod sold_out;
 mod tls;
 mod upgrade;
 mod websocket;
+mod workers;

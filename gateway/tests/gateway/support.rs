@@ -173,6 +173,8 @@ pub struct GatewayConf {
     pub campaigns: Vec<(String, String)>,
     /// `[[route]]` tables, verbatim.
     pub routes: String,
+    /// `server.workers` ([`workers`] by default).
+    pub workers: usize,
     /// `sale.sold_out_ttl_ms`.
     pub sold_out_ttl_ms: u64,
     /// Extra `[server]` lines (one at most keeps the line numbers the conf tests expect).
@@ -203,6 +205,7 @@ impl GatewayConf {
             order_writer_extra: String::new(),
             campaigns: vec![(campaign.into(), campaign_toml(campaign, extra))],
             routes: String::new(),
+            workers: workers(),
             sold_out_ttl_ms: 1000,
             server_extra: String::new(),
             redis_timeout_ms: 200,
@@ -224,6 +227,12 @@ pub struct Gateway {
     pub dir: PathBuf,
 }
 
+/// The gateways' `[server] workers`: `SECKILL_TEST_WORKERS` (the test command runs the gateway
+/// tests with 1 and with 2), 2 by default.
+pub fn workers() -> usize {
+    std::env::var("SECKILL_TEST_WORKERS").ok().and_then(|w| w.parse().ok()).unwrap_or(2)
+}
+
 /// Writes a conf folder for `conf` listening on `port`; returns the server file.
 pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     std::fs::create_dir_all(dir.join("campaigns")).unwrap();
@@ -235,13 +244,14 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     let upstreams: Vec<String> = conf.order_writer.iter().map(|a| format!("{a:?}")).collect();
     let brokers: Vec<String> = conf.kafka_brokers.iter().map(|a| format!("{a:?}")).collect();
     let server = format!(
-        "[server]\nlisten = \"127.0.0.1:{port}\"\nthreads = 2\n{}\n\
+        "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = {}\n{}\n\
          [sale]\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n\
          [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
          [kafka]\nbrokers = [{}]\n{}\n\n\
          [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"{}\"\nlogin_key = \"file:login_key\"\n\
          login_issuer = \"{}\"\nlogin_audience = \"{}\"\n{}\n\n{}\n{}\n",
+        conf.workers,
         conf.server_extra,
         conf.sold_out_ttl_ms,
         conf.redis_url,
