@@ -53,6 +53,7 @@ use crate::sale::{Order, Place, Queued, Sale};
 use crate::signature::{self, Request};
 use crate::sold_out::{now_ms, SoldOutFlag};
 use crate::token::{CampaignClaims, EdgeKeys, RESULT_TOKEN_GRACE_SECS, RESULT_TOKEN_HEADER};
+use crate::waiting_room::WaitingRoom;
 use crate::{switches, window, Denial};
 
 pub use crate::client_ip::X_FORWARDED_FOR;
@@ -143,6 +144,7 @@ pub struct Edge {
     global: GlobalLimiter,
     sale: Sale,
     spent: SpentChallenges,
+    room: WaitingRoom,
 }
 
 impl Edge {
@@ -159,6 +161,7 @@ impl Edge {
             limiter: RateLimiter::new(),
             global: GlobalLimiter::new(pool.clone(), scripts.clone()),
             spent: SpentChallenges::new(pool.clone(), spend_timeout),
+            room: WaitingRoom::new(pool.clone(), scripts.clone(), spend_timeout),
             sale: Sale::new(Reserver::new(pool, scripts, reserve_timeout), queue),
         }
     }

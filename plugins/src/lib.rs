@@ -49,6 +49,7 @@ pub mod signature;
 pub mod sold_out;
 pub mod switches;
 pub mod token;
+pub mod waiting_room;
 pub mod window;
 
 /// Why a request is answered at the edge instead of going on.
