@@ -23,4 +23,5 @@ mod scrape;
 mod sold_out;
 mod tls;
 mod upgrade;
+mod waiting_room;
 mod websocket;
