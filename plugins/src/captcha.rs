@@ -1,9 +1,11 @@
 //! Captcha before a token: the built-in proof of work, or a third-party provider's token.
 //!
 //! - **Proof of work** ([`CaptchaKind::Pow`]): `POST /seckill/{c}/captcha` hands out a
-//!   challenge `{campaign}.{expires}.{id}.{mac}`, authenticated by an HMAC under a key derived
-//!   from the server's master key, so it needs no storage until it is spent. The answer must
-//!   give the challenge the campaign's `pow_bits` leading zero bits ([`protocol::pow`]).
+//!   challenge `{campaign}.{expires}.{id}.{bits}.{mac}`, authenticated by an HMAC under a key
+//!   derived from the server's master key, so it needs no storage until it is spent. The answer
+//!   must give the challenge the bits it carries (those in force when it was handed out, which
+//!   grow with the crowd: [`crate::waiting_room`]), and never fewer than the campaign's
+//!   `pow_bits`, leading zero bits ([`protocol::pow`]).
 //! - **Provider** ([`CaptchaKind::Provider`]): the client solved a third-party captcha and
 //!   brings its signed token (a JWT checked with the provider's public key, with `jti`).
 //!
@@ -32,11 +34,17 @@ fn failed(message: &'static str) -> Denial {
 /// Hex characters of a challenge's MAC.
 const MAC_HEX: usize = 32;
 
-/// A fresh proof-of-work challenge for `campaign`, valid `ttl_secs` from `now`.
-pub fn challenge(key: &hmac::Key, campaign: &str, ttl_secs: u32, now: i64) -> Result<String, Denial> {
+/// A fresh proof-of-work challenge for `campaign` asking `bits`, valid `ttl_secs` from `now`.
+pub fn challenge(
+    key: &hmac::Key,
+    campaign: &str,
+    ttl_secs: u32,
+    bits: u32,
+    now: i64,
+) -> Result<String, Denial> {
     let mut id = [0u8; 12];
     SystemRandom::new().fill(&mut id).map_err(|_| Denial::new(Code::Internal, "no randomness"))?;
-    let body = format!("{campaign}.{}.{}", now + i64::from(ttl_secs), hex::encode(id));
+    let body = format!("{campaign}.{}.{}.{bits}", now + i64::from(ttl_secs), hex::encode(id));
     let mac = hmac::sign(key, body.as_bytes());
     Ok(format!("{body}.{}", &hex::encode(mac.as_ref())[..MAC_HEX]))
 }
@@ -88,8 +96,9 @@ pub fn check(
             let (Some(challenge), Some(answer)) = (&solution.challenge, &solution.answer) else {
                 return Err(failed("this campaign takes a proof of work: challenge and answer"));
             };
-            let id = check_challenge(key, campaign, challenge, now)?;
-            if answer.len() > 32 || !protocol::pow::solves(challenge, answer, defense.pow_bits) {
+            let (id, carried) = check_challenge(key, campaign, challenge, now)?;
+            let bits = carried.unwrap_or(0).max(defense.pow_bits);
+            if answer.len() > 32 || !protocol::pow::solves(challenge, answer, bits) {
                 return Err(failed("the answer does not solve the challenge"));
             }
             Ok(id.to_string())
@@ -113,13 +122,14 @@ pub fn check(
     }
 }
 
-/// The id of a genuine, unexpired challenge of `campaign`.
+/// The id of a genuine, unexpired challenge of `campaign`, and the bits it asks (`None` for a
+/// challenge of the format before the bits were carried).
 fn check_challenge<'a>(
     key: &hmac::Key,
     campaign: &str,
     challenge: &'a str,
     now: i64,
-) -> Result<&'a str, Denial> {
+) -> Result<(&'a str, Option<u32>), Denial> {
     let bad = || failed("the challenge is not one of ours");
     let (body, mac) = challenge.rsplit_once('.').ok_or_else(bad)?;
     let expected = hmac::sign(key, body.as_bytes());
@@ -128,14 +138,18 @@ fn check_challenge<'a>(
         return Err(bad());
     }
     let mut parts = body.split('.');
-    let (c, expires, id) = (parts.next(), parts.next(), parts.next());
+    let (c, expires, id, bits) = (parts.next(), parts.next(), parts.next(), parts.next());
     if c != Some(campaign) {
         return Err(failed("the challenge is for another campaign"));
     }
     if expires.and_then(|e| e.parse::<i64>().ok()).is_none_or(|e| e < now) {
         return Err(failed("the challenge has expired: ask for a new one"));
     }
-    id.ok_or_else(bad)
+    let bits = match bits {
+        None => None,
+        Some(b) => Some(b.parse::<u32>().map_err(|_| bad())?),
+    };
+    Ok((id.ok_or_else(bad)?, bits))
 }
 
 /// Spent challenges, in Redis, shared by every gateway process.
@@ -201,16 +215,47 @@ mod tests {
     #[test]
     fn a_solved_challenge_passes_and_names_its_id() {
         let now = 1_700_000_000;
-        let c = challenge(&key(), "c1", 60, now).unwrap();
+        let c = challenge(&key(), "c1", 60, 8, now).unwrap();
         let id = check(&key(), None, "c1", &pow(8), &solved(&c, 8), now + 59).unwrap();
         assert_eq!(id.len(), 24);
         assert!(c.contains(&id));
     }
 
     #[test]
+    fn a_challenge_asks_the_bits_it_carries_and_never_fewer_than_the_campaigns() {
+        let now = 1_700_000_000;
+        // Handed out at 12 bits (a crowd): an answer with fewer does not pass, even if the
+        // campaign's base is 4.
+        let hard = challenge(&key(), "c1", 60, 12, now).unwrap();
+        let weak = (0..1_000_000u32)
+            .map(|n| n.to_string())
+            .find(|a| {
+                let z = protocol::pow::leading_zero_bits(&hard, a);
+                (4..12).contains(&z)
+            })
+            .unwrap();
+        let s = Solution { challenge: Some(hard.clone()), answer: Some(weak), captcha_token: None };
+        assert_eq!(check(&key(), None, "c1", &pow(4), &s, now).unwrap_err().code, Code::CaptchaFailed);
+        assert!(check(&key(), None, "c1", &pow(4), &solved(&hard, 12), now).is_ok());
+        // The bits are signed: lowering them in the challenge breaks its MAC.
+        let (body, mac) = hard.rsplit_once('.').unwrap();
+        let lowered = format!("{}.4.{mac}", body.rsplit_once('.').unwrap().0);
+        let s = Solution { challenge: Some(lowered.clone()), ..solved(&hard, 12) };
+        assert_eq!(check(&key(), None, "c1", &pow(4), &s, now).unwrap_err().code, Code::CaptchaFailed);
+        // A challenge asking fewer than the campaign's bits (the base was raised) asks the base.
+        let easy = challenge(&key(), "c1", 60, 2, now).unwrap();
+        let two = (0..1_000_000u32)
+            .map(|n| n.to_string())
+            .find(|a| protocol::pow::leading_zero_bits(&easy, a) == 2)
+            .unwrap();
+        let s = Solution { challenge: Some(easy), answer: Some(two), captcha_token: None };
+        assert_eq!(check(&key(), None, "c1", &pow(8), &s, now).unwrap_err().code, Code::CaptchaFailed);
+    }
+
+    #[test]
     fn wrong_answers_and_foreign_expired_or_forged_challenges_fail() {
         let now = 1_700_000_000;
-        let c = challenge(&key(), "c1", 60, now).unwrap();
+        let c = challenge(&key(), "c1", 60, 8, now).unwrap();
         let fails = |s: &Solution, campaign: &str, at: i64| {
             check(&key(), None, campaign, &pow(8), s, at).map_err(|d| d.code)
         };

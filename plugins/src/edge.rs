@@ -21,6 +21,8 @@
 
 mod issue;
 
+pub use issue::{Issued, TokenAsked};
+
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +52,7 @@ use crate::sale::{Effects, Order, Queued, Seller};
 use crate::signature::{self, Request};
 use crate::sold_out::{now_ms, SoldOutFlag};
 use crate::token::{CampaignClaims, EdgeKeys, RESULT_TOKEN_GRACE_SECS, RESULT_TOKEN_HEADER};
+use crate::waiting_room::WaitingRoom;
 use crate::{switches, window, Denial};
 
 pub use crate::client_ip::X_FORWARDED_FOR;
@@ -140,6 +143,7 @@ pub struct Edge {
     global: GlobalLimiter,
     seller: Seller,
     spent: SpentChallenges,
+    room: WaitingRoom,
 }
 
 impl Edge {
@@ -152,6 +156,7 @@ impl Edge {
             limiter: RateLimiter::new(),
             global: GlobalLimiter::new(pool.clone(), scripts.clone()),
             spent: SpentChallenges::new(pool.clone(), spend_timeout),
+            room: WaitingRoom::new(pool.clone(), scripts.clone(), spend_timeout),
             seller: Seller::new(Reserver::new(pool, scripts, reserve_timeout), queue),
         }
     }

@@ -30,7 +30,7 @@ use protocol::codes::Code;
 use protocol::conf::ConfError;
 use protocol::scripts::Scripts;
 
-use crate::edge::{Edge, Head};
+use crate::edge::{Edge, Head, Issued};
 use crate::global_limit::Checked;
 use crate::queue::{self, ReservationQueue, TopicAtStart};
 use crate::registry::{CampaignEntry, Registrar, Registry};
@@ -214,12 +214,12 @@ impl FlashSale {
             },
             Endpoint::Captcha => {
                 match self.edge.challenge(&registry.edge_conf(), &entry.as_ref(), &req.head()) {
-                    Ok(body) => Handled::Reply(Reply::issued(Code::Challenge, body, request_id)),
+                    Ok(issued) => Handled::Reply(Reply::issued(issued, request_id)),
                     Err(d) => denied(d),
                 }
             }
             Endpoint::Token => match self.token(&registry, entry, req).await {
-                Ok(body) => Handled::Reply(Reply::issued(Code::TokenIssued, body, request_id)),
+                Ok(issued) => Handled::Reply(Reply::issued(issued, request_id)),
                 Err(d) => denied(d),
             },
             Endpoint::Result { request_id: asked } => {
@@ -263,7 +263,7 @@ impl FlashSale {
         registry: &Registry,
         entry: &CampaignEntry,
         req: &mut R,
-    ) -> Result<serde_json::Value, Denial> {
+    ) -> Result<Issued, Denial> {
         let (conf, c) = (registry.edge_conf(), entry.as_ref());
         let asked = self.edge.admit_token(&conf, &c, &req.head())?;
         let body = read_body(req).await?;

@@ -63,6 +63,7 @@ pub mod signature;
 pub mod sold_out;
 pub mod switches;
 pub mod token;
+pub mod waiting_room;
 pub mod window;
 
 pub use flash_sale::{FlashSale, Handled, SaleRequest, Start};

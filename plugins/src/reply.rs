@@ -9,9 +9,9 @@ use chrono::{SecondsFormat, Utc};
 use http::header::{self, HeaderName, HeaderValue};
 use protocol::campaign::{Campaign, Window};
 use protocol::codes::{Answer, Code};
-use serde_json::Value;
 
 use crate::budget::Permit;
+use crate::edge::Issued;
 use crate::page::{self, Asset};
 use crate::route::PREFIX;
 use crate::Denial;
@@ -88,10 +88,17 @@ impl Reply {
         Self::json(202, Code::Queued, body, "no-store")
     }
 
-    /// A captcha challenge or a campaign token (`code`): 200 with its JSON and the request's id.
-    pub fn issued(code: Code, mut body: Value, request_id: &str) -> Self {
+    /// A captcha challenge, a campaign token or a place in the waiting room: its status with its
+    /// JSON and the request's id (and `Retry-After` for a place in the room).
+    pub fn issued(issued: Issued, request_id: &str) -> Self {
+        let Issued { code, mut body, retry_after_secs } = issued;
         body["request_id"] = request_id.into();
-        Self::json(200, code, serde_json::to_vec(&body).unwrap_or_default(), "no-store")
+        let mut reply =
+            Self::json(code.status(), code, serde_json::to_vec(&body).unwrap_or_default(), "no-store");
+        if let Some(secs) = retry_after_secs {
+            reply.headers.push((header::RETRY_AFTER, HeaderValue::from(secs)));
+        }
+        reply
     }
 
     /// `GET /seckill/{c}/info`: server time, window state, switches; cacheable for a second.
@@ -166,6 +173,7 @@ impl Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     fn header<'a>(r: &'a Reply, name: &HeaderName) -> Option<&'a str> {
         r.headers.iter().find(|(n, _)| n == name).and_then(|(_, v)| v.to_str().ok())

@@ -19,8 +19,11 @@
 //!   costs the order writer nothing; the answer to a bad one is the same whether the request id
 //!   exists or not.
 //!
+//! - **Queue ticket**: the waiting room's signed ticket ([`crate::waiting_room`]), under the
+//!   room key.
+//!
 //! The sub-keys are `HMAC-SHA256(master, label)` for the labels `token`, `path`, `signing`,
-//! `challenge` and `result`.
+//! `challenge`, `result` and `room`.
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
@@ -100,6 +103,7 @@ pub struct EdgeKeys {
     signing: hmac::Key,
     challenge: hmac::Key,
     result: hmac::Key,
+    room: hmac::Key,
 }
 
 impl std::fmt::Debug for EdgeKeys {
@@ -135,12 +139,19 @@ impl EdgeKeys {
             signing: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "signing")),
             challenge: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "challenge")),
             result: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "result")),
+            room: hmac::Key::new(hmac::HMAC_SHA256, &derive(&master, "room")),
         })
     }
 
     /// The key that authenticates captcha challenges ([`crate::captcha`]).
     pub fn challenge_key(&self) -> &hmac::Key {
         &self.challenge
+    }
+
+    /// The key of the waiting room's tickets and of its pre-queue shuffle
+    /// ([`crate::waiting_room`]).
+    pub fn room_key(&self) -> &hmac::Key {
+        &self.room
     }
 
     /// The hidden path segment of (user, campaign, jti).

@@ -14,6 +14,7 @@ use crate::conf::{self, ConfError};
 use crate::defense::{Defense, Eligibility, RawDefense, RawEligibility};
 use crate::global_limit::{self, GlobalLimit, RawGlobalLimit};
 use crate::keys::{valid_campaign_id, MAX_BUCKETS};
+use crate::waiting_room::{PowLevel, RawPowLevel, RawWaitingRoom, WaitingRoom};
 
 /// The most units a campaign may sell.
 pub const MAX_STOCK: i64 = 1_000_000_000;
@@ -134,6 +135,10 @@ struct Raw {
     buckets: Spanned<i64>,
     #[serde(default)]
     bucket_tries: Option<Spanned<i64>>,
+    #[serde(default)]
+    waiting_room: Option<RawWaitingRoom>,
+    #[serde(default)]
+    pow_level: Vec<RawPowLevel>,
 }
 
 fn default_buckets() -> Spanned<i64> {
@@ -181,6 +186,11 @@ pub struct Campaign {
     /// short (1 to `buckets - 1`; default all of them; 0 without buckets). Sold out is declared
     /// at the edge only when every bucket was found empty.
     pub bucket_tries: u32,
+    /// The waiting room at the token endpoint (`[waiting_room]`; off by default).
+    pub waiting_room: WaitingRoom,
+    /// The proof of work's bits by arrival rate (`[[pow_level]]`), sorted by rate; empty: the
+    /// campaign's `pow_bits` always.
+    pub pow_levels: Vec<PowLevel>,
 }
 
 /// Where a campaign's window stands at a given time.
@@ -310,6 +320,8 @@ impl Campaign {
             .as_ref()
             .map_or(Ok(Eligibility::default()), RawEligibility::check)
             .map_err(field_err)?;
+        let (waiting_room, pow_levels) =
+            crate::waiting_room::check(raw.waiting_room.as_ref(), &raw.pow_level).map_err(field_err)?;
         Ok(Campaign {
             id: raw.id.into_inner(),
             sku: raw.sku.into_inner(),
@@ -326,6 +338,8 @@ impl Campaign {
             global_limits,
             buckets: buckets as u32,
             bucket_tries: bucket_tries as u32,
+            waiting_room,
+            pow_levels,
         })
     }
 

@@ -59,6 +59,12 @@ pub enum Code {
     Challenge,
     /// A campaign token, its hidden order path and its signing key.
     TokenIssued,
+    /// The campaign's waiting room: not yet your turn. The answer carries the signed queue
+    /// ticket (present it again as `X-Queue-Ticket`), the position, the number ahead and the ETA.
+    Waiting,
+    /// A queue ticket that is not valid here: forged, for another user, device or campaign, or
+    /// expired.
+    BadTicket,
     /// A dependency (Redis) is down or slow: fail fast, nothing was reserved.
     ServiceDegraded,
     /// No route matches the request.
@@ -115,6 +121,8 @@ impl Code {
             Code::CaptchaFailed => "CAPTCHA_FAILED",
             Code::Challenge => "CHALLENGE",
             Code::TokenIssued => "TOKEN_ISSUED",
+            Code::Waiting => "WAITING",
+            Code::BadTicket => "BAD_TICKET",
             Code::ServiceDegraded => "SERVICE_DEGRADED",
             Code::RouteNotFound => "ROUTE_NOT_FOUND",
             Code::UpstreamUnavailable => "UPSTREAM_UNAVAILABLE",
@@ -149,14 +157,15 @@ impl Code {
             | Code::BadToken
             | Code::TokenExpired
             | Code::BadResultToken => 401,
-            Code::NotEligible | Code::CaptchaFailed => 403,
+            Code::NotEligible | Code::CaptchaFailed | Code::BadTicket => 403,
             Code::UpstreamUnavailable => 502,
             Code::Success
             | Code::Failed
             | Code::Paid
             | Code::Closed
             | Code::Challenge
-            | Code::TokenIssued => 200,
+            | Code::TokenIssued
+            | Code::Waiting => 200,
             Code::BodyTooLarge => 413,
             Code::HeadersTooLarge => 431,
             Code::RequestTimeout => 408,
@@ -215,6 +224,8 @@ mod tests {
             Code::CaptchaFailed,
             Code::Challenge,
             Code::TokenIssued,
+            Code::Waiting,
+            Code::BadTicket,
         ] {
             let json = serde_json::to_string(&code).unwrap();
             assert_eq!(json, format!("\"{}\"", code.as_str()));
@@ -246,6 +257,8 @@ mod tests {
             (Code::NotEligible, 403),
             (Code::CaptchaFailed, 403),
             (Code::TokenIssued, 200),
+            (Code::Waiting, 200),
+            (Code::BadTicket, 403),
         ] {
             assert_eq!(code.status(), status, "{code}");
         }

@@ -98,6 +98,25 @@ impl CampaignKeys {
         format!("{}:limit:{by}:{value}:{window}", self.tag())
     }
 
+    /// HASH: the campaign's waiting room: `pre` (pre-queue arrivals so far), `size` (the
+    /// pre-queue's size once closed at the start), `next` (the last position given)
+    /// (`lua/room.lua`).
+    pub fn room(&self) -> String {
+        format!("{}:room", self.tag())
+    }
+
+    /// HASH: user -> their place in the waiting room, `a<n>` (pre-queue arrival) or `p<n>`
+    /// (position) (`lua/room.lua`).
+    pub fn room_users(&self) -> String {
+        format!("{}:room:users", self.tag())
+    }
+
+    /// STRING (expiring after 3 s): the campaign's arrivals (token requests) in unix second
+    /// `second`, across every gateway (`lua/arrivals.lua`).
+    pub fn arrivals(&self, second: i64) -> String {
+        format!("{}:arrivals:{second}", self.tag())
+    }
+
     /// The hash-tagged prefix of every key (`sk:{campaign}`).
     fn tag(&self) -> &str {
         self.meta.strip_suffix(":meta").unwrap_or(&self.meta)
@@ -209,6 +228,19 @@ pub fn valid_campaign_id(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_room_keys_share_the_campaign_tag() {
+        let k = CampaignKeys::new("c1");
+        for key in [k.room(), k.room_users(), k.arrivals(1_700_000_000)] {
+            assert_eq!(
+                fred::util::redis_keyslot(key.as_bytes()),
+                fred::util::redis_keyslot(k.meta.as_bytes())
+            );
+        }
+        assert_eq!(k.room(), "sk:{c1}:room");
+        assert_eq!(k.arrivals(7), "sk:{c1}:arrivals:7");
+    }
 
     #[test]
     fn all_keys_share_one_hash_tag() {

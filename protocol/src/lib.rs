@@ -14,6 +14,7 @@
 //! - [`campaign`]: the per-campaign file both binaries read, with its [`defense`] tables and
 //!   its [`global_limit`] rules;
 //! - [`pow`]: the proof-of-work captcha, as the gateway checks it and a client solves it;
+//! - [`waiting_room`]: a campaign's waiting room and its proof-of-work levels;
 //! - [`timing`]: the one timing rule between the gateway's undo and the order writer's sweeper;
 //! - [`logging`]: the log output every binary sets up the same way.
 
@@ -32,3 +33,4 @@ pub mod scripts;
 pub mod secret;
 pub mod signing;
 pub mod timing;
+pub mod waiting_room;

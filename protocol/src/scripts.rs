@@ -12,7 +12,9 @@ use fred::types::scripts::Script;
 
 use crate::keys::{Bucket, REPLENISH_CHANNEL};
 
+mod room;
 mod transfer;
+pub use room::{Arrivals, RoomEntry, RoomPlace};
 pub use transfer::{reserve_in_home, FallOver, TakeOutcome};
 
 /// Why the scripts could not be loaded or called.
@@ -47,6 +49,8 @@ pub struct Scripts {
     publish: Script,
     limit: Script,
     transfer: Script,
+    room: Script,
+    arrivals: Script,
 }
 
 /// What `reserve.lua` decided.
@@ -237,11 +241,13 @@ impl Scripts {
             publish: lua(include_str!("../../lua/publish.lua")),
             limit: lua(include_str!("../../lua/limit.lua")),
             transfer: lua(include_str!("../../lua/transfer.lua")),
+            room: lua(include_str!("../../lua/room.lua")),
+            arrivals: lua(include_str!("../../lua/arrivals.lua")),
         }
     }
 
-    /// Reads `reserve.lua`, `release.lua`, `publish.lua`, `limit.lua` and `transfer.lua` from
-    /// `dir`.
+    /// Reads `reserve.lua`, `release.lua`, `publish.lua`, `limit.lua`, `transfer.lua`,
+    /// `room.lua` and `arrivals.lua` from `dir`.
     pub fn load(dir: &Path) -> Result<Self, ScriptError> {
         Ok(Self {
             reserve: read(dir, "reserve.lua")?,
@@ -249,6 +255,8 @@ impl Scripts {
             publish: read(dir, "publish.lua")?,
             limit: read(dir, "limit.lua")?,
             transfer: read(dir, "transfer.lua")?,
+            room: read(dir, "room.lua")?,
+            arrivals: read(dir, "arrivals.lua")?,
         })
     }
 
@@ -259,7 +267,15 @@ impl Scripts {
 
     /// Loads every script into the server's script cache (optional: calls reload on NOSCRIPT).
     pub async fn preload(&self, client: &Client) -> Result<(), ScriptError> {
-        for s in [&self.reserve, &self.release, &self.publish, &self.limit, &self.transfer] {
+        for s in [
+            &self.reserve,
+            &self.release,
+            &self.publish,
+            &self.limit,
+            &self.transfer,
+            &self.room,
+            &self.arrivals,
+        ] {
             s.load(client).await?;
         }
         Ok(())

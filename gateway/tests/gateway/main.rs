@@ -23,5 +23,6 @@ mod scrape;
 mod sold_out;
 mod tls;
 mod upgrade;
+mod waiting_room;
 mod websocket;
 mod workers;

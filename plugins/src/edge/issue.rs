@@ -4,14 +4,17 @@
 //! orders (a buyer's captcha and token requests never use up its order allowance).
 //!
 //! [`Edge::challenge`] (`POST /seckill/{c}/captcha`): window open → switches → rate limits per
-//! IP and device → a proof-of-work challenge (`CHALLENGE`: `challenge`, `bits`, `expires_in`), or,
+//! IP and device → a proof-of-work challenge (`CHALLENGE`: `challenge`, `bits`, `expires_in`; the
+//! bits grow with the campaign's arrivals per second, `[[pow_level]]`), or,
 //! for a campaign whose captcha is a provider's, where to get one.
 //!
 //! [`Edge::token`] (`POST /seckill/{c}/token` with `Authorization: Bearer <login JWT>`,
 //! `X-Device-Id` and a JSON body `{"challenge", "answer"}` or `{"captcha_token"}`), in two steps
 //! around the body's read: [`Edge::admit_token`] (window open: a token cannot be issued before
-//! it → switches → sold-out flag → device → rate limits per IP, device and campaign → the
-//! login JWT → the account's rate), then [`Edge::token`] (the body → the captcha →
+//! it, but a waiting room's pre-queue opens earlier → switches → sold-out flag → device → rate
+//! limits per IP, device and campaign → the login JWT → the account's rate), then
+//! [`Edge::token`] (the campaign's waiting room, when on: `WAITING` with a queue ticket until
+//! the buyer's turn, [`crate::waiting_room`] → the body → the captcha →
 //! eligibility → the captcha spent: single use, Redis `SET NX` → `TOKEN_ISSUED` with the
 //! campaign token, its hidden order path and URL, its signing key and expiry).
 
@@ -26,6 +29,7 @@ use crate::auth::Login;
 use crate::captcha::{self, Solution};
 use crate::input::{self, DEVICE_HEADER};
 use crate::sold_out::now_ms;
+use crate::waiting_room::{self, Asker, Pass, TICKET_HEADER};
 use crate::{switches, window, Denial};
 
 /// The rate limits' key of a campaign's captcha or token requests: the campaign's `[limits]`
@@ -34,16 +38,42 @@ fn limit_key(endpoint: &str, campaign: &str) -> String {
     format!("{endpoint}:{campaign}")
 }
 
+/// An answer of the captcha or token endpoint: its code (`CHALLENGE`, `TOKEN_ISSUED` or
+/// `WAITING`) and its JSON body; a `WAITING` one says when to come back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Issued {
+    /// The answer code (also in the body).
+    pub code: Code,
+    /// The JSON body.
+    pub body: Value,
+    /// Seconds for a `Retry-After` header (a `WAITING` answer's `retry_after`).
+    pub retry_after_secs: Option<u32>,
+}
+
+impl Issued {
+    /// `body`, whose `code` and `retry_after` say what it is.
+    fn of(body: Value) -> Self {
+        let code = match body["code"].as_str() {
+            Some("WAITING") => Code::Waiting,
+            Some("CHALLENGE") => Code::Challenge,
+            _ => Code::TokenIssued,
+        };
+        let retry_after_secs = body["retry_after"].as_u64().map(|s| s.min(u64::from(u32::MAX)) as u32);
+        Self { code, body, retry_after_secs }
+    }
+}
+
 /// A token request whose headers passed every check ([`Edge::admit_token`]).
 #[derive(Debug)]
 pub struct TokenAsked {
     login: Login,
     device: String,
+    ticket: Option<Vec<u8>>,
 }
 
 impl Edge {
     /// `POST /seckill/{c}/captcha`: the challenge's JSON answer.
-    pub fn challenge(&self, conf: &Conf<'_>, c: &CampaignRef<'_>, head: &Head<'_>) -> Result<Value, Denial> {
+    pub fn challenge(&self, conf: &Conf<'_>, c: &CampaignRef<'_>, head: &Head<'_>) -> Result<Issued, Denial> {
         if *head.method != Method::POST {
             return Err(Denial::new(Code::BadRequest, "ask for a challenge with a POST"));
         }
@@ -55,13 +85,14 @@ impl Edge {
         let ip = head.client;
         self.limiter.check_request(&limit_key("captcha", &campaign.id), &campaign.limits, ip, device)?;
         let d = &campaign.defense;
-        Ok(match d.captcha {
+        let bits = self.room.rates().bits(campaign, now.timestamp());
+        Ok(Issued::of(match d.captcha {
             CaptchaKind::Pow => json!({
                 "code": Code::Challenge,
                 "message": "find an answer whose SHA-256(challenge \":\" answer) has `bits` leading zero bits",
                 "captcha": "pow",
-                "challenge": captcha::challenge(conf.keys.challenge_key(), &campaign.id, d.challenge_ttl_secs, now.timestamp())?,
-                "bits": d.pow_bits,
+                "challenge": captcha::challenge(conf.keys.challenge_key(), &campaign.id, d.challenge_ttl_secs, bits, now.timestamp())?,
+                "bits": bits,
                 "expires_in": d.challenge_ttl_secs,
             }),
             CaptchaKind::Provider => json!({
@@ -69,7 +100,7 @@ impl Edge {
                 "message": "solve the captcha provider's challenge and bring its token as captcha_token",
                 "captcha": "provider",
             }),
-        })
+        }))
     }
 
     /// Every check of a token request's line and headers, before its body is read.
@@ -83,7 +114,7 @@ impl Edge {
             return Err(Denial::new(Code::BadRequest, "ask for a token with a POST"));
         }
         let campaign = c.campaign;
-        window::check(campaign, Utc::now())?;
+        waiting_room::check_window(campaign, Utc::now())?;
         switches::check(&campaign.switches)?;
         c.sold_out.check(now_ms())?;
         let device = input::device_id(head.header(DEVICE_HEADER))?.ok_or_else(|| {
@@ -94,7 +125,8 @@ impl Edge {
         self.limiter.check_request(&key, &campaign.limits, ip, Some(device))?;
         let login = conf.login.verify(head.header(http::header::AUTHORIZATION.as_str()))?;
         self.limiter.check_account(&key, &campaign.limits, &login.user)?;
-        Ok(TokenAsked { login, device: device.to_string() })
+        let ticket = head.header(TICKET_HEADER).map(<[u8]>::to_vec);
+        Ok(TokenAsked { login, device: device.to_string(), ticket })
     }
 
     /// The token request's `body` (the captcha's answer): the token's JSON answer.
@@ -104,16 +136,24 @@ impl Edge {
         c: &CampaignRef<'_>,
         asked: TokenAsked,
         body: &[u8],
-    ) -> Result<Value, Denial> {
+    ) -> Result<Issued, Denial> {
         let campaign = c.campaign.id.as_str();
         let d = &c.campaign.defense;
-        let now = Utc::now().timestamp();
+        let at = Utc::now();
+        self.room.arrive(c.campaign, at).await;
+        let who = Asker { user: &asked.login.user, device: &asked.device, ticket: asked.ticket.as_deref() };
+        let admitted = match self.room.pass(conf.keys.room_key(), c.campaign, who, at).await? {
+            Pass::Open => None,
+            Pass::Waiting(answer) => return Ok(Issued::of(answer)),
+            Pass::Admitted { ticket, session_left_secs } => Some((ticket, session_left_secs)),
+        };
+        let now = at.timestamp();
         let solution = Solution::parse(body)?;
         let id = captcha::check(conf.keys.challenge_key(), conf.provider, campaign, d, &solution, now)?;
         c.eligibility.check(&asked.login, now)?;
         self.spent.spend(campaign, &id, d.challenge_ttl_secs.max(d.token_ttl_secs) * 2).await?;
         let issued = conf.keys.issue(&asked.login, campaign, &asked.device, d.token_ttl_secs, now)?;
-        Ok(json!({
+        let mut answer = json!({
             "code": Code::TokenIssued,
             "message": "sign each order with signing_key and send it to order_url before expires_at",
             "token": issued.token,
@@ -122,6 +162,11 @@ impl Edge {
             "signing_key": issued.signing_key,
             "expires_at": issued.expires_at,
             "expires_in": d.token_ttl_secs,
-        }))
+        });
+        if let Some((ticket, left)) = admitted {
+            answer["ticket"] = ticket.into();
+            answer["session_left_secs"] = left.into();
+        }
+        Ok(Issued::of(answer))
     }
 }

@@ -1,0 +1,342 @@
+//! The waiting room on the real stack: gateway processes over the stack's Redis, a campaign with
+//! `[waiting_room]` on. Positions strictly increase and are shared by two gateways; a ticket is
+//! refused for another user, device or campaign, forged or expired; `max_active` holds; the ETA
+//! of each answer is the schedule's, and the actual admission is measured against it; the
+//! pre-queue is shuffled at the start. No timed assertions: what is asserted is computed from the
+//! answers' own data (positions, serving line, ETA), the timings are printed.
+
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use plugins::waiting_room::{Schedule, Ticket, TICKET_HEADER};
+use protocol::keys::CampaignKeys;
+use protocol::scripts::RoomPlace;
+use serde_json::{json, Value};
+
+use crate::support::*;
+
+/// A campaign open since `since` (negative: starts in the future), with `room` as its
+/// `[waiting_room]` table's lines.
+fn campaign(id: &str, start: chrono::DateTime<chrono::Utc>, room: &str) -> String {
+    let end = start + chrono::Duration::hours(2);
+    format!(
+        "id = \"{id}\"\nsku = \"SKU\"\nstock = 100\nper_user_limit = 1\nprice_cents = 999\n\
+         starts_at = \"{}\"\nends_at = \"{}\"\n\n[defense]\npow_bits = 4\n\n[waiting_room]\n{room}\n",
+        start.to_rfc3339(),
+        end.to_rfc3339()
+    )
+}
+
+/// Gateways (`n`) over the stack's Redis selling `campaigns` (id, text).
+async fn gateways(n: usize, campaigns: &[(&str, String)]) -> (Vec<Gateway>, Client, reqwest::Client) {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &nowhere, campaigns[0].0, "");
+    conf.campaigns = campaigns.iter().map(|(id, text)| (id.to_string(), text.clone())).collect();
+    let mut gws = Vec::new();
+    for _ in 0..n {
+        gws.push(Gateway::start(&conf).await);
+    }
+    (gws, redis, reqwest::Client::new())
+}
+
+async fn cleanup(redis: &Client, campaign: &str) {
+    let k = CampaignKeys::new(campaign);
+    let _: i64 = redis.del(vec![k.room(), k.room_users()]).await.unwrap();
+}
+
+/// A token request of `user` from `device` on `gw`, with `ticket` if any, body `body`.
+async fn ask(
+    http: &reqwest::Client,
+    gw: &Gateway,
+    campaign: &str,
+    user: &str,
+    device: &str,
+    ticket: Option<&str>,
+    body: Value,
+) -> (u16, Value) {
+    let login = auth().login(user, json!({}));
+    let mut r = http
+        .post(gw.url(&format!("/seckill/{campaign}/token")))
+        .bearer_auth(login)
+        .header("x-device-id", device)
+        .json(&body);
+    if let Some(t) = ticket {
+        r = r.header(TICKET_HEADER, t);
+    }
+    let r = r.send().await.unwrap();
+    let retry_after = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+    let (status, body) = (r.status().as_u16(), r.json::<Value>().await.unwrap_or(Value::Null));
+    if body["code"] == "WAITING" {
+        // The header says when to come back, as the body does.
+        let said = body["retry_after"].as_u64().map(|s| s.to_string());
+        assert_eq!(retry_after, said, "Retry-After of a WAITING answer: {body}");
+    }
+    (status, body)
+}
+
+/// The first request of `user` (device `dev-{user}`): its `WAITING` answer.
+async fn enter(http: &reqwest::Client, gw: &Gateway, campaign: &str, user: &str) -> Value {
+    let (status, body) = ask(http, gw, campaign, user, &format!("dev-{user}"), None, json!({})).await;
+    assert_eq!((status, body["code"].as_str()), (200, Some("WAITING")), "{body}");
+    body
+}
+
+fn code(reply: &(u16, Value)) -> (u16, &str) {
+    (reply.0, reply.1["code"].as_str().unwrap_or("?"))
+}
+
+fn position(body: &Value) -> u64 {
+    body["position"].as_u64().unwrap_or_else(|| panic!("no position in {body}"))
+}
+
+#[tokio::test]
+async fn positions_strictly_increase_and_two_gateways_share_one_queue() {
+    let c = e2e::stack::unique("wr");
+    // One a second: everyone arriving now waits.
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let (gws, redis, http) = gateways(2, &[(&c, campaign(&c, start, "admit_per_sec = 1"))]).await;
+    let mut positions = Vec::new();
+    for i in 0..10 {
+        let body = enter(&http, &gws[i % 2], &c, &format!("u{i}")).await;
+        let (p, serving, ahead) =
+            (position(&body), body["serving"].as_u64().unwrap(), body["ahead"].as_u64().unwrap());
+        assert_eq!(ahead, p - serving - 1, "{body}");
+        assert!(p > serving, "a new arrival is never admitted in a burst of unused capacity: {body}");
+        assert!(body["ticket"].as_str().is_some_and(|t| !t.is_empty()), "{body}");
+        assert_eq!(body["retry_after"].as_u64().map(|s| (1..=30).contains(&s)), Some(true), "{body}");
+        positions.push(p);
+    }
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "strictly increasing across both gateways: {positions:?}"
+    );
+    // The same buyer asking again, on the other gateway, keeps their place.
+    let again = enter(&http, &gws[1], &c, "u0").await;
+    assert_eq!(position(&again), positions[0]);
+    // A ticket from one gateway is read by the other, which computes the same turn.
+    let t = again["ticket"].as_str().unwrap();
+    let on_first = ask(&http, &gws[0], &c, "u0", "dev-u0", Some(t), json!({})).await;
+    assert_eq!(code(&on_first), (200, "WAITING"), "{}", on_first.1);
+    assert_eq!(position(&on_first.1), positions[0]);
+    cleanup(&redis, &c).await;
+}
+
+#[tokio::test]
+async fn a_ticket_for_another_user_device_or_campaign_forged_or_expired_is_refused() {
+    let (c, other) = (e2e::stack::unique("wr"), e2e::stack::unique("wr"));
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let room = "admit_per_sec = 1";
+    let (gws, redis, http) =
+        gateways(1, &[(&c, campaign(&c, start, room)), (&other, campaign(&other, start, room))]).await;
+    let gw = &gws[0];
+    let body = enter(&http, gw, &c, "alice").await;
+    let t = body["ticket"].as_str().unwrap().to_string();
+    assert_eq!(code(&ask(&http, gw, &c, "alice", "dev-alice", Some(&t), json!({})).await), (200, "WAITING"));
+
+    let refused = [
+        ("another user", ask(&http, gw, &c, "bob", "dev-alice", Some(&t), json!({})).await),
+        ("another device", ask(&http, gw, &c, "alice", "dev-other", Some(&t), json!({})).await),
+        ("another campaign", ask(&http, gw, &other, "alice", "dev-alice", Some(&t), json!({})).await),
+        (
+            "place forged",
+            ask(&http, gw, &c, "alice", "dev-alice", Some(&t.replacen('p', "p1", 1)), json!({})).await,
+        ),
+        ("garbage", ask(&http, gw, &c, "alice", "dev-alice", Some("p1.2.3"), json!({})).await),
+    ];
+    for (why, reply) in &refused {
+        assert_eq!(code(reply), (403, "BAD_TICKET"), "{why}: {}", reply.1);
+    }
+    // Expired: a genuine ticket (signed with the gateways' room key) past its life.
+    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let expired = Ticket {
+        campaign: c.clone(),
+        user: "alice".into(),
+        device: "dev-alice".into(),
+        place: RoomPlace::Position(1),
+        issued_at: now - 700,
+        expires_at: now - 100,
+    }
+    .sign(keys.room_key());
+    let reply = ask(&http, gw, &c, "alice", "dev-alice", Some(&expired), json!({})).await;
+    assert_eq!(code(&reply), (403, "BAD_TICKET"), "{}", reply.1);
+    assert!(reply.1["message"].as_str().unwrap().contains("expired"), "{}", reply.1);
+    // Alive, the same signed place is honoured: position 1 was served a minute ago and its
+    // session (120 s) lasts, so it is let through to the captcha (refused: no answer sent).
+    let alive = Ticket {
+        issued_at: now,
+        expires_at: now + 100,
+        ..Ticket::verify(keys.room_key(), expired.as_bytes(), &c, "alice", "dev-alice", now - 200).unwrap()
+    }
+    .sign(keys.room_key());
+    let reply = ask(&http, gw, &c, "alice", "dev-alice", Some(&alive), json!({})).await;
+    assert_eq!(code(&reply), (403, "CAPTCHA_FAILED"), "{}", reply.1);
+    cleanup(&redis, &c).await;
+    cleanup(&redis, &other).await;
+}
+
+/// Presents `ticket` of `user` without a captcha: `true` when admitted (the room let it through
+/// to the captcha check, which refuses the empty body), `false` while `WAITING`.
+async fn admitted(http: &reqwest::Client, gw: &Gateway, c: &str, user: &str, ticket: &str) -> bool {
+    let reply = ask(http, gw, c, user, &format!("dev-{user}"), Some(ticket), json!({})).await;
+    match code(&reply) {
+        (200, "WAITING") => false,
+        (403, "CAPTCHA_FAILED") => true,
+        other => panic!("{other:?}: {}", reply.1),
+    }
+}
+
+#[tokio::test]
+async fn max_active_holds_and_an_admitted_ticket_gets_its_token() {
+    let c = e2e::stack::unique("wr");
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let room = "admit_per_sec = 1000\nmax_active = 3\nsession_secs = 10";
+    let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, room))]).await;
+    let gw = &gws[0];
+    let users: Vec<String> = (0..6).map(|i| format!("m{i}")).collect();
+    let mut tickets = Vec::new();
+    for u in &users {
+        tickets.push(enter(&http, gw, &c, u).await["ticket"].as_str().unwrap().to_string());
+    }
+    // Rounds until some are admitted (bounded: the next session window is at most 10 s away).
+    let (mut most, began) = (0, Instant::now());
+    let mut first_round = Vec::new();
+    while began.elapsed() < Duration::from_secs(15) {
+        let mut round = Vec::new();
+        for (u, t) in users.iter().zip(&tickets) {
+            round.push(admitted(&http, gw, &c, u, t).await);
+        }
+        let n = round.iter().filter(|a| **a).count();
+        most = most.max(n);
+        if n > 0 && first_round.is_empty() {
+            first_round = round;
+        }
+        if most == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(most, 3, "exactly max_active admitted at once, never more");
+    assert!(!first_round.is_empty());
+    // An admitted buyer gets their token as without a room, plus the ticket for the session.
+    let i = first_round.iter().position(|a| *a).unwrap();
+    let device = format!("dev-{}", users[i]);
+    let ch = http
+        .post(gw.url(&format!("/seckill/{c}/captcha")))
+        .header("x-device-id", &device)
+        .send()
+        .await
+        .unwrap();
+    let ch: Value = ch.json().await.unwrap();
+    let challenge = ch["challenge"].as_str().unwrap();
+    let answer = protocol::pow::solve(challenge, ch["bits"].as_u64().unwrap() as u32, 1 << 24).unwrap();
+    let reply = ask(
+        &http,
+        gw,
+        &c,
+        &users[i],
+        &device,
+        Some(&tickets[i]),
+        json!({"challenge": challenge, "answer": answer}),
+    )
+    .await;
+    assert_eq!(code(&reply), (200, "TOKEN_ISSUED"), "{}", reply.1);
+    assert!(reply.1["token"].as_str().is_some_and(|t| !t.is_empty()));
+    assert!(reply.1["ticket"].as_str().is_some_and(|t| !t.is_empty()), "{}", reply.1);
+    cleanup(&redis, &c).await;
+}
+
+#[tokio::test]
+async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
+    let c = e2e::stack::unique("wr");
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let (rate, n) = (4u64, 8usize);
+    let (gws, redis, http) =
+        gateways(1, &[(&c, campaign(&c, start, &format!("admit_per_sec = {rate}")))]).await;
+    let gw = &gws[0];
+    let schedule = Schedule { rate, max_active: None, session_ms: 120_000 };
+    let start_ms = start.timestamp_millis();
+    let mut waiting = Vec::new();
+    for i in 0..n {
+        let user = format!("e{i}");
+        let asked = Instant::now();
+        let body = enter(&http, gw, &c, &user).await;
+        let p = position(&body);
+        // The promise is the schedule's, to the ms: served at start + served_at(p).
+        assert_eq!(body["eta_at_ms"].as_i64().unwrap(), start_ms + schedule.served_at(p), "{body}");
+        let eta = Duration::from_millis(body["eta_ms"].as_u64().unwrap());
+        waiting.push((user, body["ticket"].as_str().unwrap().to_string(), asked, eta, None::<Duration>));
+    }
+    // Present every ticket every 50 ms until admitted (bounded).
+    let began = Instant::now();
+    while waiting.iter().any(|w| w.4.is_none()) && began.elapsed() < Duration::from_secs(10) {
+        for w in waiting.iter_mut().filter(|w| w.4.is_none()) {
+            if admitted(&http, gw, &c, &w.0, &w.1).await {
+                w.4 = Some(w.2.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(waiting.iter().all(|w| w.4.is_some()), "every buyer of a steady queue got in");
+    let mut worst: f64 = 0.0;
+    for (user, _, _, eta, actual) in &waiting {
+        let actual = actual.unwrap();
+        let error = (actual.as_secs_f64() - eta.as_secs_f64()).abs() / eta.as_secs_f64().max(0.25);
+        worst = worst.max(error);
+        eprintln!(
+            "eta {user}: promised {:>5} ms, admitted after {:>5} ms",
+            eta.as_millis(),
+            actual.as_millis()
+        );
+    }
+    eprintln!(
+        "eta: worst error {:.1}% of the wait ({n} buyers at {rate}/s, polled every 50 ms)",
+        worst * 100.0
+    );
+    cleanup(&redis, &c).await;
+}
+
+#[tokio::test]
+async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it() {
+    let c = e2e::stack::unique("wr");
+    // Starts in 12 s (two gateways start first); the pre-queue is open from a minute before.
+    let start = chrono::Utc::now() + chrono::Duration::seconds(12);
+    let room = "admit_per_sec = 1\npre_queue_secs = 60";
+    let (gws, redis, http) = gateways(2, &[(&c, campaign(&c, start, room))]).await;
+    let n = 6;
+    let mut tickets = Vec::new();
+    for i in 0..n {
+        let user = format!("q{i}");
+        let body = enter(&http, &gws[i % 2], &c, &user).await;
+        if chrono::Utc::now() >= start {
+            eprintln!("pre-queue: the machine was too slow to arrive before the start; nothing checked");
+            cleanup(&redis, &c).await;
+            return;
+        }
+        assert_eq!(body["pre_queue"], true, "{body}");
+        assert!(body["position"].is_null(), "no position before the draw: {body}");
+        tickets.push((user, body["ticket"].as_str().unwrap().to_string()));
+    }
+    // The start (bounded wait).
+    while chrono::Utc::now() < start + chrono::Duration::milliseconds(50) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut positions = Vec::new();
+    for (i, (user, t)) in tickets.iter().enumerate() {
+        let reply = ask(&http, &gws[(i + 1) % 2], &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
+        let p = match code(&reply) {
+            (200, "WAITING") => position(&reply.1),
+            other => panic!("{other:?} {}", reply.1),
+        };
+        positions.push(p);
+    }
+    let mut sorted = positions.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=n as u64).collect::<Vec<_>>(), "the pre-queue's places are 1..={n}, each once");
+    eprintln!("pre-queue: arrival order -> positions {positions:?}");
+    // After the start, first come first served, after the whole pre-queue.
+    let late = enter(&http, &gws[0], &c, "late").await;
+    assert!(position(&late) > n as u64, "{late}");
+    cleanup(&redis, &c).await;
+}

@@ -1,0 +1,740 @@
+//! The waiting room at the token endpoint, and the proof of work that hardens with the crowd.
+//!
+//! When a campaign's `[waiting_room]` is on, a token request without an admitted queue ticket is
+//! answered `WAITING` with a signed ticket, the position, the number ahead, the ETA and when to
+//! come back; the buyer presents the ticket again ([`TICKET_HEADER`]) and gets a token once its
+//! position is served. No process runs in the background and nothing is stored per ticket:
+//!
+//! - **Positions** come from Redis, one counter per campaign under its hash tag
+//!   (`lua/room.lua`, one call when a buyer enters, none when a ticket is presented again).
+//! - **The serving position** is a pure function of the time since the start ([`Schedule`]):
+//!   `admit_per_sec` positions a second, and at most `max_active` admitted within any
+//!   `session_secs` (an admitted ticket may get tokens for `session_secs`, then it joins again at
+//!   the back). So every gateway, restarted or not, computes the same answer from the clock.
+//! - **The ticket** ([`Ticket`]) binds the campaign, the user, the device and the place under an
+//!   HMAC with a key derived from the master key ([`crate::token::EdgeKeys::room_key`]); it
+//!   expires `ticket_ttl_secs` after its issue, and every presentation renews it.
+//! - **The pre-queue**: arrivals in the `pre_queue_secs` before the start get an arrival number;
+//!   at the start the pre-queue's size is frozen and each number becomes a position by a keyed
+//!   shuffle ([`shuffle`]), unpredictable without the master key. Every pre-queue arrival has the
+//!   same chance of every place, whenever it came in the window: a script firing at T−0 gains
+//!   nothing over a buyer who came five minutes early, and one account has one place.
+//!
+//! The proof of work's bits ([`protocol::waiting_room::pow_bits`]) follow the campaign's
+//! arrivals (token requests) per second across every gateway, counted in Redis
+//! (`lua/arrivals.lua`, only for a campaign with `[[pow_level]]`s) and remembered per process
+//! ([`ArrivalRates`]) so that the challenge endpoint picks its bits without a Redis call.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use fred::clients::Pool;
+use protocol::campaign::Campaign;
+use protocol::codes::Code;
+use protocol::scripts::{RoomEntry, RoomPlace, Scripts};
+use protocol::waiting_room::{self as conf, pow_bits};
+use ring::hmac;
+use serde_json::{json, Value};
+
+use crate::{window, Denial};
+
+/// The header a token request presents its queue ticket in.
+pub const TICKET_HEADER: &str = "x-queue-ticket";
+/// The longest `Retry-After` of a `WAITING` answer: a buyer far back comes back at least this
+/// often (and sees the ETA shrink).
+pub const MAX_RETRY_SECS: u64 = 30;
+
+// ---------------------------------------------------------------------------------------------
+// The serving schedule (pure).
+
+/// Who is served when: `rate` positions per second from the start, at most `max_active` within
+/// any `session_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    /// Positions per second.
+    pub rate: u64,
+    /// Admitted at once, if capped.
+    pub max_active: Option<u64>,
+    /// How long an admission lasts, in ms.
+    pub session_ms: i64,
+}
+
+impl Schedule {
+    /// The schedule of a campaign's room.
+    pub fn of(room: &conf::WaitingRoom) -> Self {
+        Self {
+            rate: room.admit_per_sec.max(1),
+            max_active: room.max_active,
+            session_ms: i64::from(room.session_secs.max(1)) * 1000,
+        }
+    }
+
+    /// The serving position `elapsed_ms` after the start: positions up to it are admitted (or
+    /// were). `floor(rate · t)`, capped so that at most `max_active` positions are admitted
+    /// within any session: in the k-th session window, at most `(k + 1) · max_active` in all.
+    pub fn serving(&self, elapsed_ms: i64) -> u64 {
+        if elapsed_ms <= 0 {
+            return 0;
+        }
+        let t = elapsed_ms as u128;
+        let flat = (u128::from(self.rate) * t / 1000).min(u128::from(u64::MAX));
+        let Some(m) = self.max_active else { return flat as u64 };
+        let s = self.session_ms as u128;
+        let (k, into) = (t / s, t % s);
+        let capped = k * u128::from(m) + (u128::from(self.rate) * into / 1000).min(u128::from(m));
+        flat.min(capped).min(u128::from(u64::MAX)) as u64
+    }
+
+    /// When position `p` (from 1) is served, in ms after the start: the least `t` with
+    /// `serving(t) >= p`.
+    pub fn served_at(&self, p: u64) -> i64 {
+        let p = u128::from(p.max(1));
+        let r = u128::from(self.rate);
+        let flat = (1000 * p).div_ceil(r);
+        let at = match self.max_active {
+            None => flat,
+            Some(m) => {
+                let (m, s) = (u128::from(m), self.session_ms as u128);
+                let k = (p - 1) / m;
+                let into = (1000 * (p - k * m)).div_ceil(r);
+                let capped = if into < s { k * s + into } else { (k + 1) * s };
+                flat.max(capped)
+            }
+        };
+        at.min(i64::MAX as u128) as i64
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pre-queue shuffle (pure).
+
+/// The position (1..=`size`) of the pre-queue's `arrival`-th arrival (1..=`size`): a keyed
+/// pseudo-random permutation of the arrival order (a 4-round Feistel network over the smallest
+/// even power of two ≥ `size`, walking the cycle back into range), keyed by the room key, the
+/// campaign and the size. A bijection: every position is given once.
+pub fn shuffle(key: &hmac::Key, campaign: &str, size: u64, arrival: u64) -> u64 {
+    if size <= 1 || arrival == 0 || arrival > size {
+        return arrival;
+    }
+    let bits = (64 - (size - 1).leading_zeros()).max(2);
+    let half = bits.div_ceil(2);
+    let mask = (1u64 << half) - 1;
+    let round = |i: u8, x: u64| -> u64 {
+        let tag = hmac::sign(key, format!("shuffle\n{campaign}\n{size}\n{i}\n{x}").as_bytes());
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&tag.as_ref()[..8]);
+        u64::from_be_bytes(b) & mask
+    };
+    let permute = |x: u64| -> u64 {
+        let (mut l, mut r) = (x >> half, x & mask);
+        for i in 0..4 {
+            (l, r) = (r, l ^ round(i, r));
+        }
+        (l << half) | r
+    };
+    let mut x = permute(arrival - 1);
+    while x >= size {
+        x = permute(x);
+    }
+    x + 1
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ticket (pure).
+
+/// A queue ticket: bound to its campaign, user and device, signed, expiring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ticket {
+    /// The campaign (signed, not written in the ticket: the route names it).
+    pub campaign: String,
+    /// The buyer.
+    pub user: String,
+    /// The device it was given to.
+    pub device: String,
+    /// Where the buyer stands.
+    pub place: RoomPlace,
+    /// Issued at, unix seconds.
+    pub issued_at: i64,
+    /// Expires at, unix seconds.
+    pub expires_at: i64,
+}
+
+fn bad_ticket(message: &'static str) -> Denial {
+    Denial::new(Code::BadTicket, message)
+}
+
+impl Ticket {
+    /// What the tag signs: every field, the user and device length-prefixed.
+    fn message(&self) -> String {
+        format!(
+            "ticket\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}",
+            self.campaign,
+            self.user.len(),
+            self.user,
+            self.device.len(),
+            self.device,
+            self.place.as_stored(),
+            self.issued_at,
+            self.expires_at
+        )
+    }
+
+    /// The ticket as handed out: `{place}.{issued}.{expires}.{hex user}.{hex device}.{hex tag}`.
+    pub fn sign(&self, key: &hmac::Key) -> String {
+        let tag = hmac::sign(key, self.message().as_bytes());
+        format!(
+            "{}.{}.{}.{}.{}.{}",
+            self.place.as_stored(),
+            self.issued_at,
+            self.expires_at,
+            hex::encode(&self.user),
+            hex::encode(&self.device),
+            hex::encode(tag.as_ref())
+        )
+    }
+
+    /// Checks a presented ticket for `campaign`, `user` and `device` at `now` (unix seconds):
+    /// `BAD_TICKET` when it is malformed, forged or for another campaign (its tag does not
+    /// verify), for another user or device, or expired.
+    pub fn verify(
+        key: &hmac::Key,
+        token: &[u8],
+        campaign: &str,
+        user: &str,
+        device: &str,
+        now: i64,
+    ) -> Result<Ticket, Denial> {
+        let forged = || bad_ticket("the queue ticket is not valid for this campaign: ask again without it");
+        let text = std::str::from_utf8(token).map_err(|_| forged())?;
+        if text.len() > 1024 {
+            return Err(forged());
+        }
+        let parts: Vec<&str> = text.split('.').collect();
+        let [place, issued, expires, u, d, tag] = parts.as_slice() else { return Err(forged()) };
+        let number = |s: &str| {
+            (!s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<i64>().ok())
+                .flatten()
+        };
+        let text_of = |h: &str| hex::decode(h).ok().and_then(|b| String::from_utf8(b).ok());
+        let ticket = Ticket {
+            campaign: campaign.to_string(),
+            place: RoomPlace::parse(place).ok_or_else(forged)?,
+            issued_at: number(issued).ok_or_else(forged)?,
+            expires_at: number(expires).ok_or_else(forged)?,
+            user: text_of(u).ok_or_else(forged)?,
+            device: text_of(d).ok_or_else(forged)?,
+        };
+        let tag = hex::decode(tag).map_err(|_| forged())?;
+        hmac::verify(key, ticket.message().as_bytes(), &tag).map_err(|_| forged())?;
+        if ticket.user != user {
+            return Err(bad_ticket("the queue ticket is another user's"));
+        }
+        if ticket.device != device {
+            return Err(bad_ticket("the queue ticket was given to another device (x-device-id)"));
+        }
+        if now > ticket.expires_at {
+            return Err(bad_ticket("the queue ticket has expired: ask again without it"));
+        }
+        Ok(ticket)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The decision (pure).
+
+/// Where a position stands at a moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Turn {
+    /// Not yet: `ahead` positions are before it, served in `eta_ms`.
+    Waiting {
+        /// The serving position now.
+        serving: u64,
+        /// Positions before this one not served yet.
+        ahead: u64,
+        /// Until it is served, in ms.
+        eta_ms: i64,
+    },
+    /// Served, and its session still lasts `left_ms`.
+    Admitted {
+        /// Until the session ends, in ms.
+        left_ms: i64,
+    },
+    /// Served, and its session is over: the buyer joins again at the back.
+    Passed,
+}
+
+/// Where position `p` stands `elapsed_ms` after the start under `schedule`.
+pub fn turn(schedule: &Schedule, p: u64, elapsed_ms: i64) -> Turn {
+    let at = schedule.served_at(p);
+    if elapsed_ms < at {
+        let serving = schedule.serving(elapsed_ms);
+        return Turn::Waiting { serving, ahead: p.saturating_sub(serving + 1), eta_ms: at - elapsed_ms };
+    }
+    let end = at.saturating_add(schedule.session_ms);
+    if elapsed_ms < end {
+        Turn::Admitted { left_ms: end - elapsed_ms }
+    } else {
+        Turn::Passed
+    }
+}
+
+/// The `Retry-After` of a wait of `eta_ms`: the ETA itself when near, at most
+/// [`MAX_RETRY_SECS`], at least 1 s.
+pub fn retry_after_secs(eta_ms: i64) -> u64 {
+    (eta_ms.max(0) as u64).div_ceil(1000).clamp(1, MAX_RETRY_SECS)
+}
+
+/// A token request may come in the pre-queue window before the start when the room is on;
+/// otherwise the campaign's window decides ([`window::check`]).
+pub fn check_window(campaign: &Campaign, now: DateTime<Utc>) -> Result<(), Denial> {
+    let room = &campaign.waiting_room;
+    if room.enabled && room.pre_queue_secs > 0 {
+        let opens = campaign.starts_at.to_utc() - chrono::Duration::seconds(i64::from(room.pre_queue_secs));
+        if now >= opens && now < campaign.starts_at.to_utc() {
+            return Ok(());
+        }
+    }
+    window::check(campaign, now)
+}
+
+// ---------------------------------------------------------------------------------------------
+// With Redis: entering the room, presenting a ticket, counting arrivals.
+
+/// What the room says to a token request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Pass {
+    /// The room is off: go on as before.
+    Open,
+    /// Admitted: go on to the token; `ticket` (renewed) goes with it, for another token within
+    /// the session.
+    Admitted {
+        /// The renewed ticket.
+        ticket: String,
+        /// Until the session ends, in seconds.
+        session_left_secs: u64,
+    },
+    /// Not yet: the `WAITING` answer.
+    Waiting(Value),
+}
+
+/// Who asks, for [`WaitingRoom::pass`].
+#[derive(Debug, Clone, Copy)]
+pub struct Asker<'a> {
+    /// The buyer (the verified login's user).
+    pub user: &'a str,
+    /// Their device.
+    pub device: &'a str,
+    /// The ticket presented, if any.
+    pub ticket: Option<&'a [u8]>,
+}
+
+/// The waiting room's Redis side, and the pre-queue sizes this process has seen.
+pub struct WaitingRoom {
+    pool: Pool,
+    scripts: Scripts,
+    timeout: Duration,
+    /// Campaign and start (unix ms) -> the pre-queue's frozen size.
+    sizes: Mutex<HashMap<(String, i64), u64>>,
+    rates: ArrivalRates,
+}
+
+impl std::fmt::Debug for WaitingRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitingRoom").field("timeout", &self.timeout).finish_non_exhaustive()
+    }
+}
+
+fn degraded() -> Denial {
+    Denial::new(Code::ServiceDegraded, "cannot reach the waiting room now; try again").retry_after(1)
+}
+
+impl WaitingRoom {
+    /// Over `pool` and the loaded `scripts`, each call bounded by `timeout`.
+    pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
+        Self { pool, scripts, timeout, sizes: Mutex::new(HashMap::new()), rates: ArrivalRates::default() }
+    }
+
+    /// The arrival rates this process has counted.
+    pub fn rates(&self) -> &ArrivalRates {
+        &self.rates
+    }
+
+    async fn enter(
+        &self,
+        campaign: &Campaign,
+        user: &str,
+        now_ms: i64,
+        renew: Option<RoomPlace>,
+    ) -> Result<(RoomPlace, Option<u64>), Denial> {
+        let room = &campaign.waiting_room;
+        let start = campaign.starts_at.timestamp_millis();
+        let entry = RoomEntry {
+            campaign: &campaign.id,
+            user,
+            now_ms,
+            starts_at_ms: start,
+            serving: Schedule::of(room).serving(now_ms - start),
+            renew,
+            expire_at_ms: campaign.ends_at.timestamp_millis() + i64::from(room.ticket_ttl_secs) * 1000,
+        };
+        let call = self.scripts.room_enter(self.pool.next_connected(), &entry);
+        let (place, size) = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => {
+                tracing::warn!(campaign = %campaign.id, error = %e, "room.lua failed");
+                return Err(degraded());
+            }
+            Err(_) => return Err(degraded()),
+        };
+        if let Some(n) = size {
+            self.sizes.lock().unwrap_or_else(|e| e.into_inner()).insert((campaign.id.clone(), start), n);
+        }
+        Ok((place, size))
+    }
+
+    /// The room's answer to a token request of `who` at `now`, keys from `key`: [`Pass::Open`]
+    /// when the room is off; otherwise the presented ticket is checked (`BAD_TICKET`) or a
+    /// place taken (one `room.lua` call), and the place's turn decides.
+    pub async fn pass(
+        &self,
+        key: &hmac::Key,
+        campaign: &Campaign,
+        who: Asker<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<Pass, Denial> {
+        let room = &campaign.waiting_room;
+        if !room.enabled {
+            return Ok(Pass::Open);
+        }
+        let (now_s, now_ms) = (now.timestamp(), now.timestamp_millis());
+        let start = campaign.starts_at.timestamp_millis();
+        let (mut place, mut size) = match who.ticket {
+            Some(t) => {
+                let ticket = Ticket::verify(key, t, &campaign.id, who.user, who.device, now_s)?;
+                let size = self
+                    .sizes
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&(campaign.id.clone(), start))
+                    .copied();
+                (ticket.place, size)
+            }
+            None => self.enter(campaign, who.user, now_ms, None).await?,
+        };
+        if matches!(place, RoomPlace::PreQueue(_)) && now_ms >= start && size.is_none() {
+            // The first presentation of a pre-queue ticket in this process after the start:
+            // the pre-queue's size, frozen (the buyer's place is the same one).
+            (place, size) = self.enter(campaign, who.user, now_ms, None).await?;
+        }
+        let schedule = Schedule::of(room);
+        let position = match (place, size) {
+            (RoomPlace::Position(p), _) => p,
+            (RoomPlace::PreQueue(a), Some(n)) if now_ms >= start => shuffle(key, &campaign.id, n, a),
+            (RoomPlace::PreQueue(a), _) => {
+                return Ok(Pass::Waiting(self.waiting_pre(key, campaign, who, a, now_ms)));
+            }
+        };
+        let mut position = position;
+        let mut turn = turn(&schedule, position, now_ms - start);
+        if turn == Turn::Passed {
+            let (again, _) =
+                self.enter(campaign, who.user, now_ms, Some(RoomPlace::Position(position))).await?;
+            if let RoomPlace::Position(p) = again {
+                position = p;
+                turn = self::turn(&schedule, p, now_ms - start);
+            }
+        }
+        let ticket = Ticket {
+            campaign: campaign.id.clone(),
+            user: who.user.to_string(),
+            device: who.device.to_string(),
+            place: RoomPlace::Position(position),
+            issued_at: now_s,
+            expires_at: now_s + i64::from(room.ticket_ttl_secs),
+        }
+        .sign(key);
+        Ok(match turn {
+            Turn::Admitted { left_ms } => {
+                Pass::Admitted { ticket, session_left_secs: (left_ms.max(0) as u64).div_ceil(1000) }
+            }
+            Turn::Waiting { serving, ahead, eta_ms } => Pass::Waiting(json!({
+                "code": Code::Waiting,
+                "message": "not your turn yet: present the ticket as X-Queue-Ticket after retry_after seconds",
+                "ticket": ticket,
+                "pre_queue": false,
+                "position": position,
+                "serving": serving,
+                "ahead": ahead,
+                "eta_ms": eta_ms,
+                "eta_at_ms": now_ms + eta_ms,
+                "retry_after": retry_after_secs(eta_ms),
+                "expires_in": room.ticket_ttl_secs,
+            })),
+            Turn::Passed => Pass::Waiting(json!({
+                "code": Code::Waiting,
+                "message": "your turn has passed: ask again without the ticket",
+                "ticket": Value::Null,
+                "retry_after": 1,
+            })),
+        })
+    }
+
+    /// The `WAITING` answer of a pre-queue arrival before the start: no position yet (it is
+    /// drawn at the start), come back at the start.
+    fn waiting_pre(
+        &self,
+        key: &hmac::Key,
+        campaign: &Campaign,
+        who: Asker<'_>,
+        arrival: u64,
+        now_ms: i64,
+    ) -> Value {
+        let room = &campaign.waiting_room;
+        let now_s = now_ms.div_euclid(1000);
+        let ticket = Ticket {
+            campaign: campaign.id.clone(),
+            user: who.user.to_string(),
+            device: who.device.to_string(),
+            place: RoomPlace::PreQueue(arrival),
+            issued_at: now_s,
+            expires_at: now_s + i64::from(room.ticket_ttl_secs),
+        }
+        .sign(key);
+        let to_start = campaign.starts_at.timestamp_millis() - now_ms;
+        json!({
+            "code": Code::Waiting,
+            "message": "in the pre-queue: every place in it is drawn at random at the start; present the ticket then",
+            "ticket": ticket,
+            "pre_queue": true,
+            "position": Value::Null,
+            "ahead": Value::Null,
+            "eta_ms": to_start,
+            "eta_at_ms": now_ms + to_start,
+            "retry_after": retry_after_secs(to_start),
+            "expires_in": room.ticket_ttl_secs,
+        })
+    }
+
+    /// Counts one arrival of `campaign` at `now` across every gateway (`lua/arrivals.lua`,
+    /// bounded by the timeout; a failure keeps the last rate), only when it has `[[pow_level]]`s.
+    pub async fn arrive(&self, campaign: &Campaign, now: DateTime<Utc>) {
+        if campaign.pow_levels.is_empty() {
+            return;
+        }
+        let second = now.timestamp();
+        let call = self.scripts.arrive(self.pool.next_connected(), &campaign.id, second);
+        if let Ok(Ok(a)) = tokio::time::timeout(self.timeout, call).await {
+            self.rates.record(&campaign.id, second, a.this_second.max(a.last_second));
+        }
+    }
+}
+
+/// The arrival rate of each campaign as last counted in Redis by this process.
+#[derive(Debug, Default)]
+pub struct ArrivalRates {
+    last: Mutex<HashMap<String, (i64, u64)>>,
+}
+
+impl ArrivalRates {
+    /// Remembers `rate` arrivals per second of `campaign` counted in unix second `second`.
+    pub fn record(&self, campaign: &str, second: i64, rate: u64) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let e = last.entry(campaign.to_string()).or_insert((second, rate));
+        if second > e.0 || (second == e.0 && rate > e.1) {
+            *e = (second, rate);
+        }
+    }
+
+    /// The campaign's rate at unix second `now`: the last one counted, if it is at most 2 s
+    /// old (a crowd that stopped arriving is no crowd).
+    pub fn rate(&self, campaign: &str, now: i64) -> u64 {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        last.get(campaign).filter(|(s, _)| now - s <= 2).map_or(0, |(_, r)| *r)
+    }
+
+    /// The bits a challenge of `campaign` asks for at `now`.
+    pub fn bits(&self, campaign: &Campaign, now: i64) -> u32 {
+        let base = campaign.defense.pow_bits;
+        if campaign.pow_levels.is_empty() {
+            return base;
+        }
+        pow_bits(base, &campaign.pow_levels, self.rate(&campaign.id, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key() -> hmac::Key {
+        hmac::Key::new(hmac::HMAC_SHA256, b"room-key-0123456789")
+    }
+
+    fn schedule(rate: u64, max_active: Option<u64>, session_secs: i64) -> Schedule {
+        Schedule { rate, max_active, session_ms: session_secs * 1000 }
+    }
+
+    #[test]
+    fn serving_advances_at_the_rate_from_the_start() {
+        let s = schedule(10, None, 60);
+        assert_eq!(s.serving(-5000), 0);
+        assert_eq!(s.serving(0), 0);
+        assert_eq!(s.serving(99), 0);
+        assert_eq!(s.serving(100), 1);
+        assert_eq!(s.serving(1000), 10);
+        assert_eq!(s.serving(60_000), 600);
+        assert_eq!(s.served_at(1), 100);
+        assert_eq!(s.served_at(10), 1000);
+        assert_eq!(schedule(3, None, 60).served_at(1), 334, "ceil(1000/3)");
+    }
+
+    #[test]
+    fn max_active_caps_the_admitted_within_any_session() {
+        // 10/s for 10 s sessions would admit 100 at once; max_active 30 holds it at 30.
+        let s = schedule(10, Some(30), 10);
+        assert_eq!(s.serving(3000), 30);
+        assert_eq!(s.serving(9999), 30, "full until the first session ends");
+        assert_eq!(s.serving(10_000), 30);
+        assert_eq!(s.serving(10_100), 31);
+        assert_eq!(s.serving(13_000), 60);
+        assert_eq!(s.serving(25_000), 90);
+        // A cap above the rate times the session never binds.
+        assert_eq!(schedule(10, Some(100), 10).serving(37_000), schedule(10, None, 10).serving(37_000));
+        for (rate, m, session) in
+            [(10, Some(30), 10), (7, Some(5), 3), (3, Some(100), 10), (1000, Some(999), 1)]
+        {
+            let s = schedule(rate, m, session);
+            let mut last = 0;
+            for t in (0..40_000).step_by(37) {
+                let now = s.serving(t);
+                assert!(now >= last, "never goes back");
+                last = now;
+                let before = s.serving(t - s.session_ms);
+                assert!(now - before <= m.unwrap(), "{rate} {m:?} {session}: {now} - {before} at {t}");
+            }
+            for p in 1..200 {
+                let at = s.served_at(p);
+                assert!(s.serving(at) >= p, "{p} served at {at}");
+                assert!(s.serving(at - 1) < p, "{p} not served before {at}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_turn_waits_then_is_admitted_for_a_session_then_passes() {
+        let s = schedule(10, None, 60);
+        assert_eq!(turn(&s, 25, 1000), Turn::Waiting { serving: 10, ahead: 14, eta_ms: 1500 });
+        assert_eq!(turn(&s, 25, 2500), Turn::Admitted { left_ms: 60_000 });
+        assert_eq!(turn(&s, 25, 62_499), Turn::Admitted { left_ms: 1 });
+        assert_eq!(turn(&s, 25, 62_500), Turn::Passed);
+        assert_eq!(turn(&s, 1, -10_000), Turn::Waiting { serving: 0, ahead: 0, eta_ms: 10_100 });
+        assert_eq!((retry_after_secs(1500), retry_after_secs(0), retry_after_secs(600_000)), (2, 1, 30));
+    }
+
+    #[test]
+    fn the_shuffle_is_a_keyed_permutation() {
+        for size in [1u64, 2, 3, 5, 16, 17, 100, 1000] {
+            let mut seen: Vec<u64> = (1..=size).map(|a| shuffle(&key(), "c1", size, a)).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (1..=size).collect::<Vec<_>>(), "a bijection of 1..={size}");
+        }
+        let order = |k: &hmac::Key, c: &str| (1..=100).map(|a| shuffle(k, c, 100, a)).collect::<Vec<_>>();
+        assert_ne!(order(&key(), "c1"), (1..=100).collect::<Vec<_>>(), "not the arrival order");
+        assert_ne!(order(&key(), "c1"), order(&key(), "c2"), "another campaign, another order");
+        let other = hmac::Key::new(hmac::HMAC_SHA256, b"another");
+        assert_ne!(order(&key(), "c1"), order(&other, "c1"), "another key, another order");
+        // Arriving last is no worse than arriving first: the last tenth of 1000 arrivals land
+        // all over the positions, not at the back (mean near the middle).
+        let late: u64 = (901..=1000).map(|a| shuffle(&key(), "c1", 1000, a)).sum::<u64>() / 100;
+        assert!((300..=700).contains(&late), "the late arrivals' mean position is {late}");
+    }
+
+    fn ticket(place: RoomPlace, expires_at: i64) -> Ticket {
+        Ticket {
+            campaign: "c1".into(),
+            user: "u1".into(),
+            device: "d1".into(),
+            place,
+            issued_at: 1_700_000_000,
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn a_ticket_verifies_only_for_its_campaign_user_device_and_life() {
+        let now = 1_700_000_000;
+        let t = ticket(RoomPlace::Position(42), now + 60).sign(&key());
+        let check =
+            |t: &str, c: &str, u: &str, d: &str, at: i64| Ticket::verify(&key(), t.as_bytes(), c, u, d, at);
+        assert_eq!(check(&t, "c1", "u1", "d1", now).unwrap(), ticket(RoomPlace::Position(42), now + 60));
+        assert!(check(&t, "c1", "u1", "d1", now + 60).is_ok(), "valid up to its expiry");
+        let code = |r: Result<Ticket, Denial>| r.unwrap_err();
+        for (d, why) in [
+            (code(check(&t, "c2", "u1", "d1", now)), "another campaign"),
+            (code(check(&t, "c1", "u2", "d1", now)), "another user"),
+            (code(check(&t, "c1", "u1", "d2", now)), "another device"),
+            (code(check(&t, "c1", "u1", "d1", now + 61)), "expired"),
+        ] {
+            assert_eq!(d.code, Code::BadTicket, "{why}");
+            assert_eq!(Code::BadTicket.status(), 403);
+        }
+        assert!(code(check(&t, "c1", "u2", "d1", now)).message.contains("another user"));
+        assert!(code(check(&t, "c1", "u1", "d2", now)).message.contains("another device"));
+        assert!(code(check(&t, "c1", "u1", "d1", now + 61)).message.contains("expired"));
+        // Forged: a better place, a longer life, another user written in, another key.
+        let forged = t.replacen("p42.", "p1.", 1);
+        assert_eq!(code(check(&forged, "c1", "u1", "d1", now)).code, Code::BadTicket, "place moved up");
+        let longer = t.replacen(&format!(".{}.", now + 60), &format!(".{}.", now + 6000), 1);
+        assert_eq!(code(check(&longer, "c1", "u1", "d1", now + 100)).code, Code::BadTicket, "life extended");
+        let as_u2 = t.replacen(&hex::encode("u1"), &hex::encode("u2"), 1);
+        assert_eq!(code(check(&as_u2, "c1", "u2", "d1", now)).code, Code::BadTicket, "user written in");
+        let other = hmac::Key::new(hmac::HMAC_SHA256, b"another");
+        let theirs = ticket(RoomPlace::Position(1), now + 60).sign(&other);
+        assert_eq!(code(check(&theirs, "c1", "u1", "d1", now)).code, Code::BadTicket, "another key");
+        for junk in ["", "p1", "p1.2.3.4.5.6", "p1.1.1.75.64.zz", "x1.1.1.7531.6431.00", "\u{ff}"] {
+            assert_eq!(code(check(junk, "c1", "u1", "d1", now)).code, Code::BadTicket, "{junk:?}");
+        }
+        let pre = ticket(RoomPlace::PreQueue(7), now + 60).sign(&key());
+        assert_eq!(check(&pre, "c1", "u1", "d1", now).unwrap().place, RoomPlace::PreQueue(7));
+    }
+
+    #[test]
+    fn arrival_rates_pick_the_bits_and_fade() {
+        let text = "id = \"c1\"\nsku = \"S\"\nstock = 1\nper_user_limit = 1\nprice_cents = 1\n\
+                    starts_at = 2026-12-01T10:00:00Z\nends_at = 2026-12-01T11:00:00Z\n\
+                    [[pow_level]]\narrivals_per_sec = 100\nbits = 20\n";
+        let c = Campaign::parse(std::path::Path::new("c1.toml"), text).unwrap();
+        let rates = ArrivalRates::default();
+        assert_eq!(rates.bits(&c, 1000), 16, "no count yet: the base");
+        rates.record("c1", 1000, 150);
+        rates.record("c1", 1000, 120);
+        assert_eq!(rates.rate("c1", 1000), 150, "the highest count of a second");
+        assert_eq!(rates.bits(&c, 1001), 20);
+        assert_eq!(rates.bits(&c, 1003), 16, "a count older than 2 s fades");
+        rates.record("c1", 1004, 99);
+        assert_eq!(rates.bits(&c, 1004), 16);
+    }
+
+    #[test]
+    fn the_pre_queue_window_opens_the_token_endpoint_before_the_start_only_with_the_room() {
+        let text = "id = \"c1\"\nsku = \"S\"\nstock = 1\nper_user_limit = 1\nprice_cents = 1\n\
+                    starts_at = 2026-12-01T10:00:00Z\nends_at = 2026-12-01T11:00:00Z\n";
+        let off = Campaign::parse(std::path::Path::new("c1.toml"), text).unwrap();
+        let on = Campaign::parse(
+            std::path::Path::new("c1.toml"),
+            &format!("{text}[waiting_room]\nadmit_per_sec = 5\npre_queue_secs = 60\n"),
+        )
+        .unwrap();
+        let start = on.starts_at.to_utc();
+        let at = |s: i64| start + chrono::Duration::seconds(s);
+        assert!(check_window(&on, at(-60)).is_ok());
+        assert!(check_window(&on, at(-1)).is_ok());
+        assert_eq!(check_window(&on, at(-61)).unwrap_err().code, Code::NotStarted);
+        assert_eq!(check_window(&off, at(-1)).unwrap_err().code, Code::NotStarted);
+        assert!(check_window(&on, at(0)).is_ok());
+        assert_eq!(check_window(&on, at(3600)).unwrap_err().code, Code::Ended);
+    }
+}

@@ -1,0 +1,142 @@
+//! The wrappers of `lua/room.lua` (a buyer's place in a campaign's waiting room) and
+//! `lua/arrivals.lua` (the campaign's arrivals per second, for the proof of work's levels).
+
+use fred::prelude::Client;
+
+use super::{int, ScriptError, Scripts};
+use crate::cluster::EvalRetry;
+use crate::keys::CampaignKeys;
+
+/// A buyer's place in the waiting room, as `room.lua` keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoomPlace {
+    /// The n-th arrival of the pre-queue (from 1), before the start: its position is the keyed
+    /// shuffle of n among the pre-queue's size.
+    PreQueue(u64),
+    /// A position in the queue (from 1).
+    Position(u64),
+}
+
+impl RoomPlace {
+    /// As the script stores it: `a<n>` or `p<n>`.
+    pub fn as_stored(&self) -> String {
+        match self {
+            RoomPlace::PreQueue(n) => format!("a{n}"),
+            RoomPlace::Position(n) => format!("p{n}"),
+        }
+    }
+
+    /// Parses `a<n>` or `p<n>` (n ≥ 1).
+    pub fn parse(s: &str) -> Option<Self> {
+        let (kind, n) = s.split_at_checked(1)?;
+        if n.is_empty() || n.len() > 19 || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u64 = n.parse().ok().filter(|n| *n >= 1)?;
+        match kind {
+            "a" => Some(RoomPlace::PreQueue(n)),
+            "p" => Some(RoomPlace::Position(n)),
+            _ => None,
+        }
+    }
+}
+
+/// One call of `room.lua`: who enters, when, and what the gateway knows of the queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoomEntry<'a> {
+    /// The campaign.
+    pub campaign: &'a str,
+    /// The buyer.
+    pub user: &'a str,
+    /// Now, unix ms.
+    pub now_ms: i64,
+    /// The campaign's start, unix ms.
+    pub starts_at_ms: i64,
+    /// The serving position now: a new position is always above it.
+    pub serving: u64,
+    /// The buyer's place whose session is over, to be replaced by a new one at the back.
+    pub renew: Option<RoomPlace>,
+    /// When the room's keys expire, unix ms.
+    pub expire_at_ms: i64,
+}
+
+/// What `arrivals.lua` counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrivals {
+    /// Arrivals in this second so far (this one included).
+    pub this_second: u64,
+    /// Arrivals in the second before.
+    pub last_second: u64,
+}
+
+impl Scripts {
+    /// `room.lua`: the buyer's place (the same on every call, unless `renew` names it) and the
+    /// pre-queue's size once closed (`None` while open).
+    pub async fn room_enter(
+        &self,
+        client: &Client,
+        entry: &RoomEntry<'_>,
+    ) -> Result<(RoomPlace, Option<u64>), ScriptError> {
+        const NAME: &str = "room.lua";
+        let keys = CampaignKeys::new(entry.campaign);
+        let args = vec![
+            entry.user.to_string(),
+            entry.now_ms.to_string(),
+            entry.starts_at_ms.to_string(),
+            entry.serving.to_string(),
+            entry.renew.map(|p| p.as_stored()).unwrap_or_default(),
+            entry.expire_at_ms.to_string(),
+        ];
+        let out: Vec<fred::types::Value> =
+            self.room.evalsha_with_retry(client, vec![keys.room(), keys.room_users()], args).await?;
+        let [place, size] = out.as_slice() else {
+            return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
+        };
+        let place = place.as_string().as_deref().and_then(RoomPlace::parse).ok_or_else(|| {
+            ScriptError::Protocol { script: NAME, detail: format!("{place:?} is not a place") }
+        })?;
+        let size = int(NAME, size)?;
+        Ok((place, u64::try_from(size).ok()))
+    }
+
+    /// `arrivals.lua`: counts one arrival of `campaign` in unix second `second`.
+    pub async fn arrive(
+        &self,
+        client: &Client,
+        campaign: &str,
+        second: i64,
+    ) -> Result<Arrivals, ScriptError> {
+        const NAME: &str = "arrivals.lua";
+        let keys = CampaignKeys::new(campaign);
+        let out: Vec<fred::types::Value> = self
+            .arrivals
+            .evalsha_with_retry(
+                client,
+                vec![keys.arrivals(second), keys.arrivals(second - 1)],
+                Vec::<String>::new(),
+            )
+            .await?;
+        match out.as_slice() {
+            [now, before] => Ok(Arrivals {
+                this_second: int(NAME, now)?.max(0) as u64,
+                last_second: int(NAME, before)?.max(0) as u64,
+            }),
+            other => Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", other.len()) }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn places_parse_as_stored() {
+        for p in [RoomPlace::PreQueue(1), RoomPlace::Position(42), RoomPlace::Position(u64::from(u32::MAX))] {
+            assert_eq!(RoomPlace::parse(&p.as_stored()), Some(p));
+        }
+        for bad in ["", "a", "p0", "x5", "p-1", "p1.5", "p99999999999999999999", "a 1"] {
+            assert_eq!(RoomPlace::parse(bad), None, "{bad:?}");
+        }
+    }
+}
