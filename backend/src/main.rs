@@ -5,7 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use backend::config::Config;
-use backend::{db, kafka, produce, publish, rebalance, reconcile, redis, serve};
+use backend::produce::{self, generate};
+use backend::{db, kafka, publish, rebalance, reconcile, redis, serve};
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -159,30 +160,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let (records, stopped) = match (file, generate) {
                 (Some(path), _) => (produce::read_file(&path)?, None),
                 (None, Some(n)) => {
-                    let campaign = campaign.unwrap_or_default();
-                    let users = users.unwrap_or(n);
-                    if !(1..=produce::GENERATE_MAX).contains(&n) || !(1..=n).contains(&users) {
-                        anyhow::bail!(
-                            "--generate must be 1 to {} and --users 1 to --generate",
-                            produce::GENERATE_MAX
-                        );
-                    }
-                    if !protocol::keys::valid_campaign_id(&campaign) {
-                        anyhow::bail!(
-                            "--campaign {campaign:?} is not a campaign id (1 to 64 of A-Z a-z 0-9 _ -)"
-                        );
-                    }
+                    let plan = generate::Plan::new(n, campaign.unwrap_or_default(), users)?;
                     let r = redis::connect(&cfg.redis_url).await?;
                     let scripts = protocol::scripts::Scripts::load(&cfg.lua_dir)?;
                     let pool = db::connect(&cfg.postgres_url, 1).await?;
-                    let buckets = backend::buckets::count(&pool, &campaign).await?.unwrap_or(1);
-                    let g = produce::generate(&r, &scripts, &campaign, buckets, n, users).await?;
+                    let buckets = backend::buckets::count(&pool, &plan.campaign).await?.unwrap_or(1);
+                    let g =
+                        generate::generate(&r, &scripts, &plan.campaign, buckets, plan.n, plan.users).await?;
                     if g.records.is_empty() {
                         anyhow::bail!("nothing reserved: {}", g.stopped.unwrap_or_default());
                     }
                     println!(
-                        "reserved {} of {n} units of campaign {campaign} (over {users} users)",
-                        g.records.len()
+                        "reserved {} of {n} units of campaign {} (over {} users)",
+                        g.records.len(),
+                        plan.campaign,
+                        plan.users
                     );
                     (g.records, g.stopped)
                 }
