@@ -21,6 +21,7 @@
 //! - [`serve`]: all of it in one process.
 
 pub mod admin;
+pub mod app;
 pub mod buckets;
 pub mod closer;
 pub mod config;

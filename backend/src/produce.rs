@@ -53,8 +53,7 @@ use std::sync::Arc;
 use protocol::record::Reservation;
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 
-use crate::config::Config;
-use crate::kafka;
+use crate::app::Connections;
 use crate::producer::Producer;
 
 pub mod generate;
@@ -124,12 +123,39 @@ pub fn read_file(path: &Path) -> Result<Vec<Outgoing>, FileError> {
     parse_lines(path, &bytes)
 }
 
-/// Produces `records` to the topic of `cfg`, signed with its gateway key, in order (one user's
-/// records in their order on the user's partition), and waits for every ack. Returns how many
-/// went to each partition.
-pub async fn produce(cfg: &Config, records: Vec<Outgoing>) -> anyhow::Result<Vec<usize>> {
-    let kc = Arc::new(kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await?);
-    kafka::ensure_topic(&kc, &cfg.kafka).await?;
+/// Where `order-writer produce` takes its records from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `--file PATH`: JSON lines, produced as written.
+    File(PathBuf),
+    /// `--generate N --campaign ID [--users M]`: reserved through `lua/reserve.lua` first.
+    Generate(generate::Plan),
+}
+
+/// `order-writer produce`: reads or generates the records, produces them, prints where they
+/// went; fails after producing when the generation stopped early.
+pub async fn run(conns: &Connections<'_>, source: Source) -> anyhow::Result<()> {
+    let (records, stopped) = match source {
+        Source::File(path) => (read_file(&path)?, None),
+        Source::Generate(plan) => {
+            let g = generate::run(conns, &plan).await?;
+            (g.records, g.stopped)
+        }
+    };
+    let per = produce(conns, records).await?;
+    println!("{}", summary(&conns.config().kafka.topic, &per));
+    if let Some(why) = stopped {
+        anyhow::bail!("stopped early: {why}");
+    }
+    Ok(())
+}
+
+/// Produces `records` to the configured topic, signed with the gateway key, in order (one
+/// user's records in their order on the user's partition), and waits for every ack. Returns how
+/// many went to each partition.
+pub async fn produce(conns: &Connections<'_>, records: Vec<Outgoing>) -> anyhow::Result<Vec<usize>> {
+    let cfg = conns.config();
+    let kc = Arc::new(conns.kafka_with_topic().await?);
     let producer = Producer::start(
         kc,
         &cfg.kafka.topic,

@@ -24,6 +24,7 @@ use protocol::keys::Bucket;
 use protocol::scripts::{PublishOutcome, PublishSpec};
 use sqlx::PgPool;
 
+use crate::app::{Connections, COMMAND_POOL};
 use crate::redis::RedisScripts;
 
 /// What `publish` did, for the operator.
@@ -66,6 +67,16 @@ impl std::fmt::Display for Published {
 }
 
 /// Publishes the campaign of `conf/campaigns/<id>.toml`.
+/// `order-writer campaign publish ID` (applies the migrations first).
+pub async fn run(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
+    let pool = conns.migrated_postgres(COMMAND_POOL).await?;
+    let redis = conns.redis().await?;
+    let scripts = conns.scripts()?;
+    let out = publish(&pool, &redis, &scripts, &conns.config().campaigns_dir, id).await?;
+    println!("campaign {id}: {out}");
+    Ok(())
+}
+
 pub async fn publish(
     pool: &PgPool,
     redis: &RedisClient,

@@ -9,6 +9,7 @@ use protocol::keys::Bucket;
 use protocol::scripts::{reserve_in_home, ReserveOutcome, Scripts};
 
 use super::Outgoing;
+use crate::app::Connections;
 
 /// Most units `--generate` reserves in one run.
 pub const GENERATE_MAX: u64 = 1_000_000;
@@ -36,6 +37,27 @@ impl Plan {
         }
         Ok(Self { n, campaign, users })
     }
+}
+
+/// Reserves what `plan` says in the configured Redis (the campaign's bucket count read from
+/// PostgreSQL) and says how many were reserved. Fails when none was.
+pub async fn run(conns: &Connections<'_>, plan: &Plan) -> anyhow::Result<Generated> {
+    let redis = conns.redis().await?;
+    let scripts = conns.scripts()?;
+    let pool = conns.postgres(1).await?;
+    let buckets = crate::buckets::count(&pool, &plan.campaign).await?.unwrap_or(1);
+    let g = generate(&redis, &scripts.shared, &plan.campaign, buckets, plan.n, plan.users).await?;
+    if g.records.is_empty() {
+        anyhow::bail!("nothing reserved: {}", g.stopped.unwrap_or_default());
+    }
+    println!(
+        "reserved {} of {} units of campaign {} (over {} users)",
+        g.records.len(),
+        plan.n,
+        plan.campaign,
+        plan.users
+    );
+    Ok(g)
 }
 
 /// The user of the `i`-th generated reservation: `M` users named after the run's `tag`, taken
