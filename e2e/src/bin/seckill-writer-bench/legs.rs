@@ -149,9 +149,9 @@ pub async fn leg(
         signer: Arc::new(signer()),
         cfg: WriterConfig {
             batch_size: batch,
-            max_wait_ms: 20,
+            max_wait: protocol::conf::Millis::new(20).expect("a wait"),
             fetch_max_bytes: a.fetch_max_bytes,
-            idle_wait_ms: 100,
+            idle_wait: protocol::conf::Millis::new(100).expect("a wait"),
             batch_retries: 3,
         },
         metrics: Arc::new(backend::metrics::WriterMetrics::new()),
