@@ -254,13 +254,7 @@ impl Campaign {
         }
         conf::within(raw.limits.global_timeout_ms, 1, 1000)
             .map_err(|m| c.err_at_key("global_timeout_ms", "limits.global_timeout_ms", m))?;
-        let field_err = |(span, field, msg): crate::defense::FieldError| err(span, field, msg);
-        let global_limits = raw
-            .global_limit
-            .iter()
-            .map(RawGlobalLimit::check)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(field_err)?;
+        let global_limits = raw.global_limit.iter().map(|g| g.check(&c)).collect::<Result<Vec<_>, _>>()?;
         if let Some(i) = global_limit::repeated(&global_limits) {
             return Err(err(
                 raw.global_limit[i].by_span(),
@@ -276,13 +270,8 @@ impl Campaign {
             }
             Some(t) => c.bounded(t, "bucket_tries", 1, i64::from(buckets) - 1)?,
         };
-        let defense =
-            raw.defense.as_ref().map_or(Ok(Defense::default()), RawDefense::check).map_err(field_err)?;
-        let eligibility = raw
-            .eligibility
-            .as_ref()
-            .map_or(Ok(Eligibility::default()), RawEligibility::check)
-            .map_err(field_err)?;
+        let defense = raw.defense.as_ref().map_or(Ok(Defense::default()), |d| d.check(&c))?;
+        let eligibility = raw.eligibility.as_ref().map_or(Ok(Eligibility::default()), |e| e.check(&c))?;
         Ok(Campaign {
             id: raw.id.into_inner(),
             sku: raw.sku.into_inner(),
