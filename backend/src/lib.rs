@@ -18,7 +18,8 @@
 //! - [`reconcile`]: the seed's equation and repairs; [`publish`]: campaign file → PG → Redis;
 //! - [`metrics`]: what the process counts; [`admin`]: `/metrics`, `/healthz`, `/readyz` on the
 //!   admin listener;
-//! - [`serve`]: all of it in one process.
+//! - [`serve`]: all of it in one process; [`app`]: the connections every subcommand takes, built
+//!   in one place from the validated [`config`].
 
 pub mod admin;
 pub mod app;
