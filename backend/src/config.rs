@@ -1,6 +1,7 @@
 //! The order writer's configuration file (`conf/order-writer.toml`), typed and validated at load.
 //!
-//! Every error names the file, the line and the field (through [`protocol::conf`]). Secrets are
+//! Every value is checked by a [`protocol::conf::Checker`], as the gateway's and the campaign
+//! files' are: an error names the file, the line, the column and the field. Secrets are
 //! references (`env:NAME` or `file:PATH`), resolved at load so that a missing key stops the
 //! process at start, not at the first request.
 
@@ -8,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use protocol::conf::{self, ConfError};
+use protocol::conf::{self, Checker, ConfError, Millis};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -27,9 +28,9 @@ struct Raw {
     gateway_key: Spanned<String>,
     payment_key: Spanned<String>,
     #[serde(default = "d_payment_skew")]
-    payment_max_skew_secs: Spanned<u64>,
+    payment_max_skew_secs: Spanned<i64>,
     #[serde(default = "d_result_pool")]
-    result_pool_size: Spanned<u32>,
+    result_pool_size: Spanned<i64>,
     kafka: RawKafka,
     #[serde(default)]
     writer: RawWriter,
@@ -47,10 +48,10 @@ struct RawAdmin {
     listen: Spanned<String>,
 }
 
-fn d_payment_skew() -> Spanned<u64> {
+fn d_payment_skew() -> Spanned<i64> {
     Spanned::new(0..0, 300)
 }
-fn d_result_pool() -> Spanned<u32> {
+fn d_result_pool() -> Spanned<i64> {
     Spanned::new(0..0, 4)
 }
 fn default_campaigns_dir() -> String {
@@ -76,17 +77,17 @@ struct RawKafka {
     #[serde(default)]
     assigned: Option<Spanned<Vec<i32>>>,
     #[serde(default = "d_produce_timeout")]
-    produce_timeout_ms: Spanned<u64>,
+    produce_timeout_ms: Spanned<i64>,
     #[serde(default = "d_produce_batch")]
-    produce_batch: Spanned<usize>,
+    produce_batch: Spanned<i64>,
 }
 fn d_replication() -> Spanned<i64> {
     Spanned::new(0..0, -1)
 }
-fn d_produce_timeout() -> Spanned<u64> {
+fn d_produce_timeout() -> Spanned<i64> {
     Spanned::new(0..0, 3000)
 }
-fn d_produce_batch() -> Spanned<usize> {
+fn d_produce_batch() -> Spanned<i64> {
     Spanned::new(0..0, 500)
 }
 
@@ -94,29 +95,29 @@ fn d_produce_batch() -> Spanned<usize> {
 #[serde(deny_unknown_fields)]
 struct RawWriter {
     #[serde(default = "d_batch")]
-    batch_size: Spanned<usize>,
+    batch_size: Spanned<i64>,
     #[serde(default = "d_wait")]
-    max_wait_ms: Spanned<i32>,
+    max_wait_ms: Spanned<i64>,
     #[serde(default = "d_fetch_bytes")]
-    fetch_max_bytes: Spanned<i32>,
+    fetch_max_bytes: Spanned<i64>,
     #[serde(default = "d_idle_wait")]
-    idle_wait_ms: Spanned<i32>,
+    idle_wait_ms: Spanned<i64>,
     #[serde(default = "d_batch_retries")]
-    batch_retries: Spanned<u32>,
+    batch_retries: Spanned<i64>,
 }
-fn d_batch() -> Spanned<usize> {
+fn d_batch() -> Spanned<i64> {
     Spanned::new(0..0, 1000)
 }
-fn d_wait() -> Spanned<i32> {
+fn d_wait() -> Spanned<i64> {
     Spanned::new(0..0, 20)
 }
-fn d_fetch_bytes() -> Spanned<i32> {
+fn d_fetch_bytes() -> Spanned<i64> {
     Spanned::new(0..0, 4 << 20)
 }
-fn d_idle_wait() -> Spanned<i32> {
+fn d_idle_wait() -> Spanned<i64> {
     Spanned::new(0..0, 100)
 }
-fn d_batch_retries() -> Spanned<u32> {
+fn d_batch_retries() -> Spanned<i64> {
     Spanned::new(0..0, 3)
 }
 impl Default for RawWriter {
@@ -135,14 +136,14 @@ impl Default for RawWriter {
 #[serde(deny_unknown_fields)]
 struct RawSweeper {
     #[serde(default = "d_age")]
-    age_secs: Spanned<u64>,
+    age_secs: Spanned<i64>,
     #[serde(default = "d_sweep_interval")]
-    interval_ms: Spanned<u64>,
+    interval_ms: Spanned<i64>,
 }
-fn d_age() -> Spanned<u64> {
+fn d_age() -> Spanned<i64> {
     Spanned::new(0..0, 10)
 }
-fn d_sweep_interval() -> Spanned<u64> {
+fn d_sweep_interval() -> Spanned<i64> {
     Spanned::new(0..0, 2000)
 }
 impl Default for RawSweeper {
@@ -155,11 +156,11 @@ impl Default for RawSweeper {
 #[serde(deny_unknown_fields)]
 struct RawCloser {
     #[serde(default = "d_close_interval")]
-    interval_ms: Spanned<u64>,
+    interval_ms: Spanned<i64>,
     #[serde(default = "d_close_batch")]
     batch_size: Spanned<i64>,
 }
-fn d_close_interval() -> Spanned<u64> {
+fn d_close_interval() -> Spanned<i64> {
     Spanned::new(0..0, 1000)
 }
 fn d_close_batch() -> Spanned<i64> {
@@ -197,12 +198,12 @@ pub struct WriterConfig {
     /// Most records in one PostgreSQL transaction.
     pub batch_size: usize,
     /// Fetch max wait after a fetch that found records (Kafka answers as soon as one arrives).
-    pub max_wait_ms: i32,
+    pub max_wait: Millis,
     /// Most bytes in one fetch.
     pub fetch_max_bytes: i32,
     /// Fetch max wait after a fetch that found nothing: an idle partition is polled this often
     /// (Kafka answers as soon as a record arrives, so a longer wait adds no latency).
-    pub idle_wait_ms: i32,
+    pub idle_wait: Millis,
     /// Tries PostgreSQL may refuse a batch before it is written one record per transaction, and
     /// a record alone before it is dead-lettered (an unreachable database is waited for, never
     /// counted).
@@ -260,17 +261,11 @@ impl Config {
     /// Parses and validates the text of `file`.
     pub fn parse(file: &Path, text: &str) -> Result<Self, ConfError> {
         let raw: Raw = conf::parse(file, text)?;
-        let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let err = |span: std::ops::Range<usize>, field: &str, msg: String| {
-            ConfError::at(file, text, span, Some(field), msg)
-        };
-        let listen: SocketAddr = raw
-            .listen
-            .get_ref()
-            .parse()
-            .map_err(|e| err(raw.listen.span(), "listen", format!("not an address host:port: {e}")))?;
+        let c = Checker::new(file, text);
+        let base = c.base().to_path_buf();
+        let listen = c.addr(&raw.listen, "listen")?;
         if !protocol::cluster::accepted_url(raw.redis_url.get_ref()) {
-            return Err(err(
+            return Err(c.err(
                 raw.redis_url.span(),
                 "redis_url",
                 format!("must be {}", protocol::cluster::URL_FORMS),
@@ -278,26 +273,16 @@ impl Config {
         }
         let pg = raw.postgres_url.get_ref();
         if !(pg.starts_with("postgres://") || pg.starts_with("postgresql://")) {
-            return Err(err(raw.postgres_url.span(), "postgres_url", "must start with postgres://".into()));
+            return Err(c.err(raw.postgres_url.span(), "postgres_url", "must start with postgres://"));
         }
-        let secret = |v: &Spanned<String>, field: &str| {
-            protocol::secret::resolve(v.get_ref(), &base).map_err(|e| err(v.span(), field, e.to_string()))
-        };
-        let gateway_key = secret(&raw.gateway_key, "gateway_key")?;
-        let payment_key = secret(&raw.payment_key, "payment_key")?;
-        if !(1..=3600).contains(raw.payment_max_skew_secs.get_ref()) {
-            return Err(err(
-                raw.payment_max_skew_secs.span(),
-                "payment_max_skew_secs",
-                "must be 1 to 3600".into(),
-            ));
-        }
-        if !(1..=64).contains(raw.result_pool_size.get_ref()) {
-            return Err(err(raw.result_pool_size.span(), "result_pool_size", "must be 1 to 64".into()));
-        }
+        let gateway_key = c.secret(&raw.gateway_key, "gateway_key")?;
+        let payment_key = c.secret(&raw.payment_key, "payment_key")?;
+        let payment_max_skew_secs =
+            c.bounded(&raw.payment_max_skew_secs, "payment_max_skew_secs", 1, 3600)?;
+        let result_pool_size = c.bounded(&raw.result_pool_size, "result_pool_size", 1, 64)?;
 
         let k = &raw.kafka;
-        let err_at = |span, field: &str, msg: String| err(span, field, msg);
+        let err_at = |span, field: &str, msg: String| c.err(span, field, msg);
         let connection = protocol::kafka::check_connection(
             protocol::kafka::RawConnection {
                 brokers: &k.brokers,
@@ -311,10 +296,10 @@ impl Config {
             protocol::kafka::check_topic(&k.topic, &k.partitions, &err_at)?;
         let replication_factor = *k.replication_factor.get_ref();
         if !(replication_factor == -1 || (1..=16).contains(&replication_factor)) {
-            return Err(err(
+            return Err(c.err(
                 k.replication_factor.span(),
                 "kafka.replication_factor",
-                "must be 1 to 16, or -1 for the cluster's default.replication.factor".into(),
+                "must be 1 to 16, or -1 for the cluster's default.replication.factor",
             ));
         }
         let assigned = match &k.assigned {
@@ -322,7 +307,7 @@ impl Config {
             Some(a) => {
                 let list = a.get_ref().clone();
                 if list.is_empty() || list.iter().any(|p| !(0..partitions).contains(p)) {
-                    return Err(err(
+                    return Err(c.err(
                         a.span(),
                         "kafka.assigned",
                         format!("must list partitions between 0 and {}", partitions - 1),
@@ -331,69 +316,42 @@ impl Config {
                 list
             }
         };
-        if *k.produce_timeout_ms.get_ref() == 0 {
-            return Err(err(
-                k.produce_timeout_ms.span(),
-                "kafka.produce_timeout_ms",
-                "must be 1 or more".into(),
-            ));
-        }
-        if !(1..=10_000).contains(k.produce_batch.get_ref()) {
-            return Err(err(k.produce_batch.span(), "kafka.produce_batch", "must be 1 to 10000".into()));
-        }
+        let produce_timeout =
+            c.ms(&k.produce_timeout_ms, "kafka.produce_timeout_ms", 1, PRODUCE_TIMEOUT_MAX_MS)?;
+        let produce_batch = c.int(&k.produce_batch, "kafka.produce_batch", 1, 10_000)?;
+
         let w = &raw.writer;
-        if !(1..=20_000).contains(w.batch_size.get_ref()) {
-            return Err(err(w.batch_size.span(), "writer.batch_size", "must be 1 to 20000".into()));
-        }
-        if !(0..=500).contains(w.max_wait_ms.get_ref()) {
-            return Err(err(
-                w.max_wait_ms.span(),
-                "writer.max_wait_ms",
-                "must be 0 to 500 (keep it ≤ 50)".into(),
-            ));
-        }
-        if !(*w.max_wait_ms.get_ref()..=5_000).contains(w.idle_wait_ms.get_ref()) {
-            return Err(err(
-                w.idle_wait_ms.span(),
-                "writer.idle_wait_ms",
-                "must be writer.max_wait_ms to 5000".into(),
-            ));
-        }
-        if *w.fetch_max_bytes.get_ref() < 1024 {
-            return Err(err(
-                w.fetch_max_bytes.span(),
+        let max_wait = c.millis(&w.max_wait_ms, "writer.max_wait_ms", 0, 500)?;
+        let writer = WriterConfig {
+            batch_size: c.int(&w.batch_size, "writer.batch_size", 1, 20_000)?,
+            max_wait,
+            // An idle partition is never polled more often than a busy one.
+            idle_wait: c
+                .millis(&w.idle_wait_ms, "writer.idle_wait_ms", i64::from(max_wait.as_i32()), 5_000)
+                .map_err(|mut e| {
+                    e.message.push_str(" (never below writer.max_wait_ms)");
+                    e
+                })?,
+            fetch_max_bytes: c.bounded(
+                &w.fetch_max_bytes,
                 "writer.fetch_max_bytes",
-                "must be 1024 or more".into(),
-            ));
-        }
-        if !(1..=100).contains(w.batch_retries.get_ref()) {
-            return Err(err(w.batch_retries.span(), "writer.batch_retries", "must be 1 to 100".into()));
-        }
+                1024,
+                i64::from(i32::MAX),
+            )?,
+            batch_retries: c.bounded(&w.batch_retries, "writer.batch_retries", 1, 100)?,
+        };
+
         let s = &raw.sweeper;
-        protocol::timing::check_sweep_age(Duration::from_secs(*s.age_secs.get_ref()))
-            .map_err(|e| err(s.age_secs.span(), "sweeper.age_secs", e))?;
-        if *s.interval_ms.get_ref() < 10 {
-            return Err(err(s.interval_ms.span(), "sweeper.interval_ms", "must be 10 or more".into()));
-        }
-        protocol::timing::check_sweep_interval(
-            Duration::from_secs(*s.age_secs.get_ref()),
-            Duration::from_millis(*s.interval_ms.get_ref()),
-        )
-        .map_err(|e| err(s.interval_ms.span(), "sweeper.interval_ms", e))?;
-        let c = &raw.closer;
-        if *c.interval_ms.get_ref() < 10 {
-            return Err(err(c.interval_ms.span(), "closer.interval_ms", "must be 10 or more".into()));
-        }
-        if !(1..=10_000).contains(c.batch_size.get_ref()) {
-            return Err(err(c.batch_size.span(), "closer.batch_size", "must be 1 to 10000".into()));
-        }
-        let admin_listen =
-            match &raw.admin {
-                None => None,
-                Some(a) => Some(a.listen.get_ref().parse().map_err(|e| {
-                    err(a.listen.span(), "admin.listen", format!("not an address IP:port: {e}"))
-                })?),
-            };
+        let sweep_age = c.secs(&s.age_secs, "sweeper.age_secs", 0, SWEEP_AGE_MAX_SECS)?;
+        protocol::timing::check_sweep_age(sweep_age)
+            .map_err(|e| c.err(s.age_secs.span(), "sweeper.age_secs", e))?;
+        let sweep_interval = c.ms(&s.interval_ms, "sweeper.interval_ms", 10, INTERVAL_MAX_MS)?;
+        protocol::timing::check_sweep_interval(sweep_age, sweep_interval)
+            .map_err(|e| c.err(s.interval_ms.span(), "sweeper.interval_ms", e))?;
+        let cl = &raw.closer;
+        let close_interval = c.ms(&cl.interval_ms, "closer.interval_ms", 10, INTERVAL_MAX_MS)?;
+        let close_batch = c.bounded(&cl.batch_size, "closer.batch_size", 1, 10_000)?;
+        let admin_listen = raw.admin.as_ref().map(|a| c.addr(&a.listen, "admin.listen")).transpose()?;
         Ok(Config {
             admin_listen,
             listen,
@@ -404,31 +362,32 @@ impl Config {
             migrations_dir: base.join(raw.migrations_dir),
             gateway_key,
             payment_key,
-            payment_max_skew_secs: *raw.payment_max_skew_secs.get_ref(),
-            result_pool_size: *raw.result_pool_size.get_ref(),
+            payment_max_skew_secs,
+            result_pool_size,
             kafka: KafkaConfig {
                 connection,
                 replication_factor: replication_factor as i16,
                 topic,
                 partitions,
                 assigned,
-                produce_timeout: Duration::from_millis(*k.produce_timeout_ms.get_ref()),
-                produce_batch: *k.produce_batch.get_ref(),
+                produce_timeout,
+                produce_batch,
             },
-            writer: WriterConfig {
-                batch_size: *w.batch_size.get_ref(),
-                max_wait_ms: *w.max_wait_ms.get_ref(),
-                fetch_max_bytes: *w.fetch_max_bytes.get_ref(),
-                idle_wait_ms: *w.idle_wait_ms.get_ref(),
-                batch_retries: *w.batch_retries.get_ref(),
-            },
-            sweep_age: Duration::from_secs(*s.age_secs.get_ref()),
-            sweep_interval: Duration::from_millis(*s.interval_ms.get_ref()),
-            close_interval: Duration::from_millis(*c.interval_ms.get_ref()),
-            close_batch: *c.batch_size.get_ref(),
+            writer,
+            sweep_age,
+            sweep_interval,
+            close_interval,
+            close_batch,
         })
     }
 }
+
+/// The longest `kafka.produce_timeout_ms`: a minute.
+pub const PRODUCE_TIMEOUT_MAX_MS: i64 = 60_000;
+/// The longest `sweeper.age_secs`: a day.
+pub const SWEEP_AGE_MAX_SECS: i64 = 86_400;
+/// The longest `sweeper.interval_ms` and `closer.interval_ms`: an hour.
+pub const INTERVAL_MAX_MS: i64 = 3_600_000;
 
 #[cfg(test)]
 mod tests {
@@ -459,7 +418,11 @@ partitions = 4
         let c = parse(&good()).unwrap();
         assert_eq!(c.kafka.assigned, vec![0, 1, 2, 3]);
         assert_eq!(c.writer.batch_size, 1000);
-        assert_eq!((c.writer.max_wait_ms, c.writer.idle_wait_ms), (20, 100));
+        assert_eq!((c.writer.max_wait.as_i32(), c.writer.idle_wait.as_i32()), (20, 100));
+        assert_eq!(
+            (c.kafka.produce_timeout, c.sweep_age),
+            (Duration::from_millis(3000), Duration::from_secs(10))
+        );
         assert_eq!(c.writer.batch_retries, 3);
         assert_eq!(c.campaigns_dir, Path::new("conf/campaigns"));
         assert_eq!(c.gateway_key, b"0123456789abcdef0123");
@@ -496,19 +459,29 @@ partitions = 4
             "between 0 and 3",
         );
         expect(&good().replace("topic = ", "topik = "), 9, "topik", "unknown field");
-        expect(&format!("{}\n[writer]\nbatch_size = 0\n", good()), 13, "writer.batch_size", "1 to 20000");
+        expect(
+            &format!("{}\n[writer]\nbatch_size = 0\n", good()),
+            13,
+            "writer.batch_size",
+            "between 1 and 20000",
+        );
         expect(
             &format!("{}\n[writer]\nmax_wait_ms = 50\nidle_wait_ms = 10\n", good()),
             14,
             "writer.idle_wait_ms",
-            "writer.max_wait_ms to 5000",
+            "between 50 and 5000 (ms), found 10 (never below writer.max_wait_ms)",
         );
-        expect(&format!("{}\n[writer]\nbatch_retries = 0\n", good()), 13, "writer.batch_retries", "1 to 100");
+        expect(
+            &format!("{}\n[writer]\nbatch_retries = 0\n", good()),
+            13,
+            "writer.batch_retries",
+            "between 1 and 100",
+        );
         expect(
             &format!("{}\n[writer]\nbatch_size = 10\nbatch_retries = 101\n", good()),
             14,
             "writer.batch_retries",
-            "1 to 100",
+            "between 1 and 100",
         );
         let c = parse(&format!("{}\n[writer]\nbatch_retries = 100\n", good())).unwrap();
         assert_eq!(c.writer.batch_retries, 100);
@@ -518,10 +491,10 @@ partitions = 4
         let late = format!("{}\n[sweeper]\nage_secs = 6\ninterval_ms = 3500\n", good());
         expect(&late, 14, "sweeper.interval_ms", "3000 ms here");
         let with = |extra: &str| good().replace("\n\n[kafka]", &format!("\n{extra}\n\n[kafka]"));
-        expect(&with("payment_max_skew_secs = 0"), 6, "payment_max_skew_secs", "1 to 3600");
-        expect(&with("payment_max_skew_secs = 86400"), 6, "payment_max_skew_secs", "1 to 3600");
-        expect(&with("result_pool_size = 0"), 6, "result_pool_size", "1 to 64");
-        expect(&with("result_pool_size = 65"), 6, "result_pool_size", "1 to 64");
+        expect(&with("payment_max_skew_secs = 0"), 6, "payment_max_skew_secs", "between 1 and 3600");
+        expect(&with("payment_max_skew_secs = 86400"), 6, "payment_max_skew_secs", "between 1 and 3600");
+        expect(&with("result_pool_size = 0"), 6, "result_pool_size", "between 1 and 64");
+        expect(&with("result_pool_size = 65"), 6, "result_pool_size", "between 1 and 64");
         let c = parse(&with("payment_max_skew_secs = 60\nresult_pool_size = 2")).unwrap();
         assert_eq!((c.payment_max_skew_secs, c.result_pool_size), (60, 2));
         assert_eq!(parse(&good()).unwrap().admin_listen, None, "no admin listener unless asked");
@@ -529,5 +502,52 @@ partitions = 4
         assert_eq!(admin.admin_listen, Some("127.0.0.1:9181".parse().unwrap()));
         expect(&format!("{}\n[admin]\nlisten = \"localhost\"\n", good()), 13, "admin.listen", "IP:port");
         expect(&format!("{}\n[admin]\nport = 1\n", good()), 13, "port", "unknown field");
+    }
+
+    #[test]
+    fn every_duration_and_number_is_bounded_both_ways() {
+        let kafka = |extra: &str| good().replace("partitions = 4", &format!("partitions = 4\n{extra}"));
+        expect(&kafka("produce_timeout_ms = 0"), 11, "kafka.produce_timeout_ms", "between 1 and 60000 (ms)");
+        expect(
+            &kafka("produce_timeout_ms = 60001"),
+            11,
+            "kafka.produce_timeout_ms",
+            "between 1 and 60000 (ms)",
+        );
+        assert_eq!(parse(&kafka("produce_timeout_ms = 60000")).unwrap().kafka.produce_timeout.as_secs(), 60);
+        expect(&kafka("produce_batch = 10001"), 11, "kafka.produce_batch", "between 1 and 10000");
+        let table = |t: &str, body: &str| format!("{}\n[{t}]\n{body}\n", good());
+        expect(&table("writer", "max_wait_ms = -1"), 13, "writer.max_wait_ms", "between 0 and 500 (ms)");
+        expect(&table("writer", "max_wait_ms = 501"), 13, "writer.max_wait_ms", "between 0 and 500 (ms)");
+        expect(&table("writer", "fetch_max_bytes = 1023"), 13, "writer.fetch_max_bytes", "between 1024 and");
+        expect(&table("sweeper", "age_secs = 86401"), 13, "sweeper.age_secs", "between 0 and 86400 (s)");
+        expect(&table("sweeper", "age_secs = -6"), 13, "sweeper.age_secs", "between 0 and 86400 (s)");
+        let slow = table("sweeper", "age_secs = 86400\ninterval_ms = 3600001");
+        expect(&slow, 14, "sweeper.interval_ms", "between 10 and 3600000 (ms)");
+        expect(
+            &table("sweeper", "interval_ms = 9"),
+            13,
+            "sweeper.interval_ms",
+            "between 10 and 3600000 (ms)",
+        );
+        expect(&table("closer", "interval_ms = 9"), 13, "closer.interval_ms", "between 10 and 3600000 (ms)");
+        expect(
+            &table("closer", "interval_ms = 3600001"),
+            13,
+            "closer.interval_ms",
+            "between 10 and 3600000 (ms)",
+        );
+        expect(&table("closer", "batch_size = 0"), 13, "closer.batch_size", "between 1 and 10000");
+        let with = |extra: &str| good().replace("\n\n[kafka]", &format!("\n{extra}\n\n[kafka]"));
+        expect(
+            &with("payment_max_skew_secs = -1"),
+            6,
+            "payment_max_skew_secs",
+            "between 1 and 3600, found -1",
+        );
+        let c = parse(&table("closer", "interval_ms = 3600000\nbatch_size = 10000")).unwrap();
+        assert_eq!((c.close_interval.as_secs(), c.close_batch), (3600, 10_000));
+        let e = parse(&good().replace("127.0.0.1:8081", "nowhere")).unwrap_err();
+        assert_eq!(e.to_string(), "conf/order-writer.toml:1:10: field `listen`: \"nowhere\" is not an IP:port address (names are not resolved)");
     }
 }

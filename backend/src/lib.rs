@@ -8,8 +8,9 @@
 //!   a record without the gateway key's signature is dead-lettered;
 //! - [`sweeper`]: outbox entries without an order after T → Kafka again, signed (through
 //!   [`producer`]);
-//! - [`produce`]: `order-writer produce`, signed test reservations from a file or generated
-//!   through `lua/reserve.lua`, so the writer runs without a gateway;
+//! - [`produce`]: `order-writer produce`, signed test reservations from a file (replayed as
+//!   written) or, in [`produce::generate`] apart from everything above, generated through
+//!   `lua/reserve.lua`, so the writer runs without a gateway;
 //! - [`result`], [`payment`]: the HTTP queries and the payment callback ([`http`] routes them;
 //!   they share [`state`] and answer through [`reply`]; [`pay_auth`] checks a callback's
 //!   signature and time);
@@ -17,9 +18,11 @@
 //! - [`reconcile`]: the seed's equation and repairs; [`publish`]: campaign file → PG → Redis;
 //! - [`metrics`]: what the process counts; [`admin`]: `/metrics`, `/healthz`, `/readyz` on the
 //!   admin listener;
-//! - [`serve`]: all of it in one process.
+//! - [`serve`]: all of it in one process; [`app`]: the connections every subcommand takes, built
+//!   in one place from the validated [`config`].
 
 pub mod admin;
+pub mod app;
 pub mod buckets;
 pub mod closer;
 pub mod config;

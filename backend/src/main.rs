@@ -1,11 +1,14 @@
-//! `order-writer`: the order writer's command line. See `conf/order-writer.toml`.
+//! `order-writer`: the order writer's command line. See `conf/order-writer.toml`. It parses the
+//! arguments and the configuration, then runs the subcommand's one function in its module; the
+//! connections come from [`backend::app::Connections`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use backend::app::Connections;
 use backend::config::Config;
-use backend::{db, kafka, produce, publish, rebalance, reconcile, redis, serve};
+use backend::produce::{self, generate};
+use backend::{db, kafka, publish, rebalance, reconcile, serve};
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -106,123 +109,24 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let mut cfg = Config::load(&cli.config)?;
+    let cfg = Config::load(&cli.config)?;
+    let conns = Connections::new(&cfg);
     match cli.command {
-        Command::Serve { partitions } => {
-            if let Some(p) = partitions {
-                if p.is_empty() || p.iter().any(|x| !(0..cfg.kafka.partitions).contains(x)) {
-                    anyhow::bail!(
-                        "--partitions must list partitions between 0 and {}",
-                        cfg.kafka.partitions - 1
-                    );
-                }
-                cfg.kafka.assigned = p;
-            }
-            let (tx, _rx) = tokio::sync::watch::channel(false);
-            serve::serve(cfg, tx, true).await
-        }
-        Command::Migrate => {
-            let pool = db::connect(&cfg.postgres_url, 2).await?;
-            db::migrate(&pool, &cfg.migrations_dir).await?;
-            println!("migrations applied from {}", cfg.migrations_dir.display());
-            Ok(())
-        }
-        Command::Topic { command: TopicCommand::Create } => {
-            let kc = kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await?;
-            let created = kafka::ensure_topic(&kc, &cfg.kafka).await?;
-            println!(
-                "topic {} {} ({} partitions)",
-                cfg.kafka.topic,
-                if created { "created" } else { "already exists" },
-                cfg.kafka.partitions
-            );
-            Ok(())
-        }
-        Command::Campaign { command: CampaignCommand::Publish { id } } => {
-            let pool = db::connect(&cfg.postgres_url, 2).await?;
-            db::migrate(&pool, &cfg.migrations_dir).await?;
-            let r = redis::connect(&cfg.redis_url).await?;
-            let scripts = redis::RedisScripts::load(&cfg.lua_dir)?;
-            let out = publish::publish(&pool, &r, &scripts, &cfg.campaigns_dir, &id).await?;
-            println!("campaign {id}: {out}");
-            Ok(())
-        }
-        Command::Campaign { command: CampaignCommand::Rebalance { id } } => {
-            let pool = db::connect(&cfg.postgres_url, 2).await?;
-            let r = redis::connect(&cfg.redis_url).await?;
-            let scripts = protocol::scripts::Scripts::load(&cfg.lua_dir)?;
-            let out = rebalance::rebalance(&pool, &r, &scripts, &id).await?;
-            println!("campaign {id}:\n{out}");
-            Ok(())
-        }
+        Command::Serve { partitions } => serve::run(cfg, partitions).await,
+        Command::Migrate => db::run_migrate(&conns).await,
+        Command::Topic { command: TopicCommand::Create } => kafka::run_topic_create(&conns).await,
+        Command::Campaign { command: CampaignCommand::Publish { id } } => publish::run(&conns, &id).await,
+        Command::Campaign { command: CampaignCommand::Rebalance { id } } => rebalance::run(&conns, &id).await,
         Command::Produce { file, generate, campaign, users } => {
-            let (records, stopped) = match (file, generate) {
-                (Some(path), _) => (produce::read_file(&path)?, None),
+            let source = match (file, generate) {
+                (Some(path), _) => produce::Source::File(path),
                 (None, Some(n)) => {
-                    let campaign = campaign.unwrap_or_default();
-                    let users = users.unwrap_or(n);
-                    if !(1..=produce::GENERATE_MAX).contains(&n) || !(1..=n).contains(&users) {
-                        anyhow::bail!(
-                            "--generate must be 1 to {} and --users 1 to --generate",
-                            produce::GENERATE_MAX
-                        );
-                    }
-                    if !protocol::keys::valid_campaign_id(&campaign) {
-                        anyhow::bail!(
-                            "--campaign {campaign:?} is not a campaign id (1 to 64 of A-Z a-z 0-9 _ -)"
-                        );
-                    }
-                    let r = redis::connect(&cfg.redis_url).await?;
-                    let scripts = protocol::scripts::Scripts::load(&cfg.lua_dir)?;
-                    let pool = db::connect(&cfg.postgres_url, 1).await?;
-                    let buckets = backend::buckets::count(&pool, &campaign).await?.unwrap_or(1);
-                    let g = produce::generate(&r, &scripts, &campaign, buckets, n, users).await?;
-                    if g.records.is_empty() {
-                        anyhow::bail!("nothing reserved: {}", g.stopped.unwrap_or_default());
-                    }
-                    println!(
-                        "reserved {} of {n} units of campaign {campaign} (over {users} users)",
-                        g.records.len()
-                    );
-                    (g.records, g.stopped)
+                    produce::Source::Generate(generate::Plan::new(n, campaign.unwrap_or_default(), users)?)
                 }
                 (None, None) => anyhow::bail!("give --file PATH or --generate N --campaign ID"),
             };
-            let per = produce::produce(&cfg, records).await?;
-            println!("{}", produce::summary(&cfg.kafka.topic, &per));
-            if let Some(why) = stopped {
-                anyhow::bail!("stopped early: {why}");
-            }
-            Ok(())
+            produce::run(&conns, source).await
         }
-        Command::Reconcile { campaign, repair } => {
-            let pool = db::connect(&cfg.postgres_url, 2).await?;
-            let r = redis::connect(&cfg.redis_url).await?;
-            let scripts = redis::RedisScripts::load(&cfg.lua_dir)?;
-            // Without the topic, stale reservations are listed but not repaired (the report says so).
-            let kc = match kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await {
-                Ok(kc) => Some(kc),
-                Err(e) => {
-                    eprintln!("order-writer: {e:#}: stale reservations will not be repaired");
-                    None
-                }
-            };
-            let topic = kc.as_ref().map(|kafka| reconcile::Topic {
-                kafka,
-                name: &cfg.kafka.topic,
-                partitions: cfg.kafka.partitions,
-            });
-            let stores = reconcile::Stores {
-                pool: &pool,
-                redis: &r,
-                scripts: &scripts,
-                topic,
-                sweep_age: cfg.sweep_age,
-                between_reads: None,
-            };
-            let rep = reconcile::reconcile(stores, &campaign, repair).await.context("reconciliation")?;
-            print!("{}", rep.text);
-            Ok(())
-        }
+        Command::Reconcile { campaign, repair } => reconcile::run(&conns, &campaign, repair).await,
     }
 }

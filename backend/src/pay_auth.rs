@@ -14,9 +14,9 @@
 use protocol::codes::Code;
 use protocol::signing::{payment_canonical, Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 
-/// Why a callback was refused.
+/// Why a callback's authentication failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub enum AuthError {
     /// A header is absent or not text.
     #[error("missing header {0}")]
     Missing(&'static str),
@@ -38,12 +38,12 @@ pub enum Refusal {
     },
 }
 
-impl Refusal {
+impl AuthError {
     /// The answer code: [`Code::StaleTimestamp`] for a signed but stale callback,
     /// [`Code::BadSignature`] for everything else (both 401).
     pub fn code(&self) -> Code {
         match self {
-            Refusal::Stale { .. } => Code::StaleTimestamp,
+            AuthError::Stale { .. } => Code::StaleTimestamp,
             _ => Code::BadSignature,
         }
     }
@@ -70,18 +70,18 @@ pub struct Callback<'a> {
 }
 
 /// Checks `cb`: headers present, signature over its canonical string, then the time window.
-pub fn check(signer: &Signer, cb: &Callback<'_>, now: i64, max_skew_secs: u64) -> Result<(), Refusal> {
-    let ts = cb.timestamp.ok_or(Refusal::Missing(PAYMENT_TIMESTAMP_HEADER))?;
-    let sig = cb.signature.ok_or(Refusal::Missing(PAYMENT_SIGNATURE_HEADER))?;
+pub fn check(signer: &Signer, cb: &Callback<'_>, now: i64, max_skew_secs: u64) -> Result<(), AuthError> {
+    let ts = cb.timestamp.ok_or(AuthError::Missing(PAYMENT_TIMESTAMP_HEADER))?;
+    let sig = cb.signature.ok_or(AuthError::Missing(PAYMENT_SIGNATURE_HEADER))?;
     let ts = ts.trim();
     if ts.is_empty() || ts.len() > 19 || !ts.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(Refusal::BadTimestamp);
+        return Err(AuthError::BadTimestamp);
     }
-    let timestamp: i64 = ts.parse().map_err(|_| Refusal::BadTimestamp)?;
+    let timestamp: i64 = ts.parse().map_err(|_| AuthError::BadTimestamp)?;
     let canonical = payment_canonical(cb.method, cb.path, timestamp, cb.body);
-    signer.verify(canonical.as_bytes(), sig.trim()).map_err(|_| Refusal::Mismatch)?;
+    signer.verify(canonical.as_bytes(), sig.trim()).map_err(|_| AuthError::Mismatch)?;
     if !within_window(timestamp, now, max_skew_secs) {
-        return Err(Refusal::Stale { timestamp, off: timestamp.abs_diff(now), max: max_skew_secs });
+        return Err(AuthError::Stale { timestamp, off: timestamp.abs_diff(now), max: max_skew_secs });
     }
     Ok(())
 }
@@ -115,17 +115,17 @@ mod tests {
         assert_eq!(check(&s, &signed(&ts, &sig, "/orders/7/pay", body), NOW, 300), Ok(()));
         // Replayed onto another order.
         let r = check(&s, &signed(&ts, &sig, "/orders/8/pay", body), NOW, 300);
-        assert_eq!(r, Err(Refusal::Mismatch));
+        assert_eq!(r, Err(AuthError::Mismatch));
         // Tampered body.
         let r = check(&s, &signed(&ts, &sig, "/orders/7/pay", br#"{"payment_ref":"r2"}"#), NOW, 300);
-        assert_eq!(r, Err(Refusal::Mismatch));
+        assert_eq!(r, Err(AuthError::Mismatch));
         // Another timestamp with the same signature.
         let later = (NOW + 1).to_string();
         let r = check(&s, &signed(&later, &sig, "/orders/7/pay", body), NOW, 300);
-        assert_eq!(r, Err(Refusal::Mismatch));
+        assert_eq!(r, Err(AuthError::Mismatch));
         // Another method.
         let cb = Callback { method: "PUT", ..signed(&ts, &sig, "/orders/7/pay", body) };
-        assert_eq!(check(&s, &cb, NOW, 300), Err(Refusal::Mismatch));
+        assert_eq!(check(&s, &cb, NOW, 300), Err(AuthError::Mismatch));
     }
 
     #[test]
@@ -135,7 +135,7 @@ mod tests {
             let sig = s.sign_payment("POST", "/orders/7/pay", ts, b"{}");
             let t = ts.to_string();
             let r = check(&s, &signed(&t, &sig, "/orders/7/pay", b"{}"), NOW, 300);
-            assert_eq!(r, Err(Refusal::Stale { timestamp: ts, off: 301, max: 300 }));
+            assert_eq!(r, Err(AuthError::Stale { timestamp: ts, off: 301, max: 300 }));
             assert_eq!(r.unwrap_err().code(), Code::StaleTimestamp);
         }
     }
@@ -144,7 +144,7 @@ mod tests {
     fn missing_or_malformed_headers_are_bad_signatures() {
         let s = Signer::new(b"0123456789abcdef0123");
         let sig = s.sign_payment("POST", "/orders/7/pay", NOW, b"{}");
-        let cb = |ts: Option<&'static str>, sig: Option<&str>| -> Result<(), Refusal> {
+        let cb = |ts: Option<&'static str>, sig: Option<&str>| -> Result<(), AuthError> {
             let c = Callback {
                 timestamp: ts,
                 signature: sig,
@@ -154,13 +154,14 @@ mod tests {
             };
             check(&s, &c, NOW, 300)
         };
-        assert_eq!(cb(None, Some(&sig)), Err(Refusal::Missing(PAYMENT_TIMESTAMP_HEADER)));
-        assert_eq!(cb(Some("1700000000"), None), Err(Refusal::Missing(PAYMENT_SIGNATURE_HEADER)));
+        assert_eq!(cb(None, Some(&sig)), Err(AuthError::Missing(PAYMENT_TIMESTAMP_HEADER)));
+        assert_eq!(cb(Some("1700000000"), None), Err(AuthError::Missing(PAYMENT_SIGNATURE_HEADER)));
         for bad in ["", "soon", "-5", "+1700000000", "1.5", "99999999999999999999"] {
-            assert_eq!(cb(Some(bad), Some(&sig)), Err(Refusal::BadTimestamp), "{bad:?}");
+            assert_eq!(cb(Some(bad), Some(&sig)), Err(AuthError::BadTimestamp), "{bad:?}");
         }
-        assert_eq!(cb(Some("1700000000"), Some("zz")), Err(Refusal::Mismatch));
-        for r in [Refusal::BadTimestamp, Refusal::Mismatch, Refusal::Missing(PAYMENT_SIGNATURE_HEADER)] {
+        assert_eq!(cb(Some("1700000000"), Some("zz")), Err(AuthError::Mismatch));
+        for r in [AuthError::BadTimestamp, AuthError::Mismatch, AuthError::Missing(PAYMENT_SIGNATURE_HEADER)]
+        {
             assert_eq!(r.code(), Code::BadSignature);
         }
     }

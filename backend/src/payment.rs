@@ -48,8 +48,8 @@ pub async fn handle(
         body: &body,
     };
     let now = chrono::Utc::now().timestamp();
-    if let Err(refusal) = pay_auth::check(&st.payment, &cb, now, st.payment_max_skew_secs) {
-        return answer(refusal.code(), None, &refusal.to_string(), "", json!({}));
+    if let Err(e) = pay_auth::check(&st.payment, &cb, now, st.payment_max_skew_secs) {
+        return answer(e.code(), None, &e.to_string(), "", json!({}));
     }
     let Ok(order_id) = id.parse::<i64>() else {
         return answer(Code::BadRequest, None, "order id must be an integer", "", json!({}));

@@ -44,24 +44,19 @@
 //!   N, one unit each), so the outbox holds them; then produces the signed records. If the script
 //!   refuses one (sold out, a user at the per-user limit), what was reserved before is produced
 //!   and the command fails saying why. A record whose produce fails stays in the outbox, and a
-//!   running `order-writer serve`'s sweeper produces it later.
+//!   running `order-writer serve`'s sweeper produces it later. The generator lives apart, in
+//!   [`generate`]: a test-data tool the writer, the sweeper and the closer never use.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context;
-use fred::prelude::Client as RedisClient;
-use protocol::keys::Bucket;
 use protocol::record::Reservation;
-use protocol::scripts::{reserve_in_home, ReserveOutcome, Scripts};
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 
-use crate::config::Config;
-use crate::kafka;
+use crate::app::Connections;
 use crate::producer::Producer;
 
-/// Most units `--generate` reserves in one run.
-pub const GENERATE_MAX: u64 = 1_000_000;
+pub mod generate;
 
 /// One record to produce: its user (the key) and its value bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,104 +123,39 @@ pub fn read_file(path: &Path) -> Result<Vec<Outgoing>, FileError> {
     parse_lines(path, &bytes)
 }
 
-/// The user of the `i`-th generated reservation: `M` users named after the run's `tag`, taken
-/// round robin.
-pub fn generated_user(tag: &str, i: u64, users: u64) -> String {
-    format!("gen-{tag}-{}", i % users.max(1))
+/// Where `order-writer produce` takes its records from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// `--file PATH`: JSON lines, produced as written.
+    File(PathBuf),
+    /// `--generate N --campaign ID [--users M]`: reserved through `lua/reserve.lua` first.
+    Generate(generate::Plan),
 }
 
-/// Why `reserve.lua` stopped a generation, in words, or `None` for a reservation.
-pub fn refusal(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Option<String> {
-    Some(match outcome {
-        ReserveOutcome::Reserved { .. } => return None,
-        ReserveOutcome::SoldOut { remaining } | ReserveOutcome::BucketShort { remaining } => {
-            format!("campaign {campaign} is sold out ({remaining} units left in Redis)")
+/// `order-writer produce`: reads or generates the records, produces them, prints where they
+/// went; fails after producing when the generation stopped early.
+pub async fn run(conns: &Connections<'_>, source: Source) -> anyhow::Result<()> {
+    let (records, stopped) = match source {
+        Source::File(path) => (read_file(&path)?, None),
+        Source::Generate(plan) => {
+            let g = generate::run(conns, &plan).await?;
+            (g.records, g.stopped)
         }
-        ReserveOutcome::LimitReached { held } => format!(
-            "user {user} already holds {held}, the per-user limit of campaign {campaign}: give more --users"
-        ),
-        ReserveOutcome::NotReady => format!(
-            "campaign {campaign} is not published in Redis (order-writer campaign publish {campaign})"
-        ),
-        ReserveOutcome::BadQuantity { limit } => {
-            format!("campaign {campaign} refuses a quantity of 1 (per-user limit {limit})")
-        }
-        ReserveOutcome::Duplicate => "request id used twice".to_string(),
-        ReserveOutcome::OtherBuckets { published } => format!(
-            "campaign {campaign} was published with {published} bucket(s), not the campaign file's: \
-             set buckets = {published}"
-        ),
-        ReserveOutcome::Replay | ReserveOutcome::Retry { .. } | ReserveOutcome::Again(_) => {
-            "a nonce answer without a nonce".to_string()
-        }
-    })
-}
-
-/// Reserves one unit for `user` in their home bucket, as the gateway does
-/// ([`reserve_in_home`]): when that bucket is short, stock moves to it from each other bucket in
-/// turn (at least half of what the other holds) and the reservation is asked again; sold out
-/// once every bucket was tried.
-pub async fn reserve_home(
-    redis: &RedisClient,
-    scripts: &Scripts,
-    campaign: &str,
-    buckets: u32,
-    request_id: &str,
-    user: &str,
-) -> Result<ReserveOutcome, protocol::scripts::ScriptError> {
-    let home = &Bucket::of_user(campaign, user, buckets);
-    let reserve = |fall_over: bool| scripts.reserve(redis, home, request_id, user, 1, None, fall_over);
-    let transfer = |other: Bucket, id: String, want: i64| async move {
-        scripts.transfer(redis, &other, home, &id, want, true).await.map(Some)
     };
-    let every_other = buckets.saturating_sub(1);
-    Ok(reserve_in_home(home, every_other, 1, request_id, reserve, transfer).await?.outcome)
-}
-
-/// What `--generate` reserved, and why it stopped early, if it did.
-#[derive(Debug, Default)]
-pub struct Generated {
-    /// The reservations made, in order.
-    pub records: Vec<Outgoing>,
-    /// Why the script refused the next one.
-    pub stopped: Option<String>,
-}
-
-/// Reserves `n` units of `campaign` (with `buckets` hot-stock buckets) through `reserve.lua`,
-/// one per call, over `users` users, each in the user's home bucket ([`reserve_home`]).
-pub async fn generate(
-    redis: &RedisClient,
-    scripts: &Scripts,
-    campaign: &str,
-    buckets: u32,
-    n: u64,
-    users: u64,
-) -> anyhow::Result<Generated> {
-    let tag = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    let mut out = Generated::default();
-    for i in 0..n {
-        let user = generated_user(tag, i, users);
-        let rid = uuid::Uuid::now_v7().to_string();
-        let outcome = reserve_home(redis, scripts, campaign, buckets, &rid, &user)
-            .await
-            .with_context(|| format!("reserve.lua for {user}"))?;
-        if let Some(why) = refusal(campaign, &user, &outcome) {
-            out.stopped = Some(why);
-            break;
-        }
-        if let ReserveOutcome::Reserved { record, .. } = outcome {
-            out.records.push(Outgoing { user, value: record.into_bytes() });
-        }
+    let per = produce(conns, records).await?;
+    println!("{}", summary(&conns.config().kafka.topic, &per));
+    if let Some(why) = stopped {
+        anyhow::bail!("stopped early: {why}");
     }
-    Ok(out)
+    Ok(())
 }
 
-/// Produces `records` to the topic of `cfg`, signed with its gateway key, in order (one user's
-/// records in their order on the user's partition), and waits for every ack. Returns how many
-/// went to each partition.
-pub async fn produce(cfg: &Config, records: Vec<Outgoing>) -> anyhow::Result<Vec<usize>> {
-    let kc = Arc::new(kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await?);
-    kafka::ensure_topic(&kc, &cfg.kafka).await?;
+/// Produces `records` to the configured topic, signed with the gateway key, in order (one
+/// user's records in their order on the user's partition), and waits for every ack. Returns how
+/// many went to each partition.
+pub async fn produce(conns: &Connections<'_>, records: Vec<Outgoing>) -> anyhow::Result<Vec<usize>> {
+    let cfg = conns.config();
+    let kc = Arc::new(conns.kafka_with_topic().await?);
     let producer = Producer::start(
         kc,
         &cfg.kafka.topic,
@@ -310,23 +240,6 @@ mod tests {
     fn an_unreadable_file_is_named() {
         let e = read_file(Path::new("/nonexistent/reservations.jsonl")).unwrap_err();
         assert!(e.to_string().starts_with("cannot read /nonexistent/reservations.jsonl:"), "{e}");
-    }
-
-    #[test]
-    fn generated_users_go_round_robin() {
-        let users: Vec<String> = (0..5).map(|i| generated_user("t", i, 2)).collect();
-        assert_eq!(users, ["gen-t-0", "gen-t-1", "gen-t-0", "gen-t-1", "gen-t-0"]);
-        assert_eq!(generated_user("t", 7, 0), "gen-t-0");
-    }
-
-    #[test]
-    fn a_refusal_says_why_and_a_reservation_is_none() {
-        let reserved = ReserveOutcome::Reserved { remaining: 1, record: A.into() };
-        assert_eq!(refusal("c", "u", &reserved), None);
-        let why = |o| refusal("c", "u", &o).unwrap();
-        assert!(why(ReserveOutcome::SoldOut { remaining: 0 }).contains("sold out"));
-        assert!(why(ReserveOutcome::LimitReached { held: 1 }).contains("--users"));
-        assert!(why(ReserveOutcome::NotReady).contains("campaign publish c"));
     }
 
     #[test]

@@ -4,16 +4,16 @@
 //! grouped into one produce request while the previous one is in flight, so throughput is not one
 //! broker round trip per reservation. One task per partition keeps a user's records in order
 //! (key = user, partition = [`protocol::record::partition_for`]). Every record carries the
-//! gateway key's signature of its value in the [`RECORD_SIGNATURE_HEADER`] header, as the
-//! gateway's own records do: the writer dead-letters anything else (see [`crate::produce`] for
-//! the record format).
+//! gateway key's signature of its value in the `seckill-signature` header, built by
+//! [`SignedRecord`] as the gateway's own records are: the writer dead-letters anything else
+//! (see [`crate::produce`] for the record format).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
+use protocol::record::SignedRecord;
+use protocol::signing::Signer;
 use rskafka::client::partition::{Compression, PartitionClient};
 use rskafka::client::Client;
 use rskafka::record::Record;
@@ -22,9 +22,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 use crate::kafka;
 
 struct Item {
-    user: String,
-    value: Vec<u8>,
-    signature: String,
+    record: SignedRecord,
     done: oneshot::Sender<Result<i64, String>>,
 }
 
@@ -69,22 +67,6 @@ impl Pending {
     }
 }
 
-/// The Kafka record of a reservation: key = `user`, the value as given, and its signature in
-/// the [`RECORD_SIGNATURE_HEADER`] header.
-pub fn signed_record(
-    user: &str,
-    value: Vec<u8>,
-    signature: String,
-    timestamp: chrono::DateTime<chrono::Utc>,
-) -> Record {
-    Record {
-        key: Some(user.as_bytes().to_vec()),
-        value: Some(value),
-        headers: BTreeMap::from([(RECORD_SIGNATURE_HEADER.to_string(), signature.into_bytes())]),
-        timestamp,
-    }
-}
-
 impl Producer {
     /// Starts one task per partition of `topic`; every record is signed by `signer` (the
     /// gateway key). Partition clients connect lazily, so a broker that is down at start only
@@ -122,10 +104,10 @@ impl Producer {
     /// Hands `value` (keyed by `user`, signed) to the user's partition task and returns without
     /// waiting for the broker: records submitted one after the other are produced in that order.
     pub async fn submit(&self, user: &str, value: Vec<u8>) -> Result<Pending, ProduceError> {
-        let p = kafka::partition_for(user, self.partitions);
+        let record = SignedRecord::sign(&self.signer, user, value);
+        let p = record.partition(self.partitions);
         let (done, rx) = oneshot::channel();
-        let signature = self.signer.sign(&value);
-        let item = Item { user: user.to_string(), value, signature, done };
+        let item = Item { record, done };
         let lane = &self.lanes[p as usize];
         tokio::time::timeout(self.timeout, lane.send(item))
             .await
@@ -152,7 +134,7 @@ impl Lane {
             let mut records = Vec::with_capacity(items.len());
             let mut waiters = Vec::with_capacity(items.len());
             for it in items {
-                records.push(signed_record(&it.user, it.value, it.signature, now));
+                records.push(it.record.into_kafka(now));
                 waiters.push(it.done);
             }
             match self.produce(records).await {
@@ -191,22 +173,5 @@ impl Lane {
             .await
             .map_err(|_| anyhow::anyhow!("no ack within {:?}", self.timeout))?
             .context("produce")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_record_is_keyed_by_its_user_and_carries_the_signature_of_its_value() {
-        let signer = Signer::new(b"producer-test-key");
-        let value = br#"{"request_id":"r1"}"#.to_vec();
-        let r = signed_record("u7", value.clone(), signer.sign(&value), chrono::Utc::now());
-        assert_eq!(r.key.as_deref(), Some(b"u7".as_slice()));
-        assert_eq!(r.value.as_deref(), Some(value.as_slice()));
-        let sig = std::str::from_utf8(&r.headers[RECORD_SIGNATURE_HEADER]).unwrap();
-        assert!(signer.verify(&value, sig).is_ok());
-        assert_eq!(r.headers.len(), 1);
     }
 }

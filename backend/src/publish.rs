@@ -24,6 +24,7 @@ use protocol::keys::Bucket;
 use protocol::scripts::{PublishOutcome, PublishSpec};
 use sqlx::PgPool;
 
+use crate::app::{Connections, COMMAND_POOL};
 use crate::redis::RedisScripts;
 
 /// What `publish` did, for the operator.
@@ -66,6 +67,16 @@ impl std::fmt::Display for Published {
 }
 
 /// Publishes the campaign of `conf/campaigns/<id>.toml`.
+/// `order-writer campaign publish ID` (applies the migrations first).
+pub async fn run(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
+    let pool = conns.migrated_postgres(COMMAND_POOL).await?;
+    let redis = conns.redis().await?;
+    let scripts = conns.scripts()?;
+    let out = publish(&pool, &redis, &scripts, &conns.config().campaigns_dir, id).await?;
+    println!("campaign {id}: {out}");
+    Ok(())
+}
+
 pub async fn publish(
     pool: &PgPool,
     redis: &RedisClient,
@@ -122,14 +133,24 @@ pub async fn publish(
     .bind(c.buckets as i32)
     .execute(&mut *tx)
     .await?;
-    let row: Row = sqlx::query_as(
+    let row: PublishedRow = sqlx::query_as(
         "SELECT state, stock_version, total_stock, sold, per_user_limit, sku, price_cents, price_version, buckets
            FROM campaigns WHERE id = $1",
     )
     .bind(id)
     .fetch_one(&mut *tx)
     .await?;
-    let (state, stock_version, total, sold, limit, sku, price_cents, price_version, buckets) = row;
+    let PublishedRow {
+        state,
+        stock_version,
+        total_stock: total,
+        sold,
+        per_user_limit: limit,
+        sku,
+        price_cents,
+        price_version,
+        buckets,
+    } = row;
     let buckets = buckets.max(1) as u32;
     if buckets != c.buckets {
         // Only a campaign past DRAFT keeps its count; nothing of this publish is written.
@@ -217,8 +238,28 @@ async fn selling(redis: &RedisClient, all: &[Bucket]) -> anyhow::Result<Option<(
     Ok(None)
 }
 
-/// A campaign row as publish reads it back.
-type Row = (String, i64, i64, i64, i64, String, i64, i64, i32);
+/// A campaign row as publish reads it back (the columns of the `campaigns` table).
+#[derive(Debug, sqlx::FromRow)]
+struct PublishedRow {
+    /// DRAFT, READY, LIVE or ENDED.
+    state: String,
+    /// Version of the published stock.
+    stock_version: i64,
+    /// The stock PostgreSQL holds (it wins over the file's once published).
+    total_stock: i64,
+    /// Units sold.
+    sold: i64,
+    /// Units one user may hold.
+    per_user_limit: i64,
+    /// Item sold.
+    sku: String,
+    /// Unit price in cents.
+    price_cents: i64,
+    /// Version of the price snapshot.
+    price_version: i64,
+    /// Hot-stock buckets (fixed once published).
+    buckets: i32,
+}
 
 /// The outcome of a publish of every bucket, from each bucket's (in bucket order): refused when
 /// any bucket was refused (with the first such bucket's index), else published when any bucket

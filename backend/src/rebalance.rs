@@ -104,6 +104,16 @@ async fn stocks(redis: &Client, all: &[Bucket]) -> anyhow::Result<Vec<i64>> {
 }
 
 /// Rebalances campaign `id`. Refuses a campaign PostgreSQL does not know, or one without buckets.
+/// `order-writer campaign rebalance ID`.
+pub async fn run(conns: &crate::app::Connections<'_>, id: &str) -> anyhow::Result<()> {
+    let pool = conns.postgres(crate::app::COMMAND_POOL).await?;
+    let redis = conns.redis().await?;
+    let scripts = conns.scripts()?;
+    let out = rebalance(&pool, &redis, &scripts.shared, id).await?;
+    println!("campaign {id}:\n{out}");
+    Ok(())
+}
+
 pub async fn rebalance(
     pool: &PgPool,
     redis: &Client,

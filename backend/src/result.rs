@@ -56,8 +56,21 @@ pub enum Found {
     Nothing,
 }
 
-/// A row of the one PostgreSQL query: order fields, or refusal status and reason.
-type Row = (Option<i64>, Option<i64>, Option<DateTime<Utc>>, String, Option<String>);
+/// A row of the one PostgreSQL query: an order (its id, amount and pay-by set), or a refused
+/// reservation's result (those three NULL, its reason set).
+#[derive(Debug, sqlx::FromRow)]
+struct ResultRow {
+    /// The order id.
+    id: Option<i64>,
+    /// What the order costs.
+    amount_cents: Option<i64>,
+    /// When it is closed unless paid.
+    pay_by: Option<DateTime<Utc>>,
+    /// The order's status, or the result's (`SOLD_OUT`, `FAILED`).
+    status: String,
+    /// Why a reservation was refused.
+    reason: Option<String>,
+}
 
 /// Looks `request_id` up: the outbox, then PostgreSQL, then the released hash.
 pub async fn lookup(store: &ResultStore, campaign: &str, request_id: &str) -> Result<Found, String> {
@@ -79,7 +92,7 @@ pub async fn lookup(store: &ResultStore, campaign: &str, request_id: &str) -> Re
     if in_any(|b| &b.keys.outbox).await? {
         return Ok(Found::Queued);
     }
-    let row: Option<Row> = sqlx::query_as(
+    let row: Option<ResultRow> = sqlx::query_as(
         "SELECT id, amount_cents, pay_by, status, reason FROM (
              SELECT 0 AS k, id, amount_cents, pay_by, status, NULL::text AS reason
                FROM orders WHERE request_id = $1 AND campaign_id = $2
@@ -94,10 +107,14 @@ pub async fn lookup(store: &ResultStore, campaign: &str, request_id: &str) -> Re
     .await
     .map_err(|e| e.to_string())?;
     match row {
-        Some((Some(id), Some(amount_cents), Some(pay_by), status, _)) => {
-            return Ok(Found::Order { id, amount_cents, pay_by, status })
-        }
-        Some((_, _, _, status, reason)) => {
+        Some(ResultRow {
+            id: Some(id),
+            amount_cents: Some(amount_cents),
+            pay_by: Some(pay_by),
+            status,
+            ..
+        }) => return Ok(Found::Order { id, amount_cents, pay_by, status }),
+        Some(ResultRow { status, reason, .. }) => {
             return Ok(Found::Refused { status, reason: reason.unwrap_or_default() })
         }
         None => {}

@@ -9,23 +9,35 @@ use protocol::signing::Signer;
 use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
+use crate::app::Connections;
 use crate::config::Config;
 use crate::http::router;
 use crate::metrics::WriterMetrics;
 use crate::producer::Producer;
-use crate::redis::RedisScripts;
 use crate::state::{AppState, ResultStore};
 use crate::writer::WriterCtx;
-use crate::{closer, db, kafka, redis, sweeper, writer};
+use crate::{closer, sweeper, writer};
+
+/// `order-writer serve [--partitions P,...]`: everything, until SIGTERM or ctrl-c.
+/// `partitions` (checked against the topic's count) replaces `kafka.assigned`.
+pub async fn run(mut cfg: Config, partitions: Option<Vec<i32>>) -> anyhow::Result<()> {
+    if let Some(p) = partitions {
+        if p.is_empty() || p.iter().any(|x| !(0..cfg.kafka.partitions).contains(x)) {
+            anyhow::bail!("--partitions must list partitions between 0 and {}", cfg.kafka.partitions - 1);
+        }
+        cfg.kafka.assigned = p;
+    }
+    let (tx, _rx) = watch::channel(false);
+    serve(cfg, tx, true).await
+}
 
 /// Runs everything until `shutdown` turns true (or a signal arrives when `signals`).
 pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool) -> anyhow::Result<()> {
-    let pool = db::connect(&cfg.postgres_url, 16 + cfg.kafka.assigned.len() as u32).await?;
-    db::migrate(&pool, &cfg.migrations_dir).await?;
-    let redis = redis::connect(&cfg.redis_url).await?;
-    let scripts = RedisScripts::load(&cfg.lua_dir)?;
-    let kc = Arc::new(kafka::client(&cfg.kafka.connection, cfg.kafka.produce_timeout).await?);
-    kafka::ensure_topic(&kc, &cfg.kafka).await?;
+    let conns = Connections::new(&cfg);
+    let pool = conns.migrated_postgres(16 + cfg.kafka.assigned.len() as u32).await?;
+    let redis = conns.redis().await?;
+    let scripts = conns.scripts()?;
+    let kc = Arc::new(conns.kafka_with_topic().await?);
     // The gateway key: the writers verify every record with it, the sweeper signs with it.
     let gateway = Arc::new(Signer::new(&cfg.gateway_key));
     let producer = Producer::start(
@@ -40,8 +52,8 @@ pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool)
     // The result query's own small pool and Redis client: a polling storm queues on these,
     // never on the connections orders are written with.
     let results = ResultStore {
-        pool: db::connect(&cfg.postgres_url, cfg.result_pool_size).await?,
-        redis: redis::connect(&cfg.redis_url).await?,
+        pool: conns.postgres(cfg.result_pool_size).await?,
+        redis: conns.redis().await?,
         buckets: Default::default(),
     };
     let state = AppState {

@@ -250,7 +250,8 @@ async fn generated_reservations_move_stock_to_short_home_buckets_until_every_buc
     let env = Env::with_buckets(7, 1, 1, 3).await;
     let scripts = &env.scripts.shared;
     // 7 units, 10 users: every unit is sold wherever its buyer's home is, then sold out.
-    let g = backend::produce::generate(&env.redis, scripts, &env.campaign, 3, 10, 10).await.unwrap();
+    let g =
+        backend::produce::generate::generate(&env.redis, scripts, &env.campaign, 3, 10, 10).await.unwrap();
     assert_eq!(g.records.len(), 7, "{:?}", g.stopped);
     assert!(g.stopped.unwrap_or_default().contains("sold out"));
     assert_eq!(env.bucket_stocks().await, vec![0, 0, 0]);
@@ -269,15 +270,18 @@ async fn generated_reservations_move_stock_to_short_home_buckets_until_every_buc
         let user = user_in(&env, 0, prefix);
         let rid = format!("rid-{prefix}");
         let out =
-            backend::produce::reserve_home(&env.redis, scripts, &env.campaign, 3, &rid, &user).await.unwrap();
+            backend::produce::generate::reserve_home(&env.redis, scripts, &env.campaign, 3, &rid, &user)
+                .await
+                .unwrap();
         assert!(matches!(out, ReserveOutcome::Reserved { .. }), "{user}: {out:?}");
     }
     let sent: i64 =
         hlen(&env, &env.all_buckets()[1].keys.sent).await + hlen(&env, &env.all_buckets()[2].keys.sent).await;
     assert_eq!((sent, hlen(&env, &env.all_buckets()[0].keys.received).await), (2, 2));
     let last = user_in(&env, 0, "w");
-    let out =
-        backend::produce::reserve_home(&env.redis, scripts, &env.campaign, 3, "rid-w", &last).await.unwrap();
+    let out = backend::produce::generate::reserve_home(&env.redis, scripts, &env.campaign, 3, "rid-w", &last)
+        .await
+        .unwrap();
     assert_eq!(out, ReserveOutcome::SoldOut { remaining: 0 });
 }
 

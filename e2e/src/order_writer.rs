@@ -6,12 +6,19 @@ use std::path::Path;
 use std::time::Duration;
 
 use backend::config::{Config, KafkaConfig, WriterConfig};
+use protocol::conf::Millis;
 
 use crate::stack;
 
 /// The writer's batch and fetch settings of the tests: small batches, short waits.
 pub fn writer_config(batch_size: usize) -> WriterConfig {
-    WriterConfig { batch_size, max_wait_ms: 20, fetch_max_bytes: 1 << 20, idle_wait_ms: 50, batch_retries: 3 }
+    WriterConfig {
+        batch_size,
+        max_wait: Millis::new(20).expect("a wait"),
+        fetch_max_bytes: 1 << 20,
+        idle_wait: Millis::new(50).expect("a wait"),
+        batch_retries: 3,
+    }
 }
 
 /// What a test order writer needs of its environment.

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use plugins::client_ip::TrustedProxies;
-use protocol::conf::{self, ConfError};
+use protocol::conf::{self, Checker, ConfError};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use toml::Spanned;
@@ -203,82 +203,42 @@ impl std::fmt::Debug for ServerConf {
     }
 }
 
-struct Checker<'a> {
-    file: &'a Path,
-    text: &'a str,
+/// The fields of an upstream pool, as `[order_writer]` and every `[[route]]` write them.
+struct RawPoolFields<'a> {
+    upstreams: &'a S<Vec<S<String>>>,
+    connect: &'a S<i64>,
+    read: &'a S<i64>,
+    interval: &'a S<i64>,
+    path: &'a Option<S<String>>,
 }
 
-impl Checker<'_> {
-    fn err(&self, span: std::ops::Range<usize>, field: &str, msg: impl Into<String>) -> ConfError {
-        ConfError::at(self.file, self.text, span, Some(field), msg)
+/// Checks the pool fields under `prefix` (`order_writer`, `route[0]`).
+fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolConf, ConfError> {
+    let RawPoolFields { upstreams, connect, read, interval, path } = raw;
+    let f = |name: &str| format!("{prefix}.{name}");
+    if upstreams.get_ref().is_empty() {
+        return Err(c.err(upstreams.span(), &f("upstreams"), "must list at least one address"));
     }
-
-    fn ms(&self, v: &S<i64>, field: &str, min: i64, max: i64) -> Result<Duration, ConfError> {
-        let n = *v.get_ref();
-        if !(min..=max).contains(&n) {
-            return Err(self.err(
-                v.span(),
-                field,
-                format!("must be between {min} and {max} (ms), found {n}"),
-            ));
+    let addrs = upstreams.get_ref().iter().map(|a| c.addr(a, &f("upstreams"))).collect::<Result<_, _>>()?;
+    if let Some(p) = path {
+        if !p.get_ref().starts_with('/') {
+            return Err(c.err(p.span(), &f("health_check_path"), "must start with /"));
         }
-        Ok(Duration::from_millis(n as u64))
     }
-
-    fn int(&self, v: &S<i64>, field: &str, min: i64, max: i64) -> Result<usize, ConfError> {
-        let n = *v.get_ref();
-        if !(min..=max).contains(&n) {
-            return Err(self.err(v.span(), field, format!("must be between {min} and {max}, found {n}")));
-        }
-        Ok(n as usize)
-    }
-
-    fn addr(&self, v: &S<String>, field: &str) -> Result<SocketAddr, ConfError> {
-        v.get_ref().parse().map_err(|_| {
-            self.err(
-                v.span(),
-                field,
-                format!("{:?} is not an IP:port address (names are not resolved)", v.get_ref()),
-            )
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn pool(
-        &self,
-        prefix: &str,
-        upstreams: &S<Vec<S<String>>>,
-        connect: &S<i64>,
-        read: &S<i64>,
-        interval: &S<i64>,
-        path: &Option<S<String>>,
-    ) -> Result<PoolConf, ConfError> {
-        let f = |name: &str| format!("{prefix}.{name}");
-        if upstreams.get_ref().is_empty() {
-            return Err(self.err(upstreams.span(), &f("upstreams"), "must list at least one address"));
-        }
-        let addrs =
-            upstreams.get_ref().iter().map(|a| self.addr(a, &f("upstreams"))).collect::<Result<_, _>>()?;
-        if let Some(p) = path {
-            if !p.get_ref().starts_with('/') {
-                return Err(self.err(p.span(), &f("health_check_path"), "must start with /"));
-            }
-        }
-        Ok(PoolConf {
-            upstreams: addrs,
-            connect_timeout: self.ms(connect, &f("connect_timeout_ms"), 10, 10_000)?,
-            read_timeout: self.ms(read, &f("read_timeout_ms"), 10, 120_000)?,
-            health_check_interval: self.ms(interval, &f("health_check_interval_ms"), 100, 60_000)?,
-            health_check_path: path.as_ref().map(|p| p.get_ref().clone()),
-        })
-    }
+    Ok(PoolConf {
+        upstreams: addrs,
+        connect_timeout: c.ms(connect, &f("connect_timeout_ms"), 10, 10_000)?,
+        read_timeout: c.ms(read, &f("read_timeout_ms"), 10, 120_000)?,
+        health_check_interval: c.ms(interval, &f("health_check_interval_ms"), 100, 60_000)?,
+        health_check_path: path.as_ref().map(|p| p.get_ref().clone()),
+    })
 }
 
 /// Parses and validates a server file's text. `file` names it in errors and anchors relative
 /// paths (campaigns folder, `file:` secrets).
 pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     let raw: Raw = conf::parse(file, text)?;
-    let c = Checker { file, text };
+    let c = Checker::new(file, text);
     let base = file.parent().unwrap_or(Path::new("."));
 
     let s = &raw.server;
@@ -302,13 +262,16 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     }
 
     let o = &raw.order_writer;
-    let order_writer = c.pool(
+    let order_writer = pool(
+        &c,
         "order_writer",
-        &o.upstreams,
-        &o.connect_timeout_ms,
-        &o.read_timeout_ms,
-        &o.health_check_interval_ms,
-        &o.health_check_path,
+        RawPoolFields {
+            upstreams: &o.upstreams,
+            connect: &o.connect_timeout_ms,
+            read: &o.read_timeout_ms,
+            interval: &o.health_check_interval_ms,
+            path: &o.health_check_path,
+        },
     )?;
 
     let admin = observe::admin(&c, &raw.admin)?;
@@ -330,13 +293,16 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
             Some(h) => Some(h.get_ref().to_ascii_lowercase()),
             None => None,
         };
-        let pool = c.pool(
+        let pool = pool(
+            &c,
             &prefix,
-            &r.upstreams,
-            &r.connect_timeout_ms,
-            &r.read_timeout_ms,
-            &r.health_check_interval_ms,
-            &r.health_check_path,
+            RawPoolFields {
+                upstreams: &r.upstreams,
+                connect: &r.connect_timeout_ms,
+                read: &r.read_timeout_ms,
+                interval: &r.health_check_interval_ms,
+                path: &r.health_check_path,
+            },
         )?;
         let (client_max_body_size, compression_level) = route::check(&c, &prefix, r)?;
         routes.push(RouteConf {

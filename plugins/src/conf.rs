@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use protocol::campaign::Campaign;
-use protocol::conf::ConfError;
+use protocol::conf::{Checker, ConfError};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -134,51 +134,17 @@ pub struct Loaded {
     pub campaigns: Vec<Campaign>,
 }
 
-/// Turns a file's spanned raw values into checked ones, each error at its file:line:column and
-/// field.
-pub(crate) struct Checker<'a> {
-    pub(crate) file: &'a Path,
-    pub(crate) text: &'a str,
-}
-
-impl Checker<'_> {
-    pub(crate) fn err(&self, span: std::ops::Range<usize>, field: &str, msg: impl Into<String>) -> ConfError {
-        ConfError::at(self.file, self.text, span, Some(field), msg)
-    }
-
-    pub(crate) fn ms(&self, v: &S<i64>, field: &str, min: i64, max: i64) -> Result<Duration, ConfError> {
-        let n = *v.get_ref();
-        if !(min..=max).contains(&n) {
-            return Err(self.err(
-                v.span(),
-                field,
-                format!("must be between {min} and {max} (ms), found {n}"),
-            ));
-        }
-        Ok(Duration::from_millis(n as u64))
-    }
-
-    pub(crate) fn int(&self, v: &S<i64>, field: &str, min: i64, max: i64) -> Result<usize, ConfError> {
-        let n = *v.get_ref();
-        if !(min..=max).contains(&n) {
-            return Err(self.err(v.span(), field, format!("must be between {min} and {max}, found {n}")));
-        }
-        Ok(n as usize)
-    }
-}
-
 impl SaleConf {
     /// Parses and checks the sale's sections of a file's `text`. `file` names it in errors and
     /// anchors relative paths (the campaigns folder, `file:` secrets, a CA file).
     pub fn parse(file: &Path, text: &str) -> Result<Self, ConfError> {
         let raw: Raw = protocol::conf::parse(file, text)?;
-        let c = Checker { file, text };
+        let c = Checker::new(file, text);
         let base = file.parent().unwrap_or(Path::new("."));
 
         let s = &raw.sale;
         let sold_out_ttl = c.ms(&s.sold_out_ttl_ms, "sale.sold_out_ttl_ms", 10, 60_000)?;
-        let signing_key = protocol::secret::resolve(s.signing_key.get_ref(), base)
-            .map_err(|e| c.err(s.signing_key.span(), "sale.signing_key", e.to_string()))?;
+        let signing_key = c.secret(&s.signing_key, "sale.signing_key")?;
         if s.campaigns_dir.get_ref().is_empty() {
             return Err(c.err(s.campaigns_dir.span(), "sale.campaigns_dir", "must not be empty"));
         }

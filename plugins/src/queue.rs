@@ -50,12 +50,8 @@ pub struct QueueConf {
 /// One record on its way to Kafka.
 #[derive(Debug)]
 struct Item {
-    /// The user (the Kafka key).
-    user: String,
-    /// The record JSON, exactly as `reserve.lua` returned it.
-    record: String,
-    /// Hex HMAC of `record` (the [`protocol::signing::RECORD_SIGNATURE_HEADER`] value).
-    signature: String,
+    /// The record as `reserve.lua` returned it, keyed by its user, with its signature.
+    record: protocol::record::SignedRecord,
     /// When it was enqueued, right after the reservation.
     at: Instant,
 }
@@ -103,8 +99,10 @@ impl ReservationQueue {
     /// Hands a reserved record to its user's lane without waiting. `false` when it was dropped
     /// from memory (lane full or stopped): the outbox still holds it, the sweeper produces it.
     pub fn enqueue(&self, user: &str, record: String, signature: String) -> bool {
-        let p = protocol::record::partition_for(user, self.partitions) as usize;
-        let item = Item { user: user.to_string(), record, signature, at: Instant::now() };
+        let record =
+            protocol::record::SignedRecord { user: user.to_string(), value: record.into_bytes(), signature };
+        let p = record.partition(self.partitions) as usize;
+        let item = Item { record, at: Instant::now() };
         match self.lanes[p].try_send(item) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Closed(_)) => {

@@ -10,7 +10,7 @@ use chrono::{DateTime, FixedOffset};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::conf::{self, ConfError};
+use crate::conf::{self, Checker, ConfError};
 use crate::defense::{Defense, Eligibility, RawDefense, RawEligibility};
 use crate::global_limit::{self, GlobalLimit, RawGlobalLimit};
 use crate::keys::{valid_campaign_id, MAX_BUCKETS};
@@ -28,14 +28,6 @@ pub const MAX_PRICE_CENTS: i64 = 10_000_000_000;
 pub const MAX_PAY_WINDOW_SECS: i64 = 7 * 24 * 3600;
 /// The highest rate and in-flight budget of `[limits]`, per gateway process.
 pub const MAX_LIMIT_RATE: u32 = 1_000_000;
-
-/// `value` within `min..=max`, or the error naming the bounds.
-fn bounded<T: PartialOrd + std::fmt::Display>(value: T, min: T, max: T) -> Result<(), String> {
-    if value < min || value > max {
-        return Err(format!("must be between {min} and {max}, found {value}"));
-    }
-    Ok(())
-}
 
 /// The kill switches of a campaign. They take effect on reload.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -219,9 +211,8 @@ impl Campaign {
     /// Parses and validates a campaign file's text.
     pub fn parse(file: &Path, text: &str) -> Result<Self, ConfError> {
         let raw: Raw = conf::parse(file, text)?;
-        let err = |span: std::ops::Range<usize>, field: &str, msg: String| {
-            ConfError::at(file, text, span, Some(field), msg)
-        };
+        let c = Checker::new(file, text);
+        let err = |span: std::ops::Range<usize>, field: &str, msg: String| c.err(span, field, msg);
         let time = |v: &Spanned<toml::Value>, field: &str| -> Result<DateTime<FixedOffset>, ConfError> {
             let s = match v.get_ref() {
                 toml::Value::Datetime(d) => d.to_string(),
@@ -250,14 +241,10 @@ impl Campaign {
         if raw.sku.get_ref().trim().is_empty() {
             return Err(err(raw.sku.span(), "sku", "must not be empty".into()));
         }
-        for (v, field, min, max) in [
-            (&raw.stock, "stock", 0, MAX_STOCK),
-            (&raw.per_user_limit, "per_user_limit", 1, MAX_PER_USER_LIMIT),
-            (&raw.price_cents, "price_cents", 0, MAX_PRICE_CENTS),
-            (&raw.pay_window_secs, "pay_window_secs", 1, MAX_PAY_WINDOW_SECS),
-        ] {
-            bounded(*v.get_ref(), min, max).map_err(|m| err(v.span(), field, m))?;
-        }
+        let stock = c.bounded(&raw.stock, "stock", 0, MAX_STOCK)?;
+        let per_user_limit = c.bounded(&raw.per_user_limit, "per_user_limit", 1, MAX_PER_USER_LIMIT)?;
+        let price_cents = c.bounded(&raw.price_cents, "price_cents", 0, MAX_PRICE_CENTS)?;
+        let pay_window_secs = c.bounded(&raw.pay_window_secs, "pay_window_secs", 1, MAX_PAY_WINDOW_SECS)?;
         let starts_at = time(&raw.starts_at, "starts_at")?;
         let ends_at = time(&raw.ends_at, "ends_at")?;
         if ends_at <= starts_at {
@@ -272,26 +259,12 @@ impl Campaign {
             (l.max_inflight, "max_inflight", 1),
             (l.result_per_sec, "result_per_sec", 0),
         ] {
-            bounded(v, min, MAX_LIMIT_RATE).map_err(|m| {
-                ConfError::at(file, text, conf::field_span(text, field), Some(&format!("limits.{field}")), m)
-            })?;
+            conf::within(v, min, MAX_LIMIT_RATE)
+                .map_err(|m| c.err_at_key(field, &format!("limits.{field}"), m))?;
         }
-        if !(1..=1000).contains(&raw.limits.global_timeout_ms) {
-            return Err(ConfError::at(
-                file,
-                text,
-                find(text, "global_timeout_ms"),
-                Some("limits.global_timeout_ms"),
-                "must be between 1 and 1000",
-            ));
-        }
-        let field_err = |(span, field, msg): crate::defense::FieldError| err(span, field, msg);
-        let global_limits = raw
-            .global_limit
-            .iter()
-            .map(RawGlobalLimit::check)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(field_err)?;
+        conf::within(raw.limits.global_timeout_ms, 1, 1000)
+            .map_err(|m| c.err_at_key("global_timeout_ms", "limits.global_timeout_ms", m))?;
+        let global_limits = raw.global_limit.iter().map(|g| g.check(&c)).collect::<Result<Vec<_>, _>>()?;
         if let Some(i) = global_limit::repeated(&global_limits) {
             return Err(err(
                 raw.global_limit[i].by_span(),
@@ -299,45 +272,35 @@ impl Campaign {
                 format!("a second rule by {:?}: one rule per dimension", global_limits[i].by.as_str()),
             ));
         }
-        let buckets = *raw.buckets.get_ref();
-        if !(1..=i64::from(MAX_BUCKETS)).contains(&buckets) {
-            return Err(err(raw.buckets.span(), "buckets", format!("must be between 1 and {MAX_BUCKETS}")));
-        }
+        let buckets: u32 = c.bounded(&raw.buckets, "buckets", 1, i64::from(MAX_BUCKETS))?;
         let bucket_tries = match &raw.bucket_tries {
             None => buckets - 1,
             Some(t) if buckets == 1 => {
                 return Err(err(t.span(), "bucket_tries", "needs buckets = 2 or more".into()))
             }
-            Some(t) if !(1..buckets).contains(t.get_ref()) => {
-                return Err(err(t.span(), "bucket_tries", format!("must be between 1 and {}", buckets - 1)))
-            }
-            Some(t) => *t.get_ref(),
+            Some(t) => c.bounded(t, "bucket_tries", 1, i64::from(buckets) - 1)?,
         };
-        let defense =
-            raw.defense.as_ref().map_or(Ok(Defense::default()), RawDefense::check).map_err(field_err)?;
-        let eligibility = raw
-            .eligibility
-            .as_ref()
-            .map_or(Ok(Eligibility::default()), RawEligibility::check)
-            .map_err(field_err)?;
+        let defense = raw.defense.as_ref().map_or(Ok(Defense::default()), |d| d.check(&c))?;
+        let eligibility = raw.eligibility.as_ref().map_or(Ok(Eligibility::default()), |e| e.check(&c))?;
         let (waiting_room, pow_levels) =
-            crate::waiting_room::check(raw.waiting_room.as_ref(), &raw.pow_level).map_err(field_err)?;
+            crate::waiting_room::check(raw.waiting_room.as_ref(), &raw.pow_level)
+                .map_err(|(span, field, msg)| c.err(span, field, msg))?;
         Ok(Campaign {
             id: raw.id.into_inner(),
             sku: raw.sku.into_inner(),
-            stock: raw.stock.into_inner(),
-            per_user_limit: raw.per_user_limit.into_inner(),
-            price_cents: raw.price_cents.into_inner(),
+            stock,
+            per_user_limit,
+            price_cents,
             starts_at,
             ends_at,
-            pay_window_secs: raw.pay_window_secs.into_inner(),
+            pay_window_secs,
             switches: raw.switches,
             limits: raw.limits,
             defense,
             eligibility,
             global_limits,
-            buckets: buckets as u32,
-            bucket_tries: bucket_tries as u32,
+            buckets,
+            bucket_tries,
             waiting_room,
             pow_levels,
         })
@@ -361,11 +324,6 @@ impl Campaign {
         files.sort();
         files.iter().map(|f| Self::load(f)).collect()
     }
-}
-
-/// Span of the first occurrence of `needle` in `text` (for errors on fields serde cannot span).
-fn find(text: &str, needle: &str) -> std::ops::Range<usize> {
-    text.find(needle).map(|i| i..i + needle.len()).unwrap_or(0..0)
 }
 
 #[cfg(test)]
@@ -571,5 +529,9 @@ ip_per_sec = 20
         expect_err(&twice, 23, "global_limit.by", "one rule per dimension");
         let slow = GOOD.replace("ip_per_sec = 20", "global_timeout_ms = 5000");
         expect_err(&slow, 14, "limits.global_timeout_ms", "between 1 and 1000");
+        // Found at its key, not at a comment naming it earlier in the file.
+        let noted =
+            slow.replace("[limits]", "# global_timeout_ms: how long the global limits may take\n[limits]");
+        expect_err(&noted, 15, "limits.global_timeout_ms", "between 1 and 1000, found 5000");
     }
 }

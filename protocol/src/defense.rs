@@ -5,6 +5,8 @@
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::conf::{Checker, ConfError};
+
 /// Which captcha the token endpoint takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -109,44 +111,42 @@ pub(crate) struct RawEligibility {
     regions: Vec<String>,
 }
 
-/// A field out of its bounds: (span, field, message).
-pub(crate) type FieldError = (std::ops::Range<usize>, &'static str, String);
-
-fn bounded(
+/// An optional number within `min..=max`, `default` when absent.
+fn bounded_or(
+    c: &Checker<'_>,
     v: &Option<Spanned<i64>>,
-    field: &'static str,
+    field: &str,
     min: i64,
     max: i64,
     default: u32,
-) -> Result<u32, FieldError> {
-    match v {
-        None => Ok(default),
-        Some(s) if (min..=max).contains(s.get_ref()) => Ok(*s.get_ref() as u32),
-        Some(s) => Err((s.span(), field, format!("must be between {min} and {max}, found {}", s.get_ref()))),
-    }
+) -> Result<u32, ConfError> {
+    v.as_ref().map_or(Ok(default), |v| c.bounded(v, field, min, max))
 }
 
 impl RawDefense {
-    pub(crate) fn check(&self) -> Result<Defense, FieldError> {
+    pub(crate) fn check(&self, c: &Checker<'_>) -> Result<Defense, ConfError> {
         let d = Defense::default();
         Ok(Defense {
             captcha: self.captcha.unwrap_or(d.captcha),
-            pow_bits: bounded(&self.pow_bits, "defense.pow_bits", 0, 28, d.pow_bits)?,
-            challenge_ttl_secs: bounded(
+            pow_bits: bounded_or(c, &self.pow_bits, "defense.pow_bits", 0, 28, d.pow_bits)?,
+            challenge_ttl_secs: bounded_or(
+                c,
                 &self.challenge_ttl_secs,
                 "defense.challenge_ttl_secs",
                 10,
                 600,
                 d.challenge_ttl_secs,
             )?,
-            token_ttl_secs: bounded(
+            token_ttl_secs: bounded_or(
+                c,
                 &self.token_ttl_secs,
                 "defense.token_ttl_secs",
                 10,
                 600,
                 d.token_ttl_secs,
             )?,
-            timestamp_window_secs: bounded(
+            timestamp_window_secs: bounded_or(
+                c,
                 &self.timestamp_window_secs,
                 "defense.timestamp_window_secs",
                 1,
@@ -158,25 +158,24 @@ impl RawDefense {
 }
 
 impl RawEligibility {
-    pub(crate) fn check(&self) -> Result<Eligibility, FieldError> {
-        let file = |v: &Option<Spanned<String>>, field: &'static str| match v {
-            Some(s) if s.get_ref().trim().is_empty() => {
-                Err((s.span(), field, "must not be empty".to_string()))
-            }
+    pub(crate) fn check(&self, c: &Checker<'_>) -> Result<Eligibility, ConfError> {
+        let file = |v: &Option<Spanned<String>>, field: &str| match v {
+            Some(s) if s.get_ref().trim().is_empty() => Err(c.err(s.span(), field, "must not be empty")),
             Some(s) => Ok(Some(s.get_ref().clone())),
             None => Ok(None),
         };
         Ok(Eligibility {
             blacklist_file: file(&self.blacklist_file, "eligibility.blacklist_file")?,
             eligible_file: file(&self.eligible_file, "eligibility.eligible_file")?,
-            min_account_age_days: bounded(
+            min_account_age_days: bounded_or(
+                c,
                 &self.min_account_age_days,
                 "eligibility.min_account_age_days",
                 0,
                 36_500,
                 0,
             )?,
-            min_level: bounded(&self.min_level, "eligibility.min_level", 0, 1_000_000, 0)?,
+            min_level: bounded_or(c, &self.min_level, "eligibility.min_level", 0, 1_000_000, 0)?,
             regions: self.regions.clone(),
         })
     }

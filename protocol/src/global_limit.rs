@@ -16,7 +16,7 @@
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::defense::FieldError;
+use crate::conf::{Checker, ConfError};
 
 /// What a rule counts requests by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
@@ -80,18 +80,11 @@ pub(crate) struct RawGlobalLimit {
 }
 
 impl RawGlobalLimit {
-    pub(crate) fn check(&self) -> Result<GlobalLimit, FieldError> {
-        let bounded = |v: &Spanned<i64>, field: &'static str, max: i64| -> Result<u32, FieldError> {
-            if (1..=max).contains(v.get_ref()) {
-                Ok(*v.get_ref() as u32)
-            } else {
-                Err((v.span(), field, format!("must be between 1 and {max}, found {}", v.get_ref())))
-            }
-        };
+    pub(crate) fn check(&self, c: &Checker<'_>) -> Result<GlobalLimit, ConfError> {
         Ok(GlobalLimit {
             by: *self.by.get_ref(),
-            max: bounded(&self.max, "global_limit.max", 1_000_000)?,
-            window_secs: bounded(&self.window_secs, "global_limit.window_secs", 3_600)?,
+            max: c.bounded(&self.max, "global_limit.max", 1, 1_000_000)?,
+            window_secs: c.bounded(&self.window_secs, "global_limit.window_secs", 1, 3_600)?,
             on_error: self.on_error,
         })
     }

@@ -4,9 +4,14 @@
 //! metadata (server-side price, stock version) and stores it in the campaign's outbox in the same
 //! atomic step as the decrement. The gateway produces exactly those bytes to the reservations
 //! topic (key = user, partition = [`partition_for`], signed: see [`crate::signing`]); the order
-//! writer's sweeper re-produces records left in the outbox the same way.
+//! writer's sweeper re-produces records left in the outbox the same way. [`SignedRecord`] is the
+//! one builder of that Kafka record, used by the gateway's queue and the order writer's producer.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::signing::{Signer, RECORD_SIGNATURE_HEADER};
 
 /// One successful reservation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,9 +103,85 @@ pub fn partition_for(user: &str, partitions: i32) -> i32 {
     (h % partitions.max(1) as u64) as i32
 }
 
+/// A reservation record on its way to the topic: key = the user, value = the record bytes as
+/// `reserve.lua` wrote them, header [`RECORD_SIGNATURE_HEADER`] = hex HMAC-SHA256 of the value
+/// under the gateway key, partition = [`partition_for`] of the user. The gateway's queue and
+/// the order writer's producer (sweeper, `order-writer produce`) both build their records here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedRecord {
+    /// The buyer: the record's key, and what its partition is computed from.
+    pub user: String,
+    /// The reservation JSON, produced as is.
+    pub value: Vec<u8>,
+    /// Hex HMAC-SHA256 of `value` under the gateway key.
+    pub signature: String,
+}
+
+impl SignedRecord {
+    /// Signs `value` with the gateway key `signer`.
+    pub fn sign(signer: &Signer, user: impl Into<String>, value: Vec<u8>) -> Self {
+        let signature = signer.sign(&value);
+        Self { user: user.into(), value, signature }
+    }
+
+    /// The partition of this record on a topic of `partitions` partitions.
+    pub fn partition(&self, partitions: i32) -> i32 {
+        partition_for(&self.user, partitions)
+    }
+
+    /// The Kafka record, stamped with `timestamp`.
+    pub fn into_kafka(self, timestamp: chrono::DateTime<chrono::Utc>) -> rskafka::record::Record {
+        rskafka::record::Record {
+            key: Some(self.user.into_bytes()),
+            value: Some(self.value),
+            headers: BTreeMap::from([(RECORD_SIGNATURE_HEADER.to_string(), self.signature.into_bytes())]),
+            timestamp,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_signed_record_is_keyed_by_its_user_partitioned_by_it_and_signed_over_its_value() {
+        let signer = Signer::new(b"record-test-key-0123");
+        let value = br#"{"request_id":"r1"}"#.to_vec();
+        let at = chrono::DateTime::from_timestamp_millis(1_700_000_000_000).unwrap();
+        let signed = SignedRecord::sign(&signer, "u7", value.clone());
+        assert_eq!(signed.partition(4), partition_for("u7", 4));
+        let r = signed.into_kafka(at);
+        assert_eq!(r.key.as_deref(), Some(b"u7".as_slice()));
+        assert_eq!(r.value.as_deref(), Some(value.as_slice()));
+        assert_eq!(r.timestamp, at);
+        assert_eq!(r.headers.len(), 1);
+        let sig = std::str::from_utf8(&r.headers[RECORD_SIGNATURE_HEADER]).unwrap();
+        assert!(signer.verify(&value, sig).is_ok());
+    }
+
+    #[test]
+    fn a_record_signed_here_equals_one_signed_before_the_queue() {
+        // The gateway signs as it reserves and hands the signature to its queue; the order
+        // writer's producer signs here: both are the same record, byte for byte.
+        let signer = Signer::new(b"record-test-key-0123");
+        let value = br#"{"request_id":"r2","user":"u9"}"#.to_vec();
+        let at = chrono::Utc::now();
+        let by_gateway =
+            SignedRecord { user: "u9".into(), value: value.clone(), signature: signer.sign(&value) };
+        let by_writer = SignedRecord::sign(&signer, "u9", value);
+        assert_eq!(by_gateway, by_writer);
+        assert_eq!(by_gateway.partition(12), by_writer.partition(12));
+        assert_eq!(by_gateway.into_kafka(at), by_writer.into_kafka(at));
+    }
+
+    #[test]
+    fn partitions_are_fnv1a_64_of_the_user() {
+        // The FNV-1a 64 test vectors: "" = 0xcbf29ce484222325, "a" = 0xaf63dc4c8601ec8c.
+        assert_eq!(partition_for("", 1000), (0xcbf2_9ce4_8422_2325u64 % 1000) as i32);
+        assert_eq!(partition_for("a", 1000), (0xaf63_dc4c_8601_ec8cu64 % 1000) as i32);
+        assert_eq!(partition_for("x", 1), 0);
+    }
 
     #[test]
     fn parses_what_the_script_writes() {

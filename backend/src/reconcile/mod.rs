@@ -46,6 +46,7 @@ mod read;
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use fred::prelude::*;
 use protocol::keys::Bucket;
 use rskafka::client::partition::OffsetAt;
@@ -100,6 +101,35 @@ pub struct Report {
 }
 
 /// Compares the stores for `campaign`; with `repair`, fixes what is safe.
+/// `order-writer reconcile CAMPAIGN [--repair]`: prints the report. Without Kafka, stale
+/// reservations are listed but not repaired (the report says so).
+pub async fn run(conns: &crate::app::Connections<'_>, campaign: &str, repair: bool) -> anyhow::Result<()> {
+    let cfg = conns.config();
+    let pool = conns.postgres(crate::app::COMMAND_POOL).await?;
+    let redis = conns.redis().await?;
+    let scripts = conns.scripts()?;
+    let kafka = match conns.kafka().await {
+        Ok(kc) => Some(kc),
+        Err(e) => {
+            eprintln!("order-writer: {e:#}: stale reservations will not be repaired");
+            None
+        }
+    };
+    let topic =
+        kafka.as_ref().map(|kafka| Topic { kafka, name: &cfg.kafka.topic, partitions: cfg.kafka.partitions });
+    let stores = Stores {
+        pool: &pool,
+        redis: &redis,
+        scripts: &scripts,
+        topic,
+        sweep_age: cfg.sweep_age,
+        between_reads: None,
+    };
+    let rep = reconcile(stores, campaign, repair).await.context("reconciliation")?;
+    print!("{}", rep.text);
+    Ok(())
+}
+
 pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::Result<Report> {
     let s = read::snapshot(st.pool, st.redis, campaign, st.between_reads).await?;
     let b = find::balance(&s);

@@ -7,7 +7,7 @@ use protocol::signing::Signer;
 use sqlx::PgPool;
 
 use super::decide::{self, DeadLetter, Facts};
-use super::{retry, store, BatchOutcome, Incoming, Refusal};
+use super::{retry, store, BatchOutcome, Incoming, Rejected};
 use protocol::record::Reservation;
 
 /// A late-locked batch met a change made since it read: the conditional stock update refused it
@@ -115,7 +115,7 @@ async fn write_batch_with(
     }
 
     // 7. Refusals, so the result query can answer and a redelivery is refused the same way.
-    store::insert_refusals(&mut tx, &decision.refused_now).await?;
+    store::insert_rejected(&mut tx, &decision.refused_now).await?;
     out.refused.extend(decision.refused_now.iter().cloned());
 
     // 8. Dead letters, with their place. A signed one that names its reservation is refused
@@ -131,11 +131,11 @@ async fn write_batch_with(
         for r in before {
             out.add_ordered(r);
         }
-        let refused: Vec<Refusal> = refused
+        let refused: Vec<Rejected> = refused
             .into_iter()
-            .map(|r| Refusal { record: r.clone(), status: "FAILED", reason: decide::UNDECODABLE.into() })
+            .map(|r| Rejected { record: r.clone(), status: "FAILED", reason: decide::UNDECODABLE.into() })
             .collect();
-        store::insert_refusals(&mut tx, &refused).await?;
+        store::insert_rejected(&mut tx, &refused).await?;
         out.refused.extend(refused);
     }
     for d in &decoded.dead {
@@ -209,7 +209,7 @@ pub(super) async fn write_dead_letter(
     // The refusal is recorded with the dead letter, so a later copy of the record (the sweeper
     // may have produced one) is refused the same way instead of becoming an order after Redis
     // released its units.
-    store::insert_refusals(&mut tx, &outcome.refused).await?;
+    store::insert_rejected(&mut tx, &outcome.refused).await?;
     store::store_offset(&mut tx, topic, partition, rec.offset + 1).await?;
     tx.commit().await.context("commit")?;
     Ok(outcome)

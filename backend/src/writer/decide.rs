@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use protocol::record::Reservation;
 use protocol::signing::Signer;
 
-use super::{Incoming, Refusal};
+use super::{Incoming, Rejected};
 
 /// The dead letter's error of a record without a signature header.
 pub(super) const UNSIGNED: &str = "unsigned record";
@@ -216,11 +216,11 @@ pub(super) struct Decision {
     /// Ordered by an earlier delivery: acknowledged again, nothing written.
     pub ordered_before: Vec<Reservation>,
     /// Refused by an earlier delivery: released again (idempotent), nothing written.
-    pub refused_before: Vec<Refusal>,
+    pub refused_before: Vec<Rejected>,
     /// New orders, in offset order.
     pub accepted: Vec<Reservation>,
     /// Refused by this batch (stock, limit, unknown campaign).
-    pub refused_now: Vec<Refusal>,
+    pub refused_now: Vec<Rejected>,
     /// Units left per campaign once the accepted ones are taken.
     pub remaining: HashMap<String, i64>,
 }
@@ -255,11 +255,14 @@ pub(super) fn decide(valid: &[Reservation], facts: &Facts) -> Decision {
         }
         if let Some((status, reason)) = facts.already_refused.get(&r.request_id) {
             let status = if status == "SOLD_OUT" { "SOLD_OUT" } else { "FAILED" };
-            d.refused_before.push(Refusal { record: r.clone(), status, reason: reason.clone() });
+            d.refused_before.push(Rejected { record: r.clone(), status, reason: reason.clone() });
             continue;
         }
-        let refuse =
-            |status: &'static str, reason: &str| Refusal { record: r.clone(), status, reason: reason.into() };
+        let refuse = |status: &'static str, reason: &str| Rejected {
+            record: r.clone(),
+            status,
+            reason: reason.into(),
+        };
         let Some(c) = facts.campaigns.get(&r.campaign) else {
             d.refused_now.push(refuse("FAILED", "CAMPAIGN_UNKNOWN"));
             continue;
@@ -319,7 +322,7 @@ mod tests {
         rs.iter().map(|r| r.request_id.as_str()).collect()
     }
 
-    fn why(fs: &[Refusal]) -> Vec<(&str, &str, &str)> {
+    fn why(fs: &[Rejected]) -> Vec<(&str, &str, &str)> {
         fs.iter().map(|f| (f.record.request_id.as_str(), f.status, f.reason.as_str())).collect()
     }
 

@@ -23,13 +23,13 @@ pub(super) async fn fetch_ahead(
     let deadline = Duration::from_secs(5);
     // Short waits while records flow; after an empty fetch, the idle wait, so a quiet partition
     // is not polled tens of times a second (each poll costs the broker a storage query).
-    let mut wait = cfg.max_wait_ms;
+    let mut wait = cfg.max_wait;
     loop {
         if *shutdown.borrow() {
             return;
         }
         let t0 = std::time::Instant::now();
-        let fetch = pc.fetch_records(offset, 1..cfg.fetch_max_bytes, wait);
+        let fetch = pc.fetch_records(offset, 1..cfg.fetch_max_bytes, wait.as_i32());
         let fetched = tokio::select! {
             r = tokio::time::timeout(deadline, fetch) => r,
             _ = shutdown.changed() => return,
@@ -80,10 +80,10 @@ pub(super) async fn fetch_ahead(
             "fetched"
         );
         let Some(last) = incoming.last() else {
-            wait = cfg.idle_wait_ms;
+            wait = cfg.idle_wait;
             continue;
         };
-        wait = cfg.max_wait_ms;
+        wait = cfg.max_wait;
         offset = last.offset + 1;
         if tx.send(incoming).await.is_err() {
             return;

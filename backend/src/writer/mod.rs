@@ -71,9 +71,10 @@ impl Incoming {
     }
 }
 
-/// A reservation the database refused, and why.
+/// A reservation the database rejected (it gets a `reservation_results` row, no order), and
+/// why.
 #[derive(Debug, Clone)]
-pub struct Refusal {
+pub struct Rejected {
     /// The reservation.
     pub record: Reservation,
     /// `SOLD_OUT` or `FAILED`.
@@ -87,30 +88,50 @@ pub struct Refusal {
 pub struct BatchOutcome {
     /// Request ids that have an order (new, or from an earlier delivery), by the bucket whose
     /// outbox holds them (the buyer's home bucket, [`Reservation::bucket`]).
-    pub ordered: BTreeMap<AckKey, Vec<String>>,
+    pub ordered: BTreeMap<HomeBucket, Vec<String>>,
     /// Orders inserted by this batch.
     pub inserted: usize,
     /// Reservations refused (now or by an earlier delivery): their stock goes back to Redis.
-    pub refused: Vec<Refusal>,
+    pub refused: Vec<Rejected>,
     /// Records sent to `dead_letters`.
     pub dead: usize,
 }
 
-/// Where an ordered request id is acked: campaign id, home bucket index, bucket count
+/// The bucket whose outbox an ordered request id is acked in: the buyer's home bucket
 /// ([`Bucket::nth`]'s arguments).
-pub type AckKey = (String, u32, u32);
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HomeBucket {
+    /// Campaign id.
+    pub campaign: String,
+    /// The bucket, from 0.
+    pub index: u32,
+    /// How many buckets the campaign has.
+    pub count: u32,
+}
+
+impl HomeBucket {
+    /// The bucket of `r`: the buyer's home bucket ([`Reservation::bucket`]).
+    pub fn of(r: &Reservation) -> Self {
+        let b = r.bucket();
+        Self { campaign: b.campaign, index: b.index, count: b.count }
+    }
+
+    /// Its keys.
+    pub fn bucket(&self) -> Bucket {
+        Bucket::nth(&self.campaign, self.index, self.count)
+    }
+}
 
 impl BatchOutcome {
     /// Counts `r` as ordered, under its home bucket.
     pub fn add_ordered(&mut self, r: &Reservation) {
-        let b = r.bucket();
-        self.ordered.entry((b.campaign, b.index, b.count)).or_default().push(r.request_id.clone());
+        self.ordered.entry(HomeBucket::of(r)).or_default().push(r.request_id.clone());
     }
 
     /// Adds what a later transaction of the same chunk decided.
     fn absorb(&mut self, other: BatchOutcome) {
-        for (campaign, ids) in other.ordered {
-            self.ordered.entry(campaign).or_default().extend(ids);
+        for (home, ids) in other.ordered {
+            self.ordered.entry(home).or_default().extend(ids);
         }
         self.inserted += other.inserted;
         self.refused.extend(other.refused);
@@ -123,9 +144,9 @@ impl BatchOutcome {
 /// returned: what fails here is retried through the sweeper (the outbox entry stays until this
 /// succeeds).
 pub async fn settle(redis: &RedisClient, scripts: &RedisScripts, outcome: &BatchOutcome) {
-    for ((campaign, index, count), ids) in &outcome.ordered {
-        if let Err(e) = scripts.ack(redis, &Bucket::nth(campaign, *index, *count), ids).await {
-            tracing::warn!(campaign, bucket = index, error = %format!("{e:#}"), "outbox ack failed; the sweeper will redeliver");
+    for (home, ids) in &outcome.ordered {
+        if let Err(e) = scripts.ack(redis, &home.bucket(), ids).await {
+            tracing::warn!(campaign = home.campaign, bucket = home.index, error = %format!("{e:#}"), "outbox ack failed; the sweeper will redeliver");
         }
     }
     for f in &outcome.refused {
@@ -258,9 +279,9 @@ pub async fn run_partition(
 /// Orders at `debug` (one line each), refusals at `info`.
 fn log_outcome(partition: i32, outcome: &BatchOutcome) {
     if tracing::enabled!(tracing::Level::DEBUG) {
-        for ((campaign, _, _), ids) in &outcome.ordered {
+        for (home, ids) in &outcome.ordered {
             for request_id in ids {
-                tracing::debug!(partition, %campaign, %request_id, "order written");
+                tracing::debug!(partition, campaign = %home.campaign, %request_id, "order written");
             }
         }
     }

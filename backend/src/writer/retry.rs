@@ -7,7 +7,7 @@
 
 use protocol::record::Reservation;
 
-use super::{BatchOutcome, Refusal};
+use super::{BatchOutcome, Rejected};
 
 /// Reason code of a reservation dead-lettered because PostgreSQL refused it alone.
 pub(super) const DEAD_LETTER: &str = "DEAD_LETTER";
@@ -94,7 +94,7 @@ pub(super) fn dead_letter_outcome(record: Option<Reservation>, has_order: bool) 
     match record {
         None => {}
         Some(r) if has_order => out.add_ordered(&r),
-        Some(r) => out.refused.push(Refusal { record: r, status: "FAILED", reason: DEAD_LETTER.into() }),
+        Some(r) => out.refused.push(Rejected { record: r, status: "FAILED", reason: DEAD_LETTER.into() }),
     }
     out
 }
@@ -181,7 +181,8 @@ mod tests {
         let f = &released.refused[0];
         assert_eq!((f.record.request_id.as_str(), f.status, f.reason.as_str()), ("r", "FAILED", DEAD_LETTER));
         let acked = dead_letter_outcome(Some(res("r")), true);
-        assert_eq!(acked.ordered[&("c".to_string(), 0, 1)], ["r"]);
+        let home = super::super::HomeBucket { campaign: "c".into(), index: 0, count: 1 };
+        assert_eq!(acked.ordered[&home], ["r"]);
         assert!(acked.refused.is_empty());
         let nothing = dead_letter_outcome(None, false);
         assert_eq!((nothing.dead, nothing.ordered.len(), nothing.refused.len()), (1, 0, 0));

@@ -8,7 +8,7 @@ use protocol::record::Reservation;
 use sqlx::{PgConnection, PgPool};
 
 use super::decide::{CampaignRow, DeadLetter};
-use super::Refusal;
+use super::Rejected;
 
 /// The stored next offset of a partition (0 when none).
 pub async fn stored_offset(pool: &PgPool, topic: &str, partition: i32) -> anyhow::Result<i64> {
@@ -223,8 +223,9 @@ pub(super) async fn insert_ledger(conn: &mut PgConnection, a: &OrderArrays) -> a
     Ok(())
 }
 
-/// The refusals, so the result query can answer and a redelivery is refused the same way.
-pub(super) async fn insert_refusals(conn: &mut PgConnection, refused: &[Refusal]) -> anyhow::Result<()> {
+/// The rejected reservations' results, so the result query can answer and a redelivery is
+/// refused the same way.
+pub(super) async fn insert_rejected(conn: &mut PgConnection, refused: &[Rejected]) -> anyhow::Result<()> {
     if refused.is_empty() {
         return Ok(());
     }

@@ -65,9 +65,8 @@ async fn main() -> anyhow::Result<()> {
             ReserveOutcome::Reserved { record, .. } => record.into_bytes(),
             other => bail!("reservation {i} of {}: {other:?}", a.count),
         };
-        let p = protocol::record::partition_for(&user, a.partitions) as usize;
-        let signature = signer.sign(&record);
-        per_partition[p].push(backend::producer::signed_record(&user, record, signature, chrono::Utc::now()));
+        let record = protocol::record::SignedRecord::sign(&signer, user, record);
+        per_partition[record.partition(a.partitions) as usize].push(record.into_kafka(chrono::Utc::now()));
     }
     let kafka = stack::kafka_client(&stack::kafka_broker()).await?;
     let mut conn = stack::pg_connect(&a.pg_url).await?;

@@ -17,7 +17,9 @@ use protocol::conf::ConfError;
 use ring::digest;
 use serde::Deserialize;
 
-use super::{spanned, Checker, S};
+use protocol::conf::Checker;
+
+use super::{spanned, S};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

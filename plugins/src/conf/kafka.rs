@@ -10,7 +10,9 @@ use protocol::kafka::{RawConnection, RawSasl, RawTls};
 use protocol::timing::{LINGER_MAX_MS, PRODUCE_TIMEOUT_MAX_MS};
 use serde::Deserialize;
 
-use super::{spanned, Checker, S};
+use protocol::conf::Checker;
+
+use super::{spanned, S};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

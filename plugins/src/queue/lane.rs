@@ -1,6 +1,5 @@
 //! One lane per partition: records from the queue to Kafka through rskafka's `BatchProducer`.
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -8,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use protocol::signing::RECORD_SIGNATURE_HEADER;
 use rskafka::client::partition::UnknownTopicHandling;
 use rskafka::client::producer::aggregator::{self, Aggregator, StatusDeaggregator, TryPush};
 use rskafka::client::producer::{BatchProducer, BatchProducerBuilder};
@@ -166,7 +164,8 @@ pub(super) async fn run(shared: Arc<Shared>, partition: i32, mut rx: mpsc::Recei
                     (Some(p), Some(budget)) => {
                         let p = Arc::clone(p);
                         inflight.push(Box::pin(async move {
-                            match tokio::time::timeout(budget, p.produce(record(item))).await {
+                            let record = item.record.into_kafka(chrono::Utc::now());
+                            match tokio::time::timeout(budget, p.produce(record)).await {
                                 Ok(Ok(_offset)) => Ok(()),
                                 Ok(Err(e)) => Err(e.to_string()),
                                 Err(_) => Err(format!("no ack within {budget:?}")),
@@ -230,16 +229,6 @@ impl Connection {
     }
 }
 
-/// The Kafka record of an item: key = user, value = the record, the signature header.
-fn record(item: Item) -> Record {
-    Record {
-        key: Some(item.user.into_bytes()),
-        value: Some(item.record.into_bytes()),
-        headers: BTreeMap::from([(RECORD_SIGNATURE_HEADER.to_string(), item.signature.into_bytes())]),
-        timestamp: chrono::Utc::now(),
-    }
-}
-
 /// rskafka's `RecordAggregator` closes a batch by bytes only; this one closes it at `max`
 /// records (or [`MAX_BATCH_BYTES`]), gives each record its offset back, and counts the batches
 /// it hands to the producer ([`QueueStats::batches`]).
@@ -297,6 +286,8 @@ impl StatusDeaggregator for Offsets {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn rec(n: usize) -> Record {

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use backend::config::WriterConfig;
 use backend::kafka;
-use backend::producer::signed_record;
 use backend::redis::RedisScripts;
 use backend::writer::{run_partition, settle, write_batch, Incoming, WriterCtx};
+use protocol::record::SignedRecord;
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 use rskafka::client::partition::{Compression, OffsetAt};
 use rskafka::record::Record;
@@ -58,9 +58,8 @@ async fn backlog(
             buckets: 1,
         };
         let value = serde_json::to_vec(&rec)?;
-        let signature = signer.sign(&value);
-        per[kafka::partition_for(&user, a.partitions) as usize]
-            .push(signed_record(&user, value, signature, now));
+        let record = SignedRecord::sign(&signer, user, value);
+        per[record.partition(a.partitions) as usize].push(record.into_kafka(now));
     }
     Ok(per)
 }
@@ -150,9 +149,9 @@ pub async fn leg(
         signer: Arc::new(signer()),
         cfg: WriterConfig {
             batch_size: batch,
-            max_wait_ms: 20,
+            max_wait: protocol::conf::Millis::new(20).expect("a wait"),
             fetch_max_bytes: a.fetch_max_bytes,
-            idle_wait_ms: 100,
+            idle_wait: protocol::conf::Millis::new(100).expect("a wait"),
             batch_retries: 3,
         },
         metrics: Arc::new(backend::metrics::WriterMetrics::new()),
