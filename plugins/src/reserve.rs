@@ -22,7 +22,9 @@ use fred::clients::Pool;
 use fred::prelude::Client;
 use protocol::codes::Code;
 use protocol::keys::Bucket;
-use protocol::scripts::{reserve_in_home, FallOver, Nonce, ReleaseOutcome, ReserveOutcome, Scripts};
+use protocol::scripts::{
+    reserve_in_home, FallOver, Nonce, ReleaseOutcome, ReserveCall, ReserveOutcome, Scripts,
+};
 use protocol::timing::undo_timeout;
 
 use crate::Denial;
@@ -126,7 +128,9 @@ impl Reserver {
         nonce: Option<&Nonce>,
         fall_over: bool,
     ) -> Result<ReserveOutcome, ReserveError> {
-        let call = self.scripts.reserve(client, bucket, request_id, user, qty, nonce, fall_over);
+        let order =
+            ReserveCall::new(request_id, user, qty).with_nonce(nonce.cloned()).with_fall_over(fall_over);
+        let call = self.scripts.reserve(client, bucket, &order);
         let cause = match tokio::time::timeout(self.timeout, call).await {
             Ok(Ok(outcome)) => return Ok(outcome),
             Ok(Err(e)) => e.to_string(),
