@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
+use plugins::batch::{BatchConf, BATCH_MAX_LIMIT, BATCH_WAIT_LIMIT_US};
 use plugins::client_ip::TrustedProxies;
 use plugins::queue::QueueConf;
 use protocol::campaign::Campaign;
@@ -90,6 +91,10 @@ struct RawRedis {
     timeout_ms: S<i64>,
     #[serde(default = "d_pool_size")]
     pool_size: S<i64>,
+    #[serde(default = "d_batch_max")]
+    batch_max: S<i64>,
+    #[serde(default = "d_batch_wait_us")]
+    batch_wait_us: S<i64>,
 }
 
 fn d_redis_timeout() -> S<i64> {
@@ -97,6 +102,12 @@ fn d_redis_timeout() -> S<i64> {
 }
 fn d_pool_size() -> S<i64> {
     spanned(4)
+}
+fn d_batch_max() -> S<i64> {
+    spanned(plugins::batch::DEFAULT_BATCH_MAX as i64)
+}
+fn d_batch_wait_us() -> S<i64> {
+    spanned(plugins::batch::DEFAULT_BATCH_WAIT.as_micros() as i64)
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,6 +166,9 @@ pub struct RedisConf {
     pub timeout: Duration,
     /// Connections in the pool.
     pub pool_size: usize,
+    /// How the reservations of one bucket are collected into one call (`batch_max`,
+    /// `batch_wait_us`; `plugins::batch`).
+    pub batch: BatchConf,
 }
 
 /// An upstream pool: addresses, timeouts, health check.
@@ -372,6 +386,15 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         // The upper bound is the timing rule with the order writer's sweeper (protocol::timing).
         timeout: c.ms(&r.timeout_ms, "redis.timeout_ms", 5, protocol::timing::RESERVE_TIMEOUT_MAX_MS)?,
         pool_size: c.int(&r.pool_size, "redis.pool_size", 1, 64)?,
+        batch: BatchConf {
+            max: c.int(&r.batch_max, "redis.batch_max", 1, BATCH_MAX_LIMIT as i64)?,
+            wait: Duration::from_micros(c.int(
+                &r.batch_wait_us,
+                "redis.batch_wait_us",
+                0,
+                BATCH_WAIT_LIMIT_US as i64,
+            )? as u64),
+        },
     };
 
     let o = &raw.order_writer;
@@ -500,6 +523,10 @@ login_audience = "seckill"
         assert_eq!(c.threads, 2);
         assert_eq!(c.campaigns_dir, Path::new("conf/campaigns"));
         assert_eq!(c.redis.timeout, Duration::from_millis(100));
+        assert_eq!(c.redis.batch, BatchConf::default(), "measured defaults");
+        let one =
+            parse(&GOOD.replace("timeout_ms = 100", "timeout_ms = 100\nbatch_max = 1\nbatch_wait_us = 0"));
+        assert_eq!(one.unwrap().redis.batch, BatchConf { max: 1, wait: Duration::ZERO });
         assert_eq!(c.order_writer.connect_timeout, Duration::from_millis(200));
         assert_eq!(c.routes[0].host.as_deref(), Some("shop.example"));
         assert_eq!(c.routes[0].pool.upstreams.len(), 2);
@@ -559,6 +586,18 @@ login_audience = "seckill"
             8,
             "redis.timeout_ms",
             "between",
+        );
+        expect_err(
+            &GOOD.replace("timeout_ms = 100", "timeout_ms = 100\nbatch_max = 0"),
+            9,
+            "redis.batch_max",
+            "between 1",
+        );
+        expect_err(
+            &GOOD.replace("timeout_ms = 100", "timeout_ms = 100\nbatch_wait_us = 20000"),
+            9,
+            "redis.batch_wait_us",
+            "between 0 and 10000",
         );
         expect_err(
             &GOOD.replace("path_prefix = \"/\"", "path_prefix = \"api\""),

@@ -19,7 +19,6 @@
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::prelude::Client;
 use protocol::codes::Code;
 use protocol::keys::Bucket;
 use protocol::scripts::{
@@ -27,6 +26,7 @@ use protocol::scripts::{
 };
 use protocol::timing::undo_timeout;
 
+use crate::batch::{Attempt, BatchConf, Batcher};
 use crate::Denial;
 
 /// Runs the reservation script over a pool of Redis connections.
@@ -35,11 +35,15 @@ pub struct Reserver {
     pool: Pool,
     scripts: Scripts,
     timeout: Duration,
+    batcher: Batcher,
 }
 
 impl std::fmt::Debug for Reserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reserver").field("timeout", &self.timeout).finish_non_exhaustive()
+        f.debug_struct("Reserver")
+            .field("timeout", &self.timeout)
+            .field("batch", &self.batcher.conf())
+            .finish_non_exhaustive()
     }
 }
 
@@ -70,9 +74,22 @@ pub fn command_timeout(timeout: Duration) -> Duration {
 }
 
 impl Reserver {
-    /// A reserver over `pool`, giving up after `timeout`.
+    /// A reserver over `pool`, giving up after `timeout`, collecting orders as
+    /// [`BatchConf::default`] says.
     pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
-        Self { pool, scripts, timeout }
+        let batcher = Batcher::new(pool.clone(), scripts.clone(), BatchConf::default(), timeout);
+        Self { pool, scripts, timeout, batcher }
+    }
+
+    /// The same reserver collecting orders as `batch` says (`max = 1`: one call per order).
+    pub fn with_batch(self, batch: BatchConf) -> Self {
+        let batcher = Batcher::new(self.pool.clone(), self.scripts.clone(), batch, self.timeout);
+        Self { batcher, ..self }
+    }
+
+    /// Its batcher (how it collects, what it sent).
+    pub fn batcher(&self) -> &Batcher {
+        &self.batcher
     }
 
     /// Reserves in `home`, the buyer's home bucket, with the order's `nonce` checked in the same
@@ -90,7 +107,7 @@ impl Reserver {
     ) -> Result<Decision, ReserveError> {
         // One client (one connection) for every call and the undo: Redis runs them in this order.
         let client = self.pool.next_connected();
-        let reserve = |fall_over: bool| self.once(client, home, request_id, user, qty, nonce, fall_over);
+        let reserve = |fall_over: bool| self.once(home, request_id, user, qty, nonce, fall_over);
         // A transfer (give, then take) bounded as its two calls were; a failure stops the asking
         // (units given and not taken are finished by the order writer's sweeper).
         let bound = self.timeout * 2;
@@ -116,11 +133,12 @@ impl Reserver {
         Ok(Decision { outcome, sold_out_everywhere })
     }
 
-    /// One `reserve.lua` call in `bucket`, undone when its answer does not come back.
+    /// One order's `reserve.lua` call in `bucket` (alone or in a batch, [`Batcher`]), undone
+    /// when its answer does not come back: on the client its call was written to, so that Redis
+    /// runs the undo after it.
     #[allow(clippy::too_many_arguments)]
     async fn once(
         &self,
-        client: &Client,
         bucket: &Bucket,
         request_id: &str,
         user: &str,
@@ -130,13 +148,14 @@ impl Reserver {
     ) -> Result<ReserveOutcome, ReserveError> {
         let order =
             ReserveCall::new(request_id, user, qty).with_nonce(nonce.cloned()).with_fall_over(fall_over);
-        let call = self.scripts.reserve(client, bucket, &order);
-        let cause = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(outcome)) => return Ok(outcome),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("redis did not answer within {:?}", self.timeout),
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let (cause, client) = match self.batcher.call(bucket, order, deadline).await {
+            Attempt::Answered(outcome) => return Ok(outcome),
+            // Never sent: nothing reserved, no nonce spent.
+            Attempt::NoAnswer { cause, sent_on: None } => return Err(ReserveError::Undone(cause)),
+            Attempt::NoAnswer { cause, sent_on: Some(client) } => (cause, client),
         };
-        let undo = self.scripts.undo(client, bucket, request_id, nonce.map(|n| n.key.as_str()));
+        let undo = self.scripts.undo(&client, bucket, request_id, nonce.map(|n| n.key.as_str()));
         match tokio::time::timeout(undo_timeout(self.timeout), undo).await {
             Ok(Ok(ReleaseOutcome::Claimed)) => Err(ReserveError::Claimed(cause)),
             Ok(Ok(_)) => Err(ReserveError::Undone(cause)),
