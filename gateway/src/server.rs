@@ -145,7 +145,8 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let observer = observe::install(&mut server, &server_conf, &shared, &queue, &pool, control.handle())?;
     // Spending a challenge is one SET, off the order path: it may wait as long as an undo.
     let spend_timeout = protocol::timing::undo_timeout(server_conf.redis.timeout);
-    let edge = Edge::new(pool, scripts, queue, server_conf.redis.timeout, spend_timeout);
+    let reserve = (server_conf.redis.timeout, server_conf.redis.batch);
+    let edge = Edge::new(pool, scripts, queue, reserve, spend_timeout);
     let access_log = observer.access_log();
     let gateway = Gateway::new(Arc::clone(&shared), edge).with_observer(observer);
     let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);

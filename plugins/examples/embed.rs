@@ -240,7 +240,13 @@ fn main() {
         JwtCheck::new(LoginAlg::Hs256, env("SECKILL_LOGIN_KEY").as_bytes(), "shop-auth", "seckill", 5)
             .expect("a login key");
     let shop = Shop {
-        edge: Edge::new(pool, scripts, queue, Duration::from_millis(200), Duration::from_secs(1)),
+        edge: Edge::new(
+            pool,
+            scripts,
+            queue,
+            (Duration::from_millis(200), Default::default()),
+            Duration::from_secs(1),
+        ),
         budget: Arc::new(Budget::new(campaign.limits.max_inflight)),
         sold_out: SoldOutFlag::default(),
         eligibility,

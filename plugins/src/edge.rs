@@ -39,6 +39,7 @@ use protocol::scripts::{Nonce, Scripts};
 use protocol::signing::{Signer, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 use crate::auth::{JwtCheck, LoginVerifier};
+use crate::batch::BatchConf;
 use crate::budget::{Budget, Permit};
 use crate::captcha::SpentChallenges;
 #[cfg(doc)]
@@ -147,19 +148,20 @@ pub struct Edge {
 
 impl Edge {
     /// The edge over a Redis `pool` (`scripts` loaded; reservations bounded by
-    /// `reserve_timeout`, spending a challenge by `spend_timeout`) and a started Kafka `queue`.
+    /// `reserve_timeout` and collected per bucket as `batch` says, spending a challenge by
+    /// `spend_timeout`) and a started Kafka `queue`.
     pub fn new(
         pool: Pool,
         scripts: Scripts,
         queue: ReservationQueue,
-        reserve_timeout: Duration,
+        (reserve_timeout, batch): (Duration, BatchConf),
         spend_timeout: Duration,
     ) -> Self {
         Self {
             limiter: RateLimiter::new(),
             global: GlobalLimiter::new(pool.clone(), scripts.clone()),
             spent: SpentChallenges::new(pool.clone(), spend_timeout),
-            sale: Sale::new(Reserver::new(pool, scripts, reserve_timeout), queue),
+            sale: Sale::new(Reserver::new(pool, scripts, reserve_timeout).with_batch(batch), queue),
         }
     }
 
