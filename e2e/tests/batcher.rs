@@ -2,13 +2,16 @@
 //! `plugins::reserve::Reserver`, on real Redis servers: many buyers at once are served in
 //! batches and never get more than the stock or their limit; a batch whose answer does not come
 //! back (a private Redis stalled by a long script) is undone order by order, nonces included,
-//! so that the same signed orders sent again reserve; with `max = 1` every order is its own call.
+//! so that the same signed orders sent again reserve, and the orders past the bucket's adaptive
+//! limit are refused at once, unsent (`plugins::admission`); with `max = 1` every order is its
+//! own call.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use e2e::stack;
 use fred::prelude::*;
+use plugins::admission::INITIAL_LIMIT;
 use plugins::batch::BatchConf;
 use plugins::reserve::{ReserveError, Reserver};
 use protocol::keys::Bucket;
@@ -158,11 +161,14 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
         }
     }
     assert!(busy, "the stalling script did not start");
-    let out = crowd(&reserver, &bucket, 40).await;
+    // More buyers than the bucket's starting limit: those past it are told to try later, at
+    // once and unsent; the others' calls are written and undone.
+    let n = INITIAL_LIMIT as usize + 88;
+    let out = crowd(&reserver, &bucket, n).await;
     stall.await.unwrap().unwrap();
-    for o in &out {
-        assert!(matches!(o, Err(ReserveError::Undone(_))), "{out:?}");
-    }
+    let overloaded = out.iter().filter(|o| matches!(o, Err(ReserveError::Overloaded { .. }))).count();
+    let undone = out.iter().filter(|o| matches!(o, Err(ReserveError::Undone(_)))).count();
+    assert_eq!((overloaded, undone), (88, INITIAL_LIMIT as usize), "{out:?}");
     let sent = reserver.batcher().sent();
     assert!(sent.calls < sent.orders, "orders were sent in batches: {sent:?}");
 
@@ -170,7 +176,7 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
     let stock: i64 = redis.get(&bucket.keys.stock).await.unwrap();
     let held: i64 = redis.hlen(&bucket.keys.bought).await.unwrap();
     let outbox: i64 = redis.hlen(&bucket.keys.outbox).await.unwrap();
-    let nonces: i64 = redis.exists((0..40).map(|i| nonce(&bucket, i).key).collect::<Vec<_>>()).await.unwrap();
+    let nonces: i64 = redis.exists((0..n).map(|i| nonce(&bucket, i).key).collect::<Vec<_>>()).await.unwrap();
     assert_eq!((stock, held, outbox, nonces), (100, 0, 0, 0));
 
     // The same signed orders again: each reserves.

@@ -32,6 +32,8 @@ use protocol::scripts::{ReserveCall, ReserveOutcome, Scripts};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::admission::{self, Aimd};
+
 /// How reservations are collected: at most `max` orders per call, sent at the latest `wait` after
 /// the first one waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +81,11 @@ pub enum Attempt {
         /// The client the order's call was written to.
         sent_on: Option<Client>,
     },
+    /// Not sent: the bucket's orders in flight are at its limit.
+    Overloaded {
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// Sends reservations, collected per bucket (see the module's doc).
@@ -113,12 +120,23 @@ struct Lane {
     state: Mutex<LaneState>,
 }
 
-#[derive(Default)]
 struct LaneState {
+    /// Orders at the script step (waiting, or in a call), bounded by `admission`.
+    orders: usize,
+    admission: Aimd,
     in_flight: usize,
     queue: VecDeque<Waiting>,
     timer: bool,
     next_id: u64,
+}
+
+/// An order counted in its lane's `orders` until dropped (also when its request is).
+struct Entered<'a>(&'a Lane);
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.state).orders -= 1;
+    }
 }
 
 /// What an order's arrival starts.
@@ -178,12 +196,44 @@ impl Batcher {
         self.inner.conf
     }
 
-    /// Runs `call` in `bucket`, alone or with others, answering by `deadline` at the latest.
+    /// Runs `call` in `bucket`, alone or with others, answering by `deadline` at the latest; or
+    /// at once [`Attempt::Overloaded`] when the bucket's orders in flight are at its adaptive
+    /// limit ([`crate::admission`]).
     pub async fn call(&self, bucket: &Bucket, call: ReserveCall, deadline: Instant) -> Attempt {
+        let lane = self.lane(bucket);
+        let started = std::time::Instant::now();
+        {
+            let mut st = lock(&lane.state);
+            if !st.admission.admits(st.orders) {
+                return Attempt::Overloaded { limit: st.admission.limit() };
+            }
+            st.orders += 1;
+        }
+        let entered = Entered(&lane);
+        let attempt = self.collected(&lane, bucket, call, deadline).await;
+        let now = std::time::Instant::now();
+        {
+            let mut st = lock(&lane.state);
+            match &attempt {
+                Attempt::Answered(_) => st.admission.answered(now - started, now),
+                _ => st.admission.unanswered(now),
+            }
+        }
+        drop(entered);
+        attempt
+    }
+
+    async fn collected(
+        &self,
+        lane: &Arc<Lane>,
+        bucket: &Bucket,
+        call: ReserveCall,
+        deadline: Instant,
+    ) -> Attempt {
         if self.inner.conf.max <= 1 {
             return self.alone(bucket, &call, deadline).await;
         }
-        let lane = self.lane(bucket);
+        let lane = lane.clone();
         let (id, mut sent_rx, answer_rx, trigger) = {
             let mut st = lock(&lane.state);
             if st.in_flight == 0 && st.queue.is_empty() {
@@ -292,7 +342,17 @@ impl Batcher {
         let mut lanes = lock(&self.inner.lanes);
         lanes
             .entry(bucket.keys.stock.clone())
-            .or_insert_with(|| Arc::new(Lane { bucket: bucket.clone(), state: Mutex::default() }))
+            .or_insert_with(|| {
+                let state = LaneState {
+                    orders: 0,
+                    admission: Aimd::new(admission::target(self.inner.bound)),
+                    in_flight: 0,
+                    queue: VecDeque::new(),
+                    timer: false,
+                    next_id: 0,
+                };
+                Arc::new(Lane { bucket: bucket.clone(), state: Mutex::new(state) })
+            })
             .clone()
     }
 

@@ -18,7 +18,8 @@
 //!     fail-closed per rule;
 //! 12. [`reserve`]: the one Redis round trip of `lua/reserve.lua` (nonce uniqueness and safe
 //!     retry in the same call), with a bounded timeout, the orders of one bucket sent together
-//!     while a call of it is in flight ([`batch`]);
+//!     while a call of it is in flight ([`batch`]), and no more at once than the bucket's
+//!     adaptive limit ([`admission`]: past it `TRY_LATER` at once);
 //! 13. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
 //!
 //! [`edge`] is the whole chain behind one small API for any Pingora `ProxyHttp`'s
@@ -34,6 +35,7 @@ use std::borrow::Cow;
 
 use protocol::codes::Code;
 
+pub mod admission;
 pub mod auth;
 pub mod batch;
 pub mod budget;

@@ -61,6 +61,13 @@ pub enum ReserveError {
         /// Why the undo gave none.
         undo: String,
     },
+    /// Not sent: the bucket's orders at the script step are at its adaptive limit
+    /// ([`crate::admission`]). Nothing was reserved or spent; the buyer is answered `TRY_LATER`.
+    #[error("{limit} orders of this bucket are already at the reservation step")]
+    Overloaded {
+        /// The limit.
+        limit: usize,
+    },
     /// No answer in time, and the undo found the entry claimed by the sweeper: the call did
     /// reserve, and the record is on its way to an order. The buyer is answered QUEUED.
     #[error("{0}; the reservation was already claimed by the sweeper, so it stands")]
@@ -151,6 +158,7 @@ impl Reserver {
         let deadline = tokio::time::Instant::now() + self.timeout;
         let (cause, client) = match self.batcher.call(bucket, order, deadline).await {
             Attempt::Answered(outcome) => return Ok(outcome),
+            Attempt::Overloaded { limit } => return Err(ReserveError::Overloaded { limit }),
             // Never sent: nothing reserved, no nonce spent.
             Attempt::NoAnswer { cause, sent_on: None } => return Err(ReserveError::Undone(cause)),
             Attempt::NoAnswer { cause, sent_on: Some(client) } => (cause, client),
@@ -213,11 +221,15 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
     })
 }
 
-/// The answer when Redis gave no decision for `request_id` of `campaign`. Not for
+/// The answer when Redis gave no decision for `request_id` of `campaign`: `TRY_LATER` when the
+/// order was not sent (the bucket's limit), `SERVICE_DEGRADED` otherwise. Not for
 /// [`ReserveError::Claimed`], which is a reservation (the caller answers QUEUED).
 pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial {
-    tracing::warn!(request_id, error = %err, "reservation failed: answering SERVICE_DEGRADED");
     let message = match err {
+        ReserveError::Overloaded { .. } => {
+            let message = "too many orders at once: nothing was reserved, try again";
+            return Denial::new(Code::TryLater, message).retry_after(1);
+        }
         ReserveError::Undone(_) => {
             "the reservation service is unavailable: nothing was reserved, try again".to_string()
         }
@@ -226,6 +238,7 @@ pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial 
              GET /seckill/{campaign}/result/{request_id} tells (a new request stays within the per-user limit)"
         ),
     };
+    tracing::warn!(request_id, error = %err, "reservation failed: answering SERVICE_DEGRADED");
     Denial::new(Code::ServiceDegraded, message).retry_after(1)
 }
 
@@ -249,5 +262,13 @@ mod tests {
         let again = |o: ReserveOutcome| ReserveOutcome::Again(Box::new(o));
         assert_eq!(code(again(ReserveOutcome::SoldOut { remaining: 0 })), Some(Code::SoldOut));
         assert_eq!(code(again(ReserveOutcome::LimitReached { held: 1 })), Some(Code::LimitReached));
+    }
+
+    #[test]
+    fn an_order_over_the_limit_is_told_to_try_later_not_degraded() {
+        let over = degraded(&ReserveError::Overloaded { limit: 16 }, "c", "r");
+        assert_eq!((over.code, over.retry_after_secs), (Code::TryLater, Some(1)));
+        let down = degraded(&ReserveError::Undone("no answer".into()), "c", "r");
+        assert_eq!(down.code, Code::ServiceDegraded);
     }
 }
