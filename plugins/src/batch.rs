@@ -101,6 +101,7 @@ struct Inner {
     /// The bound of one call, for the lane's own bookkeeping (each order has its own deadline).
     bound: Duration,
     lanes: Mutex<HashMap<String, Arc<Lane>>>,
+    dispatch: Dispatch,
     calls: AtomicU64,
     orders: AtomicU64,
 }
@@ -112,6 +113,39 @@ pub struct Sent {
     pub calls: u64,
     /// Orders in them.
     pub orders: u64,
+}
+
+/// The thread that sends the lanes' batches and delivers their answers: its own runtime, so that
+/// a lane's progress never waits behind the request tasks of a busy proxy thread (measured: with
+/// the sends on Pingora's threads, a burst of 2,000 signed orders in a debug build held a batch's
+/// answer for 0.8 s, past its orders' deadlines).
+struct Dispatch(Option<tokio::runtime::Runtime>);
+
+impl Dispatch {
+    fn start() -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("reserve-batch")
+            .enable_all()
+            .build()
+            .expect("a runtime of one thread starts");
+        Self(Some(rt))
+    }
+
+    fn spawn<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
+        if let Some(rt) = &self.0 {
+            rt.spawn(f);
+        }
+    }
+}
+
+impl Drop for Dispatch {
+    fn drop(&mut self) {
+        // Dropped maybe from within another runtime: never block there.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// One bucket's lane.
@@ -136,6 +170,22 @@ struct Entered<'a>(&'a Lane);
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
         lock(&self.0.state).orders -= 1;
+    }
+}
+
+/// A lone order's call in flight: when it ends, the lane's waiting orders go out.
+struct Flight<'a>(&'a Batcher, &'a Arc<Lane>);
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        let more = {
+            let mut st = lock(&self.1.state);
+            st.in_flight -= 1;
+            !st.queue.is_empty()
+        };
+        if more {
+            self.0.inner.dispatch.spawn(self.0.clone().send(self.1.clone()));
+        }
     }
 }
 
@@ -175,7 +225,8 @@ impl Batcher {
         let conf = BatchConf { max: conf.max.clamp(1, BATCH_MAX_LIMIT), wait: conf.wait };
         let lanes = Mutex::new(HashMap::new());
         let (calls, orders) = (AtomicU64::new(0), AtomicU64::new(0));
-        Self { inner: Arc::new(Inner { pool, scripts, conf, bound, lanes, calls, orders }) }
+        let dispatch = Dispatch::start();
+        Self { inner: Arc::new(Inner { pool, scripts, conf, bound, lanes, dispatch, calls, orders }) }
     }
 
     /// The calls written so far, and their orders.
@@ -259,23 +310,16 @@ impl Batcher {
         .map_or((0, None, None, Trigger::Alone), |(id, s, a, t)| (id, Some(s), Some(a), t));
         match trigger {
             Trigger::Alone => {
-                let attempt = self.alone(bucket, &call, deadline).await;
-                let more = {
-                    let mut st = lock(&lane.state);
-                    st.in_flight -= 1;
-                    !st.queue.is_empty()
-                };
-                if more {
-                    tokio::spawn(self.clone().send(lane));
-                }
-                return attempt;
+                // Counted in flight until it ends, also when the request is dropped meanwhile.
+                let _flight = Flight(self, &lane);
+                return self.alone(bucket, &call, deadline).await;
             }
             Trigger::Now => {
-                tokio::spawn(self.clone().send(lane.clone()));
+                self.inner.dispatch.spawn(self.clone().send(lane.clone()));
             }
             Trigger::Timer => {
                 let (this, lane, wait) = (self.clone(), lane.clone(), self.inner.conf.wait);
-                tokio::spawn(async move {
+                self.inner.dispatch.spawn(async move {
                     tokio::time::sleep(wait).await;
                     lock(&lane.state).timer = false;
                     this.send(lane).await;
