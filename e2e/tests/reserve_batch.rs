@@ -203,3 +203,62 @@ async fn a_batch_on_a_bucket_of_the_cluster_answers_as_single_calls() {
     let url = std::env::var("SECKILL_REDIS_CLUSTER_URL").unwrap_or_else(|_| stack::redis_url());
     batch_answers_as_single_calls(&url, 3).await;
 }
+
+/// Releases of one bucket as one call (`release.lua` with many requests, the closer's path) and
+/// as one call each: the same answers (released, already released, an undo that forgets the
+/// nonce, an undo with nothing held) and the same state.
+#[tokio::test]
+async fn a_release_batch_answers_each_request_as_a_call_of_its_own() {
+    use protocol::scripts::{ReleaseCall, ReleaseOutcome};
+    let url = stack::redis_url();
+    let (one_by_one, batched) = (Sale::new(&url, 3, 1, 0).await, Sale::new(&url, 3, 1, 0).await);
+    let mut answers = Vec::new();
+    for sale in [&one_by_one, &batched] {
+        let orders = [
+            ReserveCall::new("r1", "ann", 1),
+            ReserveCall::new("r2", "bob", 2).with_nonce(sale.nonce("n-bob", "sig-bob")),
+        ];
+        sale.scripts.reserve_batch(&sale.redis, &sale.bucket, &orders).await.unwrap();
+    }
+    let releases = |sale: &Sale| {
+        let release = |id: &str, user: &str, qty| ReleaseCall {
+            request_id: id.into(),
+            user: user.into(),
+            qty,
+            ..Default::default()
+        };
+        let undo = |id: &str, nonce: Option<Nonce>| ReleaseCall {
+            request_id: id.into(),
+            qty: 1,
+            undo: true,
+            nonce_key: nonce.map(|n| n.key),
+            ..Default::default()
+        };
+        vec![
+            release("r1", "ann", 1),
+            release("r1", "ann", 1),
+            undo("r2", sale.nonce("n-bob", "")),
+            undo("r9", None),
+        ]
+    };
+    for order in releases(&one_by_one) {
+        answers.push(
+            one_by_one.scripts.release_batch(&one_by_one.redis, &one_by_one.bucket, &[order]).await.unwrap()
+                [0],
+        );
+    }
+    let batch =
+        batched.scripts.release_batch(&batched.redis, &batched.bucket, &releases(&batched)).await.unwrap();
+    use ReleaseOutcome::*;
+    assert_eq!(
+        batch,
+        vec![Released { remaining: 1 }, AlreadyReleased, Released { remaining: 3 }, NothingHeld]
+    );
+    assert_eq!(batch, answers);
+    let state = batched.state().await;
+    assert_eq!(state, one_by_one.state().await);
+    assert!(state.contains(&"nonce n-bob None".to_string()), "the undo forgot the nonce: {state:?}");
+    assert!(state.contains(&"stock Some(3)".to_string()), "{state:?}");
+    one_by_one.clean().await;
+    batched.clean().await;
+}

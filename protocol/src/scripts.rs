@@ -184,6 +184,21 @@ pub enum LimitOutcome {
     },
 }
 
+/// One request of a `release.lua` call ([`Scripts::release_batch`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleaseCall {
+    /// The reservation's request id (released at most once).
+    pub request_id: String,
+    /// Its buyer (unused by an undo, which reads the outbox record).
+    pub user: String,
+    /// Units to give back (unused by an undo).
+    pub qty: i64,
+    /// The gateway's undo: release what the outbox holds, unless claimed.
+    pub undo: bool,
+    /// With `undo`: the order's nonce, forgotten when nothing is left held.
+    pub nonce_key: Option<String>,
+}
+
 /// What `release.lua` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseOutcome {
@@ -259,6 +274,7 @@ pub fn read(dir: &Path, name: &str) -> Result<Script, ScriptError> {
 }
 
 const RESERVE: &str = "reserve.lua";
+const RELEASE: &str = "release.lua";
 
 /// One order's answer of `reserve.lua`: its three values.
 fn reserve_outcome(out: &[fred::types::Value]) -> Result<ReserveOutcome, ScriptError> {
@@ -394,7 +410,9 @@ impl Scripts {
         user: &str,
         qty: i64,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        self.run_release(client, bucket, [request_id, user, &qty.to_string(), ""], None).await
+        let call =
+            ReleaseCall { request_id: request_id.into(), user: user.into(), qty, ..ReleaseCall::default() };
+        self.release_one(client, bucket, call).await
     }
 
     /// The gateway's undo of a reservation call whose answer never came back: releases what the
@@ -411,35 +429,66 @@ impl Scripts {
         request_id: &str,
         nonce_key: Option<&str>,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        self.run_release(client, bucket, [request_id, "", "1", "undo"], nonce_key).await
+        let call = ReleaseCall {
+            request_id: request_id.into(),
+            qty: 1,
+            undo: true,
+            nonce_key: nonce_key.map(str::to_string),
+            ..ReleaseCall::default()
+        };
+        self.release_one(client, bucket, call).await
     }
 
-    /// `release.lua` with its first four arguments: request id, user, quantity, mode.
-    async fn run_release(
+    async fn release_one(
         &self,
         client: &Client,
         bucket: &Bucket,
-        [request_id, user, qty, mode]: [&str; 4],
-        nonce_key: Option<&str>,
+        call: ReleaseCall,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        const NAME: &str = "release.lua";
-        let mut keys = bucket.keys.all();
-        keys.extend(nonce_key.map(str::to_string));
-        let args: Vec<String> = [request_id, user, qty, mode, REPLENISH_CHANNEL, &bucket.campaign]
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        let out: Vec<fred::types::Value> = self.release.evalsha_with_retry(client, keys, args).await?;
-        let code = out.first().map(|v| int(NAME, v)).transpose()?;
-        let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
-        match code {
-            Some(1) => Ok(ReleaseOutcome::Released { remaining: n }),
-            Some(3) => Ok(ReleaseOutcome::SetAside),
-            Some(0) => Ok(ReleaseOutcome::AlreadyReleased),
-            Some(2) => Ok(ReleaseOutcome::NothingHeld),
-            Some(5) => Ok(ReleaseOutcome::Claimed),
-            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
+        let mut out = self.release_batch(client, bucket, std::slice::from_ref(&call)).await?;
+        out.pop().ok_or_else(|| ScriptError::Protocol { script: RELEASE, detail: "no answer".into() })
+    }
+
+    /// Runs `release.lua` once for every request of `calls`, all in `bucket`: each released as
+    /// in a call of its own, in order (at most once per request id); one answer per request.
+    /// No call for an empty batch.
+    pub async fn release_batch(
+        &self,
+        client: &Client,
+        bucket: &Bucket,
+        calls: &[ReleaseCall],
+    ) -> Result<Vec<ReleaseOutcome>, ScriptError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
         }
+        let mut keys = bucket.keys.all();
+        let mut args = Vec::with_capacity(2 + 5 * calls.len());
+        args.extend([REPLENISH_CHANNEL.to_string(), bucket.campaign.clone()]);
+        for c in calls {
+            keys.extend(c.nonce_key.clone());
+            args.extend([
+                c.request_id.clone(),
+                c.user.clone(),
+                c.qty.to_string(),
+                if c.undo { "undo" } else { "" }.to_string(),
+                if c.nonce_key.is_some() { "1" } else { "" }.to_string(),
+            ]);
+        }
+        let out: Vec<fred::types::Value> = self.release.evalsha_with_retry(client, keys, args).await?;
+        if out.len() != 2 * calls.len() {
+            let detail = format!("{} values for {} requests", out.len(), calls.len());
+            return Err(ScriptError::Protocol { script: RELEASE, detail });
+        }
+        out.chunks_exact(2)
+            .map(|v| match (int(RELEASE, &v[0])?, int(RELEASE, &v[1])?) {
+                (1, n) => Ok(ReleaseOutcome::Released { remaining: n }),
+                (3, _) => Ok(ReleaseOutcome::SetAside),
+                (0, _) => Ok(ReleaseOutcome::AlreadyReleased),
+                (2, _) => Ok(ReleaseOutcome::NothingHeld),
+                (5, _) => Ok(ReleaseOutcome::Claimed),
+                (other, _) => Err(ScriptError::Protocol { script: RELEASE, detail: format!("code {other}") }),
+            })
+            .collect()
     }
 
     /// Runs `publish.lua` for one `bucket`, with `spec.total` its share of the stock

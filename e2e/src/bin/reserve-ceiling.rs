@@ -8,6 +8,10 @@
 //! divided by the orders per call), and this client's CPU µs per reservation. Other clients of
 //! the same Redis show up as EVALSHA calls this run did not make: the line says how many. Only
 //! the keys this run created are deleted.
+//!
+//! Then, for each `--releases` size, the same number of reserved orders given back by
+//! `release.lua`, that many per call, one call at a time on one connection (as the order
+//! writer's closer does): releases/s.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +22,9 @@ use clap::Parser;
 use e2e::stack;
 use fred::prelude::*;
 use protocol::keys::Bucket;
-use protocol::scripts::{self, Nonce, PublishSpec, ReserveCall, ReserveOutcome, Scripts};
+use protocol::scripts::{
+    self, Nonce, PublishSpec, ReleaseCall, ReleaseOutcome, ReserveCall, ReserveOutcome, Scripts,
+};
 
 #[derive(Parser)]
 #[command(about = "Ceiling of reserve.lua by batch size")]
@@ -35,6 +41,10 @@ struct Args {
     /// Batch sizes, in the order run.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
     batches: Vec<usize>,
+    /// Release batch sizes, in the order run: reserved orders given back by `release.lua` one
+    /// call after another on one connection, as the order writer's closer does.
+    #[arg(long, value_delimiter = ',', default_value = "1,100")]
+    releases: Vec<usize>,
 }
 
 /// User + system CPU time of this process.
@@ -138,11 +148,62 @@ async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyho
     ))
 }
 
+/// Releases of `a.orders` reserved orders, `k` per call, one call at a time; returns its line.
+async fn release_run(a: &Args, scripts: &Scripts, redis: &Client, k: usize) -> anyhow::Result<String> {
+    let campaign = stack::unique("release-");
+    let spec = PublishSpec {
+        stock_version: 1,
+        total: a.orders as i64,
+        limit: 1,
+        sku: "SKU".into(),
+        price_cents: 100,
+        price_version: 1,
+    };
+    scripts.publish_buckets(redis, &campaign, 1, &spec).await?;
+    let bucket = Bucket::single(&campaign);
+    let calls: Vec<ReserveCall> =
+        (0..a.orders).map(|i| ReserveCall::new(format!("r{i}"), format!("u{i}"), 1)).collect();
+    for chunk in calls.chunks(128) {
+        scripts.reserve_batch(redis, &bucket, chunk).await?;
+    }
+    let releases: Vec<ReleaseCall> = calls
+        .iter()
+        .map(|c| ReleaseCall {
+            request_id: c.request_id.clone(),
+            user: c.user.clone(),
+            qty: 1,
+            ..Default::default()
+        })
+        .collect();
+    let (cpu0, t0) = (cpu(), Instant::now());
+    let mut released = 0;
+    for chunk in releases.chunks(k) {
+        let out = scripts.release_batch(redis, &bucket, chunk).await?;
+        released += out.iter().filter(|o| matches!(o, ReleaseOutcome::Released { .. })).count();
+    }
+    let (elapsed, cpu_used) = (t0.elapsed(), cpu() - cpu0);
+    let stock: Option<i64> = redis.get(&bucket.keys.stock).await?;
+    let mut keys = bucket.keys.all();
+    keys.extend([bucket.keys.sent.clone(), bucket.keys.received.clone()]);
+    for key in keys {
+        let _: () = redis.unlink(key).await?;
+    }
+    if released as u64 != a.orders || stock != Some(a.orders as i64) {
+        bail!("release batch {k}: {released} of {} released, stock {stock:?}", a.orders);
+    }
+    Ok(format!(
+        "{k:>6} {:>14.0} {:>14.2}",
+        released as f64 / elapsed.as_secs_f64(),
+        cpu_used.as_micros() as f64 / released as f64
+    ))
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
-    if a.connections == 0 || a.orders == 0 || a.batches.iter().any(|&k| k == 0 || k > 10_000) {
-        bail!("--connections and --orders at least 1, --batches each 1..10000");
+    let bad = |ks: &[usize]| ks.iter().any(|&k| k == 0 || k > 10_000);
+    if a.connections == 0 || a.orders == 0 || bad(&a.batches) || bad(&a.releases) {
+        bail!("--connections and --orders at least 1, --batches and --releases each 1..10000");
     }
     let scripts = Scripts::load(&scripts::default_dir())?;
     let mut clients = Vec::new();
@@ -156,6 +217,10 @@ async fn main() -> anyhow::Result<()> {
     );
     for &k in &a.batches {
         println!("{}", run(&a, &scripts, &clients, k).await?);
+    }
+    println!("\n{:>6} {:>14} {:>14}", "batch", "releases/s", "client us/rel");
+    for &k in &a.releases {
+        println!("{}", release_run(&a, &scripts, &clients[0], k).await?);
     }
     Ok(())
 }
