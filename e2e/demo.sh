@@ -137,7 +137,8 @@ for n in $(seq 1 "$GATEWAYS"); do
   port=$((GATEWAY_PORT + 10 * (n - 1)))
   gateway_conf "$RUN" "$name" "$port" "$ID" "$WRITER_PORT"
   sed -i "s#^upstreams = .*#upstreams = [$UPSTREAMS]#" "$RUN/$name.toml"
-  [[ -z "${BATCH_MAX:-}" ]] || sed -i "s#^batch_max = .*#batch_max = $BATCH_MAX#" "$RUN/$name.toml"
+  # The first batch_max is [redis]'s ([kafka] has one too).
+  [[ -z "${BATCH_MAX:-}" ]] || sed -i "0,/^batch_max = /s#^batch_max = .*#batch_max = $BATCH_MAX#" "$RUN/$name.toml"
   demo_login_route "$RUN/$name.toml" "$LOGIN_PORT"
   "$BIN/gateway" --conf "$RUN/$name.toml" --lua-dir "$ROOT/lua" >"$RUN/$name.log" 2>&1 &
   PIDS+=($!)
