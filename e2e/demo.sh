@@ -26,6 +26,8 @@
 #              0,1 and 2,3), the second on WRITER_PORT + 10; each gateway's result queries go
 #              to both
 #   BUCKETS    the campaign's stock buckets (1): above 1, `buckets = BUCKETS` in its file
+#   BATCH_MAX  the gateways' [redis] batch_max (conf/server.toml's; 1: a reserve.lua call per
+#              order, for a run before/after batching)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -135,6 +137,8 @@ for n in $(seq 1 "$GATEWAYS"); do
   port=$((GATEWAY_PORT + 10 * (n - 1)))
   gateway_conf "$RUN" "$name" "$port" "$ID" "$WRITER_PORT"
   sed -i "s#^upstreams = .*#upstreams = [$UPSTREAMS]#" "$RUN/$name.toml"
+  # The first batch_max is [redis]'s ([kafka] has one too).
+  [[ -z "${BATCH_MAX:-}" ]] || sed -i "0,/^batch_max = /s#^batch_max = .*#batch_max = $BATCH_MAX#" "$RUN/$name.toml"
   demo_login_route "$RUN/$name.toml" "$LOGIN_PORT"
   "$BIN/gateway" --conf "$RUN/$name.toml" --lua-dir "$ROOT/lua" >"$RUN/$name.log" 2>&1 &
   PIDS+=($!)

@@ -17,11 +17,16 @@
 -- reserved"), so the same signed request sent again is a new attempt, not a safe retry of a
 -- reservation that no longer exists.
 --
+-- Many requests of one bucket in one call (the closer's closed orders): each released exactly as
+-- in a call of its own, in order; one replenish message for the call when any unit went back
+-- into the stock.
+--
 -- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
---       9 the order's nonce (optional, "undo" only)
--- ARGV: 1 request id  2 user id  3 quantity  4 mode ("" or "undo")  5 replenish channel
---       6 campaign id (the replenish message)
--- Returns {code, remaining}:
+--       9.. the nonce keys of the requests that have one ("undo" only), in the requests' order
+-- ARGV: 1 replenish channel  2 campaign id (the replenish message)
+--       then 5 values per request (request i at 3 + 5 * (i - 1)): request id, user id,
+--       quantity, mode ("" or "undo"), "1" when the request has a nonce key ("" otherwise)
+-- Returns 2 values per request, in the requests' order, {code, remaining, code, remaining, ...}:
 --    1  released into the stock: remaining stock after the increment
 --    3  released aside (pause_replenish is on): current remaining stock
 --    0  already released: current remaining stock
@@ -31,13 +36,11 @@
 
 local meta, stock_key, bought, outbox, pending, released, stats, claims =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local request_id, user = ARGV[1], ARGV[2]
-local qty = tonumber(ARGV[3])
 local current = function() return tonumber(redis.call('GET', stock_key) or '0') end
+local replenished = false
 
--- Forgets the order's nonce (KEYS[9]) when this request spent it ("<fingerprint> <request id>...").
-local function forget_nonce()
-  local nonce = KEYS[9]
+-- Forgets the request's nonce key when this request spent it ("<fingerprint> <request id>...").
+local function forget_nonce(nonce, request_id)
   if not nonce then
     return
   end
@@ -47,41 +50,60 @@ local function forget_nonce()
   end
 end
 
-if ARGV[4] == 'undo' then
-  local record = redis.call('HGET', outbox, request_id)
-  if not record then
-    forget_nonce()
-    return {2, current()}
+local function release(request_id, user, qty, mode, nonce)
+  qty = tonumber(qty)
+  if mode == 'undo' then
+    local record = redis.call('HGET', outbox, request_id)
+    if not record then
+      forget_nonce(nonce, request_id)
+      return {2, current()}
+    end
+    if redis.call('HEXISTS', claims, request_id) == 1 then
+      return {5, current()}
+    end
+    forget_nonce(nonce, request_id)
+    local r = cjson.decode(record)
+    user, qty = r.user, tonumber(r.qty)
   end
-  if redis.call('HEXISTS', claims, request_id) == 1 then
-    return {5, current()}
+  if not qty or qty < 1 or qty ~= math.floor(qty) then
+    return {-4, 0}
   end
-  forget_nonce()
-  local r = cjson.decode(record)
-  user, qty = r.user, tonumber(r.qty)
-end
-if not qty or qty < 1 or qty ~= math.floor(qty) then
-  return {-4, 0}
+
+  if redis.call('HSETNX', released, request_id, qty) == 0 then
+    return {0, current()}
+  end
+
+  local held = redis.call('HINCRBY', bought, user, -qty)
+  if held <= 0 then
+    redis.call('HDEL', bought, user)
+  end
+  redis.call('HDEL', outbox, request_id)
+  redis.call('ZREM', pending, request_id)
+  redis.call('HDEL', claims, request_id)
+  redis.call('HINCRBY', stats, 'released_count', 1)
+  redis.call('HINCRBY', stats, 'released_qty', qty)
+
+  if redis.call('HGET', meta, 'pause_replenish') == '1' then
+    redis.call('HINCRBY', stats, 'aside_qty', qty)
+    return {3, current()}
+  end
+  replenished = true
+  return {1, redis.call('INCRBY', stock_key, qty)}
 end
 
-if redis.call('HSETNX', released, request_id, qty) == 0 then
-  return {0, current()}
+local answers = {}
+local next_nonce = 9
+for i = 3, #ARGV - 4, 5 do
+  local nonce
+  if ARGV[i + 4] == '1' then
+    nonce = KEYS[next_nonce]
+    next_nonce = next_nonce + 1
+  end
+  local out = release(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], nonce)
+  local at = #answers
+  answers[at + 1], answers[at + 2] = out[1], out[2]
 end
-
-local held = redis.call('HINCRBY', bought, user, -qty)
-if held <= 0 then
-  redis.call('HDEL', bought, user)
+if replenished then
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
 end
-redis.call('HDEL', outbox, request_id)
-redis.call('ZREM', pending, request_id)
-redis.call('HDEL', claims, request_id)
-redis.call('HINCRBY', stats, 'released_count', 1)
-redis.call('HINCRBY', stats, 'released_qty', qty)
-
-if redis.call('HGET', meta, 'pause_replenish') == '1' then
-  redis.call('HINCRBY', stats, 'aside_qty', qty)
-  return {3, current()}
-end
-local remaining = redis.call('INCRBY', stock_key, qty)
-redis.call('PUBLISH', ARGV[5], ARGV[6])
-return {1, remaining}
+return answers

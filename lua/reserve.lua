@@ -1,9 +1,13 @@
--- reserve.lua: one atomic reservation. Dedupe (per-user limit), stock check, decrement, and an
--- outbox record, in a single round trip. Never lets stock go below zero.
+-- reserve.lua: atomic reservations of one campaign bucket, one or many orders per call. For
+-- each order, in the order sent: dedupe (per-user limit), stock check, decrement, and an outbox
+-- record. Never lets stock go below zero. Each order is decided exactly as if it were sent in a
+-- call of its own, after the orders before it; one order's refusal (bad quantity, replay, limit)
+-- never changes its neighbours' answers. Batching only saves the per-call cost (one round trip,
+-- one script run, one read of meta and of TIME for the whole batch).
 --
--- KEYS (all share the campaign's hash tag, see protocol/src/keys.rs):
+-- KEYS (all share the bucket's hash tag, see protocol/src/keys.rs):
 --   1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
---   9 nonce (optional, see "Nonce" below)
+--   9.. the nonce keys of the orders that have one, in the orders' order (see "Nonce" below)
 --   (6 and 7 are not touched here, 8 only by a safe retry; every script takes the same eight
 --   keys first)
 --
@@ -16,17 +20,21 @@
 -- No counters: reconciliation derives what was reserved from `bought` (Σ bought = reserved -
 -- released + re-taken); two stats HINCRBYs cost 2.4 us a call (about 10%).
 -- ARGV:
---   1 campaign id  2 request id  3 user id  4 quantity
---   5 nonce TTL in seconds  6 request fingerprint (with KEYS[9] only; "" without)
---   7 "1": a bucket of a campaign with buckets, and other buckets may still give stock to this
---     one (lua/transfer.lua): a short stock answers 3 instead of 0 and the nonce is forgotten,
---     so that the same request may come again once stock moved here. "" or absent: the last word.
---   8 the caller's bucket count (its campaign file's `buckets`, 1 without buckets): it must be
+--   1 campaign id
+--   2 the caller's bucket count (its campaign file's `buckets`, 1 without buckets): it must be
 --     meta `buckets` (absent: 1), or the caller's home buckets are not the published ones and
 --     its records would be acked, released and swept in the wrong bucket (-6).
+--   then 6 values per order (order i at 3 + 6 * (i - 1)):
+--     request id, user id, quantity,
+--     nonce TTL in seconds ("": the order has no nonce and no key among KEYS[9..]),
+--     request fingerprint (with a nonce only, no spaces),
+--     fall over: "1": a bucket of a campaign with buckets, and other buckets may still give
+--       stock to this one (lua/transfer.lua): a short stock answers 3 instead of 0 and the
+--       nonce is forgotten, so that the same request may come again once stock moved here.
+--       "": the last word.
 -- Meta `buckets` (written by publish.lua on a campaign with buckets) goes into the record, so
 -- that whoever reads it finds the buyer's home bucket (protocol::keys::Bucket::of_user).
--- Returns {code, remaining, record}:
+-- Returns 3 values per order, in the orders' order: {code, n, record, code, n, record, ...}:
 --    1  reserved: remaining stock after the decrement, record = the outbox JSON
 --    0  sold out: remaining (0, or less than the quantity asked for)
 --   -1  limit reached: the quantity this user already holds
@@ -34,14 +42,14 @@
 --   -3  campaign not published (or not READY/LIVE): 0
 --   -4  bad quantity (below 1 or above the per-user limit): the limit
 --   -5  replay: the nonce was used by another request (another fingerprint): 0
---   -6  the caller's bucket count (ARGV[8]) is not the published one: the published count
+--   -6  the caller's bucket count (ARGV[2]) is not the published one: the published count
 --    2  safe retry of a reserved request: 0, record = that request's id
---    3  this bucket is short (ARGV[7] = "1" only): remaining; nothing written, nonce forgotten
+--    3  this bucket is short (fall over "1" only): remaining; nothing written, nonce forgotten
 --   A refusal answered again from the nonce (below) comes as {code, n, "again"}: the first
 --   answer, not a fact of now (stock may have come back since), so nobody acts on it but the
 --   buyer (the gateway never sets its sold-out flag from it).
 --
--- Nonce (KEYS[9]): one SET NX with a TTL (>= the timestamp window) before anything else,
+-- Nonce: one SET NX with a TTL (>= the timestamp window) before anything else of its order,
 -- holding "<fingerprint> <request id>". Taken already: another fingerprint is a replay (-5);
 -- the same fingerprint is the same signed request sent again (a client whose connection
 -- dropped): it gets the first answer, QUEUED with the first request id (2), or the first
@@ -51,96 +59,116 @@
 -- (release.lua "undo"), running after this retry, must leave a reservation the buyer was told
 -- is QUEUED. Nothing else is read or written for a retry or a replay.
 
-local function reserve()
-local meta, stock_key, bought, outbox, pending = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local campaign, request_id, user = ARGV[1], ARGV[2], ARGV[3]
-local qty = tonumber(ARGV[4])
+local meta, stock_key, bought, outbox, pending, claims = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8]
+local campaign = ARGV[1]
 
+-- Read once per call: only this script changes meta during it (READY -> LIVE, kept in `state`).
 local m = redis.call('HMGET', meta, 'state', 'limit', 'sku', 'price_cents', 'price_version', 'stock_version',
   'buckets')
 local state, limit = m[1], tonumber(m[2])
-if (state ~= 'READY' and state ~= 'LIVE') or not limit then
-  return {-3, 0, ''}
-end
 local published = tonumber(m[7]) or 1
-if tonumber(ARGV[8]) ~= published then
-  return {-6, published, ''}
-end
-if not qty or qty < 1 or qty > limit or qty ~= math.floor(qty) then
-  return {-4, limit, ''}
-end
+local now_ms -- the call's TIME, read at its first reservation
 
-local held = tonumber(redis.call('HGET', bought, user) or '0')
-if held + qty > limit then
-  return {-1, held, ''}
-end
-
-local stock = tonumber(redis.call('GET', stock_key) or '0')
-if stock < qty then
-  if ARGV[7] == '1' then
-    return {3, stock, ''}
+local function reserve(request_id, user, qty_arg, fall_over)
+  if (state ~= 'READY' and state ~= 'LIVE') or not limit then
+    return {-3, 0, ''}
   end
-  return {0, stock, ''}
-end
-
-if redis.call('HEXISTS', outbox, request_id) == 1 then
-  return {-2, 0, ''}
-end
-
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local record = cjson.encode({
-  request_id = request_id,
-  campaign = campaign,
-  user = user,
-  sku = m[3],
-  qty = qty,
-  price_cents = tonumber(m[4]),
-  price_version = tonumber(m[5]),
-  stock_version = tonumber(m[6]),
-  reserved_at_ms = now_ms,
-  buckets = published,
-})
-
-local remaining = redis.call('DECRBY', stock_key, qty)
-redis.call('HINCRBY', bought, user, qty)
-redis.call('HSET', outbox, request_id, record)
-redis.call('ZADD', pending, now_ms, request_id)
-if state == 'READY' then
-  redis.call('HSET', meta, 'state', 'LIVE')
-end
-return {1, remaining, record}
-end
-
--- Nonce block (KEYS[9], ARGV[5], ARGV[6]); without KEYS[9] the script only reserves.
-local nonce_key = KEYS[9]
-if not nonce_key then
-  return reserve()
-end
-local fingerprint = ARGV[6]
-local first = redis.call('SET', nonce_key, fingerprint .. ' ' .. ARGV[2], 'NX', 'GET', 'EX', ARGV[5])
-if first then
-  local fp, rid, code, n = string.match(first, '^(%S+) (%S+) ?(%S*) ?(%S*)$')
-  if fp ~= fingerprint then
-    return {-5, 0, ''}
+  if tonumber(ARGV[2]) ~= published then
+    return {-6, published, ''}
   end
-  if code == nil or code == '' then
-    -- The buyer is told QUEUED with this id: the reservation must stand. Claimed as 'retry'
-    -- (claim.lua's ledger; an existing claim is kept), no undo can take it any more; the
-    -- sweeper still produces it.
-    if redis.call('HEXISTS', KEYS[4], rid) == 1 then
-      redis.call('HSETNX', KEYS[8], rid, 'retry')
+  local qty = tonumber(qty_arg)
+  if not qty or qty < 1 or qty > limit or qty ~= math.floor(qty) then
+    return {-4, limit, ''}
+  end
+
+  local held = tonumber(redis.call('HGET', bought, user) or '0')
+  if held + qty > limit then
+    return {-1, held, ''}
+  end
+
+  local stock = tonumber(redis.call('GET', stock_key) or '0')
+  if stock < qty then
+    if fall_over == '1' then
+      return {3, stock, ''}
     end
-    return {2, 0, rid}
+    return {0, stock, ''}
   end
-  return {tonumber(code), tonumber(n), 'again'}
+
+  if redis.call('HEXISTS', outbox, request_id) == 1 then
+    return {-2, 0, ''}
+  end
+
+  if not now_ms then
+    local t = redis.call('TIME')
+    now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local record = cjson.encode({
+    request_id = request_id,
+    campaign = campaign,
+    user = user,
+    sku = m[3],
+    qty = qty,
+    price_cents = tonumber(m[4]),
+    price_version = tonumber(m[5]),
+    stock_version = tonumber(m[6]),
+    reserved_at_ms = now_ms,
+    buckets = published,
+  })
+
+  local remaining = redis.call('DECRBY', stock_key, qty)
+  redis.call('HINCRBY', bought, user, qty)
+  redis.call('HSET', outbox, request_id, record)
+  redis.call('ZADD', pending, now_ms, request_id)
+  if state == 'READY' then
+    redis.call('HSET', meta, 'state', 'LIVE')
+    state = 'LIVE'
+  end
+  return {1, remaining, record}
 end
-local out = reserve()
-if out[1] == 3 then
-  redis.call('DEL', nonce_key)
+
+-- One order: its nonce (when it has one), then the reservation.
+local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_key)
+  if not nonce_key then
+    return reserve(request_id, user, qty, fall_over)
+  end
+  local first = redis.call('SET', nonce_key, fingerprint .. ' ' .. request_id, 'NX', 'GET', 'EX', ttl)
+  if first then
+    local fp, rid, code, n = string.match(first, '^(%S+) (%S+) ?(%S*) ?(%S*)$')
+    if fp ~= fingerprint then
+      return {-5, 0, ''}
+    end
+    if code == nil or code == '' then
+      -- The buyer is told QUEUED with this id: the reservation must stand. Claimed as 'retry'
+      -- (claim.lua's ledger; an existing claim is kept), no undo can take it any more; the
+      -- sweeper still produces it.
+      if redis.call('HEXISTS', outbox, rid) == 1 then
+        redis.call('HSETNX', claims, rid, 'retry')
+      end
+      return {2, 0, rid}
+    end
+    return {tonumber(code), tonumber(n), 'again'}
+  end
+  local out = reserve(request_id, user, qty, fall_over)
+  if out[1] == 3 then
+    redis.call('DEL', nonce_key)
+    return out
+  end
+  if out[1] ~= 1 then
+    redis.call('SET', nonce_key, fingerprint .. ' ' .. request_id .. ' ' .. out[1] .. ' ' .. out[2], 'KEEPTTL')
+  end
   return out
 end
-if out[1] ~= 1 then
-  redis.call('SET', nonce_key, fingerprint .. ' ' .. ARGV[2] .. ' ' .. out[1] .. ' ' .. out[2], 'KEEPTTL')
+
+local answers = {}
+local next_nonce = 9
+for i = 3, #ARGV - 5, 6 do
+  local nonce_key
+  if ARGV[i + 3] ~= '' then
+    nonce_key = KEYS[next_nonce]
+    next_nonce = next_nonce + 1
+  end
+  local out = order(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], nonce_key)
+  local at = #answers
+  answers[at + 1], answers[at + 2], answers[at + 3] = out[1], out[2], out[3]
 end
-return out
+return answers

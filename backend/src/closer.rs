@@ -12,11 +12,16 @@ use std::time::Duration;
 
 use fred::prelude::Client as RedisClient;
 use protocol::keys::Bucket;
+use protocol::scripts::ReleaseCall;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
 use crate::metrics::WriterMetrics;
 use crate::redis::RedisScripts;
+
+/// Closed orders released in one `release.lua` call (one bucket's): one call each gave back about
+/// 530 orders a second.
+pub const RELEASE_BATCH: usize = 100;
 
 /// Closes at most `limit` overdue orders in one transaction. Returns how many it closed.
 pub async fn close_due(pool: &PgPool, limit: i64) -> anyhow::Result<usize> {
@@ -91,14 +96,26 @@ pub async fn release_closed(
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    let mut done = Vec::new();
+    // One release.lua call per bucket and RELEASE_BATCH orders (each released at most once, as
+    // in a call of its own), in order of the orders' ids within each bucket.
+    let mut per_bucket: BTreeMap<(String, u32, u32), Vec<(i64, ReleaseCall)>> = BTreeMap::new();
     for (id, campaign, request_id, user, qty, buckets) in rows {
         let home = Bucket::of_user(&campaign, &user, buckets.max(1) as u32);
-        match scripts.shared.release(redis, &home, &request_id, &user, qty).await {
-            Ok(_) => done.push(id),
-            Err(e) => {
-                tracing::warn!(request_id, error = %e, "release after close failed; will retry");
-                break;
+        let call = ReleaseCall { request_id, user, qty, ..ReleaseCall::default() };
+        per_bucket.entry((campaign, home.index, home.count)).or_default().push((id, call));
+    }
+    let mut done = Vec::new();
+    'buckets: for ((campaign, index, count), orders) in per_bucket {
+        let home = Bucket::nth(&campaign, index, count);
+        for chunk in orders.chunks(RELEASE_BATCH) {
+            let calls: Vec<ReleaseCall> = chunk.iter().map(|(_, c)| c.clone()).collect();
+            match scripts.shared.release_batch(redis, &home, &calls).await {
+                Ok(_) => done.extend(chunk.iter().map(|(id, _)| *id)),
+                Err(e) => {
+                    let first = &chunk[0].1.request_id;
+                    tracing::warn!(first, n = chunk.len(), error = %e, "release after close failed; will retry");
+                    break 'buckets;
+                }
             }
         }
     }

@@ -14,7 +14,7 @@ use backend::{closer, rebalance, sweeper};
 use common::Env;
 use fred::prelude::*;
 use protocol::record::Reservation;
-use protocol::scripts::{bucket_shares, ReserveOutcome};
+use protocol::scripts::{bucket_shares, ReserveCall, ReserveOutcome};
 
 /// A user whose home bucket is `index`.
 fn user_in(env: &Env, index: u32, prefix: &str) -> String {
@@ -358,7 +358,8 @@ async fn reserve_refuses_a_caller_whose_bucket_count_is_not_the_published_one() 
     let user = user_in(&env, 0, "other-count");
     // The keys of the published bucket, asked by a caller that believes the campaign has 2.
     let mistaken = protocol::keys::Bucket { count: 2, ..env.home(&user) };
-    let out = env.scripts.shared.reserve(&env.redis, &mistaken, "r-other-count", &user, 1, None, false).await;
+    let out =
+        env.scripts.shared.reserve(&env.redis, &mistaken, &ReserveCall::new("r-other-count", &user, 1)).await;
     assert_eq!(out.unwrap(), ReserveOutcome::OtherBuckets { published: 3 });
     assert_eq!(env.bucket_stocks().await.iter().sum::<i64>(), 30, "nothing was reserved");
     assert_eq!(hlen(&env, &env.home(&user).keys.bought).await, 0);
@@ -366,7 +367,7 @@ async fn reserve_refuses_a_caller_whose_bucket_count_is_not_the_published_one() 
     let out = env
         .scripts
         .shared
-        .reserve(&env.redis, &env.home(&user), "r-right-count", &user, 1, None, false)
+        .reserve(&env.redis, &env.home(&user), &ReserveCall::new("r-right-count", &user, 1))
         .await;
     assert!(matches!(out.unwrap(), ReserveOutcome::Reserved { .. }));
 }

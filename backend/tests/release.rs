@@ -10,7 +10,7 @@ use backend::reconcile::reconcile;
 use common::{campaign_toml, Env, Replenish};
 use fred::prelude::*;
 use protocol::record::Reservation;
-use protocol::scripts::{ReleaseOutcome, ReserveOutcome};
+use protocol::scripts::{ReleaseOutcome, ReserveCall, ReserveOutcome};
 
 /// Publishes the environment's campaign again with `pause_replenish` set as given.
 async fn set_pause(env: &Env, paused: bool) {
@@ -48,8 +48,12 @@ async fn pause_replenish_sets_released_units_aside_until_it_is_turned_off() {
     assert_eq!(env.stat("aside_qty").await, 1);
     assert!(!replenish.heard(&env.campaign, Duration::from_millis(300)).await);
     // So the edge keeps answering sold out.
-    let late =
-        env.scripts.shared.reserve(&env.redis, &env.bucket(), "late-1", "c", 1, None, false).await.unwrap();
+    let late = env
+        .scripts
+        .shared
+        .reserve(&env.redis, &env.bucket(), &ReserveCall::new("late-1", "c", 1))
+        .await
+        .unwrap();
     assert_eq!(late, ReserveOutcome::SoldOut { remaining: 0 });
     // Reconcile sees the unit aside, and every equation holds.
     let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
@@ -63,8 +67,12 @@ async fn pause_replenish_sets_released_units_aside_until_it_is_turned_off() {
     assert_eq!(env.stat("aside_qty").await, 0);
     assert_eq!(env.stat("returned_qty").await, 1);
     assert!(replenish.heard(&env.campaign, Duration::from_secs(5)).await);
-    let again =
-        env.scripts.shared.reserve(&env.redis, &env.bucket(), "late-2", "c", 1, None, false).await.unwrap();
+    let again = env
+        .scripts
+        .shared
+        .reserve(&env.redis, &env.bucket(), &ReserveCall::new("late-2", "c", 1))
+        .await
+        .unwrap();
     assert!(matches!(again, ReserveOutcome::Reserved { remaining: 0, .. }), "{again:?}");
     let rep = reconcile(env.stores(Duration::from_secs(60)), &env.campaign, false).await.unwrap();
     assert!(rep.redis_balanced && rep.across_balanced, "{}", rep.text);
@@ -151,7 +159,12 @@ async fn an_undo_forgets_the_nonce_its_request_spent_unless_the_reservation_stan
     };
     let reserve = |id: &'static str, n: protocol::scripts::Nonce| {
         let (scripts, redis, campaign) = (env.scripts.shared.clone(), env.redis.clone(), env.bucket());
-        async move { scripts.reserve(&redis, &campaign, id, "buyer", 1, Some(&n), false).await.unwrap() }
+        async move {
+            scripts
+                .reserve(&redis, &campaign, &ReserveCall::new(id, "buyer", 1).with_nonce(Some(n.clone())))
+                .await
+                .unwrap()
+        }
     };
 
     // Undone (the buyer was told SERVICE_DEGRADED, nothing reserved): the same signed request
@@ -200,12 +213,24 @@ async fn a_safe_retry_answered_queued_makes_the_reservation_stand() {
     let scripts = &env.scripts.shared;
 
     // Gateway 1's call: it runs in Redis, its answer never reaches gateway 1.
-    let late =
-        scripts.reserve(&env.redis, &env.bucket(), "late", "buyer", 1, Some(&nonce), false).await.unwrap();
+    let late = scripts
+        .reserve(
+            &env.redis,
+            &env.bucket(),
+            &ReserveCall::new("late", "buyer", 1).with_nonce(Some(nonce.clone())),
+        )
+        .await
+        .unwrap();
     assert!(matches!(late, ReserveOutcome::Reserved { .. }), "{late:?}");
     // Gateway 2: the same signed request, answered from the nonce (QUEUED, the first id).
-    let retry =
-        scripts.reserve(&env.redis, &env.bucket(), "retry", "buyer", 1, Some(&nonce), false).await.unwrap();
+    let retry = scripts
+        .reserve(
+            &env.redis,
+            &env.bucket(),
+            &ReserveCall::new("retry", "buyer", 1).with_nonce(Some(nonce.clone())),
+        )
+        .await
+        .unwrap();
     assert_eq!(retry, ReserveOutcome::Retry { request_id: "late".into() });
     // Gateway 1 times out and undoes its call.
     let out = scripts.undo(&env.redis, &env.bucket(), "late", Some(&nonce.key)).await.unwrap();
@@ -218,8 +243,14 @@ async fn a_safe_retry_answered_queued_makes_the_reservation_stand() {
     let held: Option<i64> = env.redis.hget(&keys.bought, "buyer").await.unwrap();
     assert_eq!(held, Some(1));
     // The nonce stands too: the same request sent again is still the same QUEUED.
-    let again =
-        scripts.reserve(&env.redis, &env.bucket(), "third", "buyer", 1, Some(&nonce), false).await.unwrap();
+    let again = scripts
+        .reserve(
+            &env.redis,
+            &env.bucket(),
+            &ReserveCall::new("third", "buyer", 1).with_nonce(Some(nonce.clone())),
+        )
+        .await
+        .unwrap();
     assert_eq!(again, ReserveOutcome::Retry { request_id: "late".into() });
     // The sweeper still produces it (a retry's mark is a claim, not a repair).
     let swept = env.scripts.claim_for_sweep(&env.redis, &env.bucket(), Duration::ZERO, 100).await.unwrap();

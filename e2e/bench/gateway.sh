@@ -16,6 +16,9 @@
 #   (t) the token endpoint with the proof of work: captcha + token per buyer (presign, which
 #       solves each challenge as a client would) at pow_bits 8 and 16, tokens/s and the
 #       gateway's CPU per token (the client's hashing shares the same two cores);
+#   (a1) the same as (a) with a second gateway, the same conf but `batch_max = 1` (a reserve.lua
+#       call per order, the path before batching), on its own signed orders, in the same run:
+#       (a)/(a1) is what batching gives (reservations/s, p99, CPU per reservation);
 #   (c) the ceiling of (a)'s Redis step: redis-benchmark EVALSHA of lua/reserve.lua, with its
 #       nonce key;
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
@@ -57,6 +60,7 @@ build_all release
 
 WORK=$(mktemp -d -t gw-bench.XXXXXX)
 GW_PID=""
+GW1_PID=""
 NGINX_PID=""
 FLOOR_PID=""
 RUN=$(date +%s)$$
@@ -70,6 +74,7 @@ edge_keys bench
 
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
+  [[ -n "$GW1_PID" ]] && kill "$GW1_PID" 2>/dev/null && wait "$GW1_PID" 2>/dev/null || true
   [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
   [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
   for c in "$OPEN" "$SOLD" "$RB" "$POW8" "$POW16"; do
@@ -161,10 +166,17 @@ OW
 target/release/order-writer -c "$WORK/ow.toml" topic create
 RUST_LOG=warn target/release/gateway --conf "$WORK/conf/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
+# (a1)'s gateway: the same conf, one reserve.lua call per order.
+GW1_PORT=$(free_port)
+sed -e "s/^listen = .*/listen = \"127.0.0.1:$GW1_PORT\"/" -e 's/^pool_size = 4$/pool_size = 4\nbatch_max = 1/' \
+  "$WORK/conf/server.toml" >"$WORK/conf/server1.toml"
+RUST_LOG=warn target/release/gateway --conf "$WORK/conf/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
+GW1_PID=$!
 target/release/examples/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/" && break; sleep 0.1; done
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW1_PORT/" && break; sleep 0.1; done
 
 # (a) and (f): the signed orders, one per buyer, each thread its own share; "bad" forges each
 # signature. The rest: a plain POST.
@@ -218,6 +230,12 @@ target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --u
 head -n 1 "$WORK/orders.tsv" >"$WORK/warm.tsv"
 sed -i 1d "$WORK/orders.tsv"
 wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$GW_PORT" -- good 1 "$WORK/warm.tsv" >/dev/null 2>&1
+# (a1)'s own buyers (other users, other nonces; the same keys sign them for either gateway).
+target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --users "$((BUYERS + 1))" \
+  --out "$WORK/orders1.tsv" >"$WORK/presign1.out"
+head -n 1 "$WORK/orders1.tsv" >"$WORK/warm1.tsv"
+sed -i 1d "$WORK/orders1.tsv"
+wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$GW1_PORT" -- good 1 "$WORK/warm1.tsv" >/dev/null 2>&1
 # The sold-out flag of $SOLD (lib.sh), set again before each run that relies on it.
 mark_sold() { sold_out_flag "http://127.0.0.1:$GW_PORT" "$SOLD" "$WORK/sold1.tsv"; }
 mark_sold
@@ -227,6 +245,12 @@ read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $
 read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders.tsv")"
 read -r A_CPU_GW A_CPU_REDIS A_CPU_NGINX <<<"$(cpu_per_request a "$g" "$r" "$n")"
 reserved=$("${RCLI[@]}" hlen "sk:{$OPEN}:bought") # buyers holding a unit (limit 1)
+GW_MAIN_PID=$GW_PID
+GW_PID=$GW1_PID # cpu_per_request reads the gateway's ticks from GW_PID
+read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
+read -r A1_RPS A1_P50 A1_P99 A1_NON <<<"$(run_wrk a1 "http://127.0.0.1:$GW1_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders1.tsv")"
+read -r A1_CPU_GW A1_CPU_REDIS A1_CPU_NGINX <<<"$(cpu_per_request a1 "$g" "$r" "$n")"
+GW_PID=$GW_MAIN_PID
 read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 mark_sold
 read -r B_RPS B_P50 B_P99 B_NON <<<"$(run_wrk b "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order")"
@@ -248,7 +272,7 @@ SHA=$("${RCLI[@]}" script load "$(cat lua/reserve.lua)")
 C_N=$(python3 -c "print(max(100000, int(float('$A_RPS') * 3 * ${DURATION%s})))")
 # shellcheck disable=SC2046
 C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --threads "$THREADS" -n "$C_N" \
-  -r 100000000000 -q evalsha "$SHA" 9 $(campaign_keys "$RB") "sk:{$RB}:nonce:__rand_int__" "$RB" __rand_int__ __rand_int__ 1 330 fp |
+  -r 100000000000 -q evalsha "$SHA" 9 $(campaign_keys "$RB") "sk:{$RB}:nonce:__rand_int__" "$RB" 1 __rand_int__ __rand_int__ 1 330 fp "" |
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
 read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"
@@ -273,6 +297,7 @@ AB=$(ratio "$A_RPS" "$B_RPS")
 verdict() { python3 -c "print('ok' if $1 else 'MISSED')"; }
 printf '\n%-44s %12s %10s %10s\n' "" "requests/s" "p50 ms" "p99 ms"
 printf '%-44s %12s %10.2f %10.2f\n' "(a) reservations (gateway + Redis + upstream)" "$A_RPS" "$(python3 -c "print($A_P50/1000)")" "$(python3 -c "print($A_P99/1000)")"
+printf '%-44s %12s %10.2f %10.2f\n' "(a1) the same, batch_max = 1" "$A1_RPS" "$(python3 -c "print($A1_P50/1000)")" "$(python3 -c "print($A1_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(b) sold-out short circuit (gateway)" "$B_RPS" "$(python3 -c "print($B_P50/1000)")" "$(python3 -c "print($B_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(g) sold-out answer to (a)'s signed orders" "$G_RPS" "$(python3 -c "print($G_P50/1000)")" "$(python3 -c "print($G_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(h) forged, one token replayed" "$H_RPS" "$(python3 -c "print($H_P50/1000)")" "$(python3 -c "print($H_P99/1000)")"
@@ -283,6 +308,7 @@ printf '%-44s %12s %10.2f %10.2f\n' "(e) Pingora floor: fixed 410, no checks" "$
 echo
 printf '%-44s %10s %10s %10s\n' "CPU us per request" "gateway" "redis" "upstream"
 printf '%-44s %10s %10s %10s\n' "(a) reservations" "$A_CPU_GW" "$A_CPU_REDIS" "$A_CPU_NGINX"
+printf '%-44s %10s %10s %10s\n' "(a1) reservations, batch_max = 1" "$A1_CPU_GW" "$A1_CPU_REDIS" "$A1_CPU_NGINX"
 printf '%-44s %10s %10s %10s\n' "(b) sold-out short circuit" "$B_CPU_GW" "$B_CPU_REDIS" "$B_CPU_NGINX"
 printf '%-44s %10s %10s %10s\n' "(g) sold-out, signed orders" "$G_CPU_GW" "$G_CPU_REDIS" "$G_CPU_NGINX"
 printf '%-44s %10s %10s %10s\n' "(f) forged signature" "$F_CPU_GW" "$F_CPU_REDIS" "$F_CPU_NGINX"
@@ -296,6 +322,7 @@ echo "(a) reserved in Redis during the run: $((${reserved:-0} - 1)) (more (a) re
 echo "tokens for (a): $(head -n 1 "$WORK/presign.out")"
 echo "gateway CPU per request: (a)/(b) = $(ratio "$A_CPU_GW" "$B_CPU_GW") (target <= 3), (f)/(b) = $(ratio "$F_CPU_GW" "$B_CPU_GW"), (f)/(g) = $(ratio "$F_CPU_GW" "$G_CPU_GW"), (h)/(g) = $(ratio "$H_CPU_GW" "$G_CPU_GW") (a refused bot request against a sold-out answer to the same bytes; target <= 1)"
 echo "p99 (a)/(b) = $(ratio "$A_P99" "$B_P99") (target <= 2.5)"
+echo "batching, same run: (a)/(a1) reservations/s = $(ratio "$A_RPS" "$A1_RPS") (target >= 1.4), p99 (a)/(a1) = $(ratio "$A_P99" "$A1_P99") (target <= 1), Redis CPU per reservation (a)/(a1) = $(ratio "$A_CPU_REDIS" "$A1_CPU_REDIS") (target <= 0.5), gateway CPU per reservation (a)/(a1) = $(ratio "$A_CPU_GW" "$A1_CPU_GW"); non-2xx in (a1): $A1_NON"
 echo "(b)/(d) = $BD   target >= 1.0: $(verdict "$BD >= 1.0")"
 echo "  of which Pingora's share (e)/(d) = $(ratio "$E_RPS" "$D_RPS"), ours (b)/(e) = $(ratio "$B_RPS" "$E_RPS")"
 echo "(a)/(b) = $AB   target >= 0.6: $(verdict "$AB >= 0.6")"

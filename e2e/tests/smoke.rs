@@ -10,7 +10,7 @@ use e2e::stack::{self, STACK_HINT};
 use fred::prelude::{HashesInterface, KeysInterface, LuaInterface};
 use protocol::keys::CampaignKeys;
 use protocol::record::Reservation;
-use protocol::scripts::{self, PublishOutcome, PublishSpec, ReserveOutcome, Scripts};
+use protocol::scripts::{self, PublishOutcome, PublishSpec, ReserveCall, ReserveOutcome, Scripts};
 use rskafka::client::partition::{Compression, PartitionClient, UnknownTopicHandling};
 use rskafka::record::Record;
 
@@ -38,7 +38,7 @@ async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
     let stock: i64 = client.get(&keys.stock).await?;
     assert_eq!(stock, 5);
 
-    let outcome = scripts.reserve(&client, &bucket, "req-1", "user-1", 2, None, false).await?;
+    let outcome = scripts.reserve(&client, &bucket, &ReserveCall::new("req-1", "user-1", 2)).await?;
     let ReserveOutcome::Reserved { remaining, record } = outcome else {
         panic!("expected a reservation, got {outcome:?}");
     };
@@ -56,9 +56,9 @@ async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
     assert_eq!(stored.as_deref(), Some(record.as_str()));
 
     // The script's own rules, decided inside Redis.
-    let again = scripts.reserve(&client, &bucket, "req-2", "user-1", 1, None, false).await?;
+    let again = scripts.reserve(&client, &bucket, &ReserveCall::new("req-2", "user-1", 1)).await?;
     assert_eq!(again, ReserveOutcome::LimitReached { held: 2 });
-    let dup = scripts.reserve(&client, &bucket, "req-1", "user-2", 1, None, false).await?;
+    let dup = scripts.reserve(&client, &bucket, &ReserveCall::new("req-1", "user-2", 1)).await?;
     assert_eq!(dup, ReserveOutcome::Duplicate);
     let stock: i64 = client.get(&keys.stock).await?;
     assert_eq!(stock, 3, "refused reservations must not touch the stock");

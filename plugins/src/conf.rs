@@ -25,6 +25,7 @@ pub mod kafka;
 
 pub use defense::DefenseConf;
 
+use crate::batch::{BatchConf, BATCH_MAX_LIMIT, BATCH_WAIT_LIMIT_US};
 use crate::queue::QueueConf;
 
 /// The top-level sections the sale reads; a proxy's own file may have others beside them.
@@ -70,6 +71,10 @@ struct RawRedis {
     timeout_ms: S<i64>,
     #[serde(default = "d_pool_size")]
     pool_size: S<i64>,
+    #[serde(default = "d_batch_max")]
+    batch_max: S<i64>,
+    #[serde(default = "d_batch_wait_us")]
+    batch_wait_us: S<i64>,
 }
 
 fn d_redis_timeout() -> S<i64> {
@@ -77,6 +82,12 @@ fn d_redis_timeout() -> S<i64> {
 }
 fn d_pool_size() -> S<i64> {
     spanned(4)
+}
+fn d_batch_max() -> S<i64> {
+    spanned(crate::batch::DEFAULT_BATCH_MAX as i64)
+}
+fn d_batch_wait_us() -> S<i64> {
+    spanned(crate::batch::DEFAULT_BATCH_WAIT.as_micros() as i64)
 }
 
 /// Where Redis is and how long to wait for it.
@@ -90,6 +101,9 @@ pub struct RedisConf {
     pub timeout: Duration,
     /// Connections in the pool.
     pub pool_size: usize,
+    /// How the reservations of one bucket are collected into one call (`batch_max`,
+    /// `batch_wait_us`; [`crate::batch`]).
+    pub batch: BatchConf,
 }
 
 /// The sale's settings, checked.
@@ -164,6 +178,15 @@ impl SaleConf {
             // The upper bound is the timing rule with the order writer's sweeper (protocol::timing).
             timeout: c.ms(&r.timeout_ms, "redis.timeout_ms", 5, protocol::timing::RESERVE_TIMEOUT_MAX_MS)?,
             pool_size: c.int(&r.pool_size, "redis.pool_size", 1, 64)?,
+            batch: BatchConf {
+                max: c.int(&r.batch_max, "redis.batch_max", 1, BATCH_MAX_LIMIT as i64)?,
+                wait: Duration::from_micros(c.int(
+                    &r.batch_wait_us,
+                    "redis.batch_wait_us",
+                    0,
+                    BATCH_WAIT_LIMIT_US as i64,
+                )? as u64),
+            },
         };
 
         Ok(SaleConf {
@@ -234,6 +257,10 @@ login_audience = "seckill"
         assert_eq!(c.sold_out_ttl, Duration::from_secs(1));
         assert_eq!(c.redis.timeout, Duration::from_millis(100));
         assert_eq!(c.redis.pool_size, 4);
+        assert_eq!(c.redis.batch, BatchConf::default(), "measured defaults");
+        let one =
+            parse(&GOOD.replace("timeout_ms = 100", "timeout_ms = 100\nbatch_max = 1\nbatch_wait_us = 0"));
+        assert_eq!(one.unwrap().redis.batch, BatchConf { max: 1, wait: Duration::ZERO });
         assert_eq!(c.signing_key, b"0123456789abcdef0123");
         let k = &c.kafka;
         assert_eq!(
@@ -260,6 +287,18 @@ login_audience = "seckill"
             "between",
         );
         expect_err(&GOOD.replace("redis://", "http://"), 6, "redis.url", "redis://");
+        expect_err(
+            &GOOD.replace("timeout_ms = 100", "timeout_ms = 100\nbatch_max = 0"),
+            8,
+            "redis.batch_max",
+            "between 1",
+        );
+        expect_err(
+            &GOOD.replace("timeout_ms = 100", "timeout_ms = 100\nbatch_wait_us = 20000"),
+            8,
+            "redis.batch_wait_us",
+            "between 0 and 10000",
+        );
         expect_err(&GOOD.replace("redis://", "redis-sentinel://"), 6, "redis.url", "redis-cluster://");
         expect_err(
             &GOOD.replace("[redis]", "sold_out_ttl_ms = 5\n[redis]"),

@@ -147,9 +147,9 @@ pub struct Edge {
 }
 
 impl Edge {
-    /// The edge over a Redis `pool` (`scripts` loaded; a reservation bounded by `redis.timeout`,
-    /// spending a challenge, one SET off the order path, as long as an undo may wait) and a
-    /// started Kafka `queue`.
+    /// The edge over a Redis `pool` (`scripts` loaded; a reservation bounded by `redis.timeout`
+    /// and collected per bucket as `redis.batch` says, spending a challenge, one SET off the
+    /// order path, as long as an undo may wait) and a started Kafka `queue`.
     pub(crate) fn new(pool: Pool, scripts: Scripts, queue: ReservationQueue, redis: &RedisConf) -> Self {
         let (reserve_timeout, spend_timeout) = (redis.timeout, protocol::timing::undo_timeout(redis.timeout));
         Self {
@@ -157,7 +157,7 @@ impl Edge {
             global: GlobalLimiter::new(pool.clone(), scripts.clone()),
             spent: SpentChallenges::new(pool.clone(), spend_timeout),
             room: WaitingRoom::new(pool.clone(), scripts.clone(), spend_timeout),
-            seller: Seller::new(Reserver::new(pool, scripts, reserve_timeout), queue),
+            seller: Seller::new(Reserver::new(pool, scripts, reserve_timeout).with_batch(redis.batch), queue),
         }
     }
 

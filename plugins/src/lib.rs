@@ -17,7 +17,9 @@
 //!     `lua/limit.lua` (only when the campaign has `[[global_limit]]` rules), fail-open or
 //!     fail-closed per rule;
 //! 12. [`reserve`]: the one Redis round trip of `lua/reserve.lua` (nonce uniqueness and safe
-//!     retry in the same call), with a bounded timeout;
+//!     retry in the same call), with a bounded timeout, the orders of one bucket sent together
+//!     while a call of it is in flight ([`batch`]), and no more at once than the bucket's
+//!     adaptive limit ([`admission`]: past it `TRY_LATER` at once);
 //! 13. [`queue`]: a reserved record handed, without waiting, to the background Kafka producer.
 //!
 //! [`FlashSale`] is the whole sale behind one entry point for any proxy's request filter
@@ -37,7 +39,9 @@ use std::borrow::Cow;
 
 use protocol::codes::Code;
 
+pub mod admission;
 pub mod auth;
+pub mod batch;
 pub mod budget;
 pub mod captcha;
 pub mod client_ip;

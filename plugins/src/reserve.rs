@@ -19,12 +19,14 @@
 use std::time::Duration;
 
 use fred::clients::Pool;
-use fred::prelude::Client;
 use protocol::codes::Code;
 use protocol::keys::Bucket;
-use protocol::scripts::{reserve_in_home, FallOver, Nonce, ReleaseOutcome, ReserveOutcome, Scripts};
+use protocol::scripts::{
+    reserve_in_home, FallOver, Nonce, ReleaseOutcome, ReserveCall, ReserveOutcome, Scripts,
+};
 use protocol::timing::undo_timeout;
 
+use crate::batch::{Attempt, BatchConf, Batcher};
 use crate::Denial;
 
 /// Runs the reservation script over a pool of Redis connections.
@@ -33,11 +35,15 @@ pub struct Reserver {
     pool: Pool,
     scripts: Scripts,
     timeout: Duration,
+    batcher: Batcher,
 }
 
 impl std::fmt::Debug for Reserver {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reserver").field("timeout", &self.timeout).finish_non_exhaustive()
+        f.debug_struct("Reserver")
+            .field("timeout", &self.timeout)
+            .field("batch", &self.batcher.conf())
+            .finish_non_exhaustive()
     }
 }
 
@@ -55,6 +61,13 @@ pub enum ReserveError {
         /// Why the undo gave none.
         undo: String,
     },
+    /// Not sent: the bucket's orders at the script step are at its adaptive limit
+    /// ([`crate::admission`]). Nothing was reserved or spent; the buyer is answered `TRY_LATER`.
+    #[error("{limit} orders of this bucket are already at the reservation step")]
+    Overloaded {
+        /// The limit.
+        limit: usize,
+    },
     /// No answer in time, and the undo found the entry claimed by the sweeper: the call did
     /// reserve, and the record is on its way to an order. The buyer is answered QUEUED.
     #[error("{0}; the reservation was already claimed by the sweeper, so it stands")]
@@ -68,9 +81,22 @@ pub fn command_timeout(timeout: Duration) -> Duration {
 }
 
 impl Reserver {
-    /// A reserver over `pool`, giving up after `timeout`.
+    /// A reserver over `pool`, giving up after `timeout`, collecting orders as
+    /// [`BatchConf::default`] says.
     pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
-        Self { pool, scripts, timeout }
+        let batcher = Batcher::new(pool.clone(), scripts.clone(), BatchConf::default(), timeout);
+        Self { pool, scripts, timeout, batcher }
+    }
+
+    /// The same reserver collecting orders as `batch` says (`max = 1`: one call per order).
+    pub fn with_batch(self, batch: BatchConf) -> Self {
+        let batcher = Batcher::new(self.pool.clone(), self.scripts.clone(), batch, self.timeout);
+        Self { batcher, ..self }
+    }
+
+    /// Its batcher (how it collects, what it sent).
+    pub fn batcher(&self) -> &Batcher {
+        &self.batcher
     }
 
     /// Reserves in `home`, the buyer's home bucket, with the order's `nonce` checked in the same
@@ -88,7 +114,7 @@ impl Reserver {
     ) -> Result<Decision, ReserveError> {
         // One client (one connection) for every call and the undo: Redis runs them in this order.
         let client = self.pool.next_connected();
-        let reserve = |fall_over: bool| self.once(client, home, request_id, user, qty, nonce, fall_over);
+        let reserve = |fall_over: bool| self.once(home, request_id, user, qty, nonce, fall_over);
         // A transfer (give, then take) bounded as its two calls were; a failure stops the asking
         // (units given and not taken are finished by the order writer's sweeper).
         let bound = self.timeout * 2;
@@ -114,11 +140,12 @@ impl Reserver {
         Ok(Decision { outcome, sold_out_everywhere })
     }
 
-    /// One `reserve.lua` call in `bucket`, undone when its answer does not come back.
+    /// One order's `reserve.lua` call in `bucket` (alone or in a batch, [`Batcher`]), undone
+    /// when its answer does not come back: on the client its call was written to, so that Redis
+    /// runs the undo after it.
     #[allow(clippy::too_many_arguments)]
     async fn once(
         &self,
-        client: &Client,
         bucket: &Bucket,
         request_id: &str,
         user: &str,
@@ -126,13 +153,17 @@ impl Reserver {
         nonce: Option<&Nonce>,
         fall_over: bool,
     ) -> Result<ReserveOutcome, ReserveError> {
-        let call = self.scripts.reserve(client, bucket, request_id, user, qty, nonce, fall_over);
-        let cause = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(outcome)) => return Ok(outcome),
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("redis did not answer within {:?}", self.timeout),
+        let order =
+            ReserveCall::new(request_id, user, qty).with_nonce(nonce.cloned()).with_fall_over(fall_over);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let (cause, client) = match self.batcher.call(bucket, order, deadline).await {
+            Attempt::Answered(outcome) => return Ok(outcome),
+            Attempt::Overloaded { limit } => return Err(ReserveError::Overloaded { limit }),
+            // Never sent: nothing reserved, no nonce spent.
+            Attempt::NoAnswer { cause, sent_on: None } => return Err(ReserveError::Undone(cause)),
+            Attempt::NoAnswer { cause, sent_on: Some(client) } => (cause, client),
         };
-        let undo = self.scripts.undo(client, bucket, request_id, nonce.map(|n| n.key.as_str()));
+        let undo = self.scripts.undo(&client, bucket, request_id, nonce.map(|n| n.key.as_str()));
         match tokio::time::timeout(undo_timeout(self.timeout), undo).await {
             Ok(Ok(ReleaseOutcome::Claimed)) => Err(ReserveError::Claimed(cause)),
             Ok(Ok(_)) => Err(ReserveError::Undone(cause)),
@@ -190,11 +221,15 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
     })
 }
 
-/// The answer when Redis gave no decision for `request_id` of `campaign`. Not for
+/// The answer when Redis gave no decision for `request_id` of `campaign`: `TRY_LATER` when the
+/// order was not sent (the bucket's limit), `SERVICE_DEGRADED` otherwise. Not for
 /// [`ReserveError::Claimed`], which is a reservation (the caller answers QUEUED).
 pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial {
-    tracing::warn!(request_id, error = %err, "reservation failed: answering SERVICE_DEGRADED");
     let message = match err {
+        ReserveError::Overloaded { .. } => {
+            let message = "too many orders at once: nothing was reserved, try again";
+            return Denial::new(Code::TryLater, message).retry_after(1);
+        }
         ReserveError::Undone(_) => {
             "the reservation service is unavailable: nothing was reserved, try again".to_string()
         }
@@ -203,6 +238,7 @@ pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial 
              GET /seckill/{campaign}/result/{request_id} tells (a new request stays within the per-user limit)"
         ),
     };
+    tracing::warn!(request_id, error = %err, "reservation failed: answering SERVICE_DEGRADED");
     Denial::new(Code::ServiceDegraded, message).retry_after(1)
 }
 
@@ -226,5 +262,13 @@ mod tests {
         let again = |o: ReserveOutcome| ReserveOutcome::Again(Box::new(o));
         assert_eq!(code(again(ReserveOutcome::SoldOut { remaining: 0 })), Some(Code::SoldOut));
         assert_eq!(code(again(ReserveOutcome::LimitReached { held: 1 })), Some(Code::LimitReached));
+    }
+
+    #[test]
+    fn an_order_over_the_limit_is_told_to_try_later_not_degraded() {
+        let over = degraded(&ReserveError::Overloaded { limit: 16 }, "c", "r");
+        assert_eq!((over.code, over.retry_after_secs), (Code::TryLater, Some(1)));
+        let down = degraded(&ReserveError::Undone("no answer".into()), "c", "r");
+        assert_eq!(down.code, Code::ServiceDegraded);
     }
 }

@@ -123,6 +123,42 @@ pub struct Nonce {
     pub fingerprint: String,
 }
 
+/// One order of a `reserve.lua` call ([`Scripts::reserve`], [`Scripts::reserve_batch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveCall {
+    /// The order's request id (the outbox entry's field).
+    pub request_id: String,
+    /// The buyer.
+    pub user: String,
+    /// Units asked for.
+    pub qty: i64,
+    /// The order's nonce, checked and spent in the same call; `None` for orders without one (the
+    /// order writer's own reservations, tests).
+    pub nonce: Option<Nonce>,
+    /// A bucket of a campaign with buckets that other buckets may still give stock to: a short
+    /// bucket answers [`ReserveOutcome::BucketShort`] instead of [`ReserveOutcome::SoldOut`].
+    pub fall_over: bool,
+}
+
+impl ReserveCall {
+    /// An order of `qty` units for `user` under `request_id`, without a nonce, the last word.
+    pub fn new(request_id: impl Into<String>, user: impl Into<String>, qty: i64) -> Self {
+        Self { request_id: request_id.into(), user: user.into(), qty, nonce: None, fall_over: false }
+    }
+
+    /// The same order with `nonce`.
+    pub fn with_nonce(mut self, nonce: Option<Nonce>) -> Self {
+        self.nonce = nonce;
+        self
+    }
+
+    /// The same order with `fall_over`.
+    pub fn with_fall_over(mut self, fall_over: bool) -> Self {
+        self.fall_over = fall_over;
+        self
+    }
+}
+
 /// One rule of a `limit.lua` call: its two counters and its bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitRule {
@@ -150,6 +186,21 @@ pub enum LimitOutcome {
         /// Until its current window ends, in ms.
         retry_after_ms: u64,
     },
+}
+
+/// One request of a `release.lua` call ([`Scripts::release_batch`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReleaseCall {
+    /// The reservation's request id (released at most once).
+    pub request_id: String,
+    /// Its buyer (unused by an undo, which reads the outbox record).
+    pub user: String,
+    /// Units to give back (unused by an undo).
+    pub qty: i64,
+    /// The gateway's undo: release what the outbox holds, unless claimed.
+    pub undo: bool,
+    /// With `undo`: the order's nonce, forgotten when nothing is left held.
+    pub nonce_key: Option<String>,
 }
 
 /// What `release.lua` decided.
@@ -226,6 +277,30 @@ pub fn read(dir: &Path, name: &str) -> Result<Script, ScriptError> {
     Ok(Script::from_lua(body))
 }
 
+const RESERVE: &str = "reserve.lua";
+const RELEASE: &str = "release.lua";
+
+/// One order's answer of `reserve.lua`: its three values.
+fn reserve_outcome(out: &[fred::types::Value]) -> Result<ReserveOutcome, ScriptError> {
+    let (code, n) = (int(RESERVE, &out[0])?, int(RESERVE, &out[1])?);
+    // The third value of a refusal (not of 1 or 2, where it is a record or a request id).
+    let again = !matches!(code, 1 | 2) && out[2].as_str().is_some_and(|m| m == "again");
+    let outcome = match code {
+        1 => ReserveOutcome::Reserved { remaining: n, record: out[2].as_string().unwrap_or_default() },
+        0 => ReserveOutcome::SoldOut { remaining: n },
+        -1 => ReserveOutcome::LimitReached { held: n },
+        -2 => ReserveOutcome::Duplicate,
+        -3 => ReserveOutcome::NotReady,
+        -4 => ReserveOutcome::BadQuantity { limit: n },
+        -5 => ReserveOutcome::Replay,
+        -6 => ReserveOutcome::OtherBuckets { published: n },
+        2 => ReserveOutcome::Retry { request_id: out[2].as_string().unwrap_or_default() },
+        3 => ReserveOutcome::BucketShort { remaining: n },
+        other => return Err(ScriptError::Protocol { script: RESERVE, detail: format!("code {other}") }),
+    };
+    Ok(if again { ReserveOutcome::Again(Box::new(outcome)) } else { outcome })
+}
+
 fn int(script: &'static str, v: &fred::types::Value) -> Result<i64, ScriptError> {
     v.as_i64().ok_or_else(|| ScriptError::Protocol { script, detail: format!("{v:?} is not an integer") })
 }
@@ -281,56 +356,52 @@ impl Scripts {
         Ok(())
     }
 
-    /// Runs `reserve.lua` for one request in `bucket` (the buyer's home bucket); with a `nonce`,
-    /// the nonce is checked and spent in the same call (replay and safe retry, see the script).
-    /// With `fall_over`, a short bucket answers [`ReserveOutcome::BucketShort`] instead of
-    /// [`ReserveOutcome::SoldOut`].
-    #[allow(clippy::too_many_arguments)]
+    /// Runs `reserve.lua` for one order in `bucket` (the buyer's home bucket): a batch of one
+    /// ([`Scripts::reserve_batch`]).
     pub async fn reserve(
         &self,
         client: &Client,
         bucket: &Bucket,
-        request_id: &str,
-        user: &str,
-        qty: i64,
-        nonce: Option<&Nonce>,
-        fall_over: bool,
+        call: &ReserveCall,
     ) -> Result<ReserveOutcome, ScriptError> {
-        const NAME: &str = "reserve.lua";
+        let mut out = self.reserve_batch(client, bucket, std::slice::from_ref(call)).await?;
+        out.pop().ok_or_else(|| ScriptError::Protocol { script: RESERVE, detail: "no answer".into() })
+    }
+
+    /// Runs `reserve.lua` once for every order of `calls`, all in `bucket`: each decided as if
+    /// it were sent alone, after the ones before it; one answer per order, in their order. With
+    /// a `nonce`, an order's nonce is checked and spent in the same call (replay and safe retry,
+    /// see the script). No call for an empty batch.
+    pub async fn reserve_batch(
+        &self,
+        client: &Client,
+        bucket: &Bucket,
+        calls: &[ReserveCall],
+    ) -> Result<Vec<ReserveOutcome>, ScriptError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
+        }
         let mut keys = bucket.keys.all();
-        let mut args =
-            vec![bucket.campaign.clone(), request_id.to_string(), user.to_string(), qty.to_string()];
-        match nonce {
-            Some(n) => {
-                keys.push(n.key.clone());
-                args.push(n.ttl_secs.to_string());
-                args.push(n.fingerprint.clone());
-            }
-            None => args.extend([String::new(), String::new()]),
-        }
-        args.push(if fall_over { "1" } else { "" }.to_string());
+        let mut args = Vec::with_capacity(2 + 6 * calls.len());
+        args.push(bucket.campaign.clone());
         args.push(bucket.count.to_string());
-        let out: Vec<fred::types::Value> = self.reserve.evalsha_with_retry(client, keys, args).await?;
-        if out.len() != 3 {
-            return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
+        for c in calls {
+            args.extend([c.request_id.clone(), c.user.clone(), c.qty.to_string()]);
+            match &c.nonce {
+                Some(n) => {
+                    keys.push(n.key.clone());
+                    args.extend([n.ttl_secs.to_string(), n.fingerprint.clone()]);
+                }
+                None => args.extend([String::new(), String::new()]),
+            }
+            args.push(if c.fall_over { "1" } else { "" }.to_string());
         }
-        let (code, n) = (int(NAME, &out[0])?, int(NAME, &out[1])?);
-        // The third value of a refusal (not of 1 or 2, where it is a record or a request id).
-        let again = !matches!(code, 1 | 2) && out[2].as_str().is_some_and(|m| m == "again");
-        let outcome = match code {
-            1 => ReserveOutcome::Reserved { remaining: n, record: out[2].as_string().unwrap_or_default() },
-            0 => ReserveOutcome::SoldOut { remaining: n },
-            -1 => ReserveOutcome::LimitReached { held: n },
-            -2 => ReserveOutcome::Duplicate,
-            -3 => ReserveOutcome::NotReady,
-            -4 => ReserveOutcome::BadQuantity { limit: n },
-            -5 => ReserveOutcome::Replay,
-            -6 => ReserveOutcome::OtherBuckets { published: n },
-            2 => ReserveOutcome::Retry { request_id: out[2].as_string().unwrap_or_default() },
-            3 => ReserveOutcome::BucketShort { remaining: n },
-            other => return Err(ScriptError::Protocol { script: NAME, detail: format!("code {other}") }),
-        };
-        Ok(if again { ReserveOutcome::Again(Box::new(outcome)) } else { outcome })
+        let out: Vec<fred::types::Value> = self.reserve.evalsha_with_retry(client, keys, args).await?;
+        if out.len() != 3 * calls.len() {
+            let detail = format!("{} values for {} orders", out.len(), calls.len());
+            return Err(ScriptError::Protocol { script: RESERVE, detail });
+        }
+        out.chunks_exact(3).map(reserve_outcome).collect()
     }
 
     /// Runs `limit.lua` over `rules` (a campaign's global limits for one request): counts the
@@ -368,7 +439,9 @@ impl Scripts {
         user: &str,
         qty: i64,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        self.run_release(client, bucket, [request_id, user, &qty.to_string(), ""], None).await
+        let call =
+            ReleaseCall { request_id: request_id.into(), user: user.into(), qty, ..ReleaseCall::default() };
+        self.release_one(client, bucket, call).await
     }
 
     /// The gateway's undo of a reservation call whose answer never came back: releases what the
@@ -385,35 +458,66 @@ impl Scripts {
         request_id: &str,
         nonce_key: Option<&str>,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        self.run_release(client, bucket, [request_id, "", "1", "undo"], nonce_key).await
+        let call = ReleaseCall {
+            request_id: request_id.into(),
+            qty: 1,
+            undo: true,
+            nonce_key: nonce_key.map(str::to_string),
+            ..ReleaseCall::default()
+        };
+        self.release_one(client, bucket, call).await
     }
 
-    /// `release.lua` with its first four arguments: request id, user, quantity, mode.
-    async fn run_release(
+    async fn release_one(
         &self,
         client: &Client,
         bucket: &Bucket,
-        [request_id, user, qty, mode]: [&str; 4],
-        nonce_key: Option<&str>,
+        call: ReleaseCall,
     ) -> Result<ReleaseOutcome, ScriptError> {
-        const NAME: &str = "release.lua";
-        let mut keys = bucket.keys.all();
-        keys.extend(nonce_key.map(str::to_string));
-        let args: Vec<String> = [request_id, user, qty, mode, REPLENISH_CHANNEL, &bucket.campaign]
-            .into_iter()
-            .map(str::to_string)
-            .collect();
-        let out: Vec<fred::types::Value> = self.release.evalsha_with_retry(client, keys, args).await?;
-        let code = out.first().map(|v| int(NAME, v)).transpose()?;
-        let n = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
-        match code {
-            Some(1) => Ok(ReleaseOutcome::Released { remaining: n }),
-            Some(3) => Ok(ReleaseOutcome::SetAside),
-            Some(0) => Ok(ReleaseOutcome::AlreadyReleased),
-            Some(2) => Ok(ReleaseOutcome::NothingHeld),
-            Some(5) => Ok(ReleaseOutcome::Claimed),
-            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
+        let mut out = self.release_batch(client, bucket, std::slice::from_ref(&call)).await?;
+        out.pop().ok_or_else(|| ScriptError::Protocol { script: RELEASE, detail: "no answer".into() })
+    }
+
+    /// Runs `release.lua` once for every request of `calls`, all in `bucket`: each released as
+    /// in a call of its own, in order (at most once per request id); one answer per request.
+    /// No call for an empty batch.
+    pub async fn release_batch(
+        &self,
+        client: &Client,
+        bucket: &Bucket,
+        calls: &[ReleaseCall],
+    ) -> Result<Vec<ReleaseOutcome>, ScriptError> {
+        if calls.is_empty() {
+            return Ok(Vec::new());
         }
+        let mut keys = bucket.keys.all();
+        let mut args = Vec::with_capacity(2 + 5 * calls.len());
+        args.extend([REPLENISH_CHANNEL.to_string(), bucket.campaign.clone()]);
+        for c in calls {
+            keys.extend(c.nonce_key.clone());
+            args.extend([
+                c.request_id.clone(),
+                c.user.clone(),
+                c.qty.to_string(),
+                if c.undo { "undo" } else { "" }.to_string(),
+                if c.nonce_key.is_some() { "1" } else { "" }.to_string(),
+            ]);
+        }
+        let out: Vec<fred::types::Value> = self.release.evalsha_with_retry(client, keys, args).await?;
+        if out.len() != 2 * calls.len() {
+            let detail = format!("{} values for {} requests", out.len(), calls.len());
+            return Err(ScriptError::Protocol { script: RELEASE, detail });
+        }
+        out.chunks_exact(2)
+            .map(|v| match (int(RELEASE, &v[0])?, int(RELEASE, &v[1])?) {
+                (1, n) => Ok(ReleaseOutcome::Released { remaining: n }),
+                (3, _) => Ok(ReleaseOutcome::SetAside),
+                (0, _) => Ok(ReleaseOutcome::AlreadyReleased),
+                (2, _) => Ok(ReleaseOutcome::NothingHeld),
+                (5, _) => Ok(ReleaseOutcome::Claimed),
+                (other, _) => Err(ScriptError::Protocol { script: RELEASE, detail: format!("code {other}") }),
+            })
+            .collect()
     }
 
     /// Runs `publish.lua` for one `bucket`, with `spec.total` its share of the stock

@@ -6,7 +6,7 @@
 use anyhow::Context;
 use fred::prelude::Client as RedisClient;
 use protocol::keys::Bucket;
-use protocol::scripts::{reserve_in_home, ReserveOutcome, Scripts};
+use protocol::scripts::{reserve_in_home, ReserveCall, ReserveOutcome, Scripts};
 
 use super::Outgoing;
 use crate::app::Connections;
@@ -106,7 +106,9 @@ pub async fn reserve_home(
     user: &str,
 ) -> Result<ReserveOutcome, protocol::scripts::ScriptError> {
     let home = &Bucket::of_user(campaign, user, buckets);
-    let reserve = |fall_over: bool| scripts.reserve(redis, home, request_id, user, 1, None, fall_over);
+    let reserve = |fall_over: bool| async move {
+        scripts.reserve(redis, home, &ReserveCall::new(request_id, user, 1).with_fall_over(fall_over)).await
+    };
     let transfer = |other: Bucket, id: String, want: i64| async move {
         scripts.transfer(redis, &other, home, &id, want, true).await.map(Some)
     };

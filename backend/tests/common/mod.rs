@@ -14,7 +14,7 @@ use backend::writer::{run_partition, WriterCtx};
 use backend::{db, kafka, publish, redis};
 use e2e::stack;
 use protocol::record::Reservation;
-use protocol::scripts::ReserveOutcome;
+use protocol::scripts::{ReserveCall, ReserveOutcome};
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 use rskafka::client::partition::{Compression, OffsetAt};
 use rskafka::record::Record;
@@ -111,7 +111,7 @@ impl Env {
         match self
             .scripts
             .shared
-            .reserve(&self.redis, &self.bucket(), &rid, user, qty, None, false)
+            .reserve(&self.redis, &self.bucket(), &ReserveCall::new(&rid, user, qty))
             .await
             .unwrap()
         {
@@ -301,7 +301,7 @@ impl Env {
         match self
             .scripts
             .shared
-            .reserve(&self.redis, &self.home(user), &rid, user, qty, None, false)
+            .reserve(&self.redis, &self.home(user), &ReserveCall::new(&rid, user, qty))
             .await
             .unwrap()
         {

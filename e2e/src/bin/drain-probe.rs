@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Parser;
 use e2e::stack;
-use protocol::scripts::{ReserveOutcome, Scripts};
+use protocol::scripts::{ReserveCall, ReserveOutcome, Scripts};
 use protocol::signing::Signer;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::record::Record;
@@ -59,7 +59,7 @@ async fn main() -> anyhow::Result<()> {
         let rid = uuid::Uuid::now_v7().to_string();
         let user = format!("probe-{tag}-{i}");
         let record = match scripts
-            .reserve(&redis, &protocol::keys::Bucket::single(&a.campaign), &rid, &user, 1, None, false)
+            .reserve(&redis, &protocol::keys::Bucket::single(&a.campaign), &ReserveCall::new(&rid, &user, 1))
             .await?
         {
             ReserveOutcome::Reserved { record, .. } => record.into_bytes(),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use fred::types::Value;
 use protocol::keys::{Bucket, CampaignKeys};
-use protocol::scripts::{ReleaseOutcome, ReserveOutcome};
+use protocol::scripts::{ReleaseOutcome, ReserveCall, ReserveOutcome};
 
 use crate::sale::Sale;
 use crate::support::*;
@@ -310,7 +310,8 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
     let (host, port) = to.addr.split_once(':').unwrap();
     let _: Value =
         from.client.custom(fred::cmd!("MIGRATE"), vec![host, port, &keys.stock, "0", "5000"]).await.unwrap();
-    let refused = scripts().reserve(&redis, &Bucket::single(&campaign), "r-1", "alice", 1, None, false).await;
+    let refused =
+        scripts().reserve(&redis, &Bucket::single(&campaign), &ReserveCall::new("r-1", "alice", 1)).await;
     let err = refused.expect_err("a script over split keys is refused");
     assert!(
         err.to_string().contains("TRYAGAIN"),
@@ -319,8 +320,10 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
 
     // The rest of the migration; the same call now runs on the new owner, once.
     migrate_slot(&nodes, slot, from, to, 20).await;
-    let out =
-        scripts().reserve(&redis, &Bucket::single(&campaign), "r-1", "alice", 1, None, false).await.unwrap();
+    let out = scripts()
+        .reserve(&redis, &Bucket::single(&campaign), &ReserveCall::new("r-1", "alice", 1))
+        .await
+        .unwrap();
     assert!(matches!(out, ReserveOutcome::Reserved { remaining: 4, .. }), "{out:?}");
     let stock: i64 = redis.get(&keys.stock).await.unwrap();
     assert_eq!(stock, 4, "the refused call took nothing");

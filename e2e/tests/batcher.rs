@@ -1,0 +1,187 @@
+//! The gateway's reservations collected per bucket (`plugins::batch`) through
+//! `plugins::reserve::Reserver`, on real Redis servers: many buyers at once are served in
+//! batches and never get more than the stock or their limit; a batch whose answer does not come
+//! back (a private Redis stalled by a long script) is undone order by order, nonces included,
+//! so that the same signed orders sent again reserve, and the orders past the bucket's adaptive
+//! limit are refused at once, unsent (`plugins::admission`); with `max = 1` every order is its
+//! own call.
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use e2e::stack;
+use fred::prelude::*;
+use plugins::admission::INITIAL_LIMIT;
+use plugins::batch::BatchConf;
+use plugins::reserve::{ReserveError, Reserver};
+use protocol::keys::Bucket;
+use protocol::scripts::{self, Nonce, PublishSpec, ReserveOutcome, Scripts};
+
+async fn pool(url: &str) -> Pool {
+    let pool = Builder::from_config(Config::from_url(url).unwrap()).build_pool(4).unwrap();
+    pool.init().await.unwrap();
+    pool
+}
+
+async fn publish(redis: &Client, scripts: &Scripts, campaign: &str, stock: i64) {
+    let spec = PublishSpec {
+        stock_version: 1,
+        total: stock,
+        limit: 1,
+        sku: "SKU".into(),
+        price_cents: 100,
+        price_version: 1,
+    };
+    scripts.publish_buckets(redis, campaign, 1, &spec).await.unwrap();
+}
+
+fn nonce(bucket: &Bucket, i: usize) -> Nonce {
+    Nonce { key: bucket.keys.nonce("jti", &i.to_string()), ttl_secs: 60, fingerprint: format!("sig-{i}") }
+}
+
+/// `n` buyers at once, each with a nonce; the outcomes in buyer order.
+async fn crowd(reserver: &Reserver, bucket: &Bucket, n: usize) -> Vec<Result<ReserveOutcome, ReserveError>> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let (reserver, bucket) = (reserver.clone(), bucket.clone());
+            tokio::spawn(async move {
+                let nonce = nonce(&bucket, i);
+                let id = format!("r-{i}-{}", uuid::Uuid::now_v7());
+                reserver.reserve(&bucket, 0, &id, &format!("u{i}"), 1, Some(&nonce)).await.map(|d| d.outcome)
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+async fn clean(redis: &Client, bucket: &Bucket, n: usize) {
+    let mut keys = bucket.keys.all();
+    keys.extend((0..n).map(|i| nonce(bucket, i).key));
+    for key in keys {
+        let _: () = redis.del(key).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crowd_is_served_in_batches_within_the_stock() {
+    let url = stack::redis_url();
+    let redis = stack::redis_client(&url).await.unwrap();
+    let scripts = Scripts::load(&scripts::default_dir()).unwrap();
+    for (max, batched) in [(BatchConf::default().max, true), (1, false)] {
+        let campaign = stack::unique("batcher-");
+        publish(&redis, &scripts, &campaign, 100).await;
+        let bucket = Bucket::single(&campaign);
+        let conf = BatchConf { max, wait: Duration::from_micros(500) };
+        let reserver =
+            Reserver::new(pool(&url).await, scripts.clone(), Duration::from_secs(2)).with_batch(conf);
+        let out = crowd(&reserver, &bucket, 300).await;
+        let reserved = out.iter().filter(|o| matches!(o, Ok(ReserveOutcome::Reserved { .. }))).count();
+        let sold_out =
+            out.iter().filter(|o| matches!(o, Ok(ReserveOutcome::SoldOut { remaining: 0 }))).count();
+        assert_eq!((reserved, sold_out), (100, 200), "max {max}: {out:?}");
+        let stock: i64 = redis.get(&bucket.keys.stock).await.unwrap();
+        let held: i64 = redis.hlen(&bucket.keys.bought).await.unwrap();
+        assert_eq!((stock, held), (0, 100));
+        let sent = reserver.batcher().sent();
+        assert_eq!(sent.orders, 300, "max {max}");
+        if batched {
+            assert!(sent.calls < sent.orders, "300 buyers at once were sent in fewer calls: {sent:?}");
+        } else {
+            assert_eq!(sent.calls, 300, "max 1: a call per order");
+        }
+        clean(&redis, &bucket, 300).await;
+    }
+}
+
+/// A private `redis-server`, killed on drop.
+struct PrivateRedis(Child, u16);
+
+impl PrivateRedis {
+    async fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        let server = Self(child, port);
+        for _ in 0..100 {
+            if stack::redis_client(&server.url()).await.is_ok() {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("private redis-server did not start on port {port}");
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.1)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_without_an_answer_is_undone_order_by_order() {
+    let server = PrivateRedis::start().await;
+    let url = server.url();
+    let (redis, probe) = (stack::redis_client(&url).await.unwrap(), stack::redis_client(&url).await.unwrap());
+    let scripts = Scripts::load(&scripts::default_dir()).unwrap();
+    let campaign = stack::unique("batch-stall-");
+    publish(&redis, &scripts, &campaign, 100).await;
+    let bucket = Bucket::single(&campaign);
+    let timeout = Duration::from_millis(200);
+    let reserver = Reserver::new(pool(&url).await, scripts.clone(), timeout)
+        .with_batch(BatchConf { max: 32, wait: Duration::from_micros(200) });
+    scripts.preload(&redis).await.unwrap();
+
+    // Redis busy for 600 ms (past every order's 200 ms, within the undo's 1 s): the orders' calls
+    // are written, then wait behind the script.
+    let staller = stack::redis_client(&url).await.unwrap();
+    let stall = tokio::spawn(async move {
+        let script = "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
+                      repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > 600000 return 1";
+        staller.eval::<i64, _, _, _>(script, Vec::<String>::new(), Vec::<String>::new()).await
+    });
+    let mut busy = false;
+    for _ in 0..100 {
+        if tokio::time::timeout(Duration::from_millis(50), probe.ping::<String>(None)).await.is_err() {
+            busy = true;
+            break;
+        }
+    }
+    assert!(busy, "the stalling script did not start");
+    // More buyers than the bucket's starting limit: those past it are told to try later, at
+    // once and unsent; the others' calls are written and undone.
+    let n = INITIAL_LIMIT as usize + 88;
+    let out = crowd(&reserver, &bucket, n).await;
+    stall.await.unwrap().unwrap();
+    let overloaded = out.iter().filter(|o| matches!(o, Err(ReserveError::Overloaded { .. }))).count();
+    let undone = out.iter().filter(|o| matches!(o, Err(ReserveError::Undone(_)))).count();
+    assert_eq!((overloaded, undone), (88, INITIAL_LIMIT as usize), "{out:?}");
+    let sent = reserver.batcher().sent();
+    assert!(sent.calls < sent.orders, "orders were sent in batches: {sent:?}");
+
+    // Nothing held, no nonce spent: stock, holdings, outbox and nonces as before.
+    let stock: i64 = redis.get(&bucket.keys.stock).await.unwrap();
+    let held: i64 = redis.hlen(&bucket.keys.bought).await.unwrap();
+    let outbox: i64 = redis.hlen(&bucket.keys.outbox).await.unwrap();
+    let nonces: i64 = redis.exists((0..n).map(|i| nonce(&bucket, i).key).collect::<Vec<_>>()).await.unwrap();
+    assert_eq!((stock, held, outbox, nonces), (100, 0, 0, 0));
+
+    // The same signed orders again: each reserves.
+    let again = crowd(&reserver, &bucket, 40).await;
+    assert!(again.iter().all(|o| matches!(o, Ok(ReserveOutcome::Reserved { .. }))), "{again:?}");
+    let stock: i64 = redis.get(&bucket.keys.stock).await.unwrap();
+    assert_eq!(stock, 60);
+}
