@@ -13,7 +13,7 @@ use e2e::stack;
 use fred::prelude::*;
 use plugins::admission::INITIAL_LIMIT;
 use plugins::batch::BatchConf;
-use plugins::reserve::{ReserveError, Reserver};
+use plugins::reserve::{Order, ReserveError, Reserver};
 use protocol::keys::Bucket;
 use protocol::scripts::{self, Nonce, PublishSpec, ReserveOutcome, Scripts};
 
@@ -47,7 +47,17 @@ async fn crowd(reserver: &Reserver, bucket: &Bucket, n: usize) -> Vec<Result<Res
             tokio::spawn(async move {
                 let nonce = nonce(&bucket, i);
                 let id = format!("r-{i}-{}", uuid::Uuid::now_v7());
-                reserver.reserve(&bucket, 0, &id, &format!("u{i}"), 1, Some(&nonce)).await.map(|d| d.outcome)
+                let user = format!("u{i}");
+                let order = Order {
+                    campaign: &bucket.campaign,
+                    home: &bucket,
+                    bucket_tries: 0,
+                    request_id: &id,
+                    user: &user,
+                    qty: 1,
+                    nonce: Some(&nonce),
+                };
+                reserver.decide(&order).await.map(|d| d.outcome)
             })
         })
         .collect();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use e2e::stack;
 use fred::prelude::*;
-use plugins::reserve::{Decision, Reserver};
+use plugins::reserve::{Decision, Order, Reserver};
 use protocol::keys::{home_bucket, Bucket};
 use protocol::scripts::{self, Nonce, PublishOutcome, PublishSpec, ReserveOutcome, Scripts};
 
@@ -50,7 +50,16 @@ impl Sale {
     async fn reserve(&self, user: &str, qty: i64, tries: u32, nonce: Option<&Nonce>) -> Decision {
         let id = uuid::Uuid::now_v7().to_string();
         let home = Bucket::of_user(&self.campaign, user, self.buckets);
-        self.reserver.reserve(&home, tries, &id, user, qty, nonce).await.unwrap()
+        let order = Order {
+            campaign: &self.campaign,
+            home: &home,
+            bucket_tries: tries,
+            request_id: &id,
+            user,
+            qty,
+            nonce,
+        };
+        self.reserver.decide(&order).await.unwrap()
     }
 
     async fn stocks(&self) -> Vec<i64> {

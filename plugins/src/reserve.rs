@@ -22,7 +22,7 @@ use fred::clients::Pool;
 use protocol::codes::Code;
 use protocol::keys::Bucket;
 use protocol::scripts::{
-    reserve_in_home, FallOver, Nonce, ReleaseOutcome, ReserveCall, ReserveOutcome, Scripts,
+    home_or_fall_over, FallOver, Nonce, ReleaseOutcome, ReserveCall, ReserveOutcome, Scripts,
 };
 use protocol::timing::undo_timeout;
 
@@ -99,22 +99,15 @@ impl Reserver {
         &self.batcher
     }
 
-    /// Reserves in `home`, the buyer's home bucket, with the order's `nonce` checked in the same
-    /// call; when that bucket is short, moves stock to it from up to `tries` other buckets and
-    /// asks again ([`reserve_in_home`]). Never retried by the caller: a timeout may hide a
-    /// reservation that did happen, and the outbox (swept by the order writer) is what keeps it.
-    pub async fn reserve(
-        &self,
-        home: &Bucket,
-        tries: u32,
-        request_id: &str,
-        user: &str,
-        qty: i64,
-        nonce: Option<&Nonce>,
-    ) -> Result<Decision, ReserveError> {
+    /// Decides `order` in its home bucket, with its nonce checked in the same call; when that
+    /// bucket is short, moves stock to it from up to `bucket_tries` other buckets and asks again
+    /// ([`home_or_fall_over`]). Never retried by the caller: a timeout may hide a reservation
+    /// that did happen, and the outbox (swept by the order writer) is what keeps it.
+    pub async fn decide(&self, order: &Order<'_>) -> Result<Decision, ReserveError> {
+        let Order { home, bucket_tries: tries, request_id, qty, .. } = *order;
         // One client (one connection) for every call and the undo: Redis runs them in this order.
         let client = self.pool.next_connected();
-        let reserve = |fall_over: bool| self.once(home, request_id, user, qty, nonce, fall_over);
+        let reserve = |fall_over: bool| self.once(order, fall_over);
         // A transfer (give, then take) bounded as its two calls were; a failure stops the asking
         // (units given and not taken are finished by the order writer's sweeper).
         let bound = self.timeout * 2;
@@ -134,7 +127,7 @@ impl Reserver {
             })
         };
         let FallOver { outcome, empty } =
-            reserve_in_home(home, tries, qty, request_id, reserve, transfer).await?;
+            home_or_fall_over(home, tries, qty, request_id, reserve, transfer).await?;
         let sold_out_everywhere = empty + 1 == home.count
             && matches!(outcome, ReserveOutcome::SoldOut { remaining } if remaining <= 0);
         Ok(Decision { outcome, sold_out_everywhere })
@@ -144,15 +137,8 @@ impl Reserver {
     /// when its answer does not come back: on the client its call was written to, so that Redis
     /// runs the undo after it.
     #[allow(clippy::too_many_arguments)]
-    async fn once(
-        &self,
-        bucket: &Bucket,
-        request_id: &str,
-        user: &str,
-        qty: i64,
-        nonce: Option<&Nonce>,
-        fall_over: bool,
-    ) -> Result<ReserveOutcome, ReserveError> {
+    async fn once(&self, order: &Order<'_>, fall_over: bool) -> Result<ReserveOutcome, ReserveError> {
+        let Order { home: bucket, request_id, user, qty, nonce, .. } = *order;
         let order =
             ReserveCall::new(request_id, user, qty).with_nonce(nonce.cloned()).with_fall_over(fall_over);
         let deadline = tokio::time::Instant::now() + self.timeout;
@@ -171,6 +157,25 @@ impl Reserver {
             Err(_) => Err(ReserveError::Unknown { cause, undo: "no answer".into() }),
         }
     }
+}
+
+/// One order, checked, ready to reserve.
+#[derive(Debug, Clone, Copy)]
+pub struct Order<'a> {
+    /// The campaign id.
+    pub campaign: &'a str,
+    /// The buyer's home bucket ([`Bucket::of_user`]; the campaign's only one without buckets).
+    pub home: &'a Bucket,
+    /// How many other buckets the order may ask for stock (`bucket_tries` of the campaign file).
+    pub bucket_tries: u32,
+    /// The id the proxy gave the request.
+    pub request_id: &'a str,
+    /// The buyer.
+    pub user: &'a str,
+    /// The quantity asked.
+    pub qty: i64,
+    /// The order's nonce, spent in the reservation's own call (replay, safe retry).
+    pub nonce: Option<&'a Nonce>,
 }
 
 /// What the reservation decided, and whether it found every bucket empty.

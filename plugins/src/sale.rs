@@ -7,33 +7,13 @@
 use std::time::Duration;
 
 use protocol::codes::Code;
-use protocol::keys::Bucket;
-use protocol::scripts::{Nonce, ReserveOutcome};
+use protocol::scripts::ReserveOutcome;
 use protocol::signing::Signer;
 
 use crate::queue::ReservationQueue;
-use crate::reserve::{self, ReserveError, Reserver};
+use crate::reserve::{self, Order, ReserveError, Reserver};
 use crate::sold_out::{now_ms, SoldOutFlag};
 use crate::Denial;
-
-/// One order, checked, ready to reserve.
-#[derive(Debug, Clone, Copy)]
-pub struct Order<'a> {
-    /// The campaign id.
-    pub campaign: &'a str,
-    /// The buyer's home bucket ([`Bucket::of_user`]; the campaign's only one without buckets).
-    pub home: &'a Bucket,
-    /// How many other buckets the order may ask for stock (`bucket_tries` of the campaign file).
-    pub bucket_tries: u32,
-    /// The id the proxy gave the request.
-    pub request_id: &'a str,
-    /// The buyer.
-    pub user: &'a str,
-    /// The quantity asked.
-    pub qty: i64,
-    /// The order's nonce, spent in the reservation's own call (replay, safe retry).
-    pub nonce: Option<&'a Nonce>,
-}
 
 /// A reservation the buyer is told about: answer `202 QUEUED`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,9 +53,9 @@ impl Seller {
     /// and on its way to Kafka, or, for a safe retry, was before. Never retried (a timeout may
     /// hide a reservation; see [`Reserver::reserve`]).
     pub async fn sell(&self, order: Order<'_>, effects: Effects<'_>) -> Result<Queued, Denial> {
-        let Order { campaign, home, bucket_tries, request_id, user, qty, nonce } = order;
+        let Order { campaign, request_id, user, .. } = order;
         let asked = now_ms();
-        let decision = match self.reserver.reserve(home, bucket_tries, request_id, user, qty, nonce).await {
+        let decision = match self.reserver.decide(&order).await {
             Ok(decision) => decision,
             Err(ReserveError::Claimed(cause)) => {
                 tracing::info!(request_id, cause, "late reservation already swept: QUEUED");

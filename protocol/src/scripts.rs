@@ -15,7 +15,7 @@ use crate::keys::{Bucket, REPLENISH_CHANNEL};
 mod room;
 mod transfer;
 pub use room::{Arrivals, RoomEntry, RoomPlace};
-pub use transfer::{reserve_in_home, FallOver, TakeOutcome};
+pub use transfer::{home_or_fall_over, FallOver, TakeOutcome};
 
 /// Why the scripts could not be loaded or called.
 #[derive(Debug, thiserror::Error)]

@@ -6,7 +6,7 @@
 use anyhow::Context;
 use fred::prelude::Client as RedisClient;
 use protocol::keys::Bucket;
-use protocol::scripts::{reserve_in_home, ReserveCall, ReserveOutcome, Scripts};
+use protocol::scripts::{home_or_fall_over, ReserveCall, ReserveOutcome, Scripts};
 
 use super::Outgoing;
 use crate::app::Connections;
@@ -94,7 +94,7 @@ pub fn why_stopped(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Opti
 }
 
 /// Reserves one unit for `user` in their home bucket, as the gateway does
-/// ([`reserve_in_home`]): when that bucket is short, stock moves to it from each other bucket in
+/// ([`home_or_fall_over`]): when that bucket is short, stock moves to it from each other bucket in
 /// turn (at least half of what the other holds) and the reservation is asked again; sold out
 /// once every bucket was tried.
 pub async fn reserve_home(
@@ -113,7 +113,7 @@ pub async fn reserve_home(
         scripts.transfer(redis, &other, home, &id, want, true).await.map(Some)
     };
     let every_other = buckets.saturating_sub(1);
-    Ok(reserve_in_home(home, every_other, 1, request_id, reserve, transfer).await?.outcome)
+    Ok(home_or_fall_over(home, every_other, 1, request_id, reserve, transfer).await?.outcome)
 }
 
 /// What `--generate` reserved, and why it stopped early, if it did.

@@ -1,6 +1,6 @@
 //! The wrappers of `lua/transfer.lua`: stock moved between two hot-stock buckets of a campaign,
 //! "give" on one bucket, then "take" on the other ([`crate::keys::Bucket`]), and the reservation
-//! that moves stock to a buyer's short home bucket ([`reserve_in_home`]).
+//! that moves stock to a buyer's short home bucket ([`home_or_fall_over`]).
 
 use std::future::Future;
 
@@ -102,7 +102,7 @@ impl Scripts {
     }
 }
 
-/// What [`reserve_in_home`] decided.
+/// What [`home_or_fall_over`] decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FallOver {
     /// The last `reserve.lua` answer.
@@ -117,7 +117,7 @@ pub struct FallOver {
 /// asked for the missing units by `transfer(other, transfer_id, want)` (id `<request id>:<k>`;
 /// `Some(units moved)`, or `None` to stop asking), and the reservation is asked again; the last
 /// call is made without fall-over, so its answer is the last word. Without buckets, one call.
-pub async fn reserve_in_home<E, R, RF, T, TF>(
+pub async fn home_or_fall_over<E, R, RF, T, TF>(
     home: &Bucket,
     tries: u32,
     qty: i64,
