@@ -67,19 +67,25 @@ async fn evalsha_stats(redis: &Client) -> anyhow::Result<(u64, u64)> {
     Ok((field("calls="), field("usec=")))
 }
 
-/// One batch size's run; returns its line.
-async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyhow::Result<String> {
-    let admin = &clients[0];
-    let campaign = stack::unique("ceiling-");
+/// Publishes a new campaign named after `prefix` with `orders` units, one per buyer; returns its id.
+async fn publish(scripts: &Scripts, redis: &Client, prefix: &str, orders: u64) -> anyhow::Result<String> {
+    let campaign = stack::unique(prefix);
     let spec = PublishSpec {
         stock_version: 1,
-        total: a.orders as i64,
+        total: orders as i64,
         limit: 1,
         sku: "SKU".into(),
         price_cents: 100,
         price_version: 1,
     };
-    scripts.publish_buckets(admin, &campaign, 1, &spec).await?;
+    scripts.publish_buckets(redis, &campaign, 1, &spec).await?;
+    Ok(campaign)
+}
+
+/// One batch size's run; returns its line.
+async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyhow::Result<String> {
+    let admin = &clients[0];
+    let campaign = publish(scripts, admin, "ceiling-", a.orders).await?;
     let bucket = Arc::new(Bucket::single(&campaign));
     let next = Arc::new(AtomicU64::new(0));
     let calls = Arc::new(AtomicU64::new(0));
@@ -150,16 +156,7 @@ async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyho
 
 /// Releases of `a.orders` reserved orders, `k` per call, one call at a time; returns its line.
 async fn release_run(a: &Args, scripts: &Scripts, redis: &Client, k: usize) -> anyhow::Result<String> {
-    let campaign = stack::unique("release-");
-    let spec = PublishSpec {
-        stock_version: 1,
-        total: a.orders as i64,
-        limit: 1,
-        sku: "SKU".into(),
-        price_cents: 100,
-        price_version: 1,
-    };
-    scripts.publish_buckets(redis, &campaign, 1, &spec).await?;
+    let campaign = publish(scripts, redis, "release-", a.orders).await?;
     let bucket = Bucket::single(&campaign);
     let calls: Vec<ReserveCall> =
         (0..a.orders).map(|i| ReserveCall::new(format!("r{i}"), format!("u{i}"), 1)).collect();
