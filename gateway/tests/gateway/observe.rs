@@ -68,8 +68,21 @@ async fn metrics_count_the_answers_and_access_lines_tell_each_request() {
     let unknown = order(&http, &gw, "no-such-campaign", "o-5").await;
     assert_eq!(unknown.1["code"], "CAMPAIGN_UNKNOWN");
 
-    // /metrics, /healthz, /readyz.
-    let m = scrape(&http, &admin_url("/metrics")).await;
+    // /metrics, /healthz, /readyz. A request is counted in its logging phase, after its answer
+    // is written: scrape until the last one (the unknown campaign's) is in, 5 s at most.
+    let mut m = scrape(&http, &admin_url("/metrics")).await;
+    for _ in 0..50 {
+        let last = sample(
+            &m,
+            "seckill_gateway_order_answers_total",
+            &[("campaign", "(unknown)"), ("code", "CAMPAIGN_UNKNOWN")],
+        );
+        if last >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        m = scrape(&http, &admin_url("/metrics")).await;
+    }
     let answers = |c: &str, code: &str| {
         sample(&m, "seckill_gateway_order_answers_total", &[("campaign", c), ("code", code)])
     };

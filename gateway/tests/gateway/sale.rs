@@ -201,7 +201,11 @@ impl Sale {
 }
 
 /// 2,000 order requests from 500 users at once; returns the request ids answered QUEUED, after
-/// checking that every other answer is SOLD_OUT or LIMIT_REACHED and no user got two.
+/// checking that every other answer is SOLD_OUT or LIMIT_REACHED and no user got two. Under the
+/// load of a shared machine an order may also be answered SERVICE_DEGRADED (its answer did
+/// not come within the conf's 1 s: undone, nothing reserved) or TRY_LATER (past the bucket's
+/// adaptive limit, unsent): both reserve nothing, which the callers' checks of the stock, the
+/// outbox and the topic prove.
 async fn burst(gw: &Gateway, campaign: &str) -> HashSet<String> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(2000).build().unwrap();
     let requests = (0..2000).map(|i| {
@@ -223,6 +227,8 @@ async fn burst(gw: &Gateway, campaign: &str) -> HashSet<String> {
             }
             Some("SOLD_OUT") => assert_eq!(status, 410),
             Some("LIMIT_REACHED") => assert_eq!(status, 409),
+            Some("SERVICE_DEGRADED") => assert_eq!(status, 503),
+            Some("TRY_LATER") => assert_eq!(status, 429),
             other => panic!("unexpected answer {status} {other:?}: {body}"),
         }
     }
