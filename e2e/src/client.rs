@@ -5,14 +5,19 @@
 //!    login_key` names), as the shop's auth service would issue it;
 //! 2. [`get_ticket`]: `POST /seckill/{c}/captcha` → solve the proof of work →
 //!    `POST /seckill/{c}/token` → the campaign token, its hidden path and its signing key;
+//!    through the campaign's waiting room when it is on: each `WAITING` answer's ticket is
+//!    presented again (`X-Queue-Ticket`) after its `retry_after` ([`next_presentation`],
+//!    bounded by [`Patience`]), with a solved challenge once the ETA is near;
 //! 3. [`Ticket::order`]: a signed order request (`X-Timestamp`, `X-Nonce`, `X-Signature`);
 //! 4. [`poll`]: its result, `GET /seckill/{c}/result/{request_id}` with the result token the
 //!    QUEUED answer gave (`X-Result-Token`), which only its buyer holds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use plugins::token::RESULT_TOKEN_HEADER;
+use plugins::waiting_room::TICKET_HEADER;
 use protocol::signing::{order_canonical, DEVICE_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use ring::hmac;
 use serde_json::{json, Value};
@@ -65,6 +70,90 @@ pub struct Ticket {
     pub path: String,
     /// The signing key.
     pub signing_key: Vec<u8>,
+    /// What the waiting room cost to get it (nothing when the room is off).
+    pub room: RoomWait,
+}
+
+/// What a waiting room cost one token: its `WAITING` answers and the time slept between them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RoomWait {
+    /// `WAITING` answers received.
+    pub waiting: u32,
+    /// Time spent waiting for the next presentation.
+    pub waited: Duration,
+}
+
+/// How long a buyer stays in a waiting room before giving up (the last `WAITING` answer is then
+/// the refusal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Patience {
+    /// Presentations of the ticket at most, after the first request.
+    pub presentations: u32,
+    /// Time spent waiting at most.
+    pub total: Duration,
+}
+
+impl Default for Patience {
+    /// 200 presentations and ten minutes: a wait the seed calls acceptable, bounded.
+    fn default() -> Self {
+        Self { presentations: 200, total: Duration::from_secs(600) }
+    }
+}
+
+/// The shortest pause before presenting a ticket again, doubled each time the buyer came back
+/// at its ETA and still waited (clocks of N gateways may differ), up to [`MAX_FLOOR`].
+const FLOOR: Duration = Duration::from_millis(50);
+const MAX_FLOOR: Duration = Duration::from_secs(5);
+/// Past the ETA by this much when coming back at it.
+const PAST_ETA: Duration = Duration::from_millis(20);
+
+/// What to do after a `WAITING` answer (pure: [`next_presentation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Sleep `pause`, then present the ticket again; with a solved challenge when `solve` (the
+    /// turn is expected by then).
+    Present {
+        /// How long to wait.
+        pause: Duration,
+        /// Whether the turn is due by then: bring the captcha's answer.
+        solve: bool,
+    },
+    /// Out of patience.
+    GiveUp,
+}
+
+/// After the `WAITING` answer `body`, the `so_far`-th of this buyer, `waited` into the wait, of
+/// which `late` came at or past their ETA: come back at the ETA (plus a little), never later
+/// than `retry_after` and never sooner than a floor that doubles with `late`; give up when
+/// the next presentation would pass `patience`.
+pub fn next_presentation(
+    body: &Value,
+    so_far: u32,
+    late: u32,
+    waited: Duration,
+    patience: &Patience,
+) -> Next {
+    let retry = Duration::from_secs(body["retry_after"].as_u64().unwrap_or(1).clamp(1, 30));
+    let eta = Duration::from_millis(body["eta_ms"].as_u64().unwrap_or(retry.as_millis() as u64));
+    let floor = FLOOR.saturating_mul(1 << late.min(16)).min(MAX_FLOOR);
+    let pause = (eta + PAST_ETA).max(floor).min(retry);
+    if so_far > patience.presentations || waited + pause > patience.total {
+        return Next::GiveUp;
+    }
+    let pre_queue = body["pre_queue"] == true;
+    Next::Present { pause, solve: !pre_queue && pause >= eta }
+}
+
+/// A solved challenge, good until `until`.
+struct Solved {
+    body: Value,
+    until: Instant,
+}
+
+impl Solved {
+    fn fresh(&self) -> bool {
+        Instant::now() + Duration::from_secs(1) < self.until
+    }
 }
 
 /// An answer: status and JSON body (`Null` when the body is not JSON).
@@ -122,7 +211,7 @@ pub async fn get_ticket(
     get_ticket_with(http, base, campaign, login_jwt, device, &[]).await
 }
 
-/// [`get_ticket`] with `headers` added to both requests (an `X-Forwarded-For`, say).
+/// [`get_ticket`] with `headers` added to every request (an `X-Forwarded-For`, say).
 pub async fn get_ticket_with(
     http: &reqwest::Client,
     base: &str,
@@ -131,42 +220,135 @@ pub async fn get_ticket_with(
     device: &str,
     headers: &[(&str, &str)],
 ) -> Result<Ticket, Reply> {
-    let with = |mut r: reqwest::RequestBuilder| {
-        for (k, v) in headers {
+    Buyer { http, base, campaign, login_jwt, device, headers }.ticket(&Patience::default()).await
+}
+
+/// [`get_ticket`] staying in a waiting room at most as `patience` allows.
+pub async fn get_ticket_within(
+    http: &reqwest::Client,
+    base: &str,
+    campaign: &str,
+    login_jwt: &str,
+    device: &str,
+    patience: &Patience,
+) -> Result<Ticket, Reply> {
+    Buyer { http, base, campaign, login_jwt, device, headers: &[] }.ticket(patience).await
+}
+
+/// One buyer asking for a token.
+struct Buyer<'a> {
+    http: &'a reqwest::Client,
+    base: &'a str,
+    campaign: &'a str,
+    login_jwt: &'a str,
+    device: &'a str,
+    headers: &'a [(&'a str, &'a str)],
+}
+
+fn transport(e: reqwest::Error) -> Reply {
+    (0, json!({"code": "ERROR", "message": e.to_string()}))
+}
+
+impl Buyer<'_> {
+    fn with(&self, mut r: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        for (k, v) in self.headers {
             r = r.header(*k, *v);
         }
-        r
-    };
-    let transport = |e: reqwest::Error| (0, json!({"code": "ERROR", "message": e.to_string()}));
-    let url = format!("{base}/seckill/{campaign}/captcha");
-    let (status, challenge) =
-        reply(with(http.post(url)).header(DEVICE_HEADER, device).send().await.map_err(transport)?).await;
-    if status != 200 {
-        return Err((status, challenge));
+        r.header(DEVICE_HEADER, self.device)
     }
-    let c = challenge["challenge"].as_str().unwrap_or_default().to_string();
-    let bits = challenge["bits"].as_u64().unwrap_or(0) as u32;
-    let answer = protocol::pow::solve(&c, bits, 1 << 32).unwrap_or_default();
-    let (status, body) = reply(
-        with(http.post(format!("{base}/seckill/{campaign}/token")))
-            .bearer_auth(login_jwt)
-            .header(DEVICE_HEADER, device)
-            .json(&json!({"challenge": c, "answer": answer}))
-            .send()
-            .await
-            .map_err(transport)?,
-    )
-    .await;
-    if status != 200 {
-        return Err((status, body));
+
+    /// A challenge, solved.
+    async fn solve(&self) -> Result<Solved, Reply> {
+        let url = format!("{}/seckill/{}/captcha", self.base, self.campaign);
+        let asked = Instant::now();
+        let (status, challenge) =
+            reply(self.with(self.http.post(url)).send().await.map_err(transport)?).await;
+        if status != 200 {
+            return Err((status, challenge));
+        }
+        let c = challenge["challenge"].as_str().unwrap_or_default().to_string();
+        let bits = challenge["bits"].as_u64().unwrap_or(0) as u32;
+        let answer = protocol::pow::solve(&c, bits, 1 << 32).unwrap_or_default();
+        let until = asked + Duration::from_secs(challenge["expires_in"].as_u64().unwrap_or(0));
+        Ok(Solved { body: json!({"challenge": c, "answer": answer}), until })
     }
-    Ok(Ticket {
-        campaign: campaign.to_string(),
-        device: device.to_string(),
-        token: body["token"].as_str().unwrap_or_default().to_string(),
-        path: body["path"].as_str().unwrap_or_default().to_string(),
-        signing_key: hex::decode(body["signing_key"].as_str().unwrap_or_default()).unwrap_or_default(),
-    })
+
+    async fn token(&self, body: &Value, ticket: Option<&str>) -> Result<Reply, Reply> {
+        let url = format!("{}/seckill/{}/token", self.base, self.campaign);
+        let mut r = self.with(self.http.post(url)).bearer_auth(self.login_jwt).json(body);
+        if let Some(t) = ticket {
+            r = r.header(TICKET_HEADER, t);
+        }
+        Ok(reply(r.send().await.map_err(transport)?).await)
+    }
+
+    /// The captcha, then the token; through the waiting room when the token request answers
+    /// `WAITING`. A challenge refused before the start (`NOT_STARTED`) may still let the buyer
+    /// into a room's pre-queue: the token request is tried without an answer.
+    async fn ticket(&self, patience: &Patience) -> Result<Ticket, Reply> {
+        let mut solved = match self.solve().await {
+            Ok(s) => Some(s),
+            Err(refused) if refused.1["code"] == "NOT_STARTED" => {
+                let answer = self.token(&json!({}), None).await?;
+                if answer.1["code"] != "WAITING" {
+                    return Err(refused);
+                }
+                None
+            }
+            Err(refused) => return Err(refused),
+        };
+        let mut answer = match &solved {
+            Some(s) => self.token(&s.body, None).await?,
+            None => self.token(&json!({}), None).await?,
+        };
+        let (mut room, mut late) = (RoomWait::default(), 0);
+        while answer.0 == 200 && answer.1["code"] == "WAITING" {
+            room.waiting += 1;
+            let (pause, solve) = match next_presentation(&answer.1, room.waiting, late, room.waited, patience)
+            {
+                Next::Present { pause, solve } => (pause, solve),
+                Next::GiveUp => return Err(answer),
+            };
+            let eta = answer.1["eta_ms"].as_u64().map(Duration::from_millis);
+            let ticket = answer.1["ticket"].as_str().map(str::to_string);
+            tokio::time::sleep(pause).await;
+            room.waited += pause;
+            if eta.is_some_and(|eta| pause >= eta) {
+                late += 1;
+            }
+            if solve && !solved.as_ref().is_some_and(Solved::fresh) {
+                solved = Some(self.solve().await?);
+            }
+            answer = match (&solved, solve) {
+                (Some(s), true) => self.token(&s.body, ticket.as_deref()).await?,
+                _ => {
+                    let a = self.token(&json!({}), ticket.as_deref()).await?;
+                    if a.1["code"] == "CAPTCHA_FAILED" && ticket.is_some() {
+                        // Let in sooner than its ETA said (another gateway's clock): the
+                        // room passed it on to the captcha; now with the answer.
+                        let s = self.solve().await?;
+                        let a = self.token(&s.body, ticket.as_deref()).await?;
+                        solved = Some(s);
+                        a
+                    } else {
+                        a
+                    }
+                }
+            };
+        }
+        let (status, body) = answer;
+        if status != 200 {
+            return Err((status, body));
+        }
+        Ok(Ticket {
+            campaign: self.campaign.to_string(),
+            device: self.device.to_string(),
+            token: body["token"].as_str().unwrap_or_default().to_string(),
+            path: body["path"].as_str().unwrap_or_default().to_string(),
+            signing_key: hex::decode(body["signing_key"].as_str().unwrap_or_default()).unwrap_or_default(),
+            room,
+        })
+    }
 }
 
 /// A fresh nonce: this process's id, a counter and the time, 8 to 64 of `A-Z a-z 0-9 _ -`.
@@ -242,5 +424,47 @@ impl Ticket {
     pub async fn order(&self, http: &reqwest::Client, base: &str, qty: i64) -> Reply {
         let signed = self.sign(qty, chrono::Utc::now().timestamp(), &nonce());
         self.send(http, base, &signed).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(eta_ms: u64, retry_after: u64) -> Value {
+        json!({"code": "WAITING", "eta_ms": eta_ms, "retry_after": retry_after, "pre_queue": false})
+    }
+
+    #[test]
+    fn a_buyer_comes_back_at_the_eta_within_retry_after_and_solves_only_then() {
+        let p = Patience::default();
+        // Far: back after retry_after, without the work.
+        let far = next_presentation(&waiting(45_000, 30), 1, 0, Duration::ZERO, &p);
+        assert_eq!(far, Next::Present { pause: Duration::from_secs(30), solve: false });
+        // Near: back just past the ETA, with the answer.
+        let near = next_presentation(&waiting(700, 1), 2, 0, Duration::ZERO, &p);
+        assert_eq!(near, Next::Present { pause: Duration::from_millis(720), solve: true });
+        // Came back at the ETA and still waiting: a floor that doubles, capped.
+        let again = next_presentation(&waiting(0, 1), 3, 3, Duration::ZERO, &p);
+        assert_eq!(again, Next::Present { pause: Duration::from_millis(400), solve: true });
+        let capped = next_presentation(&waiting(0, 1), 3, 40, Duration::ZERO, &p);
+        assert_eq!(capped, Next::Present { pause: Duration::from_secs(1), solve: true });
+        // The pre-queue: no work before the draw.
+        let pre = json!({"code": "WAITING", "eta_ms": 500, "retry_after": 1, "pre_queue": true});
+        assert_eq!(
+            next_presentation(&pre, 1, 0, Duration::ZERO, &p),
+            Next::Present { pause: Duration::from_millis(520), solve: false }
+        );
+    }
+
+    #[test]
+    fn patience_bounds_the_count_and_the_time() {
+        let p = Patience { presentations: 3, total: Duration::from_secs(10) };
+        assert_eq!(next_presentation(&waiting(5_000, 5), 4, 0, Duration::ZERO, &p), Next::GiveUp);
+        assert_eq!(next_presentation(&waiting(5_000, 5), 2, 0, Duration::from_secs(6), &p), Next::GiveUp);
+        assert!(matches!(
+            next_presentation(&waiting(5_000, 5), 2, 0, Duration::from_secs(4), &p),
+            Next::Present { .. }
+        ));
     }
 }

@@ -28,6 +28,10 @@ pub struct Outcome {
     pub tokens: Duration,
     /// Accounts refused a token, by code.
     pub token_refusals: BTreeMap<String, u64>,
+    /// `WAITING` answers of the campaign's waiting room on the way to the crowd's tokens.
+    pub room_waiting: u64,
+    /// Time the crowd's accounts spent waiting in the room, summed over accounts.
+    pub room_waited: Duration,
     /// Whether the early birds went before the window opened (false: it was open already).
     pub early_before_open: bool,
     /// Wall time of the burst.
@@ -225,6 +229,8 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
     for (u, t, _) in tickets(&client, crowd, accounts(crowd), Some(&bar)).await {
         match t {
             Ok(t) => {
+                out.room_waiting += u64::from(t.room.waiting);
+                out.room_waited += t.room.waited;
                 tickets_of.insert(u, t);
             }
             Err(code) => *out.token_refusals.entry(code).or_default() += 1,

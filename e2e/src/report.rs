@@ -109,6 +109,10 @@ pub struct Report {
     pub token_secs: f64,
     /// Accounts refused a token, by code.
     pub token_refusals: BTreeMap<String, u64>,
+    /// `WAITING` answers of the waiting room on the way to the tokens.
+    pub room_waiting: u64,
+    /// Seconds the accounts spent waiting in the room, summed.
+    pub room_waited_secs: f64,
     /// Answers by kind of attempt, then code.
     pub answers: BTreeMap<String, BTreeMap<String, u64>>,
     /// Answers by code, every kind.
@@ -268,6 +272,8 @@ impl Report {
             attempts,
             token_secs: out.tokens.as_secs_f64(),
             token_refusals: out.token_refusals.clone(),
+            room_waiting: out.room_waiting,
+            room_waited_secs: out.room_waited.as_secs_f64(),
             answers: out.answers.iter().map(|(k, m)| (k.name().to_string(), m.clone())).collect(),
             codes,
             early_before_open: out.early_before_open,
@@ -324,6 +330,11 @@ impl Report {
             s,
             "tokens: {} accounts through captcha (proof of work) and token in {:.2} s; refused: {:?}",
             self.users, self.token_secs, self.token_refusals
+        );
+        let _ = writeln!(
+            s,
+            "waiting room: {} WAITING answers, {:.2} s spent waiting (summed over accounts)",
+            self.room_waiting, self.room_waited_secs
         );
         let _ = writeln!(
             s,

@@ -340,3 +340,34 @@ async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it
     assert!(position(&late) > n as u64, "{late}");
     cleanup(&redis, &c).await;
 }
+
+#[tokio::test]
+async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
+    let c = e2e::stack::unique("wr");
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, "admit_per_sec = 4"))]).await;
+    let base = gws[0].url("");
+    // Bounded: five buyers at 4/s are all in within two seconds; the patience is far above.
+    let patience = e2e::client::Patience { presentations: 50, total: Duration::from_secs(30) };
+    let buyers = (0..5).map(|i| {
+        let (http, base, c) = (http.clone(), base.clone(), c.clone());
+        async move {
+            let login = auth().login(&format!("w{i}"), json!({}));
+            e2e::client::get_ticket_within(&http, &base, &c, &login, &format!("dev-w{i}"), &patience).await
+        }
+    });
+    let got = futures::future::join_all(buyers).await;
+    for t in &got {
+        let t = t.as_ref().unwrap_or_else(|e| panic!("refused: {e:?}"));
+        assert!(!t.token.is_empty() && !t.path.is_empty() && !t.signing_key.is_empty(), "{t:?}");
+        // Every one of them was told to wait first: a new arrival is never admitted at once.
+        assert!(t.room.waiting >= 1, "{t:?}");
+        eprintln!("room: {} WAITING answers, waited {} ms", t.room.waiting, t.room.waited.as_millis());
+    }
+    // And the token is a campaign token: an order signed with it is taken.
+    let first = got[0].as_ref().unwrap();
+    let (status, body) = first.order(&http, &base, 1).await;
+    assert_ne!(body["code"], "BAD_TOKEN", "{status} {body}");
+    assert_ne!(body["code"], "BAD_SIGNATURE", "{status} {body}");
+    cleanup(&redis, &c).await;
+}
