@@ -26,6 +26,9 @@
 #              0,1 and 2,3), the second on WRITER_PORT + 10; each gateway's result queries go
 #              to both
 #   BUCKETS    the campaign's stock buckets (1): above 1, `buckets = BUCKETS` in its file
+# The rest of the shop: a shop route (demo-login's /shop page) on each gateway, and one client
+# reading it every 10 ms for the whole run; the report gives its p50/p99 and errors before the
+# window opens, during the tokens and the burst, and after (target: p99 during <= 3x before).
 #   BATCH_MAX  the gateways' [redis] batch_max (conf/server.toml's; 1: a reserve.lua call per
 #              order, for a run before/after batching)
 set -euo pipefail
@@ -140,6 +143,9 @@ for n in $(seq 1 "$GATEWAYS"); do
   # The first batch_max is [redis]'s ([kafka] has one too).
   [[ -z "${BATCH_MAX:-}" ]] || sed -i "0,/^batch_max = /s#^batch_max = .*#batch_max = $BATCH_MAX#" "$RUN/$name.toml"
   demo_login_route "$RUN/$name.toml" "$LOGIN_PORT"
+  # -- the rest of the shop during the sale --
+  demo_shop_route "$RUN/$name.toml" "$LOGIN_PORT"
+  # -- end of the shop --
   "$BIN/gateway" --conf "$RUN/$name.toml" --lua-dir "$ROOT/lua" >"$RUN/$name.log" 2>&1 &
   PIDS+=($!)
   CROWD+=(--gateway "http://127.0.0.1:$port" --process "$name=$!")
@@ -163,6 +169,7 @@ status=0
   --writer "http://127.0.0.1:$WRITER_PORT" --close-wait-secs "$((PAY_WINDOW_SECS + 60))" \
   --process "postgres=$(stack_pid postgres)" --process "kafka=$(stack_pid kafka)" \
   --pg-url "$(sale_db_url "$ID")" --redis-url "$SECKILL_REDIS_URL" \
+  --shop "http://127.0.0.1:$GATEWAY_PORT/shop" \
   --json "$RUN/report.json" --html "$RUN/report.html" || status=$?
 
 log "reconciliation"

@@ -22,6 +22,23 @@ browser_install() {
 # Appends to gateway server file FILE the shop route /login to the demo's stand-in login
 # (demo-login, on 127.0.0.1:PORT). Only the demo's and the tests' own files have it: a real
 # shop's /login is its own auth service.
+# -- the rest of the shop during the sale --
+# THE DEMO'S shop route: demo-login's /shop page, read every 10 ms by seckill-load --shop.
+demo_shop_route() { # file port
+  cat >>"$1" <<TOML
+
+# THE DEMO'S stand-in shop page (demo-login): the rest of the shop, measured during the sale.
+[[route]]
+name = "shop"
+path_prefix = "/shop"
+upstreams = ["127.0.0.1:$2"]
+connect_timeout_ms = 200
+read_timeout_ms = 2000
+health_check_interval_ms = 1000
+TOML
+}
+# -- end of the shop --
+
 demo_login_route() { # file port
   cat >>"$1" <<TOML
 

@@ -15,5 +15,6 @@ pub mod page;
 pub mod progress;
 pub mod report;
 pub mod sampler;
+pub mod shop;
 pub mod stack;
 pub mod watch;

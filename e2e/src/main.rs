@@ -89,6 +89,10 @@ struct Args {
     /// `defense.login_key`).
     #[arg(long, env = "SECKILL_LOGIN_KEY", hide_env_values = true)]
     login_key: String,
+    /// A shop page behind the gateway (a shop route): one GET every 10 ms for the whole run,
+    /// reported before the window opens, during the tokens and the burst, and after.
+    #[arg(long)]
+    shop: Option<String>,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -155,6 +159,16 @@ async fn main() -> anyhow::Result<()> {
             None
         }
     };
+    // -- the rest of the shop during the sale: its client starts before the crowd --
+    let shop = match &args.shop {
+        Some(url) => Some(e2e::shop::Probe::start(
+            url.clone(),
+            std::time::Duration::from_millis(10),
+            std::time::Duration::from_secs(3600),
+        )?),
+        None => None,
+    };
+    // -- end of the shop --
     let run = load::run(&crowd).await;
     let samples = match sampler {
         Some(s) => s.stop().await,
@@ -180,6 +194,13 @@ async fn main() -> anyhow::Result<()> {
         .context("checking the outcome against PostgreSQL and Redis")?;
     let mut report =
         Report::new(&crowd, &outcome, checks, lost_allowed).with_samples(outcome.opened, samples);
+    // -- the rest of the shop during the sale --
+    if let Some(probe) = shop {
+        let samples = probe.stop();
+        let burst_end = outcome.burst_started.map_or_else(std::time::Instant::now, |s| s + outcome.burst);
+        report.shop = Some(e2e::shop::Shop::of(&samples, outcome.opened, burst_end));
+    }
+    // -- end of the shop --
     for p in &args.process {
         let (name, pid) = pair(p)?;
         report.peak_rss_mib.insert(name, e2e::watch::peak_rss_mib(&pid));

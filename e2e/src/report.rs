@@ -153,6 +153,10 @@ pub struct Report {
     pub checks: Checks,
     /// Invariants.
     pub verdicts: Vec<Verdict>,
+    // -- the rest of the shop during the sale (crate::shop) --
+    /// Shop GETs through the gateway during the run, when a shop URL was given.
+    pub shop: Option<crate::shop::Shop>,
+    // -- end of the shop --
 }
 
 /// Seconds from `from` to `to` (negative when `to` came first).
@@ -304,6 +308,7 @@ impl Report {
             samples: Vec::new(),
             checks,
             verdicts,
+            shop: None,
         }
     }
 
@@ -388,6 +393,11 @@ impl Report {
         for (name, lines) in &self.metrics {
             let _ = writeln!(s, "/metrics of {name}: {} seckill_ series (in the JSON report)", lines.len());
         }
+        // -- the rest of the shop during the sale (crate::shop) --
+        if let Some(shop) = &self.shop {
+            s += &shop.render();
+        }
+        // -- end of the shop --
         let _ = writeln!(s, "invariants:");
         for v in &self.verdicts {
             let _ = writeln!(s, "  [{}] {}: {}", if v.ok { "PASS" } else { "FAIL" }, v.name, v.detail);

@@ -7,7 +7,9 @@
 //! own key from `SECKILL_LOGIN_KEY`, the key the demo's gateway verifies with; claim
 //! `level` 1), sets the cookie and sends the browser back to `next`. The demo's gateway reaches
 //! it through a shop route (`[[route]] path_prefix = "/login"`) only in the demo's own server
-//! file; the gateway itself has no login code.
+//! file; the gateway itself has no login code. It also plays the rest of the shop: `GET /shop`
+//! (and below) answers a small page, the demo's shop route that a client reads every 10 ms
+//! while the sale runs, to measure what the sale costs the shop.
 //!
 //! ```sh
 //! SECKILL_LOGIN_KEY=... demo-login --listen 127.0.0.1:8085
@@ -52,12 +54,21 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let key = std::env::var(&args.key_env).with_context(|| format!("{} is not set", args.key_env))?;
     let auth = Auth::hs256(key.as_bytes())?;
-    let app = Router::new().route("/login", get(login)).with_state(auth);
+    let app = Router::new()
+        .route("/login", get(login))
+        .route("/shop", get(shop))
+        .route("/shop/{*rest}", get(shop))
+        .with_state(auth);
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("bind {}", args.listen))?;
     eprintln!("demo-login (the demo's stand-in shop login) on http://{}/login", args.listen);
     axum::serve(listener, app).await?;
     Ok(())
+}
+
+/// The rest of the shop: a small page.
+async fn shop() -> &'static str {
+    "hello, shop!\n"
 }
 
 /// A user name: 1 to 64 of `A-Z a-z 0-9 _ - .`.
