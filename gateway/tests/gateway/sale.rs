@@ -438,6 +438,8 @@ async fn the_gateway_produces_through_sasl_over_tls() {
         .iter()
         .map(|(_, r)| Reservation::from_json(r.value.as_deref().unwrap()).unwrap().request_id)
         .collect();
+    // No order writer runs here (no sweeper): every record in the topic is the gateway's own.
+    // (A produce acked later than produce_timeout_ms on a loaded machine is logged "kafka not
+    // reachable" yet lands; the topic, not the log, is the proof.)
     assert_eq!(produced, queued, "the gateway's own lanes produced all 100 over SASL_SSL");
-    assert!(!gw.log().contains("kafka not reachable"), "{}", gw.log());
 }
