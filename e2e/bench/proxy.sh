@@ -2,7 +2,9 @@
 # Shop-route proxy benchmark, in one run, same load tool (wrk), threads, connections, duration:
 # a shop route proxied to a small upstream (an nginx answering a 13-byte body), through
 #
-#   (a) the gateway over plain HTTP        (b) Nginx proxy_pass, upstream keepalive, plain HTTP
+#   (a) the gateway over plain HTTP, $THREADS workers of one thread (Nginx's worker layout)
+#   (a1) the same gateway in the old layout: one worker of $THREADS threads
+#   (b) Nginx proxy_pass, upstream keepalive, plain HTTP
 #   (f) the proxy floor: the same Pingora server with a `ProxyHttp` that has only
 #       `upstream_peer` (gateway/examples/proxy_floor.rs), plain HTTP, and (g) the same floor
 #       on one thread, and (w) the floor as $THREADS services of one thread each on the same
@@ -57,6 +59,7 @@ build_all release
 
 WORK=$(mktemp -d -t proxy-bench.XXXXXX)
 GW_PID=""
+GW1_PID=""
 FLOOR_PID=""
 FLOOR1_PID=""
 FLOORW_PID=""
@@ -65,6 +68,7 @@ SOLD="bench-proxy-sold-$RUN"
 rcli() { local hp=${REDIS_URL#redis://}; hp=${hp%%/*}; redis-cli -h "${hp%:*}" -p "${hp##*:}" "$@"; }
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
+  [[ -n "$GW1_PID" ]] && kill "$GW1_PID" 2>/dev/null && wait "$GW1_PID" 2>/dev/null || true
   [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
   [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
   [[ -n "$FLOORW_PID" ]] && kill "$FLOORW_PID" 2>/dev/null && wait "$FLOORW_PID" 2>/dev/null || true
@@ -77,7 +81,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); FL=$(free_port); FL1=$(free_port); FLW=$(free_port)
+UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); GW1=$(free_port); GW1S=$(free_port); FL=$(free_port); FL1=$(free_port); FLW=$(free_port)
 
 # The run's certificate (both proxies serve the same one).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=shop.bench" \
@@ -157,6 +161,12 @@ SERVER
 edge_keys bench
 RUST_LOG=warn target/release/gateway --conf "$WORK/gw/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
+# (a1): the old layout, one worker of $THREADS threads, its own ports and upgrade socket.
+sed -e "s/^workers = .*/workers = 1\nthreads = $THREADS/" -e "s/127.0.0.1:$GW\"/127.0.0.1:$GW1\"/" \
+  -e "s/127.0.0.1:$GWS\"/127.0.0.1:$GW1S\"/" "$WORK/gw/server.toml" >"$WORK/gw/server1.toml"
+printf '[shutdown]\nupgrade_sock = "%s"\n' "$WORK/gw/upgrade1.sock" >>"$WORK/gw/server1.toml"
+RUST_LOG=warn target/release/gateway --conf "$WORK/gw/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
+GW1_PID=$!
 target/release/examples/proxy_floor "127.0.0.1:$FL" "127.0.0.1:$UP" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
 target/release/examples/proxy_floor "127.0.0.1:$FL1" "127.0.0.1:$UP" 1 >"$WORK/floor1.log" 2>&1 &
@@ -164,10 +174,11 @@ FLOOR1_PID=$!
 FLOOR_WORKERS=$THREADS target/release/examples/proxy_floor "127.0.0.1:$FLW" "127.0.0.1:$UP" >"$WORK/floorw.log" 2>&1 &
 FLOORW_PID=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW/" && break; sleep 0.1; done
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW1/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FL/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FL1/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLW/" && break; sleep 0.1; done
-for url in "http://127.0.0.1:$GW/" "https://127.0.0.1:$GWS/" "http://127.0.0.1:$NX/" "https://127.0.0.1:$NXS/" "http://127.0.0.1:$FL/"; do
+for url in "http://127.0.0.1:$GW/" "http://127.0.0.1:$GW1/" "https://127.0.0.1:$GWS/" "http://127.0.0.1:$NX/" "https://127.0.0.1:$NXS/" "http://127.0.0.1:$FL/"; do
   body=$(curl -sk "$url")
   [[ "$body" == "hello, shop!" ]] || { echo "$url answered: $body" >&2; cat "$WORK/gateway.log" >&2; exit 1; }
 done
@@ -208,6 +219,7 @@ run_wrk() { # label url "proxy pids" [script]
 
 echo "proxy bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateway and floor threads=$THREADS, nginx workers=$THREADS"
 read -r A A50 A99 AE ACPU AUP <<<"$(run_wrk a "http://127.0.0.1:$GW/" "$GW_PID")"
+read -r A1 A150 A199 A1E A1CPU A1UP <<<"$(run_wrk a1 "http://127.0.0.1:$GW1/" "$GW1_PID")"
 read -r B B50 B99 BE BCPU BUP <<<"$(run_wrk b "http://127.0.0.1:$NX/" "$NX_PIDS")"
 read -r F F50 F99 FE FCPU FUP <<<"$(run_wrk f "http://127.0.0.1:$FL/" "$FLOOR_PID")"
 read -r G G50 G99 GE GCPU GUP <<<"$(run_wrk g "http://127.0.0.1:$FL1/" "$FLOOR1_PID")"
@@ -226,6 +238,7 @@ printf '\n%-40s %11s %8s %8s %6s %11s %11s\n' "" "requests/s" "p50 ms" "p99 ms" 
 echo "(errors: socket errors and non-2xx answers; (s)'s are its 410 SOLD_OUT answers)"
 row() { printf '%-40s %11s %8s %8s %6s %11s %11s\n' "$@"; }
 row "(a) gateway, plain HTTP" "$A" "$A50" "$A99" "$AE" "$ACPU" "$AUP"
+row "(a1) gateway, 1 worker of $THREADS threads" "$A1" "$A150" "$A199" "$A1E" "$A1CPU" "$A1UP"
 row "(b) nginx proxy_pass, plain HTTP" "$B" "$B50" "$B99" "$BE" "$BCPU" "$BUP"
 row "(f) proxy floor (bare Pingora), plain" "$F" "$F50" "$F99" "$FE" "$FCPU" "$FUP"
 row "(g) proxy floor, one thread" "$G" "$G50" "$G99" "$GE" "$GCPU" "$GUP"
@@ -240,10 +253,12 @@ verdict = lambda ok: 'ok' if ok else 'MISSED'
 print(f'\nratios: plain (a)/(b) = {a / b:.2f} (target >= 0.7: {verdict(a / b >= 0.7)})   TLS (c)/(d) = {c / d:.2f}')
 print(f'  p99 (a)/(b) = {$A99 / max($B99, 0.01):.2f} (target <= 1.5: {verdict($A99 <= 1.5 * $B99)})')
 print(f'  CPU per request (a)/(b) = {$ACPU / $BCPU:.2f} (target <= 2.5: {verdict($ACPU <= 2.5 * $BCPU)})')
+print(f'  old layout: (a1)/(b) = {$A1 / b:.2f} requests/s, p99 {$A199 / max($B99, 0.01):.2f}, CPU {$A1CPU / $BCPU:.2f}; workers over old layout: (a)/(a1) = {a / $A1:.2f}')
+print(f'  the gateway over the one-thread services: (a)/(w) = {a / $W:.2f} (target >= 0.9: {verdict(a / $W >= 0.9)})')
 print(f'  floor: (f)/(b) = {f / b:.2f} requests/s, CPU (f)/(b) = {$FCPU / $BCPU:.2f}; the gateway over the floor: (a)/(f) = {a / f:.2f}, CPU (a)/(f) = {$ACPU / $FCPU:.2f}')
 print(f'  one-thread floor: (g)/(b) = {$G / b:.2f} requests/s, CPU (g)/(b) = {$GCPU / $BCPU:.2f}')
 print(f'  one-thread services: (w)/(b) = {$W / b:.2f} requests/s, p99 {$W99 / max($B99, 0.01):.2f}, CPU (w)/(b) = {$WCPU / $BCPU:.2f}')"
-echo "upstream connections the gateway dropped on reuse (\"failed to acquire reusable stream\"): $(grep -c 'failed to acquire reusable stream' "$WORK/gateway.log" || true)"
+echo "upstream connections the gateway dropped on reuse (\"failed to acquire reusable stream\"): (a) $(grep -c 'failed to acquire reusable stream' "$WORK/gateway.log" || true), (a1) $(grep -c 'failed to acquire reusable stream' "$WORK/gateway1.log" || true)"
 
 [[ "$PROFILE" == 1 ]] || exit 0
 # System calls per proxied request: strace -c over a short wrk run of each proxy (the whole
