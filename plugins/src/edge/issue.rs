@@ -51,15 +51,15 @@ pub struct Issued {
 }
 
 impl Issued {
-    /// `body`, whose `code` and `retry_after` say what it is.
-    fn of(body: Value) -> Self {
-        let code = match body["code"].as_str() {
-            Some("WAITING") => Code::Waiting,
-            Some("CHALLENGE") => Code::Challenge,
-            _ => Code::TokenIssued,
-        };
+    /// An answer with no `Retry-After`.
+    fn new(code: Code, body: Value) -> Self {
+        Self { code, body, retry_after_secs: None }
+    }
+
+    /// A place in the waiting room: come back after its `retry_after`.
+    fn waiting(body: Value) -> Self {
         let retry_after_secs = body["retry_after"].as_u64().map(|s| s.min(u64::from(u32::MAX)) as u32);
-        Self { code, body, retry_after_secs }
+        Self { code: Code::Waiting, body, retry_after_secs }
     }
 }
 
@@ -86,21 +86,24 @@ impl Edge {
         self.limiter.check_request(&limit_key("captcha", &campaign.id), &campaign.limits, ip, device)?;
         let d = &campaign.defense;
         let bits = self.room.rates().bits(campaign, now.timestamp());
-        Ok(Issued::of(match d.captcha {
-            CaptchaKind::Pow => json!({
-                "code": Code::Challenge,
-                "message": "find an answer whose SHA-256(challenge \":\" answer) has `bits` leading zero bits",
-                "captcha": "pow",
-                "challenge": captcha::challenge(conf.keys.challenge_key(), &campaign.id, d.challenge_ttl_secs, bits, now.timestamp())?,
-                "bits": bits,
-                "expires_in": d.challenge_ttl_secs,
-            }),
-            CaptchaKind::Provider => json!({
-                "code": Code::Challenge,
-                "message": "solve the captcha provider's challenge and bring its token as captcha_token",
-                "captcha": "provider",
-            }),
-        }))
+        Ok(Issued::new(
+            Code::Challenge,
+            match d.captcha {
+                CaptchaKind::Pow => json!({
+                    "code": Code::Challenge,
+                    "message": "find an answer whose SHA-256(challenge \":\" answer) has `bits` leading zero bits",
+                    "captcha": "pow",
+                    "challenge": captcha::challenge(conf.keys.challenge_key(), &campaign.id, d.challenge_ttl_secs, bits, now.timestamp())?,
+                    "bits": bits,
+                    "expires_in": d.challenge_ttl_secs,
+                }),
+                CaptchaKind::Provider => json!({
+                    "code": Code::Challenge,
+                    "message": "solve the captcha provider's challenge and bring its token as captcha_token",
+                    "captcha": "provider",
+                }),
+            },
+        ))
     }
 
     /// Every check of a token request's line and headers, before its body is read.
@@ -144,7 +147,7 @@ impl Edge {
         let who = Asker { user: &asked.login.user, device: &asked.device, ticket: asked.ticket.as_deref() };
         let admitted = match self.room.pass(conf.keys.room_key(), c.campaign, who, at).await? {
             Pass::Open => None,
-            Pass::Waiting(answer) => return Ok(Issued::of(answer)),
+            Pass::Waiting(answer) => return Ok(Issued::waiting(answer)),
             Pass::Admitted { ticket, session_left_secs } => Some((ticket, session_left_secs)),
         };
         let now = at.timestamp();
@@ -167,6 +170,6 @@ impl Edge {
             answer["ticket"] = ticket.into();
             answer["session_left_secs"] = left.into();
         }
-        Ok(Issued::of(answer))
+        Ok(Issued::new(Code::TokenIssued, answer))
     }
 }
