@@ -54,6 +54,8 @@ struct RawSale {
     #[serde(default = "d_sold_out_ttl")]
     sold_out_ttl_ms: S<i64>,
     signing_key: S<String>,
+    #[serde(default = "d_shed_at_lag")]
+    shed_at_lag_ms: S<i64>,
 }
 
 fn d_campaigns_dir() -> S<String> {
@@ -62,6 +64,13 @@ fn d_campaigns_dir() -> S<String> {
 fn d_sold_out_ttl() -> S<i64> {
     spanned(1000)
 }
+fn d_shed_at_lag() -> S<i64> {
+    spanned(DEFAULT_SHED_AT_LAG_MS)
+}
+
+/// `[sale] shed_at_lag_ms` when the file does not say ([`crate::pressure`]): 0, never shed.
+/// Shedding trades the sale's throughput for the shop's latency; the operator decides.
+pub const DEFAULT_SHED_AT_LAG_MS: i64 = 0;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -115,6 +124,9 @@ pub struct SaleConf {
     pub campaigns_dir: PathBuf,
     /// How long a local sold-out flag lives without a replenish message.
     pub sold_out_ttl: Duration,
+    /// Past this lag of the proxy's threads, the sale's costly endpoints answer `TRY_LATER` so
+    /// the rest of the shop keeps its latency ([`crate::pressure`]); `None` (0 in the file): never.
+    pub shed_at_lag: Option<Duration>,
     /// The gateway↔order-writer HMAC key, resolved from its reference.
     pub signing_key: Vec<u8>,
     /// Redis (restart to change).
@@ -131,6 +143,7 @@ impl std::fmt::Debug for SaleConf {
             .field("file", &self.file)
             .field("campaigns_dir", &self.campaigns_dir)
             .field("sold_out_ttl", &self.sold_out_ttl)
+            .field("shed_at_lag", &self.shed_at_lag)
             .field("signing_key", &"<redacted>")
             .field("redis", &self.redis)
             .field("kafka", &self.kafka)
@@ -159,6 +172,8 @@ impl SaleConf {
         let s = &raw.sale;
         let sold_out_ttl = c.ms(&s.sold_out_ttl_ms, "sale.sold_out_ttl_ms", 10, 60_000)?;
         let signing_key = c.secret(&s.signing_key, "sale.signing_key")?;
+        let shed_at_lag =
+            Some(c.ms(&s.shed_at_lag_ms, "sale.shed_at_lag_ms", 0, 10_000)?).filter(|d| !d.is_zero());
         if s.campaigns_dir.get_ref().is_empty() {
             return Err(c.err(s.campaigns_dir.span(), "sale.campaigns_dir", "must not be empty"));
         }
@@ -193,6 +208,7 @@ impl SaleConf {
             file: file.to_path_buf(),
             campaigns_dir: base.join(s.campaigns_dir.get_ref()),
             sold_out_ttl,
+            shed_at_lag,
             signing_key,
             redis,
             kafka: kafka::check(&c, &raw.kafka, base)?,
@@ -255,6 +271,9 @@ login_audience = "seckill"
         let c = parse(GOOD).unwrap();
         assert_eq!(c.campaigns_dir, Path::new("conf/campaigns"));
         assert_eq!(c.sold_out_ttl, Duration::from_secs(1));
+        assert_eq!(c.shed_at_lag, None, "off unless the file says");
+        let shed = parse(&GOOD.replace("[redis]", "shed_at_lag_ms = 5\n[redis]")).unwrap();
+        assert_eq!(shed.shed_at_lag, Some(Duration::from_millis(5)));
         assert_eq!(c.redis.timeout, Duration::from_millis(100));
         assert_eq!(c.redis.pool_size, 4);
         assert_eq!(c.redis.batch, BatchConf::default(), "measured defaults");
@@ -305,6 +324,12 @@ login_audience = "seckill"
             5,
             "sale.sold_out_ttl_ms",
             "between 10 and 60000",
+        );
+        expect_err(
+            &GOOD.replace("[redis]", "shed_at_lag_ms = -1\n[redis]"),
+            5,
+            "sale.shed_at_lag_ms",
+            "between 0 and 10000",
         );
         expect_err(
             &GOOD.replace("[redis]", "campaigns_dir = \"\"\n[redis]"),

@@ -45,6 +45,7 @@ use crate::conf::RedisConf;
 use crate::eligibility::Eligibility;
 use crate::global_limit::{Checked, GlobalLimiter, Subject};
 use crate::input::{self, DEVICE_HEADER};
+use crate::pressure::Pressure;
 use crate::queue::ReservationQueue;
 use crate::rate_limit::RateLimiter;
 use crate::reserve::Order;
@@ -93,6 +94,8 @@ pub struct Conf<'a> {
     pub signer: &'a Signer,
     /// How long a sold-out flag lives without a replenish message.
     pub sold_out_ttl: Duration,
+    /// Past this lag the costly endpoints are shed ([`crate::pressure`]); `None`: never.
+    pub shed_at_lag: Option<Duration>,
 }
 
 /// One campaign and its process state.
@@ -145,6 +148,7 @@ pub struct Edge {
     seller: Seller,
     spent: SpentChallenges,
     room: WaitingRoom,
+    pressure: Arc<Pressure>,
 }
 
 impl Edge {
@@ -158,6 +162,7 @@ impl Edge {
             global: GlobalLimiter::new(pool.clone(), scripts.clone()),
             spent: SpentChallenges::new(pool.clone(), spend_timeout),
             room: WaitingRoom::new(pool.clone(), scripts.clone(), spend_timeout),
+            pressure: Arc::default(),
             seller: Seller::new(Reserver::new(pool, scripts, reserve_timeout).with_batch(redis.batch), queue),
         }
     }
@@ -168,8 +173,13 @@ impl Edge {
         &self.limiter
     }
 
+    /// The lag of the threads that serve the sale, which sheds the costly endpoints.
+    pub fn pressure(&self) -> &Arc<Pressure> {
+        &self.pressure
+    }
+
     /// Every check of an order's request line and headers, cheapest first: method → window →
-    /// switches → budget → sold-out flag → device and quantity → rates per IP, device and
+    /// switches → budget → sold-out flag → the proxy's lag → device and quantity → rates per IP, device and
     /// campaign → campaign token → the account's rate → hidden `path` → timestamp.
     pub fn admit(
         &self,
@@ -188,6 +198,7 @@ impl Edge {
         switches::check(&campaign.switches)?;
         let permit = c.budget.try_acquire()?;
         c.sold_out.check(now_ms())?;
+        self.pressure.check(conf.shed_at_lag)?;
 
         let device = input::device_id(head.header(DEVICE_HEADER))?;
         let qty = input::qty(head.uri.query())?;

@@ -194,6 +194,9 @@ impl FlashSale {
             (_, Some(entry)) => entry,
         };
         let denied = |d: Denial| Handled::Reply(Reply::denied(&d, request_id));
+        if route.endpoint.costly() {
+            self.edge.pressure().watch_this_thread();
+        }
         match &route.endpoint {
             Endpoint::Unknown => unreachable!("answered above"),
             Endpoint::Info => Handled::Reply(Reply::info(&entry.campaign)),

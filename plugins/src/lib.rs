@@ -5,6 +5,8 @@
 //! 2. [`switches`]: the campaign's kill switches (`closed`, `queue_only`);
 //! 3. [`budget`]: the campaign's concurrency budget in this process;
 //! 4. [`sold_out`]: the per-process sold-out flag (cleared by pub/sub and by a short TTL);
+//!    then [`pressure`]: while the proxy's threads run late, the costly endpoints (challenge,
+//!    token, order) answer `TRY_LATER` so that the rest of the shop keeps its latency;
 //! 5. [`input`]: the device id and the quantity (`?qty=`);
 //! 6. [`rate_limit`]: per IP / device (or "no device") / campaign request rates, the IP by
 //!    [`client_ip`];
@@ -54,6 +56,7 @@ pub mod input;
 pub mod page;
 #[cfg(feature = "pingora")]
 pub mod pingora;
+pub mod pressure;
 pub mod queue;
 pub mod rate_limit;
 pub mod redis;

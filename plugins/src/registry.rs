@@ -71,6 +71,7 @@ impl Registry {
             provider: d.provider.as_ref(),
             signer: &self.signer,
             sold_out_ttl: self.conf.sold_out_ttl,
+            shed_at_lag: self.conf.shed_at_lag,
         }
     }
 

@@ -38,6 +38,14 @@ pub enum Endpoint {
     Unknown,
 }
 
+impl Endpoint {
+    /// The endpoints that cost more than a shop request (a JWT, HMACs, a Redis call), shed
+    /// first when the proxy runs late ([`crate::pressure`]).
+    pub fn costly(&self) -> bool {
+        matches!(self, Endpoint::Order { .. } | Endpoint::Captcha | Endpoint::Token)
+    }
+}
+
 /// A request's sale path: the campaign and what is asked of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaleRoute {

@@ -20,6 +20,7 @@ mod routes;
 mod safe_retry;
 mod sale;
 mod scrape;
+mod shed;
 mod sold_out;
 mod tls;
 mod upgrade;

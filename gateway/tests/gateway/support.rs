@@ -177,6 +177,8 @@ pub struct GatewayConf {
     pub workers: usize,
     /// `sale.sold_out_ttl_ms`.
     pub sold_out_ttl_ms: u64,
+    /// `sale.shed_at_lag_ms` (0: the line is not written, so the conf tests' lines stay).
+    pub shed_at_lag_ms: u64,
     /// Extra `[server]` lines (one at most keeps the line numbers the conf tests expect).
     pub server_extra: String,
     /// `redis.timeout_ms`.
@@ -207,6 +209,7 @@ impl GatewayConf {
             routes: String::new(),
             workers: workers(),
             sold_out_ttl_ms: 1000,
+            shed_at_lag_ms: 0,
             server_extra: String::new(),
             redis_timeout_ms: 200,
             kafka_brokers: vec![format!("127.0.0.1:{}", free_port())],
@@ -245,7 +248,7 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     let brokers: Vec<String> = conf.kafka_brokers.iter().map(|a| format!("{a:?}")).collect();
     let server = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = {}\n{}\n\
-         [sale]\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}\n\
+         [sale]\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}{}\n\
          [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
          [kafka]\nbrokers = [{}]\n{}\n\n\
@@ -254,6 +257,10 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         conf.workers,
         conf.server_extra,
         conf.sold_out_ttl_ms,
+        match conf.shed_at_lag_ms {
+            0 => String::new(),
+            ms => format!("\nshed_at_lag_ms = {ms}"),
+        },
         conf.redis_url,
         conf.redis_timeout_ms,
         upstreams.join(", "),

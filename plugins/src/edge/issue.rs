@@ -81,6 +81,7 @@ impl Edge {
         let now = Utc::now();
         window::check(campaign, now)?;
         switches::check(&campaign.switches)?;
+        self.pressure.check(conf.shed_at_lag)?;
         let device = input::device_id(head.header(DEVICE_HEADER))?;
         let ip = head.client;
         self.limiter.check_request(&limit_key("captcha", &campaign.id), &campaign.limits, ip, device)?;
@@ -120,6 +121,7 @@ impl Edge {
         waiting_room::check_window(campaign, Utc::now())?;
         switches::check(&campaign.switches)?;
         c.sold_out.check(now_ms())?;
+        self.pressure.check(conf.shed_at_lag)?;
         let device = input::device_id(head.header(DEVICE_HEADER))?.ok_or_else(|| {
             Denial::new(Code::BadRequest, "header x-device-id is required: the token is bound to it")
         })?;
