@@ -144,6 +144,20 @@ pub fn next_presentation(
     Next::Present { pause, solve: !pre_queue && pause >= eta }
 }
 
+/// Most times a challenge or token request answered `TRY_LATER` is sent again.
+pub const TRY_LATER_TRIES: u32 = 5;
+
+/// How long to wait before sending again a request answered `TRY_LATER`, as a buyer's page does:
+/// 1 s (the gateway's `Retry-After` for it), or the body's `retry_after` (1 to 30 s) if any; `None` for any other answer or after
+/// [`TRY_LATER_TRIES`] (`tries` counts them).
+pub fn shed_pause(answer: &Reply, tries: &mut u32) -> Option<Duration> {
+    if answer.0 != 429 || answer.1["code"] != "TRY_LATER" || *tries >= TRY_LATER_TRIES {
+        return None;
+    }
+    *tries += 1;
+    Some(Duration::from_secs(answer.1["retry_after"].as_u64().unwrap_or(1).clamp(1, 30)))
+}
+
 /// A solved challenge, good until `until`.
 struct Solved {
     body: Value,
@@ -260,9 +274,16 @@ impl Buyer<'_> {
     /// A challenge, solved.
     async fn solve(&self) -> Result<Solved, Reply> {
         let url = format!("{}/seckill/{}/captcha", self.base, self.campaign);
-        let asked = Instant::now();
-        let (status, challenge) =
-            reply(self.with(self.http.post(url)).send().await.map_err(transport)?).await;
+        let mut asked = Instant::now();
+        let mut tries = 0;
+        let (status, challenge) = loop {
+            let answer = reply(self.with(self.http.post(&url)).send().await.map_err(transport)?).await;
+            match shed_pause(&answer, &mut tries) {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => break answer,
+            }
+            asked = Instant::now();
+        };
         if status != 200 {
             return Err((status, challenge));
         }
@@ -279,7 +300,18 @@ impl Buyer<'_> {
         if let Some(t) = ticket {
             r = r.header(TICKET_HEADER, t);
         }
-        Ok(reply(r.send().await.map_err(transport)?).await)
+        let mut tries = 0;
+        loop {
+            let again = r.try_clone();
+            let answer = reply(r.send().await.map_err(transport)?).await;
+            match (shed_pause(&answer, &mut tries), again) {
+                (Some(pause), Some(again)) => {
+                    tokio::time::sleep(pause).await;
+                    r = again;
+                }
+                _ => return Ok(answer),
+            }
+        }
     }
 
     /// The captcha, then the token; through the waiting room when the token request answers
@@ -430,6 +462,18 @@ impl Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shed_request_is_sent_again_a_bounded_number_of_times() {
+        let shed: Reply = (429, json!({"code": "TRY_LATER", "message": "busy"}));
+        let mut tries = 0;
+        for _ in 0..TRY_LATER_TRIES {
+            assert_eq!(shed_pause(&shed, &mut tries), Some(Duration::from_secs(1)));
+        }
+        assert_eq!(shed_pause(&shed, &mut tries), None, "then the refusal is the answer");
+        let other: Reply = (429, json!({"code": "RATE_LIMITED"}));
+        assert_eq!(shed_pause(&other, &mut 0), None, "only TRY_LATER is retried");
+    }
 
     fn waiting(eta_ms: u64, retry_after: u64) -> Value {
         json!({"code": "WAITING", "eta_ms": eta_ms, "retry_after": retry_after, "pre_queue": false})

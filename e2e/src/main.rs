@@ -93,6 +93,9 @@ struct Args {
     /// reported before the window opens, during the tokens and the burst, and after.
     #[arg(long)]
     shop: Option<String>,
+    /// The same shop page straight, without the gateway: the floor beside `--shop`.
+    #[arg(long, requires = "shop")]
+    shop_direct: Option<String>,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -160,14 +163,15 @@ async fn main() -> anyhow::Result<()> {
         }
     };
     // -- the rest of the shop during the sale: its client starts before the crowd --
-    let shop = match &args.shop {
-        Some(url) => Some(e2e::shop::Probe::start(
+    let probe = |url: &String| {
+        e2e::shop::Probe::start(
             url.clone(),
             std::time::Duration::from_millis(10),
             std::time::Duration::from_secs(3600),
-        )?),
-        None => None,
+        )
     };
+    let shop = args.shop.as_ref().map(probe).transpose()?;
+    let shop_direct = args.shop_direct.as_ref().map(probe).transpose()?;
     // -- end of the shop --
     let run = load::run(&crowd).await;
     let samples = match sampler {
@@ -198,7 +202,11 @@ async fn main() -> anyhow::Result<()> {
     if let Some(probe) = shop {
         let samples = probe.stop();
         let burst_end = outcome.burst_started.map_or_else(std::time::Instant::now, |s| s + outcome.burst);
-        report.shop = Some(e2e::shop::Shop::of(&samples, outcome.opened, burst_end));
+        let mut through = e2e::shop::Shop::of(&samples, outcome.opened, burst_end);
+        if let Some(direct) = shop_direct {
+            through = through.with_direct(e2e::shop::Shop::of(&direct.stop(), outcome.opened, burst_end));
+        }
+        report.shop = Some(through);
     }
     // -- end of the shop --
     for p in &args.process {

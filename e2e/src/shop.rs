@@ -3,6 +3,11 @@
 //! delay its clock), and that traffic's latency and errors before the window opens, during the
 //! tokens and the burst, and after. The seeds' first constraint ("不能影响商城的其他功能"): a shop
 //! request's p99 during the burst should stay within 3x its p99 before, with no errors.
+//!
+//! Beside it, when given, a second client sends the same GET straight to the shop (no gateway)
+//! at the same pace: the floor of the same run. Both wait for the machine's cores during the
+//! burst (the crowd, the stack and the gateway share them here); what the gateway adds is the
+//! difference.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -84,6 +89,9 @@ pub struct Shop {
     pub before: Phase,
     pub during: Phase,
     pub after: Phase,
+    /// The same GETs straight to the shop, without the gateway, when measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub direct: Option<Box<Shop>>,
 }
 
 impl Shop {
@@ -110,7 +118,14 @@ impl Shop {
             before: phase(&|at| !opened_at(at)),
             during: phase(&|at| opened_at(at) && at <= burst_end),
             after: phase(&|at| at > burst_end),
+            direct: None,
         }
+    }
+
+    /// With `direct`, the same phases of the GETs sent straight to the shop.
+    pub fn with_direct(mut self, direct: Shop) -> Shop {
+        self.direct = Some(Box::new(direct));
+        self
     }
 
     /// Whether the shop stayed alive: no errors, and the p99 during the burst within 3x the p99
@@ -134,6 +149,23 @@ impl Shop {
             s += &format!(
                 "  {name:<50} {:>8} {:>7} {:>7.2} {:>7.2} {:>7.2}\n",
                 p.requests, p.errors, p.p50_ms, p.p99_ms, p.max_ms
+            );
+        }
+        if let Some(d) = &self.direct {
+            s += "  the same GETs straight to the shop, no gateway (the floor of this run):\n";
+            for (name, p) in [
+                ("before the window opens", &d.before),
+                ("tokens and burst", &d.during),
+                ("after the burst", &d.after),
+            ] {
+                s += &format!(
+                    "  {name:<50} {:>8} {:>7} {:>7.2} {:>7.2} {:>7.2}\n",
+                    p.requests, p.errors, p.p50_ms, p.p99_ms, p.max_ms
+                );
+            }
+            s += &format!(
+                "  p99 during the burst: {:.2} ms through the gateway, {:.2} ms straight to the shop\n",
+                self.during.p99_ms, d.during.p99_ms
             );
         }
         let ratio = if self.before.p99_ms > 0.0 { self.during.p99_ms / self.before.p99_ms } else { 0.0 };
@@ -167,6 +199,10 @@ mod tests {
         assert_eq!((shop.before.errors, shop.during.errors, shop.after.errors), (0, 1, 0));
         assert!((shop.during.p99_ms - 20.0).abs() < 0.1, "{shop:?}");
         assert!(!shop.alive(), "an error and a 10x p99");
+        let direct = Shop::of(&samples, Some(t0 + Duration::from_millis(10)), t0 + Duration::from_millis(19));
+        let both = shop.clone().with_direct(direct);
+        assert!(both.render().contains("straight to the shop"), "{}", both.render());
+        assert_eq!(both.direct.as_ref().map(|d| d.during.requests), Some(10));
         let fine: Vec<Sample> =
             samples.iter().map(|s| Sample { ok: true, took: Duration::from_millis(5), ..*s }).collect();
         assert!(Shop::of(&fine, Some(t0 + Duration::from_millis(10)), t0 + Duration::from_millis(19)).alive());
