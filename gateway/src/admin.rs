@@ -78,6 +78,7 @@ pub struct Live {
     batches: IntCounter,
     dropped: IntCounterVec,
     redis_connected: IntGauge,
+    lag_peak_us: IntGauge,
     log_lines: IntCounter,
     log_dropped: IntCounter,
 }
@@ -112,6 +113,10 @@ impl Live {
             )
             .expect("valid metric"),
             redis_connected: gauge("seckill_gateway_redis_connected", "Connected clients of the Redis pool"),
+            lag_peak_us: gauge(
+                "seckill_gateway_lag_peak_us",
+                "The largest smoothed lag of the threads serving the sale since the last scrape, microseconds (probed only with [sale] shed_at_lag_ms)",
+            ),
             log_lines: counter("seckill_gateway_access_log_lines_total", "Access lines written"),
             log_dropped: counter(
                 "seckill_gateway_access_log_dropped_total",
@@ -144,6 +149,7 @@ impl Collector for Live {
         d.extend(self.batches.desc());
         d.extend(self.dropped.desc());
         d.extend(self.redis_connected.desc());
+        d.extend(self.lag_peak_us.desc());
         if self.log.is_some() {
             d.extend(self.log_lines.desc());
             d.extend(self.log_dropped.desc());
@@ -167,6 +173,7 @@ impl Collector for Live {
         catch_up(&self.dropped.with_label_values(&["kafka"]), stats.dropped_kafka.load(Ordering::Relaxed));
         let connected = self.sale.redis().clients().iter().filter(|c| c.is_connected()).count();
         self.redis_connected.set(connected as i64);
+        self.lag_peak_us.set(i64::try_from(self.sale.take_peak_lag().as_micros()).unwrap_or(i64::MAX));
         let mut out = Vec::new();
         out.extend(self.sold_out.collect());
         out.extend(self.depth.collect());
@@ -175,6 +182,7 @@ impl Collector for Live {
         out.extend(self.batches.collect());
         out.extend(self.dropped.collect());
         out.extend(self.redis_connected.collect());
+        out.extend(self.lag_peak_us.collect());
         if let Some(log) = &self.log {
             catch_up(&self.log_lines, log.written.load(Ordering::Relaxed));
             catch_up(&self.log_dropped, log.dropped.load(Ordering::Relaxed));

@@ -177,6 +177,13 @@ impl FlashSale {
         &self.redis
     }
 
+    /// The largest smoothed lag of the threads serving the sale since the last call
+    /// ([`crate::pressure`]; zero while `[sale] shed_at_lag_ms` is off, since nothing probes
+    /// then): for a scrape.
+    pub fn take_peak_lag(&self) -> std::time::Duration {
+        self.edge.pressure().take_peak()
+    }
+
     /// The per-process rate estimators (a proxy's own limits may use them too).
     pub fn limiter(&self) -> &crate::rate_limit::RateLimiter {
         self.edge.limiter()
@@ -194,7 +201,8 @@ impl FlashSale {
             (_, Some(entry)) => entry,
         };
         let denied = |d: Denial| Handled::Reply(Reply::denied(&d, request_id));
-        if route.endpoint.costly() {
+        // The lag is probed only where it can shed: a proxy without the knob runs no probe.
+        if route.endpoint.costly() && registry.conf.shed_at_lag.is_some() {
             self.edge.pressure().watch_this_thread();
         }
         match &route.endpoint {

@@ -35,11 +35,17 @@ const SLOTS: usize = 64;
 pub struct Pressure {
     lags_us: [AtomicU32; SLOTS],
     watched: AtomicUsize,
+    /// The largest smoothed lag of any thread since [`Pressure::take_peak`] last read it.
+    peak_us: AtomicU32,
 }
 
 impl Default for Pressure {
     fn default() -> Self {
-        Self { lags_us: std::array::from_fn(|_| AtomicU32::new(0)), watched: AtomicUsize::new(0) }
+        Self {
+            lags_us: std::array::from_fn(|_| AtomicU32::new(0)),
+            watched: AtomicUsize::new(0),
+            peak_us: AtomicU32::new(0),
+        }
     }
 }
 
@@ -67,6 +73,12 @@ impl Pressure {
         let n = self.watched.load(Ordering::Relaxed).min(SLOTS);
         let max = self.lags_us[..n].iter().map(|l| l.load(Ordering::Relaxed)).max().unwrap_or(0);
         Duration::from_micros(u64::from(max))
+    }
+
+    /// The largest smoothed lag since the last call (a scrape's view: a lag between two scrapes
+    /// is not missed), and starts over.
+    pub fn take_peak(&self) -> Duration {
+        Duration::from_micros(u64::from(self.peak_us.swap(0, Ordering::Relaxed)))
     }
 
     /// `TRY_LATER` while the lag is past `shed_at` (`None`: never).
@@ -104,7 +116,9 @@ async fn probe(pressure: Weak<Pressure>, slot: usize) {
         let late = asked.elapsed().saturating_sub(TICK + Duration::from_millis(1));
         lag = smooth(lag, late);
         let Some(p) = pressure.upgrade() else { return };
-        p.lags_us[slot].store(u32::try_from(lag.as_micros()).unwrap_or(u32::MAX), Ordering::Relaxed);
+        let us = u32::try_from(lag.as_micros()).unwrap_or(u32::MAX);
+        p.lags_us[slot].store(us, Ordering::Relaxed);
+        p.peak_us.fetch_max(us, Ordering::Relaxed);
     }
 }
 
@@ -139,6 +153,9 @@ mod tests {
         assert_eq!((shed.code, shed.retry_after_secs), (Code::TryLater, Some(1)));
         assert!(p.check(Some(Duration::from_millis(10))).is_ok());
         assert!(p.check(None).is_ok());
+        p.peak_us.store(9_000, Ordering::Relaxed);
+        assert_eq!(p.take_peak(), Duration::from_millis(9), "the peak since the last read");
+        assert_eq!(p.take_peak(), Duration::ZERO, "and it starts over");
     }
 
     #[tokio::test(flavor = "current_thread", start_paused = true)]

@@ -12,16 +12,19 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use crate::support::*;
 
-/// A gateway in front of `shop` (`/shop/`), shedding past `shed_at_lag_ms` (0: never).
-async fn gateway(shop: &MockServer, shed_at_lag_ms: u64) -> (Gateway, String) {
+/// A gateway in front of `shop` (`/shop/`), shedding past `shed_at_lag_ms` (0: never), and
+/// the URL of its metrics.
+async fn gateway(shop: &MockServer, shed_at_lag_ms: u64) -> (Gateway, String, String) {
     let campaign = e2e::stack::unique("shed");
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.shed_at_lag_ms = shed_at_lag_ms;
+    let admin = free_port();
+    conf.tables = format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\n");
     conf.routes = format!(
         "[[route]]\nname = \"shop\"\npath_prefix = \"/shop/\"\nupstreams = [\"{}\"]\n",
         shop.address()
     );
-    (Gateway::start(&conf).await, campaign)
+    (Gateway::start(&conf).await, campaign, format!("http://127.0.0.1:{admin}/metrics"))
 }
 
 /// One round: the gateway stopped, a challenge, an `/info` and a shop request sent, the
@@ -50,8 +53,8 @@ async fn late_round(gw: &Gateway, campaign: &str) -> (u16, Value, Option<String>
 async fn a_late_gateway_sheds_the_sale_first_and_serves_the_shop() {
     let shop = MockServer::start().await;
     Mock::given(any()).respond_with(ResponseTemplate::new(200).set_body_string("ok")).mount(&shop).await;
-    let (shedding, campaign) = gateway(&shop, 5).await;
-    let (never, other) = gateway(&shop, 0).await;
+    let (shedding, campaign, shedding_metrics) = gateway(&shop, 5).await;
+    let (never, other, never_metrics) = gateway(&shop, 0).await;
     let http = reqwest::Client::new();
 
     // On time: a challenge as always.
@@ -73,6 +76,9 @@ async fn a_late_gateway_sheds_the_sale_first_and_serves_the_shop() {
     let (status, body, retry) = shed.expect("a gateway 300 ms late sheds a challenge");
     assert_eq!((status, retry.as_deref()), (429, Some("1")), "{body}");
     assert!(body["message"].as_str().unwrap().contains("the rest of the shop"), "{body}");
+    // The operator sees the lag that shed it: the peak since the last scrape.
+    let lag = sample(&scrape(&http, &shedding_metrics).await, "seckill_gateway_lag_peak_us", &[]);
+    assert!(lag > 5_000.0, "the lag's peak shows the late threads past the threshold: {lag}");
 
     // The lag passes: challenges again.
     let back = eventually(Duration::from_secs(10), || {
@@ -87,4 +93,6 @@ async fn a_late_gateway_sheds_the_sale_first_and_serves_the_shop() {
         let (status, body, _) = late_round(&never, &other).await;
         assert_eq!((status, body["code"].as_str()), (200, Some("CHALLENGE")), "{body}");
     }
+    let lag = sample(&scrape(&http, &never_metrics).await, "seckill_gateway_lag_peak_us", &[]);
+    assert_eq!(lag, 0.0, "without the knob nothing probes the lag");
 }
