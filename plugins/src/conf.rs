@@ -260,10 +260,7 @@ login_audience = "seckill"
     }
 
     pub(crate) fn expect_err(text: &str, line: usize, field: &str, words: &str) {
-        let err = parse(text).unwrap_err();
-        assert_eq!((err.line, err.field.as_deref()), (line, Some(field)), "{err}");
-        assert!(err.to_string().starts_with(&format!("conf/server.toml:{line}:")), "{err}");
-        assert!(err.to_string().contains(words), "{err}");
+        protocol::conf::assert_refused(parse(text), "conf/server.toml", line, field, words);
     }
 
     #[test]

@@ -398,11 +398,7 @@ ip_per_sec = 20
     }
 
     fn expect_err(text: &str, line: usize, field: &str, words: &str) {
-        let err = parse(text).unwrap_err();
-        assert_eq!(err.line, line, "{err}");
-        assert_eq!(err.field.as_deref(), Some(field), "{err}");
-        assert!(err.to_string().contains(words), "{err}");
-        assert!(err.to_string().starts_with("conf/campaigns/phone.toml:"), "{err}");
+        crate::conf::assert_refused(parse(text), "conf/campaigns/phone.toml", line, field, words);
     }
 
     #[test]

@@ -33,6 +33,22 @@ pub struct ConfError {
     pub message: String,
 }
 
+/// For the conf tests of every crate: `got` is refused at `file:line:` on `field`, with
+/// `words` in its message; panics with the error (or the value) otherwise.
+pub fn assert_refused<T: std::fmt::Debug>(
+    got: Result<T, ConfError>,
+    file: &str,
+    line: usize,
+    field: &str,
+    words: &str,
+) {
+    let err = got.expect_err("the file is refused");
+    assert_eq!((err.line, err.field.as_deref()), (line, Some(field)), "{err}");
+    let text = err.to_string();
+    assert!(text.starts_with(&format!("{file}:{line}:")), "{err}");
+    assert!(text.contains(words), "{err}");
+}
+
 /// The 1-based line and column of byte `offset` in `text`.
 pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());

@@ -205,10 +205,7 @@ mod tests {
     }
 
     fn expect_err(extra: &str, line: usize, field: &str, words: &str) {
-        let err = parse(extra).unwrap_err();
-        assert_eq!((err.line, err.field.as_deref()), (line, Some(field)), "{err}");
-        assert!(err.to_string().contains(words), "{err}");
-        assert!(err.to_string().starts_with(&format!("conf/campaigns/phone.toml:{line}:")), "{err}");
+        crate::conf::assert_refused(parse(extra), "conf/campaigns/phone.toml", line, field, words);
     }
 
     #[test]
