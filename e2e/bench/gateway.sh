@@ -23,13 +23,16 @@
 #       nonce key;
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
 #   (e) the floor under (b): the same Pingora server answering a fixed 410 of the same shape
-#       from request_filter with no checks (gateway/examples/pingora_floor.rs), so the gap
+#       from request_filter with no checks (gateway/examples/pingora_floor.rs), in the gateway's
+#       layout ($THREADS services of one thread on SO_REUSEPORT, `[server] workers`), so the gap
 #       between (b) and (d) splits into Pingora's share, (e)/(d), and ours, (b)/(e);
+#   (e1) the same floor in the old layout, one service of $THREADS threads (what (e) was
+#       before `[server] workers`), so the layouts compare in one run;
 #
 # plus p50/p99 of (a) and (b), the gateway's peak RSS (VmHWM) after a run at 1,000
 # connections, and the CPU time per request of each server process in (a) and (b) (gateway,
 # Redis, the nginx upstream; wrk is left out), which shows where the two shared cores go.
-# Targets: (b) >= 1.0 x (d); (a) >= 0.6 x (b); RSS < 64 MiB.
+# Targets: (b) >= 1.0 x (d); (b) >= 1.0 x (e1); (a) >= 0.6 x (b); RSS < 64 MiB.
 # Ratios hold across machines, absolute numbers don't.
 #
 # Usage: e2e/bench/gateway.sh          Env: DURATION (10s), THREADS (2), CONNECTIONS (100),
@@ -63,6 +66,7 @@ GW_PID=""
 GW1_PID=""
 NGINX_PID=""
 FLOOR_PID=""
+FLOOR1_PID=""
 RUN=$(date +%s)$$
 OPEN="bench-open-$RUN"
 SOLD="bench-sold-$RUN"
@@ -77,6 +81,7 @@ cleanup() {
   [[ -n "$GW1_PID" ]] && kill "$GW1_PID" 2>/dev/null && wait "$GW1_PID" 2>/dev/null || true
   [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
   [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
+  [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
   for c in "$OPEN" "$SOLD" "$RB" "$POW8" "$POW16"; do
     # shellcheck disable=SC2046
     "${RCLI[@]}" del $(campaign_keys "$c") >/dev/null 2>&1 || true
@@ -172,8 +177,13 @@ sed -e "s/^listen = .*/listen = \"127.0.0.1:$GW1_PORT\"/" -e 's/^pool_size = 4$/
   "$WORK/conf/server.toml" >"$WORK/conf/server1.toml"
 RUST_LOG=warn target/release/gateway --conf "$WORK/conf/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
 GW1_PID=$!
-target/release/examples/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
+FLOOR_WORKERS=$THREADS target/release/examples/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
+# (e1): the same floor in the old layout, one service of $THREADS threads.
+FLOOR1_PORT=$(free_port)
+target/release/examples/pingora_floor "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
+FLOOR1_PID=$!
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR1_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW1_PORT/" && break; sleep 0.1; done
@@ -276,6 +286,7 @@ C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --th
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
 read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"
+read -r E1_RPS E1_P50 E1_P99 _ <<<"$(run_wrk e1 "http://127.0.0.1:$FLOOR1_PORT/seckill/x/order")"
 # (t): tokens with a real proof of work; the gateway's CPU per token from its ticks.
 token_run() { # campaign users -> "tokens/s gateway-us-per-token"
   local before tps
@@ -305,6 +316,7 @@ printf '%-44s %12s %10.2f %10.2f\n' "(f) forged signature (BAD_SIGNATURE)" "$F_R
 printf '%-44s %12s\n' "(c) redis-benchmark EVALSHA reserve.lua" "$C_RPS"
 printf '%-44s %12s %10.2f %10.2f\n' "(d) nginx static return 410" "$D_RPS" "$(python3 -c "print($D_P50/1000)")" "$(python3 -c "print($D_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(e) Pingora floor: fixed 410, no checks" "$E_RPS" "$(python3 -c "print($E_P50/1000)")" "$(python3 -c "print($E_P99/1000)")"
+printf '%-44s %12s %10.2f %10.2f\n' "(e1) the floor in one service of $THREADS threads" "$E1_RPS" "$(python3 -c "print($E1_P50/1000)")" "$(python3 -c "print($E1_P99/1000)")"
 echo
 printf '%-44s %10s %10s %10s\n' "CPU us per request" "gateway" "redis" "upstream"
 printf '%-44s %10s %10s %10s\n' "(a) reservations" "$A_CPU_GW" "$A_CPU_REDIS" "$A_CPU_NGINX"
@@ -324,7 +336,8 @@ echo "gateway CPU per request: (a)/(b) = $(ratio "$A_CPU_GW" "$B_CPU_GW") (targe
 echo "p99 (a)/(b) = $(ratio "$A_P99" "$B_P99") (target <= 2.5)"
 echo "batching, same run: (a)/(a1) reservations/s = $(ratio "$A_RPS" "$A1_RPS") (target >= 1.4), p99 (a)/(a1) = $(ratio "$A_P99" "$A1_P99") (target <= 1), Redis CPU per reservation (a)/(a1) = $(ratio "$A_CPU_REDIS" "$A1_CPU_REDIS") (target <= 0.5), gateway CPU per reservation (a)/(a1) = $(ratio "$A_CPU_GW" "$A1_CPU_GW"); non-2xx in (a1): $A1_NON"
 echo "(b)/(d) = $BD   target >= 1.0: $(verdict "$BD >= 1.0")"
-echo "  of which Pingora's share (e)/(d) = $(ratio "$E_RPS" "$D_RPS"), ours (b)/(e) = $(ratio "$B_RPS" "$E_RPS")"
+echo "  of which Pingora's share (e)/(d) = $(ratio "$E_RPS" "$D_RPS"), ours (b)/(e) = $(ratio "$B_RPS" "$E_RPS") (target >= 1.0 of the floor in the same layout); the floor's layouts (e)/(e1) = $(ratio "$E_RPS" "$E1_RPS")"
+echo "(b)/(e1) = $(ratio "$B_RPS" "$E1_RPS")   target >= 1.0 (the sold-out answer against the floor's old layout): $(verdict "$B_RPS >= $E1_RPS")"
 echo "(a)/(b) = $AB   target >= 0.6: $(verdict "$AB >= 0.6")"
 echo "(a)/(c) = $(ratio "$A_RPS" "$C_RPS")   (share of the Redis ceiling)"
 echo "  gateway CPU per request (b)/(a) = $(ratio "$B_CPU_GW" "$A_CPU_GW")   (what (a)/(b) would be with Redis and the upstream on their own cores)"

@@ -7,9 +7,14 @@
 //! one run, it splits the gap between the gateway and nginx into the framework's share and ours.
 //!
 //! `cargo run --release -p gateway --example pingora_floor -- 127.0.0.1:18090 2`
+//!
+//! `FLOOR_WORKERS=<n>` runs it in the gateway's default layout (`[server] workers`, Nginx's):
+//! n services of one thread each, all listening on the address with `SO_REUSEPORT`; the thread
+//! count is then ignored. Without it, one service of that many threads (the old layout).
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use pingora_core::listeners::TcpSocketOptions;
 use pingora_core::server::configuration::ServerConf;
 use pingora_core::server::Server;
 use pingora_core::upstreams::peer::HttpPeer;
@@ -52,8 +57,18 @@ fn main() {
         ServerConf { threads, work_stealing: false, grace_period_seconds: Some(1), ..ServerConf::default() };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, Floor);
-    proxy.add_tcp(&listen);
-    server.add_service(proxy);
+    let workers: usize = std::env::var("FLOOR_WORKERS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+    for _ in 0..workers.max(1) {
+        let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, Floor);
+        if workers > 0 {
+            let mut options = TcpSocketOptions::default();
+            options.so_reuseport = Some(true);
+            proxy.add_tcp_with_settings(&listen, options);
+            proxy.threads = Some(1);
+        } else {
+            proxy.add_tcp(&listen);
+        }
+        server.add_service(proxy);
+    }
     server.run_forever()
 }
