@@ -33,6 +33,8 @@
 #              costly endpoints answer TRY_LATER while the gateway's threads run this late, so the
 #              shop keeps its latency; a second client reads the shop page straight (no gateway)
 #              beside the first, the floor of the same run
+#   GATEWAY_NICE  the gateways' nice value (0; -10 as root runs them before the crowd and the stack
+#              when the cores are short: a measurement of what the shop waits for)
 #   BATCH_MAX  the gateways' [redis] batch_max (conf/server.toml's; 1: a reserve.lua call per
 #              order, for a run before/after batching)
 set -euo pipefail
@@ -151,7 +153,7 @@ for n in $(seq 1 "$GATEWAYS"); do
   # -- the rest of the shop during the sale --
   demo_shop_route "$RUN/$name.toml" "$LOGIN_PORT"
   # -- end of the shop --
-  "$BIN/gateway" --conf "$RUN/$name.toml" --lua-dir "$ROOT/lua" >"$RUN/$name.log" 2>&1 &
+  nice -n "${GATEWAY_NICE:-0}" "$BIN/gateway" --conf "$RUN/$name.toml" --lua-dir "$ROOT/lua" >"$RUN/$name.log" 2>&1 &
   PIDS+=($!)
   CROWD+=(--gateway "http://127.0.0.1:$port" --process "$name=$!")
   CROWD+=(--metrics "$name=http://127.0.0.1:$((port + 1000))/metrics")
