@@ -13,8 +13,8 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 use crate::support::*;
 
 /// A gateway in front of `shop` (`/shop/`), shedding past `shed_at_lag_ms` (0: never).
-async fn gateway(shop: &MockServer, shed_at_lag_ms: u64) -> (Gateway, String) {
-    let campaign = e2e::stack::unique("shed");
+async fn gateway(shop: &MockServer, shed_at_lag_ms: u64) -> (Gateway, e2e::cleanup::Campaign) {
+    let campaign = e2e::cleanup::Campaign::new("shed");
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.shed_at_lag_ms = shed_at_lag_ms;
     conf.routes = format!(
