@@ -13,9 +13,9 @@
 #   <run>crowd  open, stock 5 (20 browsers buy at once)
 # starts the order writer, the gateway (its shop route /login goes to demo-login) and
 # demo-login, runs the tests (e2e/browser/*.test.mjs, node's test runner), then stops what it
-# started, drops the database and deletes the campaigns' Redis keys (the topic stays, as the
-# demo's do). Screenshots of each state are saved in .stack/browser/shots/. Knobs:
-# GATEWAY_PORT (18280; the writer on +1, demo-login on +5), OPEN_IN.
+# started, drops the database, deletes the topic and the campaigns' Redis keys. Screenshots of
+# each state are saved in .stack/browser/shots/. Knobs: GATEWAY_PORT (18280; the writer on +1,
+# demo-login on +5), OPEN_IN.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -93,7 +93,8 @@ cleanup() {
   for pid in "${PIDS[@]}"; do
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
-  psql "$SECKILL_PG_ADMIN_URL" -qc "DROP DATABASE IF EXISTS sale_$RUN_ID" >/dev/null 2>&1 || true
+  # The sale's database and topic (sale_create's), then its campaigns' keys.
+  "$BIN/sale-cleanup" --only "$RUN_ID" --redis "$SECKILL_REDIS_URL" >/dev/null || true
   if [[ $SECKILL_REDIS_URL == redis://* ]]; then
     local hostport=${SECKILL_REDIS_URL#redis://}
     hostport=${hostport%%/*}

@@ -92,7 +92,7 @@ fn position(body: &Value) -> u64 {
 
 #[tokio::test]
 async fn positions_strictly_increase_and_two_gateways_share_one_queue() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     // One a second: everyone arriving now waits.
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let (gws, redis, http) = gateways(2, &[(&c, campaign(&c, start, "admit_per_sec = 1"))]).await;
@@ -124,7 +124,7 @@ async fn positions_strictly_increase_and_two_gateways_share_one_queue() {
 
 #[tokio::test]
 async fn a_ticket_for_another_user_device_or_campaign_forged_or_expired_is_refused() {
-    let (c, other) = (e2e::stack::unique("wr"), e2e::stack::unique("wr"));
+    let (c, other) = (e2e::cleanup::Campaign::new("wr"), e2e::cleanup::Campaign::new("wr"));
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let room = "admit_per_sec = 1";
     let (gws, redis, http) =
@@ -189,7 +189,7 @@ async fn admitted(http: &reqwest::Client, gw: &Gateway, c: &str, user: &str, tic
 
 #[tokio::test]
 async fn max_active_holds_and_an_admitted_ticket_gets_its_token() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let room = "admit_per_sec = 1000\nmax_active = 3\nsession_secs = 10";
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, room))]).await;
@@ -249,7 +249,7 @@ async fn max_active_holds_and_an_admitted_ticket_gets_its_token() {
 
 #[tokio::test]
 async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let (rate, n) = (4u64, 8usize);
     let (gws, redis, http) =
@@ -299,7 +299,7 @@ async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
 
 #[tokio::test]
 async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     // Starts in 12 s (two gateways start first); the pre-queue is open from a minute before.
     let start = chrono::Utc::now() + chrono::Duration::seconds(12);
     let room = "admit_per_sec = 1\npre_queue_secs = 60";
@@ -343,7 +343,7 @@ async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it
 
 #[tokio::test]
 async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, "admit_per_sec = 4"))]).await;
     let base = gws[0].url("");
