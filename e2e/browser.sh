@@ -11,11 +11,13 @@
 #   <run>open   opens OPEN_IN (40) seconds after setup, stock 100, a blacklist with `blocked-1`
 #   <run>sold   open, no stock
 #   <run>crowd  open, stock 5 (20 browsers buy at once)
+#   <run>room   open, stock 10, a waiting room admitting 1 buyer a second (3 browsers queue)
 # starts the order writer, the gateway (its shop route /login goes to demo-login) and
 # demo-login, runs the tests (e2e/browser/*.test.mjs, node's test runner), then stops what it
 # started, drops the database and deletes the campaigns' Redis keys (the topic stays, as the
 # demo's do). Screenshots of each state are saved in .stack/browser/shots/. Knobs:
-# GATEWAY_PORT (18280; the writer on +1, demo-login on +5), OPEN_IN.
+# GATEWAY_PORT (18280; the writer on +1, demo-login on +5), OPEN_IN, BROWSER_TESTS (the test
+# files to run, default all of e2e/browser/).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -107,7 +109,7 @@ trap cleanup EXIT
 # The database, topic and order-writer file for the run (sale_create's), then the campaigns.
 STARTS_AT=$(date -u -d "+$OPEN_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
 OPENED=$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:%SZ)
-log "campaigns ${RUN_ID}open (opens $STARTS_AT), ${RUN_ID}sold, ${RUN_ID}crowd"
+log "campaigns ${RUN_ID}open (opens $STARTS_AT), ${RUN_ID}sold, ${RUN_ID}crowd, ${RUN_ID}room"
 printf '# users refused by the browser test\nblocked-1\n' >"$RUN/campaigns.blacklist"
 sale_create "$RUN" "$RUN_ID" 0 "$OPENED" "$WRITER_PORT" "$BIN" >/dev/null
 rm "$RUN/campaigns/$RUN_ID.toml"
@@ -115,7 +117,10 @@ mv "$RUN/campaigns.blacklist" "$RUN/campaigns/blacklist"
 browser_campaign "$RUN/campaigns" "${RUN_ID}open" 100 "$STARTS_AT" blacklist
 browser_campaign "$RUN/campaigns" "${RUN_ID}sold" 0 "$OPENED" ""
 browser_campaign "$RUN/campaigns" "${RUN_ID}crowd" 5 "$OPENED" ""
-for c in open sold crowd; do
+browser_campaign "$RUN/campaigns" "${RUN_ID}room" 10 "$OPENED" ""
+# One buyer a second: three pages clicking at once wait about 1, 2 and 3 s.
+printf '\n[waiting_room]\nadmit_per_sec = 1\n' >>"$RUN/campaigns/${RUN_ID}room.toml"
+for c in open sold crowd room; do
   "$BIN/order-writer" --config "$RUN/order-writer.toml" campaign publish "$RUN_ID$c" >/dev/null
 done
 
@@ -132,8 +137,9 @@ wait_port demo-login "$LOGIN_PORT" "$RUN/demo-login.log"
 wait_port gateway "$GATEWAY_PORT" "$RUN/gateway.log"
 
 log "tests (node --test e2e/browser)"
+# shellcheck disable=SC2086 # BROWSER_TESTS: a list of files
 BASE_URL="http://127.0.0.1:$GATEWAY_PORT" RUN_ID="$RUN_ID" \
   OPEN_AT_MS=$(($(date -u -d "$STARTS_AT" +%s) * 1000)) DB_URL="$DB_URL" \
   SHOTS="$RUN/shots" REPORT_HTML="${REPORT_HTML:-$ROOT/.stack/demo/report.html}" \
-  node --test --test-concurrency=1 e2e/browser/
+  node --test --test-concurrency=1 ${BROWSER_TESTS:-e2e/browser/}
 log "screenshots: $RUN/shots"

@@ -20,7 +20,9 @@ export const DB_URL = need('DB_URL');
 export const SHOTS = need('SHOTS');
 export const REPORT_HTML = process.env.REPORT_HTML || '';
 export { launch };
-export const CAMPAIGN = { open: `${RUN_ID}open`, sold: `${RUN_ID}sold`, crowd: `${RUN_ID}crowd` };
+export const CAMPAIGN = {
+  open: `${RUN_ID}open`, sold: `${RUN_ID}sold`, crowd: `${RUN_ID}crowd`, room: `${RUN_ID}room`,
+};
 
 mkdirSync(SHOTS, { recursive: true });
 
