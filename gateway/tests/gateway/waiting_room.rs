@@ -458,3 +458,95 @@ async fn the_challenge_is_given_in_the_pre_queue_window_only_with_the_room_on() 
         cleanup(&redis, c).await;
     }
 }
+
+#[tokio::test]
+async fn the_rooms_metrics_after_a_small_queued_sale() {
+    let (c, hard) = (e2e::stack::unique("wr"), e2e::stack::unique("wr"));
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let rate = 4;
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &nowhere, &c, "");
+    // The second campaign's work hardens from one arrival a second: 4 bits, then 6.
+    let levels = "\n[[pow_level]]\narrivals_per_sec = 1\nbits = 6\n";
+    conf.campaigns = vec![
+        (c.clone(), campaign(&c, start, &format!("admit_per_sec = {rate}"))),
+        (hard.clone(), format!("{}{levels}", campaign(&hard, start, "enabled = false\nadmit_per_sec = 1"))),
+    ];
+    let admin = free_port();
+    conf.tables = format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\n");
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let metrics = format!("http://127.0.0.1:{admin}/metrics");
+    let schedule = Schedule { rate, max_active: None, session_ms: 120_000 };
+    let elapsed = || chrono::Utc::now().timestamp_millis() - start.timestamp_millis();
+
+    // Three buyers queue: the queue's length is the last place given minus the serving line
+    // at the scrape (read between two clock readings: no timing assumed).
+    let mut last = 0;
+    for i in 0..3 {
+        last = position(&enter(&http, &gw, &c, &format!("q{i}")).await);
+    }
+    let before = schedule.serving(elapsed());
+    let m = scrape(&http, &metrics).await;
+    let after = schedule.serving(elapsed());
+    let length = sample(&m, "seckill_gateway_room_queue_length", &[("campaign", &c)]);
+    assert!(
+        (last.saturating_sub(after) as f64..=last.saturating_sub(before) as f64).contains(&length),
+        "queue length {length}: last place {last}, serving {before}..{after}"
+    );
+    assert_eq!(sample(&m, "seckill_gateway_room_admitted_total", &[("campaign", &c)]), 0.0);
+    assert!(m.iter().any(|s| s.name == "seckill_gateway_room_admitted_total"), "the series exists at 0");
+    assert_eq!(sample(&m, "seckill_gateway_room_pow_bits", &[("campaign", &c)]), 4.0, "no levels: pow_bits");
+    assert!(
+        !m.iter()
+            .any(|s| s.name == "seckill_gateway_room_queue_length" && s.labels.iter().any(|l| l.1 == hard)),
+        "no queue for a campaign whose room is off"
+    );
+
+    // Five buyers get their tokens through the room (the e2e client: back at the ETA, the work
+    // once due): five admissions, five ETA errors observed.
+    let patience = e2e::client::Patience { presentations: 50, total: Duration::from_secs(60) };
+    let base = gw.url("");
+    let buyers = (0..5).map(|i| {
+        let (http, base, c) = (http.clone(), base.clone(), c.clone());
+        async move {
+            let login = auth().login(&format!("a{i}"), json!({}));
+            e2e::client::get_ticket_within(&http, &base, &c, &login, &format!("dev-a{i}"), &patience).await
+        }
+    });
+    for t in futures::future::join_all(buyers).await {
+        let t = t.unwrap_or_else(|e| panic!("refused: {e:?}"));
+        assert!(t.room.waiting >= 1, "{t:?}");
+    }
+    let m = scrape(&http, &metrics).await;
+    assert_eq!(sample(&m, "seckill_gateway_room_admitted_total", &[("campaign", &c)]), 5.0);
+    let count = sample(&m, "seckill_gateway_room_eta_error_seconds_count", &[("campaign", &c)]);
+    assert_eq!(count, 5.0, "one ETA error per admission");
+    let sum = sample(&m, "seckill_gateway_room_eta_error_seconds_sum", &[("campaign", &c)]);
+    assert!(sum >= 0.0);
+    eprintln!("room metrics: mean ETA error {:.0} ms over 5 admissions at {rate}/s", sum / count * 1000.0);
+    // Scraped again: each error is observed once, the count stays.
+    let scraped_again = scrape(&http, &metrics).await;
+    assert_eq!(sample(&scraped_again, "seckill_gateway_room_admitted_total", &[("campaign", &c)]), 5.0);
+    assert_eq!(
+        sample(&scraped_again, "seckill_gateway_room_eta_error_seconds_count", &[("campaign", &c)]),
+        5.0,
+        "errors are observed once, not again at every scrape"
+    );
+
+    // The bits in force follow the arrivals: a token request counts one, and the bits can only
+    // fade (never rise) while nobody arrives, so the gauge lies between the challenges' bits
+    // asked right before and right after the scrape.
+    let _ = ask(&http, &gw, &hard, "h0", "dev-h0", None, json!({})).await;
+    let bits = |body: (u16, Value)| body.1["bits"].as_u64().unwrap_or_else(|| panic!("{:?}", body.1)) as f64;
+    let high = bits(challenge(&http, &gw, &hard).await);
+    let m = scrape(&http, &metrics).await;
+    let low = bits(challenge(&http, &gw, &hard).await);
+    let gauge = sample(&m, "seckill_gateway_room_pow_bits", &[("campaign", &hard)]);
+    assert!((low..=high).contains(&gauge), "bits {gauge}, challenges {high} then {low}");
+    assert!([4.0, 6.0].contains(&gauge));
+    eprintln!("room metrics: bits in force {gauge} after one arrival (levels: 1/s -> 6)");
+    cleanup(&redis, &c).await;
+    cleanup(&redis, &hard).await;
+}

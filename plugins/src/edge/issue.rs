@@ -153,7 +153,7 @@ impl Edge {
         let admitted = match self.room.pass(conf.keys.room_key(), c.campaign, who, at).await? {
             Pass::Open => None,
             Pass::Waiting(answer) => return Ok(Issued::waiting(answer)),
-            Pass::Admitted { ticket, session_left_secs } => Some((ticket, session_left_secs)),
+            Pass::Admitted { ticket, session_left_secs, first } => Some((ticket, session_left_secs, first)),
         };
         let now = at.timestamp();
         let solution = Solution::parse(body)?;
@@ -171,9 +171,12 @@ impl Edge {
             "expires_at": issued.expires_at,
             "expires_in": d.token_ttl_secs,
         });
-        if let Some((ticket, left)) = admitted {
+        if let Some((ticket, left, first)) = admitted {
             answer["ticket"] = ticket.into();
             answer["session_left_secs"] = left.into();
+            if let Some(first) = first {
+                self.room.stats().admitted(campaign, first, Utc::now().timestamp_millis());
+            }
         }
         Ok(Issued::new(Code::TokenIssued, answer))
     }
