@@ -353,7 +353,7 @@ function tick() {
     // A waiting room's pre-queue is open before the start: the buyer may join it now.
     const room = info.waiting_room;
     const preQueue = Boolean(room && left <= room.pre_queue_secs * 1000 && loginJwt() && !info.switches.closed);
-    if (!busy && !['done', 'retry'].includes(document.body.dataset.state)) {
+    if (!busy) {
       buy.disabled = !preQueue;
       label(preQueue ? 'join' : 'soon');
       setState('countdown');
