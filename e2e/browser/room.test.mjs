@@ -2,10 +2,12 @@
 // gateway, order writer and database (started by e2e/browser.sh): the room admits one buyer a
 // second, three pages click at once; each shows WAITING with its position, the number ahead and
 // the ETA, presents its ticket again by itself, solves the work once its turn is due, and gets
-// its order; the database agrees.
+// its order; the database agrees. Then two pages join a pre-queue before its start: told their
+// places are drawn at the start, no work asked before it, then a place each of 1 and 2, and
+// their orders.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { CAMPAIGN, buyer, launch, settled, shot, sql, zeroBits } from './support.mjs';
+import { CAMPAIGN, PREQ_AT_MS, buyer, launch, settled, shot, sql, zeroBits } from './support.mjs';
 
 let browser;
 before(async () => {
@@ -110,5 +112,52 @@ test('three pages in a room admitting 1/s: each waits with its position, then is
   assert.equal(new Set(positions).size, 3, `three places: ${positions}`);
   assert.equal(sql(`SELECT count(*) FROM orders WHERE campaign_id = '${CAMPAIGN.room}'`), '3');
   await shot(pages[2], 'room-success');
+  await Promise.all(pages.map((p) => p.context().close()));
+});
+
+test('two pages join the pre-queue before the start: no place and no work before the draw, then places 1 and 2 and their orders', { timeout: 240000 }, async () => {
+  assert.ok(PREQ_AT_MS - Date.now() > 15000, `the pre-queue campaign opens in ${PREQ_AT_MS - Date.now()} ms: too late to join before it (raise PREQ_IN)`);
+  const users = ['preq-1', 'preq-2'];
+  const pages = [];
+  for (const user of users) pages.push(await buyer(browser, { user, campaign: CAMPAIGN.preq }));
+  for (const page of pages) {
+    // Before the start, in the pre-queue window: the button joins the queue.
+    await page.waitForFunction(() => document.body.dataset.state === 'countdown' && !document.getElementById('buy').disabled);
+    assert.equal(await page.textContent('#buy'), 'Join the queue');
+  }
+  const seen = await Promise.all(pages.map(watch));
+  await Promise.all(pages.map((p) => p.evaluate(() => document.getElementById('buy').click())));
+  for (const page of pages) {
+    await page.waitForFunction(() => document.body.dataset.state === 'waiting');
+    assert.equal(await page.textContent('#status [data-field="position"]'), 'Drawn at the start');
+    assert.match(await page.textContent('#status'), /at random when the sale opens/);
+  }
+  await shot(pages[0], 'room-pre-queue-en');
+  const results = await Promise.all(pages.map((p) => settled(p, PREQ_AT_MS - Date.now() + 90000)));
+  const places = [];
+  for (const [i, page] of pages.entries()) {
+    const who = users[i];
+    assert.equal(results[i].code, 'SUCCESS', `${who}: ${results[i].text}`);
+    const { tokens, captchas } = seen[i];
+    const pre = tokens.filter((x) => x.answer.pre_queue === true);
+    assert.ok(pre.length >= 1, `${who}: a pre-queue answer`);
+    assert.ok(pre.every((x) => x.answer.code === 'WAITING' && x.answer.position === null), `${who}: no place before the draw`);
+    // No work was asked for in the pre-queue: every challenge came after its last answer.
+    assert.ok(captchas.length >= 1 && captchas.every((c) => c.at >= pre[pre.length - 1].at), `${who}: work only after the draw`);
+    // After the start: a place from the draw (told while waiting, or read from the ticket the
+    // token came with), then the token.
+    const drawn = tokens.slice(pre.length);
+    assert.ok(drawn.every((x) => x.answer.pre_queue !== true), `${who}: the pre-queue answers all came first`);
+    const issued = drawn[drawn.length - 1].answer;
+    assert.equal(issued.code, 'TOKEN_ISSUED', JSON.stringify(issued));
+    const place = Number(String(issued.ticket).split('.')[0].slice(1));
+    assert.match(String(issued.ticket), /^p\d+\./, `${who}: the ticket holds a position`);
+    for (const x of drawn.filter((a) => a.answer.code === 'WAITING')) assert.equal(x.answer.position, place);
+    places.push(place);
+    const orderId = await page.textContent('[data-field="orderId"]');
+    assert.equal(sql(`SELECT id FROM orders WHERE user_id = '${who}' AND campaign_id = '${CAMPAIGN.preq}'`), orderId);
+    console.log(`FIGURE pre-queue ${who}: ${pre.length} pre-queue answers, drawn place ${place}, token ${tokens[tokens.length - 1].at - PREQ_AT_MS} ms after the start`);
+  }
+  assert.deepEqual([...places].sort(), [1, 2], 'the pre-queue of two drawn as places 1 and 2');
   await Promise.all(pages.map((p) => p.context().close()));
 });
