@@ -450,6 +450,14 @@ async fn the_challenge_is_given_in_the_pre_queue_window_only_with_the_room_on() 
         ask(&http, gw, &pre, "early-bird", "dev-x", None, json!({"challenge": c, "answer": answer})).await;
     assert_eq!(code(&reply), (200, "WAITING"), "{}", reply.1);
     assert_eq!(reply.1["pre_queue"], true, "{}", reply.1);
+    // /info tells the page whether the room is on (it then asks its token without work first).
+    let info = |c: &str| {
+        let url = gw.url(&format!("/seckill/{c}/info"));
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    assert_eq!(info(&pre).await["waiting_room"], json!({"pre_queue_secs": 7200}));
+    assert_eq!(info(&off).await["waiting_room"], Value::Null, "the room off");
     for (c, why) in [(&off, "the room off"), (&early, "before the pre-queue opens")] {
         let (status, body) = challenge(&http, gw, c).await;
         assert_eq!((status, body["code"].as_str()), (425, Some("NOT_STARTED")), "{why}: {body}");
