@@ -129,7 +129,7 @@ impl Live {
             room_queue: IntGaugeVec::new(
                 Opts::new(
                     "seckill_gateway_room_queue_length",
-                    "Waiting room: places issued (the highest this gateway gave or was shown) minus positions served",
+                    "Waiting room: places issued (as room.lua last counted them) minus positions served",
                 ),
                 &["campaign"],
             )

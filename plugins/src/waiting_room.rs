@@ -26,9 +26,9 @@
 //! ([`ArrivalRates`]) so that the challenge endpoint picks its bits without a Redis call.
 //!
 //! What the room did is kept per campaign for the gateway's metrics ([`RoomStats`], read at
-//! scrape time): the highest place this process gave or was shown, the admissions (a token
-//! issued on a ticket given while it waited, so once per wait) and how late each came after
-//! the time its ticket's position promised.
+//! scrape time): the places issued (as `room.lua` last counted them across every gateway, or a
+//! higher one shown since), the admissions (a token issued on a ticket given while it waited,
+//! so once per wait) and how late each came after the time its ticket's position promised.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -427,8 +427,8 @@ impl WaitingRoom {
             expire_at_ms: campaign.ends_at.timestamp_millis() + i64::from(room.ticket_ttl_secs) * 1000,
         };
         let call = self.scripts.room_enter(self.pool.next_connected(), &entry);
-        let (place, size) = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(out)) => out,
+        let (place, size, issued) = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(out)) => (out.place, out.size, out.issued),
             Ok(Err(e)) => {
                 tracing::warn!(campaign = %campaign.id, error = %e, "room.lua failed");
                 return Err(degraded());
@@ -439,6 +439,7 @@ impl WaitingRoom {
             self.sizes.lock().unwrap_or_else(|e| e.into_inner()).insert((campaign.id.clone(), start), n);
         }
         self.stats.saw(&campaign.id, place, size);
+        self.stats.issued(&campaign.id, issued);
         Ok((place, size))
     }
 
@@ -593,8 +594,8 @@ const MAX_PENDING_ERRORS: usize = 4096;
 /// What one campaign's room did in this process.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct CampaignRoom {
-    /// The highest place this process gave or was shown: a position, or the pre-queue's size
-    /// or arrival number (positions issued, as far as this process knows).
+    /// Places issued, as far as this process knows: the most `room.lua` last counted across
+    /// every gateway, or a higher place this process was shown since.
     pub issued: u64,
     /// Admissions: tokens issued on a ticket given while it waited (once per wait).
     pub admitted: u64,
@@ -624,6 +625,11 @@ impl RoomStats {
             RoomPlace::Position(p) | RoomPlace::PreQueue(p) => p,
         };
         self.with(campaign, |c| c.issued = c.issued.max(p).max(size.unwrap_or(0)));
+    }
+
+    /// The places given so far, as `room.lua` read them across every gateway.
+    pub fn issued(&self, campaign: &str, issued: u64) {
+        self.with(campaign, |c| c.issued = c.issued.max(issued));
     }
 
     /// A token issued on the first admission of a wait, at `now_ms`.
@@ -787,11 +793,10 @@ mod tests {
         stats.admitted("c1", Admission { promised_ms: 2000 }, 1990);
         let read = stats.take("c1");
         assert_eq!(read, CampaignRoom { issued: 9, admitted: 2, late_ms: vec![40, -10] });
-        assert_eq!(
-            stats.take("c1"),
-            CampaignRoom { issued: 9, admitted: 2, late_ms: vec![] },
-            "errors read once"
-        );
+        stats.issued("c1", 12);
+        stats.issued("c1", 11);
+        let again = CampaignRoom { issued: 12, admitted: 2, late_ms: vec![] };
+        assert_eq!(stats.take("c1"), again, "room.lua's count; errors read once");
         assert_eq!(stats.take("c2"), CampaignRoom::default());
     }
 
