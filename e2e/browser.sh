@@ -11,11 +11,15 @@
 #   <run>open   opens OPEN_IN (40) seconds after setup, stock 100, a blacklist with `blocked-1`
 #   <run>sold   open, no stock
 #   <run>crowd  open, stock 5 (20 browsers buy at once)
+#   <run>room   open, stock 10, a waiting room admitting 1 buyer a second (3 browsers queue)
+#   <run>preq   the same room, opening PREQ_IN (OPEN_IN + 90) seconds after setup, its pre-queue
+#               open from 10 minutes before (2 browsers join it before the start)
 # starts the order writer, the gateway (its shop route /login goes to demo-login) and
 # demo-login, runs the tests (e2e/browser/*.test.mjs, node's test runner), then stops what it
-# started, drops the database and deletes the campaigns' Redis keys (the topic stays, as the
-# demo's do). Screenshots of each state are saved in .stack/browser/shots/. Knobs:
-# GATEWAY_PORT (18280; the writer on +1, demo-login on +5), OPEN_IN.
+# started, drops the database, deletes the topic and the campaigns' Redis keys. Screenshots of
+# each state are saved in .stack/browser/shots/. Knobs: GATEWAY_PORT (18280; the writer on +1,
+# demo-login on +5), OPEN_IN, PREQ_IN, BROWSER_TESTS (the test files to run, default all of
+# e2e/browser/).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +33,7 @@ GATEWAY_PORT=${GATEWAY_PORT:-18280}
 WRITER_PORT=$((GATEWAY_PORT + 1))
 LOGIN_PORT=$((GATEWAY_PORT + 5))
 OPEN_IN=${OPEN_IN:-40}
+PREQ_IN=${PREQ_IN:-$((OPEN_IN + 90))}
 
 log() { printf '%s browser: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -93,7 +98,8 @@ cleanup() {
   for pid in "${PIDS[@]}"; do
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
-  psql "$SECKILL_PG_ADMIN_URL" -qc "DROP DATABASE IF EXISTS sale_$RUN_ID" >/dev/null 2>&1 || true
+  # The sale's database and topic (sale_create's), then its campaigns' keys.
+  "$BIN/sale-cleanup" --only "$RUN_ID" --redis "$SECKILL_REDIS_URL" >/dev/null || true
   if [[ $SECKILL_REDIS_URL == redis://* ]]; then
     local hostport=${SECKILL_REDIS_URL#redis://}
     hostport=${hostport%%/*}
@@ -106,8 +112,9 @@ trap cleanup EXIT
 
 # The database, topic and order-writer file for the run (sale_create's), then the campaigns.
 STARTS_AT=$(date -u -d "+$OPEN_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
+PREQ_AT=$(date -u -d "+$PREQ_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
 OPENED=$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:%SZ)
-log "campaigns ${RUN_ID}open (opens $STARTS_AT), ${RUN_ID}sold, ${RUN_ID}crowd"
+log "campaigns ${RUN_ID}open (opens $STARTS_AT), ${RUN_ID}sold, ${RUN_ID}crowd, ${RUN_ID}room, ${RUN_ID}preq (opens $PREQ_AT)"
 printf '# users refused by the browser test\nblocked-1\n' >"$RUN/campaigns.blacklist"
 sale_create "$RUN" "$RUN_ID" 0 "$OPENED" "$WRITER_PORT" "$BIN" >/dev/null
 rm "$RUN/campaigns/$RUN_ID.toml"
@@ -115,7 +122,12 @@ mv "$RUN/campaigns.blacklist" "$RUN/campaigns/blacklist"
 browser_campaign "$RUN/campaigns" "${RUN_ID}open" 100 "$STARTS_AT" blacklist
 browser_campaign "$RUN/campaigns" "${RUN_ID}sold" 0 "$OPENED" ""
 browser_campaign "$RUN/campaigns" "${RUN_ID}crowd" 5 "$OPENED" ""
-for c in open sold crowd; do
+browser_campaign "$RUN/campaigns" "${RUN_ID}room" 10 "$OPENED" ""
+# One buyer a second: three pages clicking at once wait about 1, 2 and 3 s.
+printf '\n[waiting_room]\nadmit_per_sec = 1\n' >>"$RUN/campaigns/${RUN_ID}room.toml"
+browser_campaign "$RUN/campaigns" "${RUN_ID}preq" 10 "$PREQ_AT" ""
+printf '\n[waiting_room]\nadmit_per_sec = 1\npre_queue_secs = 600\n' >>"$RUN/campaigns/${RUN_ID}preq.toml"
+for c in open sold crowd room preq; do
   "$BIN/order-writer" --config "$RUN/order-writer.toml" campaign publish "$RUN_ID$c" >/dev/null
 done
 
@@ -132,8 +144,10 @@ wait_port demo-login "$LOGIN_PORT" "$RUN/demo-login.log"
 wait_port gateway "$GATEWAY_PORT" "$RUN/gateway.log"
 
 log "tests (node --test e2e/browser)"
+# shellcheck disable=SC2086 # BROWSER_TESTS: a list of files
 BASE_URL="http://127.0.0.1:$GATEWAY_PORT" RUN_ID="$RUN_ID" \
   OPEN_AT_MS=$(($(date -u -d "$STARTS_AT" +%s) * 1000)) DB_URL="$DB_URL" \
+  PREQ_AT_MS=$(($(date -u -d "$PREQ_AT" +%s) * 1000)) \
   SHOTS="$RUN/shots" REPORT_HTML="${REPORT_HTML:-$ROOT/.stack/demo/report.html}" \
-  node --test --test-concurrency=1 e2e/browser/
+  node --test --test-concurrency=1 ${BROWSER_TESTS:-e2e/browser/}
 log "screenshots: $RUN/shots"

@@ -13,6 +13,9 @@
 # the other half's orders close after PAY_WINDOW_SECS and their stock is sold again to a resale
 # wave. Then the report (text, JSON and an HTML page), the invariants, the reconciliation; it
 # stops what it started and exits non-zero when an invariant breaks.
+# What it leaves: its sale (database, topic, Redis keys) stays for its report until the next demo,
+# which deletes it (SALE_CLEANUP=older, e2e/lib.sh sales_cleanup); SALE_CLEANUP=all deletes it
+# at the end, none keeps every demo's.
 # Knobs (environment): STOCK (1000), USERS (50000), REQUESTS_PER_USER (4), POW_BITS (8),
 # CONCURRENCY (256), START_IN (15), PAY_WINDOW_SECS (60), GATEWAY_PORT (8080), WRITER_PORT
 # (8081; the demo's stand-in login for the buyer's page on GATEWAY_PORT + 5), PROFILE (release; the test command runs a small sale with PROFILE=debug, reusing the
@@ -66,7 +69,9 @@ log "bringing the stack up"
 bash e2e/stack.sh up
 # shellcheck disable=SC1091
 . .stack/env
-# The sale's Redis; e2e/lib.sh writes it into every conf file.
+# The sale's Redis; e2e/lib.sh writes it into every conf file. STACK_REDIS_URL: the single one,
+# where earlier demos' keys may be (sales_cleanup).
+STACK_REDIS_URL=$SECKILL_REDIS_URL
 SECKILL_REDIS_URL=${REDIS_URL:-$SECKILL_REDIS_URL}
 export SECKILL_REDIS_URL
 
@@ -98,12 +103,14 @@ cleanup() {
   for pid in "${PIDS[@]}"; do
     for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   done
+  sales_cleanup end sale "$ID"
 }
 trap cleanup EXIT
 
 # The window opens START_IN seconds from now: the crowd gets its tokens, then idles until the
 # gateway's clock says open (its early birds knock before).
 STARTS_AT=$(date -u -d "+$START_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
+sales_cleanup start sale "$ID"
 log "creating database, topic and campaign $ID (stock $STOCK, opens $STARTS_AT)"
 sale_create "$RUN" "$ID" "$STOCK" "$STARTS_AT" "$WRITER_PORT" "$BIN"
 OW=("$BIN/order-writer" --config "$RUN/order-writer.toml")

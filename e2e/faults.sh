@@ -23,7 +23,9 @@
 # Every server is this script's own: a second stack (Redis, PostgreSQL, Kafka) under
 # .stack/faults on ports of its own (FAULTS_REDIS_PORT 6490, FAULTS_PG_PORT 5490,
 # FAULTS_KAFKA_PORT 19190, FAULTS_KAFKA_CLUSTER_PORT 19692 for broker-leader's three), and its own gateway and order writer (18480..18482, metrics +1000).
-# Faults are sent by PID to those processes only; the stack is stopped at the end. --short: a
+# Faults are sent by PID to those processes only; the stack is stopped at the end. Its sales stay
+# for their reports until the next run, which deletes them at its start (SALE_CLEANUP=older;
+# all: at the end of the run; none: never; e2e/lib.sh sales_cleanup). --short: a
 # small crowd (1,500 users x 2 on stock 600) and debug binaries (the test command); else
 # 20,000 users x 2 on stock 5,000 and release binaries. The fault comes 0.1 s into the burst.
 # Exits non-zero when a fault's verdict is FAIL.
@@ -81,6 +83,7 @@ stop_pid() { # pid: SIGTERM, 10 s, then SIGKILL
 cleanup() {
   local pid
   for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
+  sales_cleanup end f
   bash e2e/stack.sh down redis postgres kafka kafka-cluster >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -90,6 +93,7 @@ bash e2e/stack.sh down >/dev/null 2>&1 || true
 bash e2e/stack.sh up
 # shellcheck disable=SC1091
 . "$SECKILL_STACK_DIR/env"
+sales_cleanup start f
 SECKILL_GATEWAY_KEY=$(random_key faults-gateway-key-)
 SECKILL_PAYMENT_KEY=$(random_key faults-payment-key-)
 export SECKILL_GATEWAY_KEY SECKILL_PAYMENT_KEY

@@ -227,6 +227,39 @@ TOML
   "${ow[@]}" campaign publish "$id"
 }
 
+# What the demo's and the fault runs' sales (each a database, a topic and a campaign's Redis keys)
+# leave on a long-lived stack, by SALE_CLEANUP:
+#   older (default)  a run starts by deleting the sales earlier runs of its kind left, but one in
+#                    use (something connected to its database: a run in progress, maybe from another
+#                    checkout on the same stack) or begun less than 5 minutes ago; its own stay
+#                    until the next run, so its report can be looked into
+#   all              the same, and the run's own sales are deleted too when it ends
+#   none             nothing is deleted
+# sales_cleanup start|end PREFIX [ID] (target/<profile>/sale-cleanup, BIN): PREFIX is the run
+# kind's sale ids' (demo: sale, faults: f), ID the run's own sale (kept at the start, the one
+# deleted at the end; without it, the end deletes every sale of PREFIX). The sales' keys are
+# looked for on SECKILL_REDIS_URL, STACK_REDIS_URL and SECKILL_REDIS_CLUSTER_URL.
+sales_cleanup() { # start|end prefix [id]
+  local when=$1 prefix=$2 id=${3:-} mode=${SALE_CLEANUP:-older} args=() url
+  case $mode in
+    older | all | none) ;;
+    *) echo "SALE_CLEANUP must be older, all or none, not '$mode'" >&2; return 2 ;;
+  esac
+  [[ $mode == none || ($when == end && $mode != all) ]] && return 0
+  args=(--pg-admin-url "$SECKILL_PG_ADMIN_URL" --broker "$SECKILL_KAFKA_BROKER")
+  for url in "$SECKILL_REDIS_URL" "${STACK_REDIS_URL:-}" "${SECKILL_REDIS_CLUSTER_URL:-}"; do
+    [[ -n $url && " ${args[*]} " != *" $url "* ]] && args+=(--redis "$url")
+  done
+  if [[ $when == start ]]; then
+    args+=(--prefix "$prefix" ${id:+--keep "$id"})
+  elif [[ -n $id ]]; then
+    args+=(--only "$id")
+  else
+    args+=(--prefix "$prefix" --min-age-secs 0)
+  fi
+  "$BIN/sale-cleanup" "${args[@]}" || echo "sales_cleanup: some sales were not deleted (above)" >&2
+}
+
 # Writes RUN/NAME.toml: a gateway server file for campaign ID's sale listening on PORT (its
 # admin listener, /metrics, on PORT + 1000), result queries to the order writer on WRITER_PORT.
 gateway_conf() { # run name port id writer_port

@@ -23,7 +23,9 @@
 -- ARGV[4]  the serving position now (positions up to it are admitted or were)
 -- ARGV[5]  a place to replace ("p<n>": the buyer's session there is over), or ""
 -- ARGV[6]  unix ms at which both keys expire (the campaign's end plus a ticket's life)
--- Returns {place, size}: the buyer's place, and the pre-queue's size once closed (-1 while open).
+-- Returns {place, size, issued}: the buyer's place, the pre-queue's size once closed (-1 while
+-- open), and the places given so far (the last position given once closed, else the pre-queue's
+-- arrivals): the queue's length is issued minus the serving position.
 
 local user, now, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local place = redis.call('HGET', KEYS[2], user)
@@ -57,4 +59,5 @@ elseif now >= start and not size then
   size = close()
 end
 
-return {place, tonumber(size or '-1')}
+local issued = size and redis.call('HGET', KEYS[1], 'next') or redis.call('HGET', KEYS[1], 'pre')
+return {place, tonumber(size or '-1'), tonumber(issued or '0')}

@@ -1,7 +1,11 @@
 // The buyer's page: the countdown on the server's clock, one click = one attempt (proof of work
 // in a Web Worker, the campaign token, the order signed with WebCrypto HMAC as the README's
 // client protocol says), safe resends of the same signed request, and the result polled with
-// backoff. Every answer code is put in words, in Chinese and English.
+// backoff. Every answer code is put in words, in Chinese and English. A campaign's waiting room
+// (`WAITING`): the position, the number ahead and a countdown to the ETA; the ticket presented
+// again at the ETA (never later than `retry_after`, a floor that doubles when it came back at
+// its ETA and still waited, jitter, a bounded count and time: the rules of the e2e client's
+// `next_presentation`); the proof of work solved only when the turn is due.
 //
 // Login: the shop's login JWT is read from the cookie `seckill_login` (the gateway serves this
 // page on the shop's own host, where the shop's login sets it; see the README).
@@ -20,6 +24,18 @@ const MAX_SENDS = 6;
 const POLL_FIRST_MS = 500;
 const POLL_CAP_MS = 8000;
 const POLL_MAX_TOTAL_MS = 120000;
+// The waiting room (as e2e::client's Patience and next_presentation): presentations of the
+// ticket at most, time waited at most, the first floor (doubling when late, capped), how far
+// past the ETA to come back.
+const ROOM_PRESENTATIONS = 200;
+const ROOM_MAX_TOTAL_MS = 600000;
+const ROOM_FLOOR_MS = 50;
+const ROOM_MAX_FLOOR_MS = 5000;
+const ROOM_PAST_ETA_MS = 20;
+// A challenge or token request answered TRY_LATER (or NOT_STARTED) is sent again this many times
+// at most, after its Retry-After.
+const SHED_TRIES = 5;
+const TICKET_HEADER = 'X-Queue-Ticket';
 
 // Words for every answer code of the README's table, and the page's own states.
 // kind: ok | bad | wait; retry: the buyer may try again (the button comes back).
@@ -59,11 +75,14 @@ const WORDS = {
   FAILED: { kind: 'bad', retry: true, en: 'Your reservation did not become an order.', zh: '您的预订未能生成订单。' },
   PAID: { kind: 'ok', en: 'The order is paid.', zh: '订单已支付。' },
   CLOSED: { kind: 'bad', en: 'The order was closed because it was not paid in time.', zh: '订单因超时未支付已关闭。' },
+  WAITING: { kind: 'wait', en: 'You are in the waiting room: please keep this page open, it goes on by itself when your turn comes.', zh: '您正在排队：请保持本页面打开，轮到您时会自动继续。' },
+  BAD_TICKET: { kind: 'bad', retry: true, en: 'Your place in the queue is no longer valid. Please try again to queue anew.', zh: '您的排队凭证已失效，请重试以重新排队。' },
   INTERNAL: { kind: 'bad', retry: true, en: 'Something went wrong on our side. You may try again.', zh: '系统内部错误，可以重试。' },
   // The page's own.
   NETWORK: { kind: 'bad', retry: true, en: 'The connection failed. You may try again.', zh: '网络连接失败，可以重试。' },
   POLL_TIMEOUT: { kind: 'wait', en: 'Your order is still being written. Check “My orders” in a few minutes; your reservation is kept.', zh: '订单仍在生成中，请几分钟后在“我的订单”中查看，您的预订不会丢失。' },
   UNKNOWN: { kind: 'bad', retry: true, en: 'Unexpected answer. You may try again.', zh: '未知的响应，可以重试。' },
+  ROOM_TIMEOUT: { kind: 'bad', retry: true, en: 'You waited in the queue longer than this page waits. You may try again.', zh: '排队时间过长，本页面已停止等待，可以重试。' },
 };
 
 const TEXT = {
@@ -78,7 +97,15 @@ const TEXT = {
   bought: { en: 'Bought', zh: '已抢到' },
   unavailable: { en: 'Not available', zh: '无法购买' },
   pow: { en: 'Checking you are not a robot', zh: '正在进行人机验证' },
-  hashes: { en: (n, bits) => `${n.toLocaleString('en')} hashes tried (about ${2 ** bits} expected)`, zh: (n, bits) => `已计算 ${n.toLocaleString('zh')} 次（预计约 ${2 ** bits} 次）` },
+  hashes: { en: (n, bits) => `${n.toLocaleString('en')} hashes tried (about ${(2 ** bits).toLocaleString('en')} expected at ${bits} bits)`, zh: (n, bits) => `已计算 ${n.toLocaleString('zh')} 次（难度 ${bits} 位，预计约 ${(2 ** bits).toLocaleString('zh')} 次）` },
+  position: { en: 'Your place', zh: '您的位置' },
+  ahead: { en: 'Ahead of you', zh: '前方人数' },
+  eta: { en: 'Your turn in', zh: '预计轮到您' },
+  etaNow: { en: 'any moment now', zh: '即将轮到' },
+  preQueue: { en: 'Drawn at the start', zh: '开始时随机分配' },
+  preQueueNote: { en: 'Everyone who arrived before the start is given a place at random when the sale opens: arriving earlier or later in this window makes no difference.', zh: '开始前到达的所有人将在开始时随机分配位置：在此期间早到晚到没有区别。' },
+  shed: { en: (s) => `Too many buyers right now; asking again in ${s} s…`, zh: (s) => `当前人数过多，${s} 秒后自动重试…` },
+  join: { en: 'Join the queue', zh: '排队' },
   starts: { en: (t) => `Starts at ${t} (server time)`, zh: (t) => `开始时间 ${t}（以服务器时间为准）` },
   ends: { en: (t) => `Ends at ${t} (server time)`, zh: (t) => `结束时间 ${t}（以服务器时间为准）` },
   campaign: { en: (c) => `Sale “${c}”`, zh: (c) => `活动“${c}”` },
@@ -210,7 +237,11 @@ function show(code, extra = {}) {
     p.textContent = extra.note;
     box.append(p);
   }
+  const room = extra.room;
   const rows = [
+    ['position', room && (room.preQueue ? t('preQueue') : room.position.toLocaleString(lang))],
+    ['ahead', room && !room.preQueue ? room.ahead.toLocaleString(lang) : undefined],
+    ['eta', room && etaText(room.etaAtMs)],
     ['orderId', extra.order], ['amount', extra.amount], ['payBy', extra.payBy], ['requestId', extra.requestId],
   ].filter(([, v]) => v !== undefined && v !== '');
   if (rows.length) {
@@ -221,11 +252,44 @@ function show(code, extra = {}) {
       const dd = document.createElement('dd');
       dd.textContent = v;
       dd.dataset.field = k;
+      // The ETA runs down every second without being read out each time (role timer); the
+      // rest of the answer is announced when a new WAITING answer comes.
+      if (k === 'eta') {
+        dd.setAttribute('role', 'timer');
+        dd.setAttribute('aria-live', 'off');
+      }
       dl.append(dt, dd);
     }
     box.append(dl);
   }
+  if (room && room.preQueue) {
+    const p = document.createElement('p');
+    p.className = 'small';
+    p.textContent = t('preQueueNote');
+    box.append(p);
+  }
   if (w.login) box.append(signInLink());
+}
+
+// The time left to the ETA, on the server's clock: m:ss, or "any moment" once it is due.
+function etaText(atMs) {
+  const left = Math.ceil((atMs - serverNow()) / 1000);
+  if (left <= 0) return t('etaNow');
+  return `${Math.floor(left / 60)}:${two(left % 60)}`;
+}
+
+// Runs the shown ETA down once a second while a WAITING answer is on the screen.
+let etaTimer = 0;
+function runEta() {
+  clearInterval(etaTimer);
+  etaTimer = setInterval(() => {
+    const dd = document.querySelector('#status [data-field="eta"]');
+    if (!last || !last.extra || !last.extra.room || !dd) {
+      clearInterval(etaTimer);
+      return;
+    }
+    dd.textContent = etaText(last.extra.room.etaAtMs);
+  }, 1000);
 }
 
 // A progress line in the live region (not an answer code).
@@ -286,9 +350,12 @@ function tick() {
     const d = Math.floor(s / 86400);
     $('countdown').textContent = `${d ? `${d}${t('days')} ` : ''}${two(Math.floor(s / 3600) % 24)}:${two(Math.floor(s / 60) % 60)}:${two(s % 60)}`;
     heading.textContent = t('opensIn');
+    // A waiting room's pre-queue is open before the start: the buyer may join it now.
+    const room = info.waiting_room;
+    const preQueue = Boolean(room && left <= room.pre_queue_secs * 1000 && loginJwt() && !info.switches.closed);
     if (!busy) {
-      buy.disabled = true;
-      label('soon');
+      buy.disabled = !preQueue;
+      label(preQueue ? 'join' : 'soon');
       setState('countdown');
     }
     if (left < RESYNC_BEFORE_MS && !resynced) {
@@ -366,23 +433,120 @@ class Refused extends Error {
   }
 }
 
-// Captcha → proof of work → campaign token. A NOT_STARTED answer (the device started early,
-// never the buyer's fault) waits for the server's Retry-After and asks again.
-async function ticket(jwt, device) {
-  for (let attempt = 0; ; attempt++) {
-    const ch = await post(`${BASE}/captcha`, { 'X-Device-Id': device });
-    if (ch.body.code === 'NOT_STARTED' && attempt < 5) {
-      await sleep(Math.min(5000, (ch.retryAfter || 1) * 1000) * (0.5 + Math.random() / 2));
-      continue;
+// A request to the captcha or token endpoint, sent again when it is shed (`TRY_LATER`: after its
+// Retry-After, never sooner, plus a little jitter) or early (`NOT_STARTED`: the device started
+// early, never the buyer's fault: within the server's Retry-After, at most 5 s), SHED_TRIES
+// times at most; then its answer is the answer.
+async function ask(path, headers, body) {
+  for (let n = 0; ; n++) {
+    const r = await post(path, headers, body);
+    const code = r.body.code;
+    if ((code !== 'TRY_LATER' && code !== 'NOT_STARTED') || n >= SHED_TRIES) return r;
+    const after = Math.min(30, Math.max(1, r.retryAfter || Number(r.body.retry_after) || 1)) * 1000;
+    if (code === 'TRY_LATER') {
+      note(t('shed', Math.ceil(after / 1000)));
+      await sleep(after * (1 + Math.random() / 4));
+    } else {
+      await sleep(Math.min(5000, after) * (0.5 + Math.random() / 2));
     }
-    if (ch.status !== 200) throw new Refused(ch.body, ch.retryAfter);
-    const solved = await solve(ch.body.challenge, ch.body.bits);
-    const tok = await post(`${BASE}/token`, {
-      Authorization: `Bearer ${jwt}`, 'X-Device-Id': device, 'Content-Type': 'application/json',
-    }, JSON.stringify({ challenge: ch.body.challenge, answer: solved.answer }));
-    if (tok.status !== 200) throw new Refused(tok.body, tok.retryAfter);
-    return tok.body;
   }
+}
+
+// A challenge, solved in the worker (its bits and the work's progress shown): the body of the
+// token request, and until when (performance.now()) it is good.
+async function challengeSolved(device) {
+  const ch = await ask(`${BASE}/captcha`, { 'X-Device-Id': device });
+  if (ch.status !== 200) throw new Refused(ch.body, ch.retryAfter);
+  const asked = performance.now();
+  const solved = await solve(ch.body.challenge, ch.body.bits);
+  return {
+    body: { challenge: ch.body.challenge, answer: solved.answer },
+    until: asked + (Number(ch.body.expires_in) || 0) * 1000,
+  };
+}
+
+const fresh = (solved) => solved !== null && performance.now() + 1000 < solved.until;
+
+function askToken(jwt, device, body, ticket) {
+  const headers = { Authorization: `Bearer ${jwt}`, 'X-Device-Id': device, 'Content-Type': 'application/json' };
+  if (ticket) headers[TICKET_HEADER] = ticket;
+  return ask(`${BASE}/token`, headers, JSON.stringify(body));
+}
+
+// After the WAITING answer `body`, the `soFar`-th, `waitedMs` into the wait, of which `late`
+// came back at or past their ETA (e2e::client::next_presentation's rules): come back at the ETA
+// (a little past it, with jitter), never later than retry_after and never sooner than a floor
+// that doubles with `late`; a wait as long as retry_after is spread over its last fifth. `solve`:
+// the turn is due by then (never in the pre-queue, whose places are drawn at the start). `null`:
+// the next presentation would pass the count or the time this page waits.
+function nextPresentation(body, soFar, late, waitedMs) {
+  const retry = Math.min(30, Math.max(1, Number(body.retry_after) || 1)) * 1000;
+  const eta = Number.isFinite(body.eta_ms) ? Math.max(0, body.eta_ms) : retry;
+  const floor = Math.min(ROOM_FLOOR_MS * 2 ** Math.min(late, 16), ROOM_MAX_FLOOR_MS);
+  let pause = Math.min(Math.max(eta + ROOM_PAST_ETA_MS, floor), retry);
+  if (pause >= retry) pause = retry * (0.8 + Math.random() / 5);
+  else pause = Math.min(retry, pause + Math.random() * Math.min(200, pause / 10));
+  if (soFar > ROOM_PRESENTATIONS || waitedMs + pause > ROOM_MAX_TOTAL_MS) return null;
+  return { pause, solve: body.pre_queue !== true && pause >= eta };
+}
+
+// Shows a WAITING answer: the position (or the pre-queue's draw), the number ahead, the ETA.
+function showWaiting(body) {
+  setState('waiting');
+  $('work').hidden = true;
+  const preQueue = body.pre_queue === true;
+  // From the answer's eta_ms as it arrives (the server's own clock, not this page's copy of it).
+  const etaAtMs = serverNow() + (Number(body.eta_ms) || 0);
+  show('WAITING', { room: { preQueue, position: Number(body.position) || 0, ahead: Number(body.ahead) || 0, etaAtMs } });
+  runEta();
+}
+
+// The token through the waiting room: asked without the work first; each WAITING answer's
+// ticket presented again as nextPresentation says, with a solved challenge once the turn is due.
+async function throughRoom(jwt, device) {
+  let answer = await askToken(jwt, device, {}, null);
+  let solved = null;
+  let soFar = 0;
+  let late = 0;
+  let waited = 0;
+  while (answer.status === 200 && answer.body.code === 'WAITING') {
+    soFar += 1;
+    const body = answer.body;
+    const next = nextPresentation(body, soFar, late, waited);
+    if (next === null) throw new Refused({ code: 'ROOM_TIMEOUT' }, 0);
+    // No ticket: the turn has passed (a session over); ask again without it.
+    const ticket = body.ticket || null;
+    if (ticket) showWaiting(body);
+    await sleep(next.pause);
+    waited += next.pause;
+    if (Number.isFinite(body.eta_ms) && next.pause >= body.eta_ms) late += 1;
+    if (next.solve && ticket) {
+      if (!fresh(solved)) solved = await challengeSolved(device);
+      answer = await askToken(jwt, device, solved.body, ticket);
+    } else {
+      answer = await askToken(jwt, device, {}, ticket);
+      if (answer.body.code === 'CAPTCHA_FAILED' && ticket) {
+        // Let in sooner than its ETA said (another gateway's clock): now with the work.
+        solved = await challengeSolved(device);
+        answer = await askToken(jwt, device, solved.body, ticket);
+      }
+    }
+  }
+  if (answer.status !== 200) throw new Refused(answer.body, answer.retryAfter);
+  return answer.body;
+}
+
+// Captcha → proof of work → campaign token; through the waiting room when the campaign has one.
+async function ticket(jwt, device) {
+  if (info && info.waiting_room) return throughRoom(jwt, device);
+  const solved = await challengeSolved(device);
+  const tok = await askToken(jwt, device, solved.body, null);
+  if (tok.body.code === 'WAITING') {
+    // The room was turned on since /info was read: queue as it says.
+    return throughRoom(jwt, device);
+  }
+  if (tok.status !== 200) throw new Refused(tok.body, tok.retryAfter);
+  return tok.body;
 }
 
 // The signed order, built once: every resend sends these same bytes.

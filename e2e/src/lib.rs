@@ -2,9 +2,11 @@
 //! (started by `e2e/stack.sh up`), and fresh, isolated places on them.
 //!
 //! Tests never mock Redis, PostgreSQL or Kafka. They isolate themselves instead: a new database
-//! per test, a new topic per test, campaign ids that are unique per test.
+//! per test, a new topic per test, campaign ids that are unique per test, each deleted again
+//! when the test ends ([`cleanup`]).
 
 pub mod checks;
+pub mod cleanup;
 pub mod client;
 pub mod crowd;
 pub mod drain;

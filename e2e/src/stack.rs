@@ -31,18 +31,10 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
 
-/// Creates an empty database with a unique name and returns its URL. It is left behind on
-/// purpose (a failed test can be inspected); the stack's data folder is throwaway.
-pub async fn fresh_database() -> anyhow::Result<String> {
-    use sqlx::Executor;
-    let admin = pg_admin_url();
-    let mut conn = pg_connect(&admin).await?;
-    let name = unique("t_");
-    // The name is ours (hex digits), not input: safe to format into the statement.
-    let create = format!("CREATE DATABASE {name}");
-    conn.execute(sqlx::AssertSqlSafe(create)).await?;
-    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
-    Ok(format!("{base}/{name}"))
+/// Creates an empty database with a unique name; it is dropped when the returned owner is
+/// ([`cleanup::Database`](crate::cleanup::Database)).
+pub async fn fresh_database() -> anyhow::Result<crate::cleanup::Database> {
+    crate::cleanup::Database::create().await
 }
 
 /// The workspace's root folder (holds `lua/`, `sql/`, `conf/`).

@@ -82,7 +82,7 @@ async fn a_crowd_is_served_in_batches_within_the_stock() {
     let redis = stack::redis_client(&url).await.unwrap();
     let scripts = Scripts::load(&scripts::default_dir()).unwrap();
     for (max, batched) in [(BatchConf::default().max, true), (1, false)] {
-        let campaign = stack::unique("batcher-");
+        let campaign = e2e::cleanup::Campaign::on("batcher-", &url);
         publish(&redis, &scripts, &campaign, 100).await;
         let bucket = Bucket::single(&campaign);
         let conf = BatchConf { max, wait: Duration::from_micros(500) };

@@ -20,7 +20,7 @@ struct Sale {
     redis: Client,
     reserver: Reserver,
     scripts: Scripts,
-    campaign: String,
+    campaign: e2e::cleanup::Campaign,
     buckets: u32,
 }
 
@@ -32,7 +32,7 @@ impl Sale {
         let pool = Builder::from_config(Config::from_url(&url).unwrap()).build_pool(4).unwrap();
         pool.init().await.unwrap();
         let scripts = Scripts::load(&scripts::default_dir()).unwrap();
-        let campaign = stack::unique("bk-");
+        let campaign = e2e::cleanup::Campaign::on("bk-", &url);
         let spec = PublishSpec {
             stock_version: 1,
             total: stock,

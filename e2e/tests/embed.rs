@@ -100,7 +100,7 @@ fn campaign_file(campaign: &str, closed: bool) -> String {
 
 #[tokio::test]
 async fn a_proxy_of_its_own_sells_through_the_whole_sale() {
-    let campaign = stack::unique("embed");
+    let campaign = e2e::cleanup::Campaign::new("embed");
     let redis = stack::redis_client(&stack::redis_url()).await.expect(stack::STACK_HINT);
     let spec = PublishSpec {
         stock_version: 1,

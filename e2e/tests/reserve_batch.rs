@@ -18,13 +18,14 @@ struct Sale {
     redis: Client,
     scripts: Scripts,
     bucket: Bucket,
+    _keys: e2e::cleanup::Campaign,
 }
 
 impl Sale {
     async fn new(url: &str, stock: i64, buckets: u32, index: u32) -> Self {
         let redis = stack::redis_client(url).await.unwrap();
         let scripts = Scripts::load(&scripts::default_dir()).unwrap();
-        let campaign = stack::unique("batch-");
+        let campaign = e2e::cleanup::Campaign::on("batch-", url);
         let spec = PublishSpec {
             stock_version: 1,
             total: stock * i64::from(buckets),
@@ -35,7 +36,7 @@ impl Sale {
         };
         let outcomes = scripts.publish_buckets(&redis, &campaign, buckets, &spec).await.unwrap();
         assert_eq!(outcomes, vec![PublishOutcome::Published; buckets as usize]);
-        Self { redis, scripts, bucket: Bucket::nth(&campaign, index, buckets) }
+        Self { redis, scripts, bucket: Bucket::nth(&campaign, index, buckets), _keys: campaign }
     }
 
     fn nonce(&self, n: &str, fingerprint: &str) -> Option<Nonce> {

@@ -21,7 +21,7 @@ const KAFKA_TEST_BUDGET: Duration = Duration::from_secs(120);
 async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
     let client = stack::redis_client(&stack::redis_url()).await?;
     let scripts = Scripts::load(&scripts::default_dir())?;
-    let campaign = stack::unique("smoke-");
+    let campaign = e2e::cleanup::Campaign::new("smoke-");
     let keys = CampaignKeys::new(&campaign);
     let bucket = protocol::keys::Bucket::single(&campaign);
     let spec = PublishSpec {
@@ -173,6 +173,7 @@ async fn kafka_round_trip() -> anyhow::Result<()> {
     let client = stack::kafka_client(&stack::kafka_broker()).await?;
     let topic = stack::unique("smoke-");
     stack::create_topic(&client, &topic, PARTITIONS).await?;
+    let _owned = e2e::cleanup::Topic::adopt(&topic);
     let listed = client.list_topics().await?;
     let mine = listed.iter().find(|t| t.name == topic).context("new topic not listed")?;
     assert_eq!(mine.partitions.len(), PARTITIONS as usize);

@@ -18,7 +18,7 @@ use pingora_prometheus::PrometheusHttpApp;
 use plugins::FlashSale;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
 use crate::access_log::LogStats;
 
@@ -81,7 +81,16 @@ pub struct Live {
     lag_peak_us: IntGauge,
     log_lines: IntCounter,
     log_dropped: IntCounter,
+    room_queue: IntGaugeVec,
+    room_admitted: IntCounterVec,
+    room_eta_error: HistogramVec,
+    pow_bits: IntGaugeVec,
 }
+
+/// Buckets of the waiting room's ETA error (seconds past the promised admission): the polling
+/// interval plus a request's latency is the normal error; many seconds is a client that came
+/// back late, or clocks apart.
+const ETA_ERROR_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 impl Live {
     /// The scrape-time families over the process's state.
@@ -122,6 +131,36 @@ impl Live {
                 "seckill_gateway_access_log_dropped_total",
                 "Access lines dropped because the writer's queue was full",
             ),
+            room_queue: IntGaugeVec::new(
+                Opts::new(
+                    "seckill_gateway_room_queue_length",
+                    "Waiting room: places issued (as room.lua last counted them) minus positions served",
+                ),
+                &["campaign"],
+            )
+            .expect("valid metric"),
+            room_admitted: IntCounterVec::new(
+                Opts::new(
+                    "seckill_gateway_room_admitted_total",
+                    "Waiting room: tokens issued on a ticket given while it waited (once per wait)",
+                ),
+                &["campaign"],
+            )
+            .expect("valid metric"),
+            room_eta_error: HistogramVec::new(
+                HistogramOpts::new(
+                    "seckill_gateway_room_eta_error_seconds",
+                    "Waiting room: actual admission minus the promised one (0 when earlier)",
+                )
+                .buckets(ETA_ERROR_BUCKETS.to_vec()),
+                &["campaign"],
+            )
+            .expect("valid metric"),
+            pow_bits: IntGaugeVec::new(
+                Opts::new("seckill_gateway_room_pow_bits", "Proof-of-work bits a challenge asks now"),
+                &["campaign"],
+            )
+            .expect("valid metric"),
         }
     }
 
@@ -150,6 +189,10 @@ impl Collector for Live {
         d.extend(self.dropped.desc());
         d.extend(self.redis_connected.desc());
         d.extend(self.lag_peak_us.desc());
+        d.extend(self.room_queue.desc());
+        d.extend(self.room_admitted.desc());
+        d.extend(self.room_eta_error.desc());
+        d.extend(self.pow_bits.desc());
         if self.log.is_some() {
             d.extend(self.log_lines.desc());
             d.extend(self.log_dropped.desc());
@@ -171,6 +214,7 @@ impl Collector for Live {
         catch_up(&self.batches, stats.batches.load(Ordering::Relaxed));
         catch_up(&self.dropped.with_label_values(&["full"]), stats.dropped_full.load(Ordering::Relaxed));
         catch_up(&self.dropped.with_label_values(&["kafka"]), stats.dropped_kafka.load(Ordering::Relaxed));
+        self.collect_room();
         let connected = self.sale.redis().clients().iter().filter(|c| c.is_connected()).count();
         self.redis_connected.set(connected as i64);
         self.lag_peak_us.set(i64::try_from(self.sale.take_peak_lag().as_micros()).unwrap_or(i64::MAX));
@@ -183,6 +227,10 @@ impl Collector for Live {
         out.extend(self.dropped.collect());
         out.extend(self.redis_connected.collect());
         out.extend(self.lag_peak_us.collect());
+        out.extend(self.room_queue.collect());
+        out.extend(self.room_admitted.collect());
+        out.extend(self.room_eta_error.collect());
+        out.extend(self.pow_bits.collect());
         if let Some(log) = &self.log {
             catch_up(&self.log_lines, log.written.load(Ordering::Relaxed));
             catch_up(&self.log_dropped, log.dropped.load(Ordering::Relaxed));
@@ -190,6 +238,33 @@ impl Collector for Live {
             out.extend(self.log_dropped.collect());
         }
         out
+    }
+}
+
+impl Live {
+    /// The waiting room's families: every campaign's bits in force; for a campaign whose room is
+    /// on, its queue's length, its admissions and the ETA errors since the last scrape.
+    fn collect_room(&self) {
+        let room = self.sale.waiting_room();
+        let now = chrono::Utc::now();
+        self.room_queue.reset();
+        self.pow_bits.reset();
+        for (id, entry) in &self.sale.registry().campaigns {
+            let c = &entry.campaign;
+            let bits = room.rates().bits(c, now.timestamp());
+            self.pow_bits.with_label_values(&[id.as_str()]).set(i64::from(bits));
+            if !c.waiting_room.enabled {
+                continue;
+            }
+            let stats = room.stats().take(id);
+            let length = plugins::waiting_room::queue_length(c, &stats, now);
+            self.room_queue.with_label_values(&[id.as_str()]).set(length.min(i64::MAX as u64) as i64);
+            catch_up(&self.room_admitted.with_label_values(&[id.as_str()]), stats.admitted);
+            let errors = self.room_eta_error.with_label_values(&[id.as_str()]);
+            for late in stats.late_ms {
+                errors.observe(late.max(0) as f64 / 1000.0);
+            }
+        }
     }
 }
 

@@ -167,6 +167,11 @@ impl Edge {
         }
     }
 
+    /// The waiting room (its stats and arrival rates, for metrics).
+    pub fn room(&self) -> &WaitingRoom {
+        &self.room
+    }
+
     /// The per-process rate estimators (the proxy's own limits, such as result polling, use
     /// them too).
     pub fn limiter(&self) -> &RateLimiter {

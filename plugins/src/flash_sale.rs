@@ -184,6 +184,11 @@ impl FlashSale {
         self.edge.pressure().take_peak()
     }
 
+    /// The waiting room (its stats and the proof of work's bits, for metrics).
+    pub fn waiting_room(&self) -> &crate::waiting_room::WaitingRoom {
+        self.edge.room()
+    }
+
     /// The per-process rate estimators (a proxy's own limits may use them too).
     pub fn limiter(&self) -> &crate::rate_limit::RateLimiter {
         self.edge.limiter()

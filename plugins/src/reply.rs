@@ -101,7 +101,8 @@ impl Reply {
         reply
     }
 
-    /// `GET /seckill/{c}/info`: server time, window state, switches; cacheable for a second.
+    /// `GET /seckill/{c}/info`: server time, window state, switches, the waiting room (`null` when
+    /// off); cacheable for a second.
     pub fn info(c: &Campaign) -> Self {
         let now = Utc::now();
         let state = match c.window(now) {
@@ -121,6 +122,11 @@ impl Reply {
             },
             "starts_at": c.starts_at.to_rfc3339(),
             "ends_at": c.ends_at.to_rfc3339(),
+            // The buyer's page asks its token without an answer first when the room is on
+            // (it solves the work only when its turn is due), and may join the pre-queue.
+            "waiting_room": c.waiting_room.enabled.then(|| serde_json::json!({
+                "pre_queue_secs": c.waiting_room.pre_queue_secs,
+            })),
         }))
         .unwrap_or_default();
         let mut reply = Self::new(200, None, Bytes::from(body), "max-age=1");

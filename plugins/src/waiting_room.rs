@@ -24,6 +24,11 @@
 //! arrivals (token requests) per second across every gateway, counted in Redis
 //! (`lua/arrivals.lua`, only for a campaign with `[[pow_level]]`s) and remembered per process
 //! ([`ArrivalRates`]) so that the challenge endpoint picks its bits without a Redis call.
+//!
+//! What the room did is kept per campaign for the gateway's metrics ([`RoomStats`], read at
+//! scrape time): the places issued (as `room.lua` last counted them across every gateway, or a
+//! higher one shown since), the admissions (a token issued on a ticket given while it waited,
+//! so once per wait) and how late each came after the time its ticket's position promised.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -281,6 +286,24 @@ pub fn turn(schedule: &Schedule, p: u64, elapsed_ms: i64) -> Turn {
     }
 }
 
+/// When a ticket renewed at `now_ms` with `turn` says it was issued (unix s): a waiting one
+/// before its turn (now, rounded down: before the promise), an admitted one at or after it
+/// (rounded up), so that [`first_admission`] tells them apart.
+pub fn issued_at(turn: Turn, now_ms: i64) -> i64 {
+    match turn {
+        Turn::Admitted { .. } => now_ms.div_euclid(1000) + i64::from(now_ms.rem_euclid(1000) != 0),
+        _ => now_ms.div_euclid(1000),
+    }
+}
+
+/// Whether an admission on the presented ticket (`issued` unix s, `pre_queue` its place) is the
+/// first of its wait: a pre-queue ticket, or one issued before its position's promise.
+pub fn first_admission(presented: Option<(i64, bool)>, promised_ms: i64) -> Option<Admission> {
+    presented
+        .filter(|(issued, pre_queue)| *pre_queue || issued.saturating_mul(1000) < promised_ms)
+        .map(|_| Admission { promised_ms })
+}
+
 /// The `Retry-After` of a wait of `eta_ms`: the ETA itself when near, at most
 /// [`MAX_RETRY_SECS`], at least 1 s.
 pub fn retry_after_secs(eta_ms: i64) -> u64 {
@@ -315,9 +338,19 @@ pub enum Pass {
         ticket: String,
         /// Until the session ends, in seconds.
         session_left_secs: u64,
+        /// The first admission of a wait (the ticket presented was a waiting one), if it is.
+        first: Option<Admission>,
     },
     /// Not yet: the `WAITING` answer.
     Waiting(Value),
+}
+
+/// An admission to record once its token is issued ([`RoomStats::admitted`]): the presented
+/// ticket was given while it waited, and its position promised admission at `promised_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    /// Unix ms the schedule promised (every `WAITING` answer's `eta_at_ms` for the position).
+    pub promised_ms: i64,
 }
 
 /// Who asks, for [`WaitingRoom::pass`].
@@ -339,6 +372,7 @@ pub struct WaitingRoom {
     /// Campaign and start (unix ms) -> the pre-queue's frozen size.
     sizes: Mutex<HashMap<(String, i64), u64>>,
     rates: ArrivalRates,
+    stats: RoomStats,
 }
 
 impl std::fmt::Debug for WaitingRoom {
@@ -354,12 +388,24 @@ fn degraded() -> Denial {
 impl WaitingRoom {
     /// Over `pool` and the loaded `scripts`, each call bounded by `timeout`.
     pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
-        Self { pool, scripts, timeout, sizes: Mutex::new(HashMap::new()), rates: ArrivalRates::default() }
+        Self {
+            pool,
+            scripts,
+            timeout,
+            sizes: Mutex::new(HashMap::new()),
+            rates: ArrivalRates::default(),
+            stats: RoomStats::default(),
+        }
     }
 
     /// The arrival rates this process has counted.
     pub fn rates(&self) -> &ArrivalRates {
         &self.rates
+    }
+
+    /// What the room did, per campaign (for metrics).
+    pub fn stats(&self) -> &RoomStats {
+        &self.stats
     }
 
     async fn enter(
@@ -381,8 +427,8 @@ impl WaitingRoom {
             expire_at_ms: campaign.ends_at.timestamp_millis() + i64::from(room.ticket_ttl_secs) * 1000,
         };
         let call = self.scripts.room_enter(self.pool.next_connected(), &entry);
-        let (place, size) = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(out)) => out,
+        let (place, size, issued) = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(out)) => (out.place, out.size, out.issued),
             Ok(Err(e)) => {
                 tracing::warn!(campaign = %campaign.id, error = %e, "room.lua failed");
                 return Err(degraded());
@@ -392,6 +438,8 @@ impl WaitingRoom {
         if let Some(n) = size {
             self.sizes.lock().unwrap_or_else(|e| e.into_inner()).insert((campaign.id.clone(), start), n);
         }
+        self.stats.saw(&campaign.id, place, size);
+        self.stats.issued(&campaign.id, issued);
         Ok((place, size))
     }
 
@@ -411,9 +459,13 @@ impl WaitingRoom {
         }
         let (now_s, now_ms) = (now.timestamp(), now.timestamp_millis());
         let start = campaign.starts_at.timestamp_millis();
+        // When the presented ticket was issued (unix s), and whether it was a pre-queue one.
+        let mut presented: Option<(i64, bool)> = None;
         let (mut place, mut size) = match who.ticket {
             Some(t) => {
                 let ticket = Ticket::verify(key, t, &campaign.id, who.user, who.device, now_s)?;
+                presented = Some((ticket.issued_at, matches!(ticket.place, RoomPlace::PreQueue(_))));
+                self.stats.saw(&campaign.id, ticket.place, None);
                 let size = self
                     .sizes
                     .lock()
@@ -447,19 +499,23 @@ impl WaitingRoom {
                 turn = self::turn(&schedule, p, now_ms - start);
             }
         }
+        let promised_ms = start + schedule.served_at(position);
+        let issued_at = issued_at(turn, now_ms);
         let ticket = Ticket {
             campaign: campaign.id.clone(),
             user: who.user.to_string(),
             device: who.device.to_string(),
             place: RoomPlace::Position(position),
-            issued_at: now_s,
-            expires_at: now_s + i64::from(room.ticket_ttl_secs),
+            issued_at,
+            expires_at: issued_at + i64::from(room.ticket_ttl_secs),
         }
         .sign(key);
         Ok(match turn {
-            Turn::Admitted { left_ms } => {
-                Pass::Admitted { ticket, session_left_secs: (left_ms.max(0) as u64).div_ceil(1000) }
-            }
+            Turn::Admitted { left_ms } => Pass::Admitted {
+                ticket,
+                session_left_secs: (left_ms.max(0) as u64).div_ceil(1000),
+                first: first_admission(presented, promised_ms),
+            },
             Turn::Waiting { serving, ahead, eta_ms } => Pass::Waiting(json!({
                 "code": Code::Waiting,
                 "message": "not your turn yet: present the ticket as X-Queue-Ticket after retry_after seconds",
@@ -530,6 +586,76 @@ impl WaitingRoom {
             self.rates.record(&campaign.id, second, a.this_second.max(a.last_second));
         }
     }
+}
+
+/// Most ETA errors kept between two scrapes (the oldest are dropped beyond it).
+const MAX_PENDING_ERRORS: usize = 4096;
+
+/// What one campaign's room did in this process.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CampaignRoom {
+    /// Places issued, as far as this process knows: the most `room.lua` last counted across
+    /// every gateway, or a higher place this process was shown since.
+    pub issued: u64,
+    /// Admissions: tokens issued on a ticket given while it waited (once per wait).
+    pub admitted: u64,
+    /// How late each admission came after its promise, in ms, not read yet (negative: earlier,
+    /// another gateway's clock ahead).
+    pub late_ms: Vec<i64>,
+}
+
+/// Per campaign, what its room did in this process, for the gateway's metrics.
+#[derive(Debug, Default)]
+pub struct RoomStats {
+    campaigns: Mutex<HashMap<String, CampaignRoom>>,
+}
+
+impl RoomStats {
+    fn with(&self, campaign: &str, f: impl FnOnce(&mut CampaignRoom)) {
+        let mut all = self.campaigns.lock().unwrap_or_else(|e| e.into_inner());
+        match all.get_mut(campaign) {
+            Some(c) => f(c),
+            None => f(all.entry(campaign.to_string()).or_default()),
+        }
+    }
+
+    /// A place given or presented, and the pre-queue's size if known.
+    pub fn saw(&self, campaign: &str, place: RoomPlace, size: Option<u64>) {
+        let p = match place {
+            RoomPlace::Position(p) | RoomPlace::PreQueue(p) => p,
+        };
+        self.with(campaign, |c| c.issued = c.issued.max(p).max(size.unwrap_or(0)));
+    }
+
+    /// The places given so far, as `room.lua` read them across every gateway.
+    pub fn issued(&self, campaign: &str, issued: u64) {
+        self.with(campaign, |c| c.issued = c.issued.max(issued));
+    }
+
+    /// A token issued on the first admission of a wait, at `now_ms`.
+    pub fn admitted(&self, campaign: &str, admission: Admission, now_ms: i64) {
+        self.with(campaign, |c| {
+            c.admitted += 1;
+            if c.late_ms.len() >= MAX_PENDING_ERRORS {
+                c.late_ms.remove(0);
+            }
+            c.late_ms.push(now_ms - admission.promised_ms);
+        });
+    }
+
+    /// `campaign`'s counts, taking its ETA errors not read yet.
+    pub fn take(&self, campaign: &str) -> CampaignRoom {
+        let mut all = self.campaigns.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(c) = all.get_mut(campaign) else { return CampaignRoom::default() };
+        CampaignRoom { issued: c.issued, admitted: c.admitted, late_ms: std::mem::take(&mut c.late_ms) }
+    }
+}
+
+/// The queue's length at `now`: the places issued (as `room` knows them) minus the positions
+/// the schedule has served; before the start, every pre-queue arrival.
+pub fn queue_length(campaign: &Campaign, room: &CampaignRoom, now: DateTime<Utc>) -> u64 {
+    let elapsed = now.timestamp_millis() - campaign.starts_at.timestamp_millis();
+    room.issued.saturating_sub(Schedule::of(&campaign.waiting_room).serving(elapsed))
 }
 
 /// The arrival rate of each campaign as last counted in Redis by this process.
@@ -632,6 +758,46 @@ mod tests {
         assert_eq!(turn(&s, 25, 62_500), Turn::Passed);
         assert_eq!(turn(&s, 1, -10_000), Turn::Waiting { serving: 0, ahead: 0, eta_ms: 10_100 });
         assert_eq!((retry_after_secs(1500), retry_after_secs(0), retry_after_secs(600_000)), (2, 1, 30));
+    }
+
+    #[test]
+    fn an_admission_is_counted_once_per_wait() {
+        let s = schedule(10, None, 60);
+        let promised = s.served_at(25); // 2500 ms after a start at 0
+                                        // Waiting tickets, issued up to just before the promise, are waiting ones.
+        for now in [0, 1000, 2000, 2499] {
+            let issued = issued_at(turn(&s, 25, now), now);
+            assert_eq!(
+                first_admission(Some((issued, false)), promised),
+                Some(Admission { promised_ms: promised })
+            );
+        }
+        // The ticket renewed at the admission, even in the promise's own second, is not.
+        for now in [2500, 2501, 2999, 3000, 60_000] {
+            let issued = issued_at(turn(&s, 25, now), now);
+            assert!(issued * 1000 >= promised, "{now}: issued {issued}");
+            assert_eq!(first_admission(Some((issued, false)), promised), None, "{now}");
+        }
+        assert!(first_admission(Some((5, true)), promised).is_some(), "a pre-queue ticket waited");
+        assert_eq!(first_admission(None, promised), None, "no ticket: not counted");
+    }
+
+    #[test]
+    fn room_stats_keep_the_highest_place_and_the_errors_until_read() {
+        let stats = RoomStats::default();
+        stats.saw("c1", RoomPlace::PreQueue(4), None);
+        stats.saw("c1", RoomPlace::Position(2), Some(6));
+        stats.saw("c1", RoomPlace::Position(9), None);
+        stats.saw("c1", RoomPlace::Position(3), None);
+        stats.admitted("c1", Admission { promised_ms: 1000 }, 1040);
+        stats.admitted("c1", Admission { promised_ms: 2000 }, 1990);
+        let read = stats.take("c1");
+        assert_eq!(read, CampaignRoom { issued: 9, admitted: 2, late_ms: vec![40, -10] });
+        stats.issued("c1", 12);
+        stats.issued("c1", 11);
+        let again = CampaignRoom { issued: 12, admitted: 2, late_ms: vec![] };
+        assert_eq!(stats.take("c1"), again, "room.lua's count; errors read once");
+        assert_eq!(stats.take("c2"), CampaignRoom::default());
     }
 
     #[test]

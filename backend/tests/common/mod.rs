@@ -1,5 +1,5 @@
 //! Test support: a fresh database, a unique topic and a unique published campaign per test, on
-//! the real servers of the local stack.
+//! the real servers of the local stack, each deleted again when the test's [`Env`] is dropped.
 #![allow(dead_code)]
 
 pub mod bin;
@@ -12,7 +12,7 @@ use backend::config::Config;
 use backend::redis::RedisScripts;
 use backend::writer::{run_partition, WriterCtx};
 use backend::{db, kafka, publish, redis};
-use e2e::stack;
+use e2e::{cleanup, stack};
 use protocol::record::Reservation;
 use protocol::scripts::{ReserveCall, ReserveOutcome};
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
@@ -39,6 +39,8 @@ pub struct Env {
     pub dir: PathBuf,
     /// The campaign's hot-stock bucket count (1: none).
     pub buckets: u32,
+    /// What it made on the stack, deleted when it is dropped (the pool's connections are ended).
+    pub owned: (cleanup::Database, cleanup::Topic, cleanup::Campaign),
 }
 
 /// A campaign file's text.
@@ -63,7 +65,8 @@ impl Env {
 
     /// As [`Env::new`], the campaign split over `buckets` hot-stock buckets.
     pub async fn with_buckets(stock: i64, limit: i64, partitions: i32, buckets: u32) -> Env {
-        let pg_url = stack::fresh_database().await.expect("PostgreSQL of the stack");
+        let database = stack::fresh_database().await.expect("PostgreSQL of the stack");
+        let pg_url = database.url.clone();
         let pool = db::connect(&pg_url, 20).await.unwrap();
         db::migrate(&pool, &stack::workspace_root().join("sql")).await.unwrap();
         let redis = redis::connect(&stack::redis_url()).await.expect("Redis of the stack");
@@ -73,9 +76,10 @@ impl Env {
                 .await
                 .expect("Kafka of the stack"),
         );
-        let topic = stack::unique("t-");
-        assert!(kafka::create_topic(&kc, &topic, partitions, 1).await.unwrap());
-        let campaign = stack::unique("c-");
+        let owned_topic = cleanup::Topic::create(&kc, "t-", partitions).await.unwrap();
+        let topic = owned_topic.name.clone();
+        let owned_campaign = cleanup::Campaign::new("c-");
+        let campaign = owned_campaign.to_string();
         let dir = std::env::temp_dir().join(stack::unique("ow-test-"));
         std::fs::create_dir_all(dir.join("campaigns")).unwrap();
         std::fs::write(
@@ -83,7 +87,9 @@ impl Env {
             campaign_toml_buckets(&campaign, stock, limit, buckets),
         )
         .unwrap();
-        let env = Env { pg_url, pool, redis, scripts, kafka: kc, topic, partitions, campaign, dir, buckets };
+        let owned = (database, owned_topic, owned_campaign);
+        let env =
+            Env { pg_url, pool, redis, scripts, kafka: kc, topic, partitions, campaign, dir, buckets, owned };
         let out =
             publish::publish(&env.pool, &env.redis, &env.scripts, &env.dir.join("campaigns"), &env.campaign)
                 .await

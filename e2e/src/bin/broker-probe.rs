@@ -1,9 +1,9 @@
 //! `broker-probe`: the broker's own produce rate, a ceiling for everything that writes
 //! reservations to Kafka (the gateway's lanes, the sweeper, `order-writer produce`).
 //!
-//! Creates a topic of its own, then produces `--count` records of a reservation's size, spread
-//! over `--partitions`, in batches of `--batch` records with `--inflight` produce requests in
-//! flight per partition, and prints records/s. Run it with several batch sizes to see what a
+//! Creates a topic of its own (deleted at the end), then produces `--count` records of a
+//! reservation's size, spread over `--partitions`, in batches of `--batch` records with
+//! `--inflight` produce requests in flight per partition, and prints records/s. Run it with several batch sizes to see what a
 //! produce request costs the broker apart from its records.
 
 use std::time::Instant;
@@ -62,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
     let kafka = stack::kafka_client(&stack::kafka_broker()).await?;
     let topic = stack::unique("probe");
     backend::kafka::create_topic(&kafka, &topic, a.partitions, 1).await?;
+    let _owned = e2e::cleanup::Topic::adopt(&topic);
     let per_partition = a.count.div_ceil(a.partitions as usize);
     let mut clients = Vec::new();
     for p in 0..a.partitions {

@@ -1,10 +1,11 @@
 //! `queue-cost`: the gateway's CPU per record for handing reserved records to Kafka, alone.
 //!
 //! Starts the gateway's reservation queue (`plugins::queue`, the same code and conf knobs as
-//! the gateway's `[kafka]`) on a topic of its own, enqueues `--count` signed-size records at
-//! `--rate` per second (in 1 ms steps, as a sale's requests would arrive), waits until every
-//! record is produced or dropped, and prints this process's CPU time per record (user + system,
-//! from /proc/self/stat). The figure is the queue's share of a reservation's CPU in the gateway.
+//! the gateway's `[kafka]`) on a topic of its own (deleted at the end), enqueues `--count`
+//! signed-size records at `--rate` per second (in 1 ms steps, as a sale's requests would
+//! arrive), waits until every record is produced or dropped, and prints this process's CPU time
+//! per record (user + system, from /proc/self/stat). The figure is the queue's share of a
+//! reservation's CPU in the gateway.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -50,6 +51,7 @@ async fn main() -> anyhow::Result<()> {
     let kafka = stack::kafka_client(&stack::kafka_broker()).await?;
     let topic = stack::unique("queue-cost");
     backend::kafka::create_topic(&kafka, &topic, a.partitions, 1).await?;
+    let _owned = e2e::cleanup::Topic::adopt(&topic);
     let conf = QueueConf {
         connection: stack::kafka_connection(),
         topic,

@@ -297,7 +297,7 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
     let url = cluster_url();
     let nodes = masters(&url).await;
     let redis = client(&url).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::on("gw", &url);
     publish(&redis, &campaign, 5, 1).await;
     let keys = CampaignKeys::new(&campaign);
     let slot = slot_of(&nodes[0].client, &campaign).await;
@@ -333,7 +333,7 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
 async fn a_release_on_the_cluster_clears_the_gateways_sold_out_flag() {
     let url = cluster_url();
     let redis = client(&url).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::on("gw", &url);
     publish(&redis, &campaign, 1, 1).await;
     let upstream = wiremock::MockServer::start().await;
     let mut conf = GatewayConf::new(&url, &upstream.address().to_string(), &campaign, "");

@@ -83,7 +83,7 @@ fn bad_conf_is_refused_with_file_line_and_field() {
 #[tokio::test]
 async fn sighup_reloads_and_a_bad_reload_keeps_the_old_conf() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 100, 1).await;
     let upstream = wiremock::MockServer::start().await;
     let gw = Gateway::on_stack(&upstream, &campaign, "").await;

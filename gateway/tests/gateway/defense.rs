@@ -35,7 +35,7 @@ fn now() -> i64 {
 
 #[tokio::test]
 async fn every_order_refusal_has_its_code_and_touches_no_stock() {
-    let (c, other) = (e2e::stack::unique("df"), e2e::stack::unique("df"));
+    let (c, other) = (e2e::cleanup::Campaign::new("df"), e2e::cleanup::Campaign::new("df"));
     let (gw, redis, http) = gateway(&[(&c, ""), (&other, "")], 10).await;
     let base = gw.url("");
     let t = ticket(&http, &gw, &c, "alice").await.unwrap();
@@ -113,7 +113,7 @@ async fn every_order_refusal_has_its_code_and_touches_no_stock() {
 
 #[tokio::test]
 async fn a_replayed_nonce_is_refused_on_any_gateway_and_a_safe_retry_learns_the_first_answer() {
-    let c = e2e::stack::unique("df");
+    let c = e2e::cleanup::Campaign::new("df");
     let (gw, redis, http) = gateway(&[(&c, "")], 10).await;
     let mut conf2 = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &c, "");
     conf2.campaigns = vec![(c.clone(), campaign_toml(&c, ""))];
@@ -176,7 +176,7 @@ fn b64url(s: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn token_endpoint_refusals_captcha_reuse_and_eligibility() {
-    let c = e2e::stack::unique("df");
+    let c = e2e::cleanup::Campaign::new("df");
     let dir = std::env::temp_dir().join(e2e::stack::unique("df-lists-"));
     std::fs::create_dir_all(&dir).unwrap();
     let list = dir.join("blacklist.txt");
@@ -304,7 +304,7 @@ async fn rs256_login_refuses_algorithm_confusion_and_a_provider_token_is_single_
     let (rsa_private, rsa_public) = key_pair(&dir, "rsa");
     let (ec_private, ec_public) = key_pair(&dir, "ec");
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let c = e2e::stack::unique("df");
+    let c = e2e::cleanup::Campaign::new("df");
     publish(&redis, &c, 10, 1).await;
     let mut conf =
         GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &c, "[defense]\ncaptcha = \"provider\"");
@@ -373,7 +373,7 @@ fn gw_file(text: &str) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn each_limit_dimension_refuses_with_rate_limited() {
-    let c = e2e::stack::unique("df");
+    let c = e2e::cleanup::Campaign::new("df");
     let (gw, redis, http) = gateway(&[(&c, "")], 100).await;
     let base = gw.url("");
     let mut tickets = Vec::new();

@@ -20,7 +20,7 @@ const USER_RULE: &str = "[[global_limit]]\nby = \"user\"\nmax = 2\nwindow_secs =
 
 #[tokio::test]
 async fn a_user_rule_holds_across_two_gateways_on_one_redis() {
-    let c = e2e::stack::unique("gl");
+    let c = e2e::cleanup::Campaign::new("gl");
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
     publish(&redis, &c, 10, 1).await;
     let nowhere = format!("127.0.0.1:{}", free_port());

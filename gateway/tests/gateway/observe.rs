@@ -43,7 +43,7 @@ async fn lines(gw: &Gateway, n: usize) -> Vec<String> {
 
 #[tokio::test]
 async fn metrics_count_the_answers_and_access_lines_tell_each_request() {
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     let upstream = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(ResponseTemplate::new(200).set_body_string("shop"))
@@ -145,7 +145,7 @@ async fn metrics_count_the_answers_and_access_lines_tell_each_request() {
 
 #[tokio::test]
 async fn sigusr1_reopens_the_access_log_after_a_rename() {
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     let upstream = MockServer::start().await;
     let (gw, _) = observed(&campaign, 10, &upstream, &e2e::stack::redis_url()).await;
     let http = reqwest::Client::new();
@@ -171,7 +171,7 @@ async fn sigusr1_reopens_the_access_log_after_a_rename() {
 
 #[tokio::test]
 async fn readyz_says_not_ready_while_redis_cannot_be_reached() {
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     let upstream = MockServer::start().await;
     let dead_redis = format!("redis://127.0.0.1:{}", free_port());
     let (_gw, admin) = observed(&campaign, 1, &upstream, &dead_redis).await;
@@ -186,7 +186,7 @@ async fn readyz_says_not_ready_while_redis_cannot_be_reached() {
 
 #[tokio::test]
 async fn a_request_refused_before_it_is_parsed_has_its_access_line_too() {
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     let upstream = MockServer::start().await;
     let (gw, _) = observed(&campaign, 1, &upstream, &e2e::stack::redis_url()).await;
     // A 70 KB header: the front door answers 431 before the proxy sees the request.

@@ -18,7 +18,7 @@ fn nowhere() -> String {
 #[tokio::test]
 async fn a_reservation_is_answered_queued_by_the_gateway_and_its_record_waits_in_the_outbox() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
     let http = reqwest::Client::new();
     let outbox = CampaignKeys::new(&campaign).outbox;
@@ -80,7 +80,7 @@ async fn redis_down_answers_service_degraded() {
 #[tokio::test]
 async fn publish_twice_is_harmless_and_a_live_campaign_is_never_reset() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     let stock_key = CampaignKeys::new(&campaign).stock;
     assert_eq!(publish(&redis, &campaign, 10, 1).await, PublishOutcome::Published);
     assert_eq!(publish(&redis, &campaign, 10, 1).await, PublishOutcome::Unchanged);

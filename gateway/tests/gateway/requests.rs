@@ -24,7 +24,7 @@ async fn shop() -> MockServer {
 #[tokio::test]
 async fn every_forwarded_for_line_counts() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("rq");
+    let campaign = e2e::cleanup::Campaign::new("rq");
     publish(&redis, &campaign, 100, 1).await;
     let shop = shop().await;
     let mut conf =
@@ -105,7 +105,7 @@ async fn order_with_second(
 #[tokio::test]
 async fn a_second_value_of_a_header_the_sale_reads_is_refused() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("rq");
+    let campaign = e2e::cleanup::Campaign::new("rq");
     publish(&redis, &campaign, 10, 1).await;
     let shop = shop().await;
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
@@ -190,7 +190,7 @@ async fn a_second_value_of_a_header_the_sale_reads_is_refused() {
 /// the shop's login (`Authorization`) goes on.
 #[tokio::test]
 async fn the_sales_own_headers_never_reach_an_upstream() {
-    let campaign = e2e::stack::unique("rq");
+    let campaign = e2e::cleanup::Campaign::new("rq");
     let (shop, writer) = (shop().await, shop().await);
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &writer.address().to_string(), &campaign, "");
     conf.routes = shop_route(&shop);
@@ -235,7 +235,7 @@ async fn the_sales_own_headers_never_reach_an_upstream() {
 /// and the host the upstream is told are the same one.
 #[tokio::test]
 async fn an_absolute_form_target_routes_and_proxies_by_its_authority() {
-    let campaign = e2e::stack::unique("rq");
+    let campaign = e2e::cleanup::Campaign::new("rq");
     let (www, admin) = (shop().await, shop().await);
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.routes = format!(
@@ -269,7 +269,7 @@ async fn an_absolute_form_target_routes_and_proxies_by_its_authority() {
 #[tokio::test]
 async fn framing_and_body_size_refusals_are_json_with_one_code() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("rq");
+    let campaign = e2e::cleanup::Campaign::new("rq");
     publish(&redis, &campaign, 10, 1).await;
     let conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     let gw = Gateway::start(&conf).await;
@@ -329,7 +329,7 @@ async fn framing_and_body_size_refusals_are_json_with_one_code() {
 async fn pipelined_requests_are_answered_in_order_or_announced_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("rq");
+    let campaign = e2e::cleanup::Campaign::new("rq");
     publish(&redis, &campaign, 10, 2).await;
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.campaigns = vec![(

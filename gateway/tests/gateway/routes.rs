@@ -14,8 +14,8 @@ fn shop_route(upstream: &MockServer) -> String {
 #[tokio::test]
 async fn bad_input_unknown_campaign_window_and_missing_route() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let (open, unpublished) = (e2e::stack::unique("gw"), e2e::stack::unique("gw"));
-    let (early, late) = (e2e::stack::unique("gw"), e2e::stack::unique("gw"));
+    let (open, unpublished) = (e2e::cleanup::Campaign::new("gw"), e2e::cleanup::Campaign::new("gw"));
+    let (early, late) = (e2e::cleanup::Campaign::new("gw"), e2e::cleanup::Campaign::new("gw"));
     publish(&redis, &open, 10, 2).await;
     let upstream = MockServer::start().await;
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &upstream.address().to_string(), &open, "");
@@ -90,7 +90,7 @@ async fn bad_input_unknown_campaign_window_and_missing_route() {
 #[tokio::test]
 async fn an_order_is_answered_at_the_edge_and_only_results_reach_the_order_writer() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
     let writer = MockServer::start().await;
     Mock::given(method("GET"))
@@ -200,7 +200,7 @@ async fn a_flooded_campaign_does_not_take_the_shop_down() {
 #[tokio::test]
 async fn per_user_rate_limit_answers_rate_limited() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
     let upstream = MockServer::start().await;
     let gw = Gateway::on_stack(&upstream, &campaign, "[limits]\nuser_per_sec = 2").await;
@@ -224,7 +224,7 @@ async fn per_user_rate_limit_answers_rate_limited() {
 #[tokio::test]
 async fn a_dead_upstream_is_skipped_in_both_pools() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 100, 1).await;
     let writer = MockServer::start().await;
     Mock::given(method("GET"))
@@ -270,7 +270,7 @@ async fn a_dead_upstream_is_skipped_in_both_pools() {
 #[tokio::test]
 async fn unreachable_upstreams_answer_502_upstream_unavailable() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
     let dead = format!("127.0.0.1:{}", free_port());
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &dead, &campaign, "");
@@ -306,7 +306,7 @@ async fn unreachable_upstreams_answer_502_upstream_unavailable() {
 #[tokio::test]
 async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = e2e::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 100, 1).await;
     let writer = MockServer::start().await;
     Mock::given(method("GET")).respond_with(ResponseTemplate::new(200)).mount(&writer).await;

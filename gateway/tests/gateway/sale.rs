@@ -35,6 +35,8 @@ pub(crate) struct Sale {
     topic: String,
     pub(crate) campaign: String,
     dir: PathBuf,
+    /// Its database, topic and campaign keys, deleted when it is dropped.
+    _owned: (e2e::cleanup::Database, e2e::cleanup::Topic, e2e::cleanup::Campaign),
 }
 
 /// The order writer running in this process, stopped when dropped.
@@ -66,7 +68,8 @@ impl Sale {
     /// The same on the Redis at `redis_url`.
     pub(crate) async fn on(redis_url: &str, stock: i64) -> Sale {
         let root = e2e::stack::workspace_root();
-        let pg_url = e2e::stack::fresh_database().await.expect("PostgreSQL of the stack");
+        let database = e2e::stack::fresh_database().await.expect("PostgreSQL of the stack");
+        let pg_url = database.url.clone();
         let pool = backend::db::connect(&pg_url, 4).await.unwrap();
         backend::db::migrate(&pool, &root.join("sql")).await.unwrap();
         let redis = client(redis_url).await.expect("Redis of the stack");
@@ -75,9 +78,10 @@ impl Sale {
                 .await
                 .expect("Kafka of the stack"),
         );
-        let topic = e2e::stack::unique("gw-t-");
-        assert!(backend::kafka::create_topic(&kafka, &topic, PARTITIONS, 1).await.unwrap());
-        let campaign = e2e::stack::unique("gw");
+        let owned_topic = e2e::cleanup::Topic::create(&kafka, "gw-t-", PARTITIONS).await.unwrap();
+        let topic = owned_topic.name.clone();
+        let owned_campaign = e2e::cleanup::Campaign::on("gw", redis_url);
+        let campaign = owned_campaign.to_string();
         let dir = std::env::temp_dir().join(e2e::stack::unique("gw-sale-"));
         std::fs::create_dir_all(dir.join("campaigns")).unwrap();
         let text = campaign_toml(&campaign, "[limits]\nmax_inflight = 5000")
@@ -88,7 +92,8 @@ impl Sale {
             .await
             .unwrap();
         assert!(matches!(out, Published::Ready { .. }), "{out:?}");
-        Sale { pg_url, pool, redis_url: redis_url.into(), redis, kafka, topic, campaign, dir }
+        let _owned = (database, owned_topic, owned_campaign);
+        Sale { pg_url, pool, redis_url: redis_url.into(), redis, kafka, topic, campaign, dir, _owned }
     }
 
     /// A gateway conf selling this campaign, producing to this topic at `brokers`.

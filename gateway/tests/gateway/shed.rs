@@ -14,8 +14,8 @@ use crate::support::*;
 
 /// A gateway in front of `shop` (`/shop/`), shedding past `shed_at_lag_ms` (0: never), and
 /// the URL of its metrics.
-async fn gateway(shop: &MockServer, shed_at_lag_ms: u64) -> (Gateway, String, String) {
-    let campaign = e2e::stack::unique("shed");
+async fn gateway(shop: &MockServer, shed_at_lag_ms: u64) -> (Gateway, e2e::cleanup::Campaign, String) {
+    let campaign = e2e::cleanup::Campaign::new("shed");
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.shed_at_lag_ms = shed_at_lag_ms;
     let admin = free_port();

@@ -75,7 +75,7 @@ async fn https_with_sni_http2_forwarded_proto_reload_and_redirect() {
     let api_der = ca.issue(&dir, "api", &["x.api.test"]);
 
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("tls");
+    let campaign = e2e::cleanup::Campaign::new("tls");
     publish(&redis, &campaign, 10, 1).await;
     let shop = MockServer::start().await;
     Mock::given(any()).respond_with(ResponseTemplate::new(200).set_body_string("page")).mount(&shop).await;

@@ -90,41 +90,82 @@ fn position(body: &Value) -> u64 {
     body["position"].as_u64().unwrap_or_else(|| panic!("no position in {body}"))
 }
 
+/// The place a WAITING answer's ticket holds, read from the signed ticket itself.
+fn ticket_place(body: &Value, campaign: &str, user: &str) -> RoomPlace {
+    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let t = body["ticket"].as_str().unwrap_or_else(|| panic!("no ticket in {body}"));
+    let now = chrono::Utc::now().timestamp();
+    Ticket::verify(keys.room_key(), t.as_bytes(), campaign, user, &format!("dev-{user}"), now)
+        .unwrap_or_else(|e| panic!("{e:?}: {body}"))
+        .place
+}
+
 #[tokio::test]
 async fn positions_strictly_increase_and_two_gateways_share_one_queue() {
-    let c = e2e::stack::unique("wr");
-    // One a second: everyone arriving now waits.
+    let c = e2e::cleanup::Campaign::new("wr");
+    // One a second: everyone arriving now waits (for a second or more: a slow machine may see
+    // the first ones admitted before the last arrive, so the asserts read the tickets' places,
+    // never when an answer came).
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
     let (gws, redis, http) = gateways(2, &[(&c, campaign(&c, start, "admit_per_sec = 1"))]).await;
-    let mut positions = Vec::new();
+    let (mut positions, mut tickets) = (Vec::new(), Vec::new());
     for i in 0..10 {
-        let body = enter(&http, &gws[i % 2], &c, &format!("u{i}")).await;
+        let user = format!("u{i}");
+        let body = enter(&http, &gws[i % 2], &c, &user).await;
         let (p, serving, ahead) =
             (position(&body), body["serving"].as_u64().unwrap(), body["ahead"].as_u64().unwrap());
         assert_eq!(ahead, p - serving - 1, "{body}");
         assert!(p > serving, "a new arrival is never admitted in a burst of unused capacity: {body}");
-        assert!(body["ticket"].as_str().is_some_and(|t| !t.is_empty()), "{body}");
+        assert_eq!(ticket_place(&body, &c, &user), RoomPlace::Position(p), "the ticket holds the place told");
         assert_eq!(body["retry_after"].as_u64().map(|s| (1..=30).contains(&s)), Some(true), "{body}");
         positions.push(p);
+        tickets.push(body["ticket"].as_str().unwrap().to_string());
     }
     assert!(
         positions.windows(2).all(|w| w[0] < w[1]),
         "strictly increasing across both gateways: {positions:?}"
     );
-    // The same buyer asking again, on the other gateway, keeps their place.
-    let again = enter(&http, &gws[1], &c, "u0").await;
-    assert_eq!(position(&again), positions[0]);
-    // A ticket from one gateway is read by the other, which computes the same turn.
-    let t = again["ticket"].as_str().unwrap();
-    let on_first = ask(&http, &gws[0], &c, "u0", "dev-u0", Some(t), json!({})).await;
-    assert_eq!(code(&on_first), (200, "WAITING"), "{}", on_first.1);
-    assert_eq!(position(&on_first.1), positions[0]);
+    // The same buyer asking again, on the other gateway, keeps their place: told again while
+    // it waits, or let through to the captcha once served (refused here: no answer sent), and
+    // in Redis the one place either way.
+    let k = CampaignKeys::new(&c);
+    let stored = |p: u64| format!("p{p}");
+    let served =
+        |p: u64| chrono::Utc::now().timestamp_millis() - start.timestamp_millis() >= schedule.served_at(p);
+    let asked = chrono::Utc::now().timestamp_millis() - start.timestamp_millis();
+    let (status, again) = ask(&http, &gws[1], &c, "u0", "dev-u0", None, json!({})).await;
+    match (status, again["code"].as_str()) {
+        (200, Some("WAITING")) => {
+            assert_eq!(position(&again), positions[0], "{again}");
+            assert_eq!(ticket_place(&again, &c, "u0"), RoomPlace::Position(positions[0]));
+            assert!(asked < schedule.served_at(positions[0]), "waiting only before its turn: {again}");
+        }
+        (403, Some("CAPTCHA_FAILED")) => assert!(served(positions[0]), "admitted only at its turn"),
+        other => panic!("{other:?}: {again}"),
+    }
+    let place: Option<String> = redis.hget(k.room_users(), "u0").await.unwrap();
+    assert_eq!(place, Some(stored(positions[0])), "one place per account, on any gateway");
+    // A ticket from one gateway is read by the other, which computes the turn of the same
+    // place: the last arrival's (u9, given by the second gateway), presented to the first.
+    let (last, t) = (positions[9], &tickets[9]);
+    let asked = chrono::Utc::now().timestamp_millis() - start.timestamp_millis();
+    let (status, on_first) = ask(&http, &gws[0], &c, "u9", "dev-u9", Some(t), json!({})).await;
+    match (status, on_first["code"].as_str()) {
+        (200, Some("WAITING")) => {
+            assert_eq!(position(&on_first), last, "{on_first}");
+            assert_eq!(ticket_place(&on_first, &c, "u9"), RoomPlace::Position(last));
+            assert!(asked < schedule.served_at(last), "waiting only before its turn: {on_first}");
+        }
+        (403, Some("CAPTCHA_FAILED")) => assert!(served(last), "admitted only at its turn"),
+        other => panic!("{other:?}: {on_first}"),
+    }
     cleanup(&redis, &c).await;
 }
 
 #[tokio::test]
 async fn a_ticket_for_another_user_device_or_campaign_forged_or_expired_is_refused() {
-    let (c, other) = (e2e::stack::unique("wr"), e2e::stack::unique("wr"));
+    let (c, other) = (e2e::cleanup::Campaign::new("wr"), e2e::cleanup::Campaign::new("wr"));
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let room = "admit_per_sec = 1";
     let (gws, redis, http) =
@@ -189,7 +230,7 @@ async fn admitted(http: &reqwest::Client, gw: &Gateway, c: &str, user: &str, tic
 
 #[tokio::test]
 async fn max_active_holds_and_an_admitted_ticket_gets_its_token() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let room = "admit_per_sec = 1000\nmax_active = 3\nsession_secs = 10";
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, room))]).await;
@@ -249,7 +290,7 @@ async fn max_active_holds_and_an_admitted_ticket_gets_its_token() {
 
 #[tokio::test]
 async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let (rate, n) = (4u64, 8usize);
     let (gws, redis, http) =
@@ -299,7 +340,7 @@ async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
 
 #[tokio::test]
 async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     // Starts in 12 s (two gateways start first); the pre-queue is open from a minute before.
     let start = chrono::Utc::now() + chrono::Duration::seconds(12);
     let room = "admit_per_sec = 1\npre_queue_secs = 60";
@@ -343,7 +384,7 @@ async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it
 
 #[tokio::test]
 async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
-    let c = e2e::stack::unique("wr");
+    let c = e2e::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, "admit_per_sec = 4"))]).await;
     let base = gws[0].url("");
@@ -370,4 +411,154 @@ async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
     assert_ne!(body["code"], "BAD_TOKEN", "{status} {body}");
     assert_ne!(body["code"], "BAD_SIGNATURE", "{status} {body}");
     cleanup(&redis, &c).await;
+}
+
+/// `POST /seckill/{c}/captcha` from device `dev-x`: status and body.
+async fn challenge(http: &reqwest::Client, gw: &Gateway, c: &str) -> (u16, Value) {
+    let r = http
+        .post(gw.url(&format!("/seckill/{c}/captcha")))
+        .header("x-device-id", "dev-x")
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn the_challenge_is_given_in_the_pre_queue_window_only_with_the_room_on() {
+    let (pre, off, early) = (
+        e2e::cleanup::Campaign::new("wr"),
+        e2e::cleanup::Campaign::new("wr"),
+        e2e::cleanup::Campaign::new("wr"),
+    );
+    // All three start in an hour; the first two have a pre-queue of two hours (open now), the
+    // second with its room off; the third's pre-queue of ten minutes is not open yet.
+    let start = chrono::Utc::now() + chrono::Duration::hours(1);
+    let (gws, redis, http) = gateways(
+        1,
+        &[
+            (&pre, campaign(&pre, start, "admit_per_sec = 1\npre_queue_secs = 7200")),
+            (&off, campaign(&off, start, "enabled = false\nadmit_per_sec = 1\npre_queue_secs = 7200")),
+            (&early, campaign(&early, start, "admit_per_sec = 1\npre_queue_secs = 600")),
+        ],
+    )
+    .await;
+    let gw = &gws[0];
+    let (status, body) = challenge(&http, gw, &pre).await;
+    assert_eq!((status, body["code"].as_str()), (200, Some("CHALLENGE")), "in the pre-queue: {body}");
+    let bits = body["bits"].as_u64().unwrap() as u32;
+    let c = body["challenge"].as_str().unwrap();
+    let answer = protocol::pow::solve(c, bits, 1 << 24).unwrap();
+    // Its answer goes with the pre-queue's token request, which is told to wait for the draw.
+    let reply =
+        ask(&http, gw, &pre, "early-bird", "dev-x", None, json!({"challenge": c, "answer": answer})).await;
+    assert_eq!(code(&reply), (200, "WAITING"), "{}", reply.1);
+    assert_eq!(reply.1["pre_queue"], true, "{}", reply.1);
+    // /info tells the page whether the room is on (it then asks its token without work first).
+    let info = |c: &str| {
+        let url = gw.url(&format!("/seckill/{c}/info"));
+        let http = http.clone();
+        async move { http.get(url).send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    assert_eq!(info(&pre).await["waiting_room"], json!({"pre_queue_secs": 7200}));
+    assert_eq!(info(&off).await["waiting_room"], Value::Null, "the room off");
+    for (c, why) in [(&off, "the room off"), (&early, "before the pre-queue opens")] {
+        let (status, body) = challenge(&http, gw, c).await;
+        assert_eq!((status, body["code"].as_str()), (425, Some("NOT_STARTED")), "{why}: {body}");
+    }
+    for c in [&pre, &off, &early] {
+        cleanup(&redis, c).await;
+    }
+}
+
+#[tokio::test]
+async fn the_rooms_metrics_after_a_small_queued_sale() {
+    let (c, hard) = (e2e::cleanup::Campaign::new("wr"), e2e::cleanup::Campaign::new("wr"));
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let rate = 4;
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &nowhere, &c, "");
+    // The second campaign's work hardens from one arrival a second: 4 bits, then 6.
+    let levels = "\n[[pow_level]]\narrivals_per_sec = 1\nbits = 6\n";
+    conf.campaigns = vec![
+        (c.clone(), campaign(&c, start, &format!("admit_per_sec = {rate}"))),
+        (hard.clone(), format!("{}{levels}", campaign(&hard, start, "enabled = false\nadmit_per_sec = 1"))),
+    ];
+    let admin = free_port();
+    conf.tables = format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\n");
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let metrics = format!("http://127.0.0.1:{admin}/metrics");
+    let schedule = Schedule { rate, max_active: None, session_ms: 120_000 };
+    let elapsed = || chrono::Utc::now().timestamp_millis() - start.timestamp_millis();
+
+    // Three buyers queue: the queue's length is the last place given minus the serving line
+    // at the scrape (read between two clock readings: no timing assumed).
+    let mut last = 0;
+    for i in 0..3 {
+        last = position(&enter(&http, &gw, &c, &format!("q{i}")).await);
+    }
+    let before = schedule.serving(elapsed());
+    let m = scrape(&http, &metrics).await;
+    let after = schedule.serving(elapsed());
+    let length = sample(&m, "seckill_gateway_room_queue_length", &[("campaign", &c)]);
+    assert!(
+        (last.saturating_sub(after) as f64..=last.saturating_sub(before) as f64).contains(&length),
+        "queue length {length}: last place {last}, serving {before}..{after}"
+    );
+    assert_eq!(sample(&m, "seckill_gateway_room_admitted_total", &[("campaign", &c)]), 0.0);
+    assert!(m.iter().any(|s| s.name == "seckill_gateway_room_admitted_total"), "the series exists at 0");
+    assert_eq!(sample(&m, "seckill_gateway_room_pow_bits", &[("campaign", &c)]), 4.0, "no levels: pow_bits");
+    assert!(
+        !m.iter()
+            .any(|s| s.name == "seckill_gateway_room_queue_length" && s.labels.iter().any(|l| l.1 == *hard)),
+        "no queue for a campaign whose room is off"
+    );
+
+    // Five buyers get their tokens through the room (the e2e client: back at the ETA, the work
+    // once due): five admissions, five ETA errors observed.
+    let patience = e2e::client::Patience { presentations: 50, total: Duration::from_secs(60) };
+    let base = gw.url("");
+    let buyers = (0..5).map(|i| {
+        let (http, base, c) = (http.clone(), base.clone(), c.clone());
+        async move {
+            let login = auth().login(&format!("a{i}"), json!({}));
+            e2e::client::get_ticket_within(&http, &base, &c, &login, &format!("dev-a{i}"), &patience).await
+        }
+    });
+    for t in futures::future::join_all(buyers).await {
+        let t = t.unwrap_or_else(|e| panic!("refused: {e:?}"));
+        assert!(t.room.waiting >= 1, "{t:?}");
+    }
+    let m = scrape(&http, &metrics).await;
+    assert_eq!(sample(&m, "seckill_gateway_room_admitted_total", &[("campaign", &c)]), 5.0);
+    let count = sample(&m, "seckill_gateway_room_eta_error_seconds_count", &[("campaign", &c)]);
+    assert_eq!(count, 5.0, "one ETA error per admission");
+    let sum = sample(&m, "seckill_gateway_room_eta_error_seconds_sum", &[("campaign", &c)]);
+    assert!(sum >= 0.0);
+    eprintln!("room metrics: mean ETA error {:.0} ms over 5 admissions at {rate}/s", sum / count * 1000.0);
+    // Scraped again: each error is observed once, the count stays.
+    let scraped_again = scrape(&http, &metrics).await;
+    assert_eq!(sample(&scraped_again, "seckill_gateway_room_admitted_total", &[("campaign", &c)]), 5.0);
+    assert_eq!(
+        sample(&scraped_again, "seckill_gateway_room_eta_error_seconds_count", &[("campaign", &c)]),
+        5.0,
+        "errors are observed once, not again at every scrape"
+    );
+
+    // The bits in force follow the arrivals: a token request counts one, and the bits can only
+    // fade (never rise) while nobody arrives, so the gauge lies between the challenges' bits
+    // asked right before and right after the scrape.
+    let _ = ask(&http, &gw, &hard, "h0", "dev-h0", None, json!({})).await;
+    let bits = |body: (u16, Value)| body.1["bits"].as_u64().unwrap_or_else(|| panic!("{:?}", body.1)) as f64;
+    let high = bits(challenge(&http, &gw, &hard).await);
+    let m = scrape(&http, &metrics).await;
+    let low = bits(challenge(&http, &gw, &hard).await);
+    let gauge = sample(&m, "seckill_gateway_room_pow_bits", &[("campaign", &hard)]);
+    assert!((low..=high).contains(&gauge), "bits {gauge}, challenges {high} then {low}");
+    assert!([4.0, 6.0].contains(&gauge));
+    eprintln!("room metrics: bits in force {gauge} after one arrival (levels: 1/s -> 6)");
+    cleanup(&redis, &c).await;
+    cleanup(&redis, &hard).await;
 }

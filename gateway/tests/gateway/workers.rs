@@ -63,7 +63,7 @@ fn at_most(per_sec: usize, took: std::time::Duration) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_per_ip_and_per_account_limits_hold_across_workers() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::stack::unique("wk");
+    let campaign = e2e::cleanup::Campaign::new("wk");
     publish(&redis, &campaign, 10, 1).await;
     let upstream = wiremock::MockServer::start().await;
     let mut conf = GatewayConf::new(

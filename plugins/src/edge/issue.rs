@@ -3,7 +3,8 @@
 //! Both count against the campaign's `[limits]` per IP, device and account, apart from its
 //! orders (a buyer's captcha and token requests never use up its order allowance).
 //!
-//! [`Edge::challenge`] (`POST /seckill/{c}/captcha`): window open → switches → rate limits per
+//! [`Edge::challenge`] (`POST /seckill/{c}/captcha`): window open (or a waiting room's
+//! pre-queue, as for the token) → switches → rate limits per
 //! IP and device → a proof-of-work challenge (`CHALLENGE`: `challenge`, `bits`, `expires_in`; the
 //! bits grow with the campaign's arrivals per second, `[[pow_level]]`), or,
 //! for a campaign whose captcha is a provider's, where to get one.
@@ -30,7 +31,7 @@ use crate::captcha::{self, Solution};
 use crate::input::{self, DEVICE_HEADER};
 use crate::sold_out::now_ms;
 use crate::waiting_room::{self, Asker, Pass, TICKET_HEADER};
-use crate::{switches, window, Denial};
+use crate::{switches, Denial};
 
 /// The rate limits' key of a campaign's captcha or token requests: the campaign's `[limits]`
 /// apply to each endpoint as well, counted apart from its orders.
@@ -79,7 +80,9 @@ impl Edge {
         }
         let campaign = c.campaign;
         let now = Utc::now();
-        window::check(campaign, now)?;
+        // A waiting room's pre-queue opens the challenge with the token endpoint: a buyer who
+        // arrives early may solve its work before its turn, as after the start.
+        waiting_room::check_window(campaign, now)?;
         switches::check(&campaign.switches)?;
         self.pressure.check(conf.shed_at_lag)?;
         let device = input::device_id(head.header(DEVICE_HEADER))?;
@@ -150,7 +153,7 @@ impl Edge {
         let admitted = match self.room.pass(conf.keys.room_key(), c.campaign, who, at).await? {
             Pass::Open => None,
             Pass::Waiting(answer) => return Ok(Issued::waiting(answer)),
-            Pass::Admitted { ticket, session_left_secs } => Some((ticket, session_left_secs)),
+            Pass::Admitted { ticket, session_left_secs, first } => Some((ticket, session_left_secs, first)),
         };
         let now = at.timestamp();
         let solution = Solution::parse(body)?;
@@ -168,9 +171,12 @@ impl Edge {
             "expires_at": issued.expires_at,
             "expires_in": d.token_ttl_secs,
         });
-        if let Some((ticket, left)) = admitted {
+        if let Some((ticket, left, first)) = admitted {
             answer["ticket"] = ticket.into();
             answer["session_left_secs"] = left.into();
+            if let Some(first) = first {
+                self.room.stats().admitted(campaign, first, Utc::now().timestamp_millis());
+            }
         }
         Ok(Issued::new(Code::TokenIssued, answer))
     }

@@ -60,6 +60,17 @@ pub struct RoomEntry<'a> {
     pub expire_at_ms: i64,
 }
 
+/// What `room.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RoomAnswer {
+    /// The buyer's place.
+    pub place: RoomPlace,
+    /// The pre-queue's size once closed (`None` while open).
+    pub size: Option<u64>,
+    /// Places given so far: the last position once the pre-queue is closed, else its arrivals.
+    pub issued: u64,
+}
+
 /// What `arrivals.lua` counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Arrivals {
@@ -76,7 +87,7 @@ impl Scripts {
         &self,
         client: &Client,
         entry: &RoomEntry<'_>,
-    ) -> Result<(RoomPlace, Option<u64>), ScriptError> {
+    ) -> Result<RoomAnswer, ScriptError> {
         const NAME: &str = "room.lua";
         let keys = CampaignKeys::new(entry.campaign);
         let args = vec![
@@ -89,14 +100,15 @@ impl Scripts {
         ];
         let out: Vec<fred::types::Value> =
             self.room.evalsha_with_retry(client, vec![keys.room(), keys.room_users()], args).await?;
-        let [place, size] = out.as_slice() else {
+        let [place, size, issued] = out.as_slice() else {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
         };
         let place = place.as_string().as_deref().and_then(RoomPlace::parse).ok_or_else(|| {
             ScriptError::Protocol { script: NAME, detail: format!("{place:?} is not a place") }
         })?;
         let size = int(NAME, size)?;
-        Ok((place, u64::try_from(size).ok()))
+        let issued = u64::try_from(int(NAME, issued)?).unwrap_or(0);
+        Ok(RoomAnswer { place, size: u64::try_from(size).ok(), issued })
     }
 
     /// `arrivals.lua`: counts one arrival of `campaign` in unix second `second`.

@@ -1,0 +1,163 @@
+// The buyer's page through a campaign's waiting room, in Debian's Chromium against the real
+// gateway, order writer and database (started by e2e/browser.sh): the room admits one buyer a
+// second, three pages click at once; each shows WAITING with its position, the number ahead and
+// the ETA, presents its ticket again by itself, solves the work once its turn is due, and gets
+// its order; the database agrees. Then two pages join a pre-queue before its start: told their
+// places are drawn at the start, no work asked before it, then a place each of 1 and 2, and
+// their orders.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { CAMPAIGN, PREQ_AT_MS, buyer, launch, settled, shot, sql, zeroBits } from './support.mjs';
+
+let browser;
+before(async () => {
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+});
+
+// Records on `page` every token and captcha exchange (request headers and body, answer) and
+// every WAITING the status region showed (its text and fields), before the click.
+async function watch(page) {
+  const seen = { tokens: [], captchas: [] };
+  page.on('response', async (r) => {
+    const url = r.url();
+    if (!url.endsWith('/token') && !url.endsWith('/captcha')) return;
+    const req = r.request();
+    const entry = {
+      at: Date.now(), headers: req.headers(), body: req.postData() ? JSON.parse(req.postData()) : null,
+      answer: await r.json().catch(() => ({})), retryAfter: r.headers()['retry-after'],
+    };
+    (url.endsWith('/token') ? seen.tokens : seen.captchas).push(entry);
+  });
+  await page.evaluate(() => {
+    window.shown = [];
+    const box = document.getElementById('status');
+    new MutationObserver(() => {
+      if (box.dataset.code !== 'WAITING') return;
+      const field = (k) => box.querySelector(`[data-field="${k}"]`)?.textContent;
+      window.shown.push({ text: box.textContent, position: field('position'), ahead: field('ahead'), eta: field('eta') });
+    }).observe(box, { childList: true, subtree: true, characterData: true });
+  });
+  return seen;
+}
+
+test('three pages in a room admitting 1/s: each waits with its position, then is admitted and gets its order', { timeout: 120000 }, async () => {
+  const users = ['room-1', 'room-2', 'room-3'];
+  const pages = [];
+  for (const [i, user] of users.entries()) {
+    pages.push(await buyer(browser, { user, campaign: CAMPAIGN.room, locale: i === 1 ? 'zh-CN' : 'en-GB' }));
+  }
+  await Promise.all(pages.map((p) => p.waitForFunction(() => document.body.dataset.state === 'open')));
+  const seen = await Promise.all(pages.map(watch));
+  // The first two pages' first presentation of their ticket is held until their waiting state
+  // is on the screen (it is admitted later for it: its session lasts).
+  let release;
+  const held = new Promise((resolve) => {
+    release = resolve;
+  });
+  for (const page of pages.slice(0, 2)) {
+    await page.route('**/token', async (route) => {
+      if (route.request().headers()['x-queue-ticket']) await held;
+      await route.continue();
+    });
+  }
+  await Promise.all(pages.map((p) => p.evaluate(() => document.getElementById('buy').click())));
+  for (const [i, name] of [[0, 'room-waiting-en'], [1, 'room-waiting-zh']]) {
+    await pages[i].waitForFunction(() => document.body.dataset.state === 'waiting', null, { timeout: 30000 });
+    await shot(pages[i], name);
+  }
+  release();
+  const results = await Promise.all(pages.map((p) => settled(p, 90000)));
+  const positions = [];
+  for (const [i, page] of pages.entries()) {
+    const s = results[i];
+    const who = users[i];
+    assert.equal(s.code, 'SUCCESS', `${who}: ${s.text}`);
+    const { tokens, captchas } = seen[i];
+    // The first token request had no work (the page knew the room was on) and was told to wait.
+    const first = tokens[0];
+    assert.deepEqual(first.body, {}, `${who}: no work before its turn`);
+    assert.equal(first.headers['x-queue-ticket'], undefined);
+    assert.equal(first.answer.code, 'WAITING', `${who}: ${JSON.stringify(first.answer)}`);
+    assert.ok(first.answer.position >= 1 && first.answer.ahead >= 0 && first.answer.eta_ms > 0, JSON.stringify(first.answer));
+    assert.equal(first.retryAfter, String(first.answer.retry_after));
+    positions.push(first.answer.position);
+    // Every later one presented the ticket the answer before it gave, and the last one brought
+    // the solved work.
+    for (let n = 1; n < tokens.length; n++) {
+      const before = tokens[n - 1].answer;
+      assert.equal(tokens[n].headers['x-queue-ticket'], before.ticket, `${who}: presentation ${n} carries the ticket`);
+    }
+    const issued = tokens[tokens.length - 1];
+    assert.equal(issued.answer.code, 'TOKEN_ISSUED', JSON.stringify(issued.answer));
+    const challenge = captchas[captchas.length - 1].answer;
+    assert.equal(issued.body.challenge, challenge.challenge);
+    assert.ok(zeroBits(challenge.challenge, issued.body.answer) >= challenge.bits, `${who}: the answer solves ${challenge.bits} bits`);
+    // The work was asked for only once the turn was due: after the last WAITING's ETA.
+    const lastWaiting = tokens.filter((x) => x.answer.code === 'WAITING').pop();
+    assert.ok(captchas[0].at >= lastWaiting.at, `${who}: the challenge came after the last WAITING`);
+    // What the page showed while it waited: the position and the number ahead as told, an ETA.
+    const shown = await page.evaluate(() => window.shown);
+    assert.ok(shown.length >= 1, `${who}: showed WAITING`);
+    assert.equal(shown[0].position, first.answer.position.toLocaleString(i === 1 ? 'zh' : 'en'));
+    assert.equal(shown[0].ahead, first.answer.ahead.toLocaleString(i === 1 ? 'zh' : 'en'));
+    assert.ok(shown[0].eta, `${who}: an ETA shown`);
+    assert.match(shown[0].text, i === 1 ? /排队/ : /waiting room/);
+    const orderId = await page.textContent('[data-field="orderId"]');
+    assert.equal(sql(`SELECT id FROM orders WHERE user_id = '${who}' AND campaign_id = '${CAMPAIGN.room}'`), orderId);
+    console.log(`FIGURE room ${who}: position ${first.answer.position}, ahead ${first.answer.ahead}, eta ${first.answer.eta_ms} ms, ${tokens.length} token requests (${tokens.length - 1} presentations), waited ${issued.at - first.at} ms`);
+  }
+  assert.equal(new Set(positions).size, 3, `three places: ${positions}`);
+  assert.equal(sql(`SELECT count(*) FROM orders WHERE campaign_id = '${CAMPAIGN.room}'`), '3');
+  await shot(pages[2], 'room-success');
+  await Promise.all(pages.map((p) => p.context().close()));
+});
+
+test('two pages join the pre-queue before the start: no place and no work before the draw, then places 1 and 2 and their orders', { timeout: 240000 }, async () => {
+  assert.ok(PREQ_AT_MS - Date.now() > 15000, `the pre-queue campaign opens in ${PREQ_AT_MS - Date.now()} ms: too late to join before it (raise PREQ_IN)`);
+  const users = ['preq-1', 'preq-2'];
+  const pages = [];
+  for (const user of users) pages.push(await buyer(browser, { user, campaign: CAMPAIGN.preq }));
+  for (const page of pages) {
+    // Before the start, in the pre-queue window: the button joins the queue.
+    await page.waitForFunction(() => document.body.dataset.state === 'countdown' && !document.getElementById('buy').disabled);
+    assert.equal(await page.textContent('#buy'), 'Join the queue');
+  }
+  const seen = await Promise.all(pages.map(watch));
+  await Promise.all(pages.map((p) => p.evaluate(() => document.getElementById('buy').click())));
+  for (const page of pages) {
+    await page.waitForFunction(() => document.body.dataset.state === 'waiting');
+    assert.equal(await page.textContent('#status [data-field="position"]'), 'Drawn at the start');
+    assert.match(await page.textContent('#status'), /at random when the sale opens/);
+  }
+  await shot(pages[0], 'room-pre-queue-en');
+  const results = await Promise.all(pages.map((p) => settled(p, PREQ_AT_MS - Date.now() + 90000)));
+  const places = [];
+  for (const [i, page] of pages.entries()) {
+    const who = users[i];
+    assert.equal(results[i].code, 'SUCCESS', `${who}: ${results[i].text}`);
+    const { tokens, captchas } = seen[i];
+    const pre = tokens.filter((x) => x.answer.pre_queue === true);
+    assert.ok(pre.length >= 1, `${who}: a pre-queue answer`);
+    assert.ok(pre.every((x) => x.answer.code === 'WAITING' && x.answer.position === null), `${who}: no place before the draw`);
+    // No work was asked for in the pre-queue: every challenge came after its last answer.
+    assert.ok(captchas.length >= 1 && captchas.every((c) => c.at >= pre[pre.length - 1].at), `${who}: work only after the draw`);
+    // After the start: a place from the draw (told while waiting, or read from the ticket the
+    // token came with), then the token.
+    const drawn = tokens.slice(pre.length);
+    assert.ok(drawn.every((x) => x.answer.pre_queue !== true), `${who}: the pre-queue answers all came first`);
+    const issued = drawn[drawn.length - 1].answer;
+    assert.equal(issued.code, 'TOKEN_ISSUED', JSON.stringify(issued));
+    const place = Number(String(issued.ticket).split('.')[0].slice(1));
+    assert.match(String(issued.ticket), /^p\d+\./, `${who}: the ticket holds a position`);
+    for (const x of drawn.filter((a) => a.answer.code === 'WAITING')) assert.equal(x.answer.position, place);
+    places.push(place);
+    const orderId = await page.textContent('[data-field="orderId"]');
+    assert.equal(sql(`SELECT id FROM orders WHERE user_id = '${who}' AND campaign_id = '${CAMPAIGN.preq}'`), orderId);
+    console.log(`FIGURE pre-queue ${who}: ${pre.length} pre-queue answers, drawn place ${place}, token ${tokens[tokens.length - 1].at - PREQ_AT_MS} ms after the start`);
+  }
+  assert.deepEqual([...places].sort(), [1, 2], 'the pre-queue of two drawn as places 1 and 2');
+  await Promise.all(pages.map((p) => p.context().close()));
+});
