@@ -9,6 +9,8 @@
 #   (1x2) two gateway processes on the cluster, no buckets: wrk's connections split over both,
 #       as an L4 balancer would
 #   (3x2) two gateway processes on the cluster, 3 buckets
+#   (3b1) as (3), the gateway's `batch_max = 1` (one reserve.lua call per order, the path before
+#       batching): (3)/(3b1) is what batching gives on the cluster, in the same run
 #
 # For each: reservations/s, p99, and the CPU microseconds per reservation of the gateway
 # process(es) and of each Redis (the cluster's masters apart), from /proc over the run, plus the
@@ -17,7 +19,8 @@
 # (1x2)/(1) say whether spreading helped.
 #
 # Usage: e2e/bench/cluster.sh       Env: DURATION (6s), THREADS (2: wrk's, and each gateway's),
-#                                        CONNECTIONS (100), BUYERS (100000 per run)
+#                                        CONNECTIONS (100), BUYERS (100000 per run),
+#                                        RUNS (the runs to make, "s 1 3 1x2 3x2 3b1")
 # Needs: the stack (e2e/stack.sh up) and its cluster (e2e/stack.sh up cluster), wrk.
 set -euo pipefail
 
@@ -29,6 +32,8 @@ DURATION=${DURATION:-6s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
 BUYERS=${BUYERS:-100000}
+RUNS=${RUNS:-s 1 3 1x2 3x2 3b1}
+wanted() { [[ " $RUNS " == *" $1 "* ]]; }
 SINGLE_URL=${SECKILL_REDIS_URL:?the stack is not up: bash e2e/stack.sh up}
 CLUSTER_URL=${SECKILL_REDIS_CLUSTER_URL:?the cluster is not up: bash e2e/stack.sh up cluster}
 for tool in wrk redis-cli python3 curl; do
@@ -71,7 +76,7 @@ target/release/publish-buckets --redis "$CLUSTER_URL" --campaign "$HOT3" --stock
 target/release/publish-buckets --redis "$SINGLE_URL" --campaign "$PEER" --stock "$STOCK" --buckets 1
 
 # --- gateways: two on the cluster, one on the single Redis; the shop upstream is never used ---
-gateway() { # name redis_url; sets GW_PORT and GW_PID
+gateway() { # name redis_url [redis_line]; sets GW_PORT and GW_PID
   local port
   port=$(free_port)
   cat >"$WORK/conf/$1.toml" <<SERVER
@@ -85,6 +90,7 @@ sold_out_ttl_ms = 60000
 url = "$2"
 timeout_ms = 200
 pool_size = 4
+${3:-}
 [order_writer]
 upstreams = ["127.0.0.1:1"]
 [kafka]
@@ -104,6 +110,8 @@ gateway gw2 "$CLUSTER_URL"
 G2_PORT=$GW_PORT G2_PID=$GW_PID
 gateway gws "$SINGLE_URL"
 GS_PORT=$GW_PORT GS_PID=$GW_PID
+gateway gwb1 "$CLUSTER_URL" "batch_max = 1"
+GB1_PORT=$GW_PORT GB1_PID=$GW_PID
 
 # --- the buyers: one signed order each, a fresh set per run ---
 presign() { # port campaign file
@@ -111,11 +119,12 @@ presign() { # port campaign file
   echo "  presigned $BUYERS orders for $2: $(head -n 1 "$3.log")"
 }
 echo "cluster bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateways with $THREADS threads, masters on ports ${NODE_PORTS[*]}"
-presign "$GS_PORT" "$PEER" "$WORK/s.tsv"
-presign "$G1_PORT" "$HOT1" "$WORK/1.tsv"
-presign "$G1_PORT" "$HOT3" "$WORK/3.tsv"
-presign "$G1_PORT" "$HOT1" "$WORK/1x2.tsv"
-presign "$G1_PORT" "$HOT3" "$WORK/3x2.tsv"
+wanted s && presign "$GS_PORT" "$PEER" "$WORK/s.tsv"
+wanted 1 && presign "$G1_PORT" "$HOT1" "$WORK/1.tsv"
+wanted 3 && presign "$G1_PORT" "$HOT3" "$WORK/3.tsv"
+wanted 1x2 && presign "$G1_PORT" "$HOT1" "$WORK/1x2.tsv"
+wanted 3x2 && presign "$G1_PORT" "$HOT3" "$WORK/3x2.tsv"
+wanted 3b1 && presign "$GB1_PORT" "$HOT3" "$WORK/3b1.tsv"
 
 signed_orders_wrk "$WORK/orders.lua"
 
@@ -126,6 +135,7 @@ evalsha_calls() { # port
 # One run: wrk against each gateway port given (connections split), then the figures; the
 # reservations/s also in $WORK/<key>.rps.
 run() { # key label tsv gateway_pids ports...
+  wanted "$1" || return 0
   local key=$1 label=$2 tsv=$3 gw_pids=$4 n=0 rps=0 p99=0 k wrks=()
   shift 4
   local ports=("$@") conns=$((CONNECTIONS / $#))
@@ -179,13 +189,18 @@ run 1 "(1) cluster, 1 gw, 1 bucket" "$WORK/1.tsv" "$G1_PID" "$G1_PORT"
 run 3 "(3) cluster, 1 gw, 3 buckets" "$WORK/3.tsv" "$G1_PID" "$G1_PORT"
 run 1x2 "(1x2) cluster, 2 gw, 1 bucket" "$WORK/1x2.tsv" "$G1_PID $G2_PID" "$G1_PORT" "$G2_PORT"
 run 3x2 "(3x2) cluster, 2 gw, 3 buckets" "$WORK/3x2.tsv" "$G1_PID $G2_PID" "$G1_PORT" "$G2_PORT"
+run 3b1 "(3b1) as (3), batch_max = 1" "$WORK/3b1.tsv" "$GB1_PID" "$GB1_PORT"
 
 rps() { cat "$WORK/$1.rps"; }
-ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
+ratio() { # a b words: a line when both runs were made
+  [[ -f "$WORK/$1.rps" && -f "$WORK/$2.rps" ]] || return 0
+  echo "($1)/($2) = $(python3 -c "print(f'{float($(rps "$1"))/float($(rps "$2")):.2f}')")   $3"
+}
 echo
-echo "(1)/(s) = $(ratio "$(rps 1)" "$(rps s)")   the cluster client against one Redis"
-echo "(3)/(1) = $(ratio "$(rps 3)" "$(rps 1)")   3 buckets against 1, one gateway"
-echo "(1x2)/(1) = $(ratio "$(rps 1x2)" "$(rps 1)")   two gateways against one, no buckets"
-echo "(3x2)/(1) = $(ratio "$(rps 3x2)" "$(rps 1)")   two gateways and 3 buckets against one and one"
+ratio 1 s "the cluster client against one Redis"
+ratio 3 1 "3 buckets against 1, one gateway"
+ratio 1x2 1 "two gateways against one, no buckets"
+ratio 3x2 1 "two gateways and 3 buckets against one and one"
+ratio 3 3b1 "3 buckets batched against batch_max = 1, one gateway"
 echo "cores: what the gateways and the Redis processes kept busy (CPU per reservation x reservations/s),"
 echo "of $(nproc) on this machine, shared with wrk: a run near them is limited by the cores, not by Redis."

@@ -282,7 +282,7 @@ SHA=$("${RCLI[@]}" script load "$(cat lua/reserve.lua)")
 C_N=$(python3 -c "print(max(100000, int(float('$A_RPS') * 3 * ${DURATION%s})))")
 # shellcheck disable=SC2046
 C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --threads "$THREADS" -n "$C_N" \
-  -r 100000000000 -q evalsha "$SHA" 9 $(campaign_keys "$RB") "sk:{$RB}:nonce:__rand_int__" "$RB" 1 __rand_int__ __rand_int__ 1 330 fp "" |
+  -r 100000000000 -q evalsha "$SHA" 9 $(campaign_keys "$RB") "sk:{$RB}:nonce:__rand_int__" "$RB" 1 __rand_int__ __rand_int__ 1 330 fp "" 0 |
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
 read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"

@@ -56,6 +56,7 @@ async fn crowd(reserver: &Reserver, bucket: &Bucket, n: usize) -> Vec<Result<Res
                     user: &user,
                     qty: 1,
                     nonce: Some(&nonce),
+                    limits: None,
                 };
                 reserver.decide(&order).await.map(|d| d.outcome)
             })

@@ -58,6 +58,7 @@ impl Sale {
             user,
             qty,
             nonce,
+            limits: None,
         };
         self.reserver.decide(&order).await.unwrap()
     }

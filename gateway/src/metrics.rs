@@ -171,7 +171,7 @@ impl Metrics {
         let failed_open = IntCounterVec::new(
             Opts::new(
                 "seckill_gateway_global_limits_failed_open_total",
-                "Orders let on unchecked because Redis did not answer the global limits in time (every rule on_error = \"open\")",
+                "Orders whose reservation call, which counts the global limits, took longer than global_timeout_ms and was waited for because every rule is on_error = \"open\"",
             ),
             &["campaign"],
         )
@@ -227,8 +227,8 @@ impl Metrics {
         }
     }
 
-    /// An order of `campaign` went on with its global limits unchecked (an error path: the
-    /// label is looked up here).
+    /// An order of `campaign` waited past `global_timeout_ms` for its call, its rules all open
+    /// (an error path: the label is looked up here).
     pub fn global_limits_failed_open(&self, campaign: &str) {
         self.failed_open.with_label_values(&[campaign]).inc();
     }

@@ -94,8 +94,8 @@ impl Observer {
         }
     }
 
-    /// An order of `campaign` went on with its global limits unchecked (Redis did not answer,
-    /// every rule is open): counted when metrics are on.
+    /// An order of `campaign` waited for its reservation call (which counts the global limits)
+    /// past `global_timeout_ms`, as only open rules let it: counted when metrics are on.
     pub fn global_limits_failed_open(&self, campaign: &str) {
         if self.metrics {
             metrics().global_limits_failed_open(campaign);

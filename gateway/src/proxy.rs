@@ -10,9 +10,9 @@
 //!    its concurrency budget → the local sold-out flag → the inputs (device, qty) → the rate
 //!    limits per IP, device and campaign → the campaign token (bound to user, campaign and
 //!    device) → the account's rate → the hidden path → the timestamp → the request signature
-//!    (body read here) → eligibility → the campaign's global limits (`limit.lua` in Redis, only
-//!    when it has `[[global_limit]]` rules) → `reserve.lua` in Redis, which spends the nonce in
-//!    the same call (bounded timeout). Every order is answered here; the buyer is the token's user,
+//!    (body read here) → eligibility → `reserve.lua` in Redis, which counts the campaign's
+//!    global limits (when it has `[[global_limit]]` rules) and spends the nonce in the same call
+//!    (bounded timeout). Every order is answered here; the buyer is the token's user,
 //!    never a header;
 //! 3. `captcha` and `token` (before an order: the login JWT, a solved captcha, a token) are
 //!    answered by [`crate::issue`];

@@ -43,7 +43,7 @@ use crate::captcha::SpentChallenges;
 use crate::client_ip;
 use crate::conf::RedisConf;
 use crate::eligibility::Eligibility;
-use crate::global_limit::{Checked, GlobalLimiter, Subject};
+use crate::global_limit::{GlobalCheck, Subject};
 use crate::input::{self, DEVICE_HEADER};
 use crate::pressure::Pressure;
 use crate::queue::ReservationQueue;
@@ -136,15 +136,16 @@ pub struct Verified {
     pub qty: i64,
     nonce: String,
     signature: String,
-    /// Whether the global limits were counted, had no rules, or were let on unchecked.
-    pub global: Checked,
+    /// The buyer's home bucket ([`Bucket::of_user`]).
+    pub home: Bucket,
+    /// The campaign's global limits for this order, counted in its reservation call.
+    pub global: GlobalCheck,
 }
 
 /// The process's own state of the edge: rate estimators, Redis scripts, the Kafka queue.
 #[derive(Debug)]
 pub struct Edge {
     limiter: RateLimiter,
-    global: GlobalLimiter,
     seller: Seller,
     spent: SpentChallenges,
     room: WaitingRoom,
@@ -159,7 +160,6 @@ impl Edge {
         let (reserve_timeout, spend_timeout) = (redis.timeout, protocol::timing::undo_timeout(redis.timeout));
         Self {
             limiter: RateLimiter::new(),
-            global: GlobalLimiter::new(pool.clone(), scripts.clone()),
             spent: SpentChallenges::new(pool.clone(), spend_timeout),
             room: WaitingRoom::new(pool.clone(), scripts.clone(), spend_timeout),
             pressure: Arc::default(),
@@ -230,8 +230,8 @@ impl Edge {
     }
 
     /// The rest of an order's checks, with its `body`: the request signature (under the
-    /// token's signing key, constant time) → eligibility → the campaign's global limits (one
-    /// Redis call, only when it has rules).
+    /// token's signing key, constant time) → eligibility; the campaign's global limits decided
+    /// for the order (its rules' counters, counted in its reservation call: no call here).
     pub async fn verify(
         &self,
         conf: &Conf<'_>,
@@ -256,12 +256,13 @@ impl Edge {
         c.eligibility.check(&admitted.claims.login(), Utc::now().timestamp())?;
         let Admitted { claims, ip, qty, nonce, signature, .. } = admitted;
         let who = Subject { ip, device: Some(&claims.dev), user: &claims.sub };
-        let global = self.global.check(c.campaign, who, now_ms()).await?;
-        Ok(Verified { claims, qty, nonce, signature, global })
+        let home = Bucket::of_user(&c.campaign.id, &claims.sub, c.campaign.buckets);
+        let global = GlobalCheck::new(c.campaign, &home, who, now_ms());
+        Ok(Verified { claims, qty, nonce, signature, home, global })
     }
 
-    /// The reservation of a verified order: one bounded `reserve.lua` call, which also spends
-    /// the nonce, then the record handed to Kafka without waiting. `Ok` is `202 QUEUED`: now
+    /// The reservation of a verified order: one bounded `reserve.lua` call, which also counts
+    /// the global limits and spends the nonce, then the record handed to Kafka without waiting. `Ok` is `202 QUEUED`: now
     /// ([`Queued::New`], under `request_id`) or, for a safe retry, before.
     pub async fn reserve(
         &self,
@@ -271,7 +272,7 @@ impl Edge {
         request_id: &str,
     ) -> Result<Queued, Denial> {
         let campaign = c.campaign.id.as_str();
-        let home = Bucket::of_user(campaign, &order.claims.sub, c.campaign.buckets);
+        let home = &order.home;
         let nonce = Nonce {
             key: home.keys.nonce(&order.claims.jti, &order.nonce),
             ttl_secs: c.campaign.defense.nonce_ttl_secs(),
@@ -279,12 +280,13 @@ impl Edge {
         };
         let reservation = Order {
             campaign,
-            home: &home,
+            home,
             bucket_tries: c.campaign.bucket_tries,
             request_id,
             user: &order.claims.sub,
             qty: order.qty,
             nonce: Some(&nonce),
+            limits: Some(&order.global),
         };
         let effects = Effects { sold_out: c.sold_out, sold_out_ttl: conf.sold_out_ttl, signer: conf.signer };
         self.seller.sell(reservation, effects).await

@@ -31,7 +31,6 @@ use protocol::conf::ConfError;
 use protocol::scripts::Scripts;
 
 use crate::edge::{Edge, Head, Issued};
-use crate::global_limit::Checked;
 use crate::queue::{self, ReservationQueue, TopicAtStart};
 use crate::registry::{CampaignEntry, Registrar, Registry};
 use crate::reply::Reply;
@@ -304,10 +303,11 @@ impl FlashSale {
         notes.permit = admitted.permit.take();
         let body = read_body(req).await?;
         let order = self.edge.verify(&conf, &c, admitted, &req.head(), &body).await?;
-        notes.global_limits_failed_open = order.global == Checked::FailedOpen;
         let asked = Instant::now();
         let queued = self.edge.reserve(&conf, &c, &order, request_id).await;
-        notes.reserve_took = Some(asked.elapsed());
+        let took = asked.elapsed();
+        notes.reserve_took = Some(took);
+        notes.global_limits_failed_open = order.global.waited_open(took);
         let first = match queued? {
             Queued::New => None,
             Queued::Retry(first) => Some(first),

@@ -1,22 +1,26 @@
-//! A campaign's global limits (`[[global_limit]]`): one `EVALSHA` of `lua/limit.lua` counting
-//! the request in Redis for every rule at once, so the limits hold across every gateway process
-//! of the sale. It runs after the signature and eligibility checks, just before the
-//! reservation: only signed requests of eligible buyers cost a Redis call, so a flood of forged
-//! requests cannot spend Redis on limits either.
+//! A campaign's global limits (`[[global_limit]]`): counted in Redis for every rule at once,
+//! in the order's own `reserve.lua` call ([`protocol::scripts::ReserveCall::limits`]), so the
+//! limits hold across every gateway process of the sale at no call of their own: one Redis call
+//! per batch of orders for the limits and the reservations. They are decided after the
+//! signature and eligibility checks: only signed requests of eligible buyers reach Redis, so a
+//! flood of forged requests cannot spend Redis on limits either. Within the call each order's
+//! rules are checked before its nonce is spent, in arrival order.
 //!
-//! The call is bounded by the campaign's `[limits] global_timeout_ms`. When Redis does not
-//! answer in time (or fails), each rule does what its `on_error` says: `open` lets the request
-//! on (the per-process `[limits]` still hold), `closed` refuses it with `SERVICE_DEGRADED`.
+//! Timeouts keep the meaning they had with a call of their own, bounded by the campaign's
+//! `[limits] global_timeout_ms`: when a rule is `on_error = "closed"`, an order whose call has
+//! not answered within that bound is given up then (undone like any reservation without an
+//! answer) and refused with `SERVICE_DEGRADED`; when every rule is `open`, the order waits for
+//! its call as long as the reservation may ([`GlobalCheck::bound`]), so a slow Redis never
+//! refuses it for its limits.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
-use fred::clients::Pool;
 use protocol::campaign::Campaign;
 use protocol::codes::Code;
-use protocol::global_limit::{window_at, GlobalLimit, LimitBy, OnError};
-use protocol::keys::CampaignKeys;
-use protocol::scripts::{LimitOutcome, LimitRule, Scripts};
+use protocol::global_limit::{bucket_max, window_at, GlobalLimit, LimitBy, OnError};
+use protocol::keys::Bucket;
+use protocol::scripts::LimitRule;
 
 use crate::Denial;
 
@@ -35,63 +39,53 @@ pub struct Subject<'a> {
     pub user: &'a str,
 }
 
-/// How a passed check went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Checked {
-    /// The campaign has no global limits: no Redis call.
-    NoRules,
-    /// Redis counted the request under every rule.
-    Counted,
-    /// Redis did not answer in time (or failed), and every rule is `on_error = "open"`.
-    FailedOpen,
+/// An order's global limits, decided once for the request: the rules' counters and bounds in
+/// its home bucket, and how long a closed rule lets its call go unanswered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GlobalCheck {
+    /// The rules, in the campaign's order, for the order's home bucket ([`limit_rules`]).
+    pub rules: Vec<LimitRule>,
+    /// Each rule's `by`, for the answer past it.
+    pub by: Vec<&'static str>,
+    /// With a rule `on_error = "closed"`: `global_timeout_ms`, past which an unanswered call
+    /// refuses the order; `None` when every rule is open (or there are none).
+    pub closed_within: Option<Duration>,
+    /// `global_timeout_ms`, when there are rules.
+    pub bound: Option<Duration>,
 }
 
-/// Runs the global limits over the gateway's Redis pool.
-#[derive(Clone)]
-pub struct GlobalLimiter {
-    pool: Pool,
-    scripts: Scripts,
-}
-
-impl std::fmt::Debug for GlobalLimiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("GlobalLimiter(..)")
-    }
-}
-
-impl GlobalLimiter {
-    /// A limiter over `pool`, running `scripts`' `limit.lua`.
-    pub fn new(pool: Pool, scripts: Scripts) -> Self {
-        Self { pool, scripts }
-    }
-
-    /// Counts the request of `who` under `campaign`'s rules at `now_ms`: `Ok` when it may go
-    /// on, `RATE_LIMITED` (429, `Retry-After`) past a rule's max, `SERVICE_DEGRADED` when Redis
-    /// did not answer and a rule is `on_error = "closed"`.
-    pub async fn check(&self, campaign: &Campaign, who: Subject<'_>, now_ms: u64) -> Result<Checked, Denial> {
+impl GlobalCheck {
+    /// The check of `campaign`'s rules for `who` reserving in `home` at `now_ms`.
+    pub fn new(campaign: &Campaign, home: &Bucket, who: Subject<'_>, now_ms: u64) -> Self {
         let rules = &campaign.global_limits;
         if rules.is_empty() {
-            return Ok(Checked::NoRules);
+            return Self::default();
         }
-        let calls = limit_rules(&campaign.id, rules, who, now_ms);
-        let timeout = Duration::from_millis(u64::from(campaign.limits.global_timeout_ms));
-        let call = self.scripts.limit(self.pool.next_connected(), &calls);
-        let failure = match tokio::time::timeout(timeout, call).await {
-            Ok(Ok(LimitOutcome::Passed)) => return Ok(Checked::Counted),
-            Ok(Ok(LimitOutcome::Over { rule, retry_after_ms })) => {
-                return Err(over(rules.get(rule).map_or("rule", |r| r.by.as_str()), retry_after_ms))
-            }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("redis did not answer within {timeout:?}"),
-        };
-        on_failure(rules, &failure)
+        let bound = Duration::from_millis(u64::from(campaign.limits.global_timeout_ms));
+        Self {
+            rules: limit_rules(home, rules, who, now_ms),
+            by: rules.iter().map(|r| r.by.as_str()).collect(),
+            closed_within: rules.iter().any(|r| r.on_error == OnError::Closed).then_some(bound),
+            bound: Some(bound),
+        }
+    }
+
+    /// The answer past rule `rule` (an index of [`GlobalCheck::rules`]), `retry_after_ms` before
+    /// its window ends.
+    pub fn over(&self, rule: usize, retry_after_ms: u64) -> Denial {
+        over(self.by.get(rule).copied().unwrap_or("rule"), retry_after_ms)
+    }
+
+    /// Whether an order whose reservation took `took` waited past the limits' bound as only an
+    /// open rule lets it (under a call of their own, it would have gone on unchecked).
+    pub fn waited_open(&self, took: Duration) -> bool {
+        self.closed_within.is_none() && self.bound.is_some_and(|b| took > b)
     }
 }
 
-/// The counters and bounds of each rule for one request (pure: keys from the campaign, the
-/// subject and the time).
-pub fn limit_rules(campaign: &str, rules: &[GlobalLimit], who: Subject<'_>, now_ms: u64) -> Vec<LimitRule> {
-    let keys = CampaignKeys::new(campaign);
+/// The counters and bounds of each rule for one request reserving in `home` (pure: keys from
+/// the bucket, the subject and the time; a rule's max is the bucket's, [`bucket_max`]).
+pub fn limit_rules(home: &Bucket, rules: &[GlobalLimit], who: Subject<'_>, now_ms: u64) -> Vec<LimitRule> {
     let ip = who.ip.map(|ip| ip.to_string());
     rules
         .iter()
@@ -105,9 +99,9 @@ pub fn limit_rules(campaign: &str, rules: &[GlobalLimit], who: Subject<'_>, now_
             let window_ms = u64::from(r.window_secs) * 1000;
             let (window, into_ms) = window_at(now_ms, window_ms);
             LimitRule {
-                current: keys.global_limit(r.by.as_str(), value, window),
-                previous: keys.global_limit(r.by.as_str(), value, window.saturating_sub(1)),
-                max: r.max,
+                current: home.keys.global_limit(r.by.as_str(), value, window),
+                previous: home.keys.global_limit(r.by.as_str(), value, window.saturating_sub(1)),
+                max: bucket_max(r, home.index, home.count),
                 window_ms,
                 into_ms,
             }
@@ -122,19 +116,14 @@ fn over(by: &str, retry_after_ms: u64) -> Denial {
         .retry_after(secs)
 }
 
-/// What the rules say when Redis gave no answer (`failure` says why): refuse if any rule is
-/// fail-closed, else let the request on.
-pub fn on_failure(rules: &[GlobalLimit], failure: &str) -> Result<Checked, Denial> {
-    if rules.iter().any(|r| r.on_error == OnError::Closed) {
-        tracing::warn!(failure, "global limits unchecked: refusing (a rule is on_error = \"closed\")");
-        return Err(Denial::new(
-            Code::ServiceDegraded,
-            "the global limits could not be checked; nothing was reserved, try again",
-        )
-        .retry_after(1));
-    }
-    tracing::debug!(failure, "global limits unchecked: letting the request on (every rule is open)");
-    Ok(Checked::FailedOpen)
+/// The answer when a closed rule's bound passed without the call's answer (and its undo left
+/// nothing reserved).
+pub fn unchecked() -> Denial {
+    Denial::new(
+        Code::ServiceDegraded,
+        "the global limits could not be checked; nothing was reserved, try again",
+    )
+    .retry_after(1)
 }
 
 #[cfg(test)]
@@ -143,6 +132,14 @@ mod tests {
 
     fn rule(by: LimitBy, on_error: OnError) -> GlobalLimit {
         GlobalLimit { by, max: 5, window_secs: 10, on_error }
+    }
+
+    fn campaign(rules: &[GlobalLimit]) -> Campaign {
+        let text = "id = \"c\"\nsku = \"S\"\nstock = 1\nper_user_limit = 1\nprice_cents = 1\n\
+                    starts_at = 2026-12-01T10:00:00Z\nends_at = 2026-12-01T11:00:00Z\n";
+        let mut c = Campaign::parse(std::path::Path::new("c.toml"), text).unwrap();
+        c.global_limits = rules.to_vec();
+        c
     }
 
     #[test]
@@ -154,7 +151,7 @@ mod tests {
             rule(LimitBy::Campaign, OnError::Open),
         ];
         let who = Subject { ip: Some("10.0.0.7".parse().unwrap()), device: None, user: "u1" };
-        let calls = limit_rules("c", &rules, who, 123_456);
+        let calls = limit_rules(&Bucket::nth("c", 0, 1), &rules, who, 123_456);
         assert_eq!(calls[0].current, "sk:{c}:limit:user:u1:12");
         assert_eq!(calls[0].previous, "sk:{c}:limit:user:u1:11");
         assert_eq!(calls[1].current, "sk:{c}:limit:ip:10.0.0.7:12");
@@ -164,12 +161,35 @@ mod tests {
     }
 
     #[test]
-    fn a_closed_rule_refuses_when_redis_does_not_answer_and_open_ones_let_on() {
-        let open = [rule(LimitBy::User, OnError::Open), rule(LimitBy::Ip, OnError::Open)];
-        assert_eq!(on_failure(&open, "timeout"), Ok(Checked::FailedOpen));
+    fn with_buckets_the_counters_share_the_home_buckets_slot_and_split_all_but_the_user_rule() {
+        let rules = [rule(LimitBy::User, OnError::Open), rule(LimitBy::Campaign, OnError::Open)];
+        let who = Subject { ip: None, device: None, user: "u1" };
+        let home = Bucket::nth("c", 1, 3);
+        let calls = limit_rules(&home, &rules, who, 0);
+        for call in &calls {
+            let tag = home.keys.stock.split(':').nth(1).unwrap();
+            assert!(call.current.contains(tag) && call.previous.contains(tag), "{call:?} in {tag}");
+        }
+        assert_eq!((calls[0].max, calls[1].max), (5, 2), "5 over 3 buckets: 2, 2, 1");
+    }
+
+    #[test]
+    fn a_closed_rule_bounds_the_wait_and_open_ones_let_the_call_run() {
+        let who = Subject { ip: None, device: None, user: "u1" };
+        let home = Bucket::nth("c", 0, 1);
+        let open = GlobalCheck::new(&campaign(&[rule(LimitBy::User, OnError::Open)]), &home, who, 0);
+        assert_eq!(open.closed_within, None);
+        let bound = open.bound.unwrap();
+        assert!(open.waited_open(bound * 2) && !open.waited_open(bound));
         let mixed = [rule(LimitBy::User, OnError::Open), rule(LimitBy::Ip, OnError::Closed)];
-        let d = on_failure(&mixed, "timeout").unwrap_err();
+        let closed = GlobalCheck::new(&campaign(&mixed), &home, who, 0);
+        assert_eq!(closed.closed_within, Some(bound));
+        assert!(!closed.waited_open(bound * 2), "a closed rule never waits past its bound");
+        assert_eq!(GlobalCheck::new(&campaign(&[]), &home, who, 0), GlobalCheck::default(), "no rules");
+        let d = unchecked();
         assert_eq!((d.code, d.retry_after_secs), (Code::ServiceDegraded, Some(1)));
+        assert_eq!(closed.over(1, 2_300).retry_after_secs, Some(3));
+        assert!(closed.over(1, 0).message.contains("ip"));
     }
 
     #[test]

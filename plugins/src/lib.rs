@@ -15,9 +15,9 @@
 //! 9. [`signature`]: the timestamp within the campaign's window, then the request's HMAC under
 //!    the token's signing key (`ring::hmac::verify`, constant time);
 //! 10. [`eligibility`]: blacklist, eligible set, account rules;
-//! 11. [`global_limit`]: the campaign's limits across every gateway process, one call of
-//!     `lua/limit.lua` (only when the campaign has `[[global_limit]]` rules), fail-open or
-//!     fail-closed per rule;
+//! 11. [`global_limit`]: the campaign's limits across every gateway process, decided here and
+//!     counted in the reservation's own call (only when the campaign has `[[global_limit]]`
+//!     rules), fail-open or fail-closed per rule;
 //! 12. [`reserve`]: the one Redis round trip of `lua/reserve.lua` (nonce uniqueness and safe
 //!     retry in the same call), with a bounded timeout, the orders of one bucket sent together
 //!     while a call of it is in flight ([`batch`]), and no more at once than the bucket's

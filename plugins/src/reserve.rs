@@ -10,12 +10,17 @@
 //! buyer is told QUEUED). Only when the undo fails too is the outcome unknown, and the answer
 //! says so (the result URL will tell).
 //!
+//! An order of a campaign with `[[global_limit]]` rules carries them into its first call
+//! ([`crate::global_limit`]): they are checked and counted there, before the nonce, and a rule
+//! `on_error = "closed"` bounds that call's wait by `global_timeout_ms`.
+//!
 //! Hot-stock buckets (seed: 热点 Key 分桶): a campaign with B buckets reserves in the buyer's home
 //! bucket, where their limit and nonces live. When it is short, stock moves to it from the other
 //! buckets, in order and at most `tries` of them (`lua/transfer.lua`: at least half of what the
 //! other bucket has, so one move serves the next buyers too), and the reservation is asked again.
 //! "Sold out" for the local flag means every bucket was found empty.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fred::clients::Pool;
@@ -27,6 +32,7 @@ use protocol::scripts::{
 use protocol::timing::undo_timeout;
 
 use crate::batch::{Attempt, BatchConf, Batcher};
+use crate::global_limit::{self, GlobalCheck};
 use crate::Denial;
 
 /// Runs the reservation script over a pool of Redis connections.
@@ -53,6 +59,11 @@ pub enum ReserveError {
     /// No answer; whatever the call may have reserved was undone.
     #[error("{0}; undone")]
     Undone(String),
+    /// No answer within a closed global limit's bound (`global_timeout_ms`); whatever the call
+    /// may have reserved was undone. The buyer is answered `SERVICE_DEGRADED`, as when the
+    /// limits had a call of their own.
+    #[error("{0}; the global limits went unchecked; undone")]
+    LimitsUnchecked(String),
     /// No answer, and the undo failed too: the request may hold a reservation.
     #[error("{cause}; the undo failed too ({undo}): the request may hold a reservation")]
     Unknown {
@@ -107,7 +118,10 @@ impl Reserver {
         let Order { home, bucket_tries: tries, request_id, qty, .. } = *order;
         // One client (one connection) for every call and the undo: Redis runs them in this order.
         let client = self.pool.next_connected();
-        let reserve = |fall_over: bool| self.once(order, fall_over);
+        // The global limits go with the first call only: a fall-over's call again is the same
+        // request, counted once.
+        let first = AtomicBool::new(true);
+        let reserve = |fall_over: bool| self.once(order, fall_over, first.swap(false, Ordering::Relaxed));
         // A transfer (give, then take) bounded as its two calls were; a failure stops the asking
         // (units given and not taken are finished by the order writer's sweeper).
         let bound = self.timeout * 2;
@@ -133,26 +147,40 @@ impl Reserver {
         Ok(Decision { outcome, sold_out_everywhere })
     }
 
-    /// One order's `reserve.lua` call in `bucket` (alone or in a batch, [`Batcher`]), undone
-    /// when its answer does not come back: on the client its call was written to, so that Redis
-    /// runs the undo after it.
-    #[allow(clippy::too_many_arguments)]
-    async fn once(&self, order: &Order<'_>, fall_over: bool) -> Result<ReserveOutcome, ReserveError> {
+    /// One order's `reserve.lua` call in `bucket` (alone or in a batch, [`Batcher`]), with its
+    /// global limits when `with_limits`, undone when its answer does not come back: on the
+    /// client its call was written to, so that Redis runs the undo after it.
+    async fn once(
+        &self,
+        order: &Order<'_>,
+        fall_over: bool,
+        with_limits: bool,
+    ) -> Result<ReserveOutcome, ReserveError> {
         let Order { home: bucket, request_id, user, qty, nonce, .. } = *order;
-        let order =
+        let mut call =
             ReserveCall::new(request_id, user, qty).with_nonce(nonce.cloned()).with_fall_over(fall_over);
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let (cause, client) = match self.batcher.call(bucket, order, deadline).await {
+        let mut wait = self.timeout;
+        let check = order.limits.filter(|c| with_limits && !c.rules.is_empty());
+        if let Some(check) = check {
+            call = call.with_limits(check.rules.clone());
+            wait = wait.min(check.closed_within.unwrap_or(wait));
+        }
+        // A closed rule's bound passed (or the reservation's own): the limits went unchecked.
+        let closed = check.is_some_and(|c| c.closed_within.is_some());
+        let undone =
+            |cause| if closed { ReserveError::LimitsUnchecked(cause) } else { ReserveError::Undone(cause) };
+        let deadline = tokio::time::Instant::now() + wait;
+        let (cause, client) = match self.batcher.call(bucket, call, deadline).await {
             Attempt::Answered(outcome) => return Ok(outcome),
             Attempt::Overloaded { limit } => return Err(ReserveError::Overloaded { limit }),
             // Never sent: nothing reserved, no nonce spent.
-            Attempt::NoAnswer { cause, sent_on: None } => return Err(ReserveError::Undone(cause)),
+            Attempt::NoAnswer { cause, sent_on: None } => return Err(undone(cause)),
             Attempt::NoAnswer { cause, sent_on: Some(client) } => (cause, client),
         };
         let undo = self.scripts.undo(&client, bucket, request_id, nonce.map(|n| n.key.as_str()));
         match tokio::time::timeout(undo_timeout(self.timeout), undo).await {
             Ok(Ok(ReleaseOutcome::Claimed)) => Err(ReserveError::Claimed(cause)),
-            Ok(Ok(_)) => Err(ReserveError::Undone(cause)),
+            Ok(Ok(_)) => Err(undone(cause)),
             Ok(Err(e)) => Err(ReserveError::Unknown { cause, undo: e.to_string() }),
             Err(_) => Err(ReserveError::Unknown { cause, undo: "no answer".into() }),
         }
@@ -176,6 +204,8 @@ pub struct Order<'a> {
     pub qty: i64,
     /// The order's nonce, spent in the reservation's own call (replay, safe retry).
     pub nonce: Option<&'a Nonce>,
+    /// The campaign's global limits for this order, checked in its first call.
+    pub limits: Option<&'a GlobalCheck>,
 }
 
 /// What the reservation decided, and whether it found every bucket empty.
@@ -222,6 +252,9 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
             Denial::new(Code::BadRequest, format!("qty must be between 1 and {limit}"))
         }
         ReserveOutcome::Duplicate => Denial::new(Code::Internal, "request id used twice"),
+        ReserveOutcome::Limited { rule, retry_after_ms } => {
+            GlobalCheck::default().over(*rule, *retry_after_ms)
+        }
         ReserveOutcome::Again(first) => return denial(first),
     })
 }
@@ -234,6 +267,10 @@ pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial 
         ReserveError::Overloaded { .. } => {
             let message = "too many orders at once: nothing was reserved, try again";
             return Denial::new(Code::TryLater, message).retry_after(1);
+        }
+        ReserveError::LimitsUnchecked(_) => {
+            tracing::warn!(request_id, error = %err, "global limits unchecked: answering SERVICE_DEGRADED");
+            return global_limit::unchecked();
         }
         ReserveError::Undone(_) => {
             "the reservation service is unavailable: nothing was reserved, try again".to_string()
@@ -264,6 +301,7 @@ mod tests {
         assert_eq!(code(ReserveOutcome::Replay), Some(Code::Replay));
         assert_eq!(code(ReserveOutcome::Retry { request_id: "r".into() }), None, "a safe retry is QUEUED");
         assert_eq!(code(ReserveOutcome::BucketShort { remaining: 0 }), Some(Code::SoldOut));
+        assert_eq!(code(ReserveOutcome::Limited { rule: 0, retry_after_ms: 10 }), Some(Code::RateLimited));
         let again = |o: ReserveOutcome| ReserveOutcome::Again(Box::new(o));
         assert_eq!(code(again(ReserveOutcome::SoldOut { remaining: 0 })), Some(Code::SoldOut));
         assert_eq!(code(again(ReserveOutcome::LimitReached { held: 1 })), Some(Code::LimitReached));
@@ -275,5 +313,8 @@ mod tests {
         assert_eq!((over.code, over.retry_after_secs), (Code::TryLater, Some(1)));
         let down = degraded(&ReserveError::Undone("no answer".into()), "c", "r");
         assert_eq!(down.code, Code::ServiceDegraded);
+        let unchecked = degraded(&ReserveError::LimitsUnchecked("no answer".into()), "c", "r");
+        assert_eq!(unchecked.code, Code::ServiceDegraded);
+        assert!(unchecked.message.contains("global limits"), "{}", unchecked.message);
     }
 }

@@ -67,6 +67,9 @@ impl Seller {
             effects.sold_out.mark(asked, now_ms(), effects.sold_out_ttl);
         }
         let outcome = decision.outcome;
+        if let (ReserveOutcome::Limited { rule, retry_after_ms }, Some(check)) = (&outcome, order.limits) {
+            return Err(check.over(*rule, *retry_after_ms));
+        }
         if let Some(d) = reserve::denial(&outcome) {
             return Err(d);
         }

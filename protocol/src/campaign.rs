@@ -273,6 +273,17 @@ impl Campaign {
             ));
         }
         let buckets: u32 = c.bounded(&raw.buckets, "buckets", 1, i64::from(MAX_BUCKETS))?;
+        if let Some(i) = global_limit::unsplittable(&global_limits, buckets) {
+            return Err(c.err(
+                raw.global_limit[i].max_span(),
+                "global_limit.max",
+                format!(
+                    "a rule by {:?} counts in each of the {buckets} buckets with its share of max: \
+                     max must be at least {buckets}",
+                    global_limits[i].by.as_str()
+                ),
+            ));
+        }
         let bucket_tries = match &raw.bucket_tries {
             None => buckets - 1,
             Some(t) if buckets == 1 => {
@@ -523,6 +534,13 @@ ip_per_sec = 20
             one("\"user\"", "5", "10", "\"open\"")
         );
         expect_err(&twice, 23, "global_limit.by", "one rule per dimension");
+        // With buckets, a rule by ip, device or campaign is split over them (a user rule is not).
+        let bucketed = |by: &str, max: &str| {
+            one(by, max, "10", "\"open\"").replace("stock = 100", "stock = 100\nbuckets = 4")
+        };
+        expect_err(&bucketed("\"ip\"", "3"), 19, "global_limit.max", "at least 4");
+        assert!(parse(&bucketed("\"ip\"", "4")).is_ok());
+        assert!(parse(&bucketed("\"user\"", "1")).is_ok(), "a user counts in their home bucket only");
         let slow = GOOD.replace("ip_per_sec = 20", "global_timeout_ms = 5000");
         expect_err(&slow, 14, "limits.global_timeout_ms", "between 1 and 1000");
         // Found at its key, not at a comment naming it earlier in the file.

@@ -1,9 +1,18 @@
 //! A campaign's global limits: `[[global_limit]]` rules counted in Redis, so that they hold across
 //! every gateway process of the sale (the `[limits]` rates are per process). Each rule counts
 //! one dimension (address, device, account or the whole campaign) over a sliding window
-//! (`lua/limit.lua`: the current fixed window plus the previous one weighted by how much of it
-//! still overlaps), and says what happens when Redis does not answer in time: let the request
-//! go on (`open`) or refuse it (`closed`).
+//! (the current fixed window plus the previous one weighted by how much of it still overlaps),
+//! and says what happens when Redis does not answer in time: let the request go on (`open`) or
+//! refuse it (`closed`). The rules are counted in the order's own `reserve.lua` call, before its
+//! nonce is spent: one Redis call per batch of orders for the limits and the reservations.
+//!
+//! Every key of one script call shares one hash tag (one Cluster slot), so a rule's counters
+//! live in the order's home bucket ([`bucket_max`]): a rule by `user` counts there with its
+//! whole `max` (a buyer only ever reserves in their home bucket, so the count is the same as one
+//! counter for the campaign); a rule by `ip`, `device` or `campaign` counts in each bucket with
+//! the bucket's share of its `max` (the shares sum to `max`, so the rule is never exceeded
+//! across the sale, but the traffic of one address that spreads over buckets unevenly meets
+//! its bucket's share first). With buckets, such a rule's `max` is at least the bucket count.
 //!
 //! ```toml
 //! [[global_limit]]
@@ -89,6 +98,11 @@ impl RawGlobalLimit {
         })
     }
 
+    /// Where `max` is written.
+    pub(crate) fn max_span(&self) -> std::ops::Range<usize> {
+        self.max.span()
+    }
+
     /// Where `by` is written.
     pub(crate) fn by_span(&self) -> std::ops::Range<usize> {
         self.by.span()
@@ -99,6 +113,23 @@ impl RawGlobalLimit {
 /// dimension would share a counter). Returns the index of the first repeated rule.
 pub(crate) fn repeated(rules: &[GlobalLimit]) -> Option<usize> {
     (1..rules.len()).find(|&i| rules[..i].iter().any(|r| r.by == rules[i].by))
+}
+
+/// What `rule` allows in bucket `index` of `count`: its whole max for a rule by user (a buyer
+/// reserves in their home bucket only), else the bucket's share of it (`max / count`, the
+/// remainder one each to the first buckets: the shares sum to `max`).
+pub fn bucket_max(rule: &GlobalLimit, index: u32, count: u32) -> u32 {
+    let count = count.max(1);
+    if rule.by == LimitBy::User {
+        return rule.max;
+    }
+    rule.max / count + u32::from(index % count < rule.max % count)
+}
+
+/// The first rule (by index) that a campaign of `buckets` buckets cannot split: a rule by ip,
+/// device or campaign with fewer than one request per bucket.
+pub(crate) fn unsplittable(rules: &[GlobalLimit], buckets: u32) -> Option<usize> {
+    rules.iter().position(|r| r.by != LimitBy::User && r.max < buckets)
 }
 
 /// The window a time falls in, for a window of `window_ms`: (its number, ms into it).
@@ -116,6 +147,19 @@ mod tests {
         assert_eq!(window_at(25_300, 10_000), (2, 5_300));
         assert_eq!(window_at(0, 1_000), (0, 0));
         assert_eq!(window_at(7, 0), (7, 0), "a zero window never divides by zero");
+    }
+
+    #[test]
+    fn a_user_rule_keeps_its_max_in_every_bucket_and_others_split_it() {
+        let rule = |by, max| GlobalLimit { by, max, window_secs: 1, on_error: OnError::Open };
+        assert_eq!((0..3).map(|i| bucket_max(&rule(LimitBy::User, 5), i, 3)).collect::<Vec<_>>(), [5, 5, 5]);
+        let split: Vec<u32> = (0..3).map(|i| bucket_max(&rule(LimitBy::Ip, 10), i, 3)).collect();
+        assert_eq!(split, [4, 3, 3]);
+        assert_eq!(split.iter().sum::<u32>(), 10, "the shares sum to the max");
+        assert_eq!(bucket_max(&rule(LimitBy::Campaign, 7), 0, 1), 7, "one bucket: the whole max");
+        let rules = [rule(LimitBy::User, 1), rule(LimitBy::Device, 2)];
+        assert_eq!(unsplittable(&rules, 2), None);
+        assert_eq!(unsplittable(&rules, 3), Some(1), "2 requests cannot split over 3 buckets");
     }
 
     #[test]

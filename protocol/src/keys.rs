@@ -93,7 +93,8 @@ impl CampaignKeys {
 
     /// STRING (with a TTL of two windows): the count of requests of one `[[global_limit]]`
     /// rule (`by`, e.g. "user") for one `value` (the user id, address, device, or "*" for the
-    /// whole campaign) in window number `window` (`lua/limit.lua`).
+    /// whole campaign) in window number `window` (counted by `lua/reserve.lua`; under the tag of
+    /// the order's home bucket, see [`crate::global_limit`]).
     pub fn global_limit(&self, by: &str, value: &str, window: u64) -> String {
         format!("{}:limit:{by}:{value}:{window}", self.tag())
     }

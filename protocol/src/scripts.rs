@@ -47,7 +47,6 @@ pub struct Scripts {
     reserve: Script,
     release: Script,
     publish: Script,
-    limit: Script,
     transfer: Script,
     room: Script,
     arrivals: Script,
@@ -104,6 +103,14 @@ pub enum ReserveOutcome {
         /// The request id of the first answer.
         request_id: String,
     },
+    /// Over a `[[global_limit]]` rule the order carried ([`ReserveCall::limits`]): nothing was
+    /// counted, read or written, the nonce not spent.
+    Limited {
+        /// The rule's index in the order's rules (from 0).
+        rule: usize,
+        /// Until the rule's current window ends, in ms.
+        retry_after_ms: u64,
+    },
     /// The same signed request came again with its nonce and had been refused: its first
     /// refusal, answered again. A past answer, not a fact of now (the stock may have come back
     /// since): nothing but the buyer's answer may act on it (never the sold-out flag).
@@ -138,12 +145,22 @@ pub struct ReserveCall {
     /// A bucket of a campaign with buckets that other buckets may still give stock to: a short
     /// bucket answers [`ReserveOutcome::BucketShort`] instead of [`ReserveOutcome::SoldOut`].
     pub fall_over: bool,
+    /// The campaign's global limit rules for this order, checked (and counted when they all
+    /// pass) in the same call, before the nonce is spent; empty: none.
+    pub limits: Vec<LimitRule>,
 }
 
 impl ReserveCall {
     /// An order of `qty` units for `user` under `request_id`, without a nonce, the last word.
     pub fn new(request_id: impl Into<String>, user: impl Into<String>, qty: i64) -> Self {
-        Self { request_id: request_id.into(), user: user.into(), qty, nonce: None, fall_over: false }
+        Self {
+            request_id: request_id.into(),
+            user: user.into(),
+            qty,
+            nonce: None,
+            fall_over: false,
+            limits: Vec::new(),
+        }
     }
 
     /// The same order with `nonce`.
@@ -157,9 +174,16 @@ impl ReserveCall {
         self.fall_over = fall_over;
         self
     }
+
+    /// The same order with the global limit rules `limits`.
+    pub fn with_limits(mut self, limits: Vec<LimitRule>) -> Self {
+        self.limits = limits;
+        self
+    }
 }
 
-/// One rule of a `limit.lua` call: its two counters and its bounds.
+/// One `[[global_limit]]` rule of an order of a `reserve.lua` call ([`ReserveCall::limits`]):
+/// its two counters (in the order's bucket, [`CampaignKeys::global_limit`]) and its bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitRule {
     /// The counter of the current window ([`CampaignKeys::global_limit`]).
@@ -172,20 +196,6 @@ pub struct LimitRule {
     pub window_ms: u64,
     /// How far into the current window the request is, in ms.
     pub into_ms: u64,
-}
-
-/// What `limit.lua` decided.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitOutcome {
-    /// Every rule passed; the request is counted in each.
-    Passed,
-    /// A rule is over its max; nothing was counted.
-    Over {
-        /// Its index in the rules sent (from 0).
-        rule: usize,
-        /// Until its current window ends, in ms.
-        retry_after_ms: u64,
-    },
 }
 
 /// One request of a `release.lua` call ([`Scripts::release_batch`]).
@@ -296,6 +306,10 @@ fn reserve_outcome(out: &[fred::types::Value]) -> Result<ReserveOutcome, ScriptE
         -6 => ReserveOutcome::OtherBuckets { published: n },
         2 => ReserveOutcome::Retry { request_id: out[2].as_string().unwrap_or_default() },
         3 => ReserveOutcome::BucketShort { remaining: n },
+        -7 => ReserveOutcome::Limited {
+            rule: usize::try_from(n - 1).unwrap_or(0),
+            retry_after_ms: u64::try_from(int(RESERVE, &out[2])?).unwrap_or(0),
+        },
         other => return Err(ScriptError::Protocol { script: RESERVE, detail: format!("code {other}") }),
     };
     Ok(if again { ReserveOutcome::Again(Box::new(outcome)) } else { outcome })
@@ -314,21 +328,19 @@ impl Scripts {
             reserve: lua(include_str!("../../lua/reserve.lua")),
             release: lua(include_str!("../../lua/release.lua")),
             publish: lua(include_str!("../../lua/publish.lua")),
-            limit: lua(include_str!("../../lua/limit.lua")),
             transfer: lua(include_str!("../../lua/transfer.lua")),
             room: lua(include_str!("../../lua/room.lua")),
             arrivals: lua(include_str!("../../lua/arrivals.lua")),
         }
     }
 
-    /// Reads `reserve.lua`, `release.lua`, `publish.lua`, `limit.lua`, `transfer.lua`,
+    /// Reads `reserve.lua`, `release.lua`, `publish.lua`, `transfer.lua`,
     /// `room.lua` and `arrivals.lua` from `dir`.
     pub fn load(dir: &Path) -> Result<Self, ScriptError> {
         Ok(Self {
             reserve: read(dir, "reserve.lua")?,
             release: read(dir, "release.lua")?,
             publish: read(dir, "publish.lua")?,
-            limit: read(dir, "limit.lua")?,
             transfer: read(dir, "transfer.lua")?,
             room: read(dir, "room.lua")?,
             arrivals: read(dir, "arrivals.lua")?,
@@ -342,15 +354,7 @@ impl Scripts {
 
     /// Loads every script into the server's script cache (optional: calls reload on NOSCRIPT).
     pub async fn preload(&self, client: &Client) -> Result<(), ScriptError> {
-        for s in [
-            &self.reserve,
-            &self.release,
-            &self.publish,
-            &self.limit,
-            &self.transfer,
-            &self.room,
-            &self.arrivals,
-        ] {
+        for s in [&self.reserve, &self.release, &self.publish, &self.transfer, &self.room, &self.arrivals] {
             s.load(client).await?;
         }
         Ok(())
@@ -371,7 +375,8 @@ impl Scripts {
     /// Runs `reserve.lua` once for every order of `calls`, all in `bucket`: each decided as if
     /// it were sent alone, after the ones before it; one answer per order, in their order. With
     /// a `nonce`, an order's nonce is checked and spent in the same call (replay and safe retry,
-    /// see the script). No call for an empty batch.
+    /// see the script); with `limits`, its global limits are checked and counted before that.
+    /// No call for an empty batch.
     pub async fn reserve_batch(
         &self,
         client: &Client,
@@ -382,7 +387,7 @@ impl Scripts {
             return Ok(Vec::new());
         }
         let mut keys = bucket.keys.all();
-        let mut args = Vec::with_capacity(2 + 6 * calls.len());
+        let mut args = Vec::with_capacity(2 + 7 * calls.len());
         args.push(bucket.campaign.clone());
         args.push(bucket.count.to_string());
         for c in calls {
@@ -395,6 +400,11 @@ impl Scripts {
                 None => args.extend([String::new(), String::new()]),
             }
             args.push(if c.fall_over { "1" } else { "" }.to_string());
+            args.push(c.limits.len().to_string());
+            for r in &c.limits {
+                keys.extend([r.current.clone(), r.previous.clone()]);
+                args.extend([r.max.to_string(), r.window_ms.max(1).to_string(), r.into_ms.to_string()]);
+            }
         }
         let out: Vec<fred::types::Value> = self.reserve.evalsha_with_retry(client, keys, args).await?;
         if out.len() != 3 * calls.len() {
@@ -402,31 +412,6 @@ impl Scripts {
             return Err(ScriptError::Protocol { script: RESERVE, detail });
         }
         out.chunks_exact(3).map(reserve_outcome).collect()
-    }
-
-    /// Runs `limit.lua` over `rules` (a campaign's global limits for one request): counts the
-    /// request in every rule when all pass, in none otherwise.
-    pub async fn limit(&self, client: &Client, rules: &[LimitRule]) -> Result<LimitOutcome, ScriptError> {
-        const NAME: &str = "limit.lua";
-        let mut keys = Vec::with_capacity(rules.len() * 2);
-        let mut args = Vec::with_capacity(rules.len() * 3);
-        for r in rules {
-            keys.push(r.current.clone());
-            keys.push(r.previous.clone());
-            args.push(r.max.to_string());
-            args.push(r.window_ms.max(1).to_string());
-            args.push(r.into_ms.to_string());
-        }
-        let out: Vec<fred::types::Value> = self.limit.evalsha_with_retry(client, keys, args).await?;
-        let code = out.first().map(|v| int(NAME, v)).transpose()?;
-        let ms = out.get(1).map(|v| int(NAME, v)).transpose()?.unwrap_or(0);
-        match code {
-            Some(0) => Ok(LimitOutcome::Passed),
-            Some(i) if i >= 1 && (i as usize) <= rules.len() => {
-                Ok(LimitOutcome::Over { rule: i as usize - 1, retry_after_ms: ms.max(0) as u64 })
-            }
-            other => Err(ScriptError::Protocol { script: NAME, detail: format!("code {other:?}") }),
-        }
     }
 
     /// Runs `release.lua`: gives `qty` back for `request_id`, at most once (into the stock, or

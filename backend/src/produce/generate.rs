@@ -90,6 +90,7 @@ pub fn why_stopped(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Opti
         ReserveOutcome::Replay | ReserveOutcome::Retry { .. } | ReserveOutcome::Again(_) => {
             "a nonce answer without a nonce".to_string()
         }
+        ReserveOutcome::Limited { .. } => "a global limit answer without rules".to_string(),
     })
 }
 

@@ -101,3 +101,30 @@ async fn slow_redis_lets_an_open_rule_on_and_refuses_a_closed_one() {
     // Redis answering again: the closed campaign sells.
     assert_eq!(code(&order(&http, &gw, closed, "carol").await), (202, "QUEUED"));
 }
+
+#[tokio::test]
+async fn the_rules_are_counted_in_the_reservation_call_not_one_of_their_own() {
+    let private = RedisServer::start().await;
+    let redis = client(&private.url()).await.unwrap();
+    let c = "onecall";
+    publish(&redis, c, 10, 1).await;
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let mut conf = GatewayConf::new(&private.url(), &nowhere, c, "");
+    conf.campaigns = vec![(c.into(), campaign_toml(c, USER_RULE))];
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let base = gw.url("");
+    // Tokens first (their endpoint has Redis calls of its own), then only orders.
+    let (alice, bob) =
+        (ticket(&http, &gw, c, "alice").await.unwrap(), ticket(&http, &gw, c, "bob").await.unwrap());
+    let before = evalsha_calls(&redis).await;
+    let mut answers = Vec::new();
+    for t in [&alice, &alice, &alice, &bob] {
+        let signed = t.sign(1, now(), &e2e::client::nonce());
+        answers.push(t.send(&http, &base, &signed).await);
+    }
+    let codes: Vec<_> = answers.iter().map(code).collect();
+    assert_eq!(codes, [(202, "QUEUED"), (409, "LIMIT_REACHED"), (429, "RATE_LIMITED"), (202, "QUEUED")]);
+    // One script call per order, sent alone (nothing else in flight): the rules rode in it.
+    assert_eq!(evalsha_calls(&redis).await - before, 4, "one call per order, none for the limits");
+}
