@@ -4,7 +4,8 @@
 # then checks formatting, lints, runs `cargo test --workspace` (the cluster tests need the
 # cluster), standard Kafka clients against the project's topic (e2e/interop.sh), a small
 # end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster in three hot-stock buckets
-# with two gateways and two order writers, and the short fault tests (e2e/faults.sh --short).
+# with two gateways and two order writers, and the short fault tests (e2e/faults.sh --short, the
+# flood among them).
 # Exits non-zero on the first failure.
 #
 # The stack is left running if it was running before; servers this script had to start are
@@ -101,7 +102,9 @@ PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8
 
 # The same sale under faults, short: the order writer, the broker, the leader of a three-broker
 # Kafka cluster (never restarted), PostgreSQL, Redis (both fsync policies), the gateway killed
-# mid-sale and restarted, two gateways on one Redis, Redis paused.
+# mid-sale and restarted, two gateways on one Redis, Redis paused; and the flood, once, at a small
+# size (1,000 accounts in the first second, the waiting room off then on: what FLOOD=1
+# e2e/demo.sh runs at the demo's size).
 # A stack of its own (e2e/faults.sh): the servers it kills are its own.
 phase "faults (short)"
 bash e2e/faults.sh --short

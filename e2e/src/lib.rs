@@ -8,6 +8,7 @@ pub mod checks;
 pub mod client;
 pub mod crowd;
 pub mod drain;
+pub mod flood;
 pub mod load;
 pub mod mix;
 pub mod order_writer;
