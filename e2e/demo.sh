@@ -40,10 +40,13 @@
 #              when the cores are short: a measurement of what the shop waits for)
 #   BATCH_MAX  the gateways' [redis] batch_max (conf/server.toml's; 1: a reserve.lua call per
 #              order, for a run before/after batching)
+# FLOOD=1: the flood instead (e2e/flood.sh, its own knobs): ten times the crowd the sale is sized
+# for in its first second, the waiting room off beside on, same stock and crowd, back to back.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+[[ ${FLOOD:-0} != 1 ]] || exec bash e2e/flood.sh
 STOCK=${STOCK:-1000}
 USERS=${USERS:-50000}
 REQUESTS_PER_USER=${REQUESTS_PER_USER:-4}

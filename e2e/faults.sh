@@ -6,7 +6,7 @@
 #
 #   bash e2e/faults.sh [--short] [FAULT...]
 #
-# Faults (all by default):
+# Faults (all by default; --short: all but the flood):
 #   writer          kill -9 of the order writer mid-sale, restarted
 #   broker          the Kafka broker killed with kill -9 mid-sale, restarted
 #   broker-leader   on a three-broker Kafka cluster (replication factor 3, min.insync.replicas
@@ -19,10 +19,15 @@
 #   two-gateways    two gateways on one Redis behind the crowd: limits, dedupe, nonces hold
 #   redis-slow      Redis paused (SIGSTOP) mid-burst: SERVICE_DEGRADED within the gateway's
 #                   bound, its connections do not pile up; then resumed (SIGCONT)
+#   flood           no server fault: FLOOD_USERS accounts (ten times the room's admit_per_sec)
+#                   send their token requests in the sale's first second, 10 % of them at the
+#                   start instant; the waiting room off, then the same flood with it on (seckill-load
+#                   --flood, as e2e/flood.sh): both sales' invariants judged, the room's targets
+#                   reported beside them (a missed target does not fail the fault)
 #
 # Every server is this script's own: a second stack (Redis, PostgreSQL, Kafka) under
 # .stack/faults on ports of its own (FAULTS_REDIS_PORT 6490, FAULTS_PG_PORT 5490,
-# FAULTS_KAFKA_PORT 19190, FAULTS_KAFKA_CLUSTER_PORT 19692 for broker-leader's three), and its own gateway and order writer (18480..18482, metrics +1000).
+# FAULTS_KAFKA_PORT 19190, FAULTS_KAFKA_CLUSTER_PORT 19692 for broker-leader's three), and its own gateway and order writer (FAULTS_GATEWAY_PORT 18480 .. + 2, metrics +1000).
 # Faults are sent by PID to those processes only; the stack is stopped at the end. Its sales stay
 # for their reports until the next run, which deletes them at its start (SALE_CLEANUP=older;
 # all: at the end of the run; none: never; e2e/lib.sh sales_cleanup). --short: a
@@ -35,24 +40,31 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SHORT=0
 [[ "${1:-}" == --short ]] && { SHORT=1; shift; }
-ALL_FAULTS=(writer broker broker-leader postgres redis-always redis-everysec gateway two-gateways redis-slow)
+ALL_FAULTS=(writer broker broker-leader postgres redis-always redis-everysec gateway two-gateways redis-slow flood)
 FAULTS=("$@")
-((${#FAULTS[@]})) || FAULTS=("${ALL_FAULTS[@]}")
+# By default every fault; --short leaves the flood out (e2e/test.sh runs it once, through
+# FLOOD=1 e2e/demo.sh).
+if ((${#FAULTS[@]} == 0)); then
+  FAULTS=("${ALL_FAULTS[@]}")
+  ((SHORT)) && FAULTS=("${ALL_FAULTS[@]:0:${#ALL_FAULTS[@]}-1}")
+fi
 for f in "${FAULTS[@]}"; do
   [[ " ${ALL_FAULTS[*]} " == *" $f "* ]] || { echo "unknown fault '$f' (one of: ${ALL_FAULTS[*]})" >&2; exit 2; }
 done
 
 if ((SHORT)); then
   PROFILE=${PROFILE:-debug} USERS=${USERS:-1500} STOCK=${STOCK:-600} CROWD_MIX=(--hot-users 5 --bots-per-kind 10 --early-birds 10)
+  FLOOD_USERS=${FLOOD_USERS:-1000}
 else
   PROFILE=${PROFILE:-release} USERS=${USERS:-20000} STOCK=${STOCK:-5000} CROWD_MIX=()
+  FLOOD_USERS=${FLOOD_USERS:-10000}
 fi
 CONCURRENCY=${CONCURRENCY:-128}
 START_IN=${START_IN:-5}
 PAUSE_SECS=${PAUSE_SECS:-3} # how long redis-slow keeps Redis stopped
-GW_PORT=18480
-GW2_PORT=18482
-WRITER_PORT=18481
+GW_PORT=${FAULTS_GATEWAY_PORT:-18480}
+GW2_PORT=$((GW_PORT + 2))
+WRITER_PORT=$((GW_PORT + 1))
 
 log() { printf '%s faults: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -385,6 +397,33 @@ fault_redis-slow() {
   ((max_r <= before + 4)) || ok=1
   ((max_c <= CONCURRENCY + 16)) || ok=1
   verdict redis-slow "$ok" "Redis stopped ${PAUSE_SECS} s mid-burst: $degraded SERVICE_DEGRADED, p99 $p99 ms, max $max ms (bound $bound_ms); gateway->Redis connections $before before, at most $max_r during; crowd connections at most $max_c (concurrency $CONCURRENCY); $COMMON"
+}
+
+# The flood, the room off then on: the same stock and crowd, back to back. The promise: every
+# invariant holds in both sales; the room's targets are figures (PASS/MISS), not the verdict.
+fault_flood() {
+  local admit=$((FLOOD_USERS / 10)) name ok=0 figures="" off_json
+  for name in flood-off flood-on; do
+    sale "$name"
+    local room=()
+    if [[ $name == flood-on ]]; then
+      room_table "$RUN/campaigns/$ID.toml" "$admit"
+      room=(--admit-per-sec "$admit")
+    fi
+    start_writer
+    start_gateway gateway "$GW_PORT"
+    USERS=$FLOOD_USERS crowd --gateway "http://127.0.0.1:$GW_PORT" --flood "${room[@]}" \
+      --metrics "gateway=http://127.0.0.1:$((GW_PORT + 1000))/metrics"
+    common_checks
+    stop_sale
+    ((OK == 0)) || ok=1
+    figures+="${name#flood-}: $COMMON; "
+    [[ $name == flood-off ]] && off_json="$RUN/report.json"
+  done
+  flood_summary "$off_json" "$RUN/report.json" | tee "$RUN/summary.txt" || ok=1
+  local targets
+  targets=$(figure "'; '.join(('PASS ' if t['met'] else 'MISS ') + t['name'] for t in r['flood']['targets'])")
+  verdict flood "$ok" "$FLOOD_USERS accounts in the first second, stock $STOCK, room off then on (admit_per_sec $admit): ${figures}room on: $targets"
 }
 
 # --- run --------------------------------------------------------------------------------------

@@ -81,6 +81,31 @@ pub struct RoomWait {
     pub waiting: u32,
     /// Time spent waiting for the next presentation.
     pub waited: Duration,
+    /// The first ETA with a drawn place (a pre-queue answer's ETA is only the start): the
+    /// answer's `eta_ms` (the promised wait) and `eta_at_ms` (server clock, unix ms).
+    pub promised: Option<Promised>,
+    /// When the answer that let the buyer through came, after a wait (unix ms, this machine's
+    /// clock).
+    pub admitted_at_ms: Option<i64>,
+}
+
+/// An ETA a `WAITING` answer promised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Promised {
+    /// The wait promised, ms.
+    pub eta_ms: i64,
+    /// When, unix ms by the gateway's clock.
+    pub eta_at_ms: i64,
+}
+
+impl Promised {
+    /// The promise of a `WAITING` answer's `body`, if its place is drawn (not the pre-queue's).
+    pub fn of(body: &Value) -> Option<Self> {
+        if body["code"] != "WAITING" || body["pre_queue"] != false {
+            return None;
+        }
+        Some(Self { eta_ms: body["eta_ms"].as_i64()?, eta_at_ms: body["eta_at_ms"].as_i64()? })
+    }
 }
 
 /// How long a buyer stays in a waiting room before giving up (the last `WAITING` answer is then
@@ -336,6 +361,9 @@ impl Buyer<'_> {
         let (mut room, mut late) = (RoomWait::default(), 0);
         while answer.0 == 200 && answer.1["code"] == "WAITING" {
             room.waiting += 1;
+            if room.promised.is_none() {
+                room.promised = Promised::of(&answer.1);
+            }
             let (pause, solve) = match next_presentation(&answer.1, room.waiting, late, room.waited, patience)
             {
                 Next::Present { pause, solve } => (pause, solve),
@@ -371,6 +399,9 @@ impl Buyer<'_> {
         let (status, body) = answer;
         if status != 200 {
             return Err((status, body));
+        }
+        if room.waiting > 0 {
+            room.admitted_at_ms = Some(chrono::Utc::now().timestamp_millis());
         }
         Ok(Ticket {
             campaign: self.campaign.to_string(),
@@ -499,6 +530,15 @@ mod tests {
             next_presentation(&pre, 1, 0, Duration::ZERO, &p),
             Next::Present { pause: Duration::from_millis(520), solve: false }
         );
+    }
+
+    #[test]
+    fn a_promise_is_the_first_eta_with_a_drawn_place() {
+        let drawn = json!({"code": "WAITING", "pre_queue": false, "eta_ms": 1200, "eta_at_ms": 5_000});
+        assert_eq!(Promised::of(&drawn), Some(Promised { eta_ms: 1200, eta_at_ms: 5_000 }));
+        let pre = json!({"code": "WAITING", "pre_queue": true, "eta_ms": 900, "eta_at_ms": 4_000});
+        assert_eq!(Promised::of(&pre), None, "the pre-queue's ETA is only the start");
+        assert_eq!(Promised::of(&json!({"code": "TOKEN_ISSUED"})), None);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod cleanup;
 pub mod client;
 pub mod crowd;
 pub mod drain;
+pub mod flood;
 pub mod load;
 pub mod mix;
 pub mod order_writer;

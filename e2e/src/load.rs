@@ -61,7 +61,7 @@ pub struct Outcome {
 impl Outcome {
     /// Counts an answer; the burst's (not the early birds' token answers, nor the resale wave's)
     /// also in the latency and the timeline.
-    fn record(&mut self, s: Sent, burst_start: Instant) {
+    pub(crate) fn record(&mut self, s: Sent, burst_start: Instant) {
         if !matches!(s.kind, Kind::Early | Kind::Resale) {
             self.in_burst(&s, burst_start);
         }
@@ -175,7 +175,7 @@ fn accounts(crowd: &Crowd) -> Vec<String> {
 }
 
 /// The campaign's window start and the gateway's clock offset (server - local), milliseconds.
-async fn window(client: &reqwest::Client, crowd: &Crowd) -> anyhow::Result<(i64, i64)> {
+pub(crate) async fn window(client: &reqwest::Client, crowd: &Crowd) -> anyhow::Result<(i64, i64)> {
     let url = format!("{}/seckill/{}/info", crowd.gateways[0], crowd.campaign);
     let t0 = chrono::Utc::now().timestamp_millis();
     let info: serde_json::Value = client.get(&url).send().await?.json().await?;

@@ -96,6 +96,26 @@ struct Args {
     /// The same shop page straight, without the gateway: the floor beside `--shop`.
     #[arg(long, requires = "shop")]
     shop_direct: Option<String>,
+    /// The flood instead of the token phase and the burst: every account sends its token
+    /// request in the first second of the sale (`--flood-spread-ms`), then its orders at once;
+    /// `--script-percent` of them at the very start instant. The report adds peak EVALSHA and
+    /// reservations per second of the sale's Redis, the QUEUED answers' p99, the ETA errors and
+    /// the scripts' share of the winners, and, with `--admit-per-sec`, the room's targets.
+    #[arg(long)]
+    flood: bool,
+    /// The flood: percentage of the accounts that fire at T-0, as a script would.
+    #[arg(long, default_value_t = 10, requires = "flood")]
+    script_percent: u32,
+    /// The flood: the other accounts arrive evenly over this many ms ...
+    #[arg(long, default_value_t = 1000, requires = "flood")]
+    flood_spread_ms: u64,
+    /// ... from this many ms before the start (0: all after it; the pre-queue's share before).
+    #[arg(long, default_value_t = 0, requires = "flood")]
+    flood_lead_ms: u64,
+    /// The flood: the campaign's `[waiting_room] admit_per_sec`, when its room is on (the
+    /// targets are judged against it).
+    #[arg(long, requires = "flood")]
+    admit_per_sec: Option<u64>,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -151,7 +171,8 @@ async fn main() -> anyhow::Result<()> {
         load::require_loopback(url)?;
     }
     // The report's timelines; a sale whose servers cannot be sampled runs without them.
-    let start = e2e::sampler::Sampler::start(&args.campaign, &args.pg_url, &args.redis_url, metrics_urls);
+    let start =
+        e2e::sampler::Sampler::start(&args.campaign, &args.pg_url, &args.redis_url, metrics_urls.clone());
     let sampler = match tokio::time::timeout(std::time::Duration::from_secs(5), start)
         .await
         .unwrap_or_else(|_| Err(anyhow::anyhow!("Redis or PostgreSQL did not answer within 5 s")))
@@ -173,7 +194,33 @@ async fn main() -> anyhow::Result<()> {
     let shop = args.shop.as_ref().map(probe).transpose()?;
     let shop_direct = args.shop_direct.as_ref().map(probe).transpose()?;
     // -- end of the shop --
-    let run = load::run(&crowd).await;
+    let flood = args.flood.then(|| e2e::flood::Flood {
+        script_percent: args.script_percent.min(100),
+        spread_ms: args.flood_spread_ms,
+        lead_ms: args.flood_lead_ms,
+        admit_per_sec: args.admit_per_sec,
+    });
+    let (run, flooded) = match &flood {
+        None => (load::run(&crowd).await, None),
+        Some(f) => {
+            let redis = e2e::flood::Sampler::start(
+                &args.campaign,
+                &args.pg_url,
+                &args.redis_url,
+                metrics_urls.clone(),
+            )
+            .await
+            .context("sampling the sale's Redis for the flood")?;
+            match e2e::flood::run(&crowd, f).await {
+                Ok(r) => {
+                    let samples = redis.stop(r.start).await;
+                    let figures = e2e::flood::Figures::of(f, &r.outcome, &r.accounts, samples, r.offset_ms);
+                    (Ok(r.outcome), Some(figures))
+                }
+                Err(e) => (Err(e), None),
+            }
+        }
+    };
     let samples = match sampler {
         Some(s) => s.stop().await,
         None => Vec::new(),
@@ -198,6 +245,7 @@ async fn main() -> anyhow::Result<()> {
         .context("checking the outcome against PostgreSQL and Redis")?;
     let mut report =
         Report::new(&crowd, &outcome, checks, lost_allowed).with_samples(outcome.opened, samples);
+    report.flood = flooded;
     // -- the rest of the shop during the sale --
     if let Some(probe) = shop {
         let samples = probe.stop();

@@ -34,6 +34,10 @@ pub enum Kind {
     BotDevice,
     /// After unpaid orders closed: a user who got nothing tries again.
     Resale,
+    /// The flood's scripts ([`fires_at_t0`]): accounts of the crowd that send their token
+    /// request at the very start instant, then their orders, as a script would. Not bots: every
+    /// request is well formed; what they try to gain is a place at the head of the line.
+    Script,
 }
 
 impl Kind {
@@ -49,6 +53,7 @@ impl Kind {
             Kind::BotStale => "bot: stale timestamp",
             Kind::BotDevice => "bot: rotated device",
             Kind::Resale => "resale",
+            Kind::Script => "script at T-0",
         }
     }
 
@@ -73,6 +78,23 @@ pub fn bot_user(kind: Kind, i: u32) -> String {
         _ => "dev",
     };
     format!("bot-{tag}-{i}")
+}
+
+/// Whether the flood's user `i` is one of the scripts that fire at T−0: `percent` of the crowd,
+/// spread evenly through it (user `i` is one when `i · percent mod 100 < percent`).
+pub fn fires_at_t0(i: u32, percent: u32) -> bool {
+    (u64::from(i) * u64::from(percent.min(100))) % 100 < u64::from(percent.min(100))
+}
+
+/// When the flood's user `i` of `users` sends its first token request, in ms from the start
+/// instant: a script at 0; everyone else spread evenly over `spread_ms`, starting `lead_ms`
+/// before the start (0: the whole flood in the first `spread_ms` of the sale).
+pub fn arrival_ms(i: u32, users: u32, percent: u32, lead_ms: u64, spread_ms: u64) -> i64 {
+    if fires_at_t0(i, percent) {
+        return 0;
+    }
+    let into = u64::from(i) * spread_ms / u64::from(users.max(1));
+    into as i64 - lead_ms as i64
 }
 
 /// One attempt to send.
@@ -127,15 +149,28 @@ async fn send_one(
     let t = Instant::now();
     let tries = if kind.is_bot() { 1 } else { 3 };
     let mut reply = ticket.send(http, base, order).await;
+    let mut lost = false;
     for _ in 1..tries {
         if reply.0 != 0 {
             break;
         }
+        lost = true;
         tokio::time::sleep(Duration::from_millis(300)).await;
         reply = ticket.send(http, base, order).await;
     }
-    let (code, queued) = code_of(&reply);
+    let (code, queued) = after_retries(lost, code_of(&reply));
     Sent { user: user.to_string(), kind, code, queued, took: t.elapsed(), at: Instant::now() }
+}
+
+/// The code recorded for a request whose answer was `last`, after `lost`: whether an earlier
+/// try got no answer. That try may have reserved a unit (a timed-out request the gateway still
+/// ran): a retry answered anything but QUEUED (`SOLD_OUT` once that very unit was the last, say)
+/// does not tell, so the answer is `UNANSWERED_THEN_<code>`, counted as ambiguous by the report.
+fn after_retries(lost: bool, last: (String, Option<Queued>)) -> (String, Option<Queued>) {
+    match last {
+        (code, None) if lost && code != "ERROR" => (format!("UNANSWERED_THEN_{code}"), None),
+        other => other,
+    }
 }
 
 /// Sends one job: one request, or two for a replay (the buyer's, then the bot's copy of it).
@@ -143,7 +178,7 @@ pub async fn attempt(http: &reqwest::Client, gateways: &[String], job: &Job, tic
     let base = &gateways[job.gateway % gateways.len()];
     let now = chrono::Utc::now().timestamp();
     match job.kind {
-        Kind::Buyer | Kind::Hot | Kind::Early | Kind::Resale => {
+        Kind::Buyer | Kind::Hot | Kind::Early | Kind::Resale | Kind::Script => {
             let order = ticket.sign(1, now, &nonce());
             vec![send_one(http, base, ticket, &order, &job.user, job.kind).await]
         }
@@ -208,9 +243,47 @@ mod tests {
     }
 
     #[test]
+    fn a_retry_after_a_lost_answer_that_reserved_nothing_is_ambiguous() {
+        let q = Queued { request_id: "r".into(), result_token: "t".into() };
+        let sold_out = ("SOLD_OUT".to_string(), None);
+        assert_eq!(after_retries(true, sold_out.clone()).0, "UNANSWERED_THEN_SOLD_OUT");
+        assert_eq!(after_retries(false, sold_out.clone()), sold_out, "answered at once: as it came");
+        let queued = ("QUEUED".to_string(), Some(q));
+        assert_eq!(after_retries(true, queued.clone()), queued, "a QUEUED retry tells");
+        assert_eq!(after_retries(true, ("ERROR".into(), None)).0, "ERROR");
+    }
+
+    #[test]
     fn only_bots_are_bots() {
         assert!(Kind::BotReplay.is_bot() && Kind::BotResend.is_bot() && Kind::BotDevice.is_bot());
         assert!(!Kind::Hot.is_bot() && !Kind::Early.is_bot() && !Kind::Resale.is_bot());
         assert!(bot_user(Kind::BotStale, 3).starts_with("bot-"));
+        assert!(!Kind::Script.is_bot(), "a script's requests are well formed");
+    }
+
+    #[test]
+    fn the_scripts_are_their_share_of_the_crowd_spread_through_it() {
+        for percent in [0, 7, 10, 25, 100] {
+            let n = (0..10_000).filter(|&i| fires_at_t0(i, percent)).count() as u32;
+            assert_eq!(n, percent * 100, "{percent}%");
+        }
+        // Spread: every block of ten users holds one script at 10 %, not the first tenth.
+        assert!((0..100).all(|b| (b * 10..b * 10 + 10).filter(|&i| fires_at_t0(i, 10)).count() == 1));
+        assert!(!fires_at_t0(1, 10) && fires_at_t0(0, 10) && fires_at_t0(10, 10));
+    }
+
+    #[test]
+    fn the_scripts_fire_at_the_start_instant_and_the_crowd_over_its_spread() {
+        let users = 1000;
+        let at: Vec<i64> = (0..users).map(|i| arrival_ms(i, users, 10, 0, 1000)).collect();
+        assert!((0..users).filter(|&i| fires_at_t0(i, 10)).all(|i| at[i as usize] == 0));
+        let others: Vec<i64> = (0..users).filter(|&i| !fires_at_t0(i, 10)).map(|i| at[i as usize]).collect();
+        assert!(others.iter().all(|&t| (0..1000).contains(&t)), "within the first second");
+        assert!(*others.iter().max().unwrap() >= 990, "to its end");
+        assert!(others.windows(2).all(|w| w[0] <= w[1]), "in user order, evenly");
+        // With a lead the crowd comes earlier; the scripts stay at the start instant.
+        assert_eq!(arrival_ms(1, users, 10, 1000, 1000), -999);
+        assert_eq!(arrival_ms(0, users, 10, 1000, 1000), 0);
+        assert!((0..users).all(|i| arrival_ms(i, users, 10, 1000, 1000) < 1));
     }
 }

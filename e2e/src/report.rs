@@ -47,10 +47,16 @@ fn refusal_verdict(c: &Checks) -> Verdict {
     }
 }
 
-/// Answers after which the crowd cannot know whether it holds a unit: SERVICE_DEGRADED, and no
-/// answer at all (ERROR: the request was sent, the connection was lost).
+/// Answers after which the crowd cannot know whether it holds a unit: SERVICE_DEGRADED, no
+/// answer at all (ERROR: the request was sent, the connection was lost), and a safe retry's
+/// answer after a lost one that was not QUEUED (`UNANSWERED_THEN_<code>`: the lost try may have
+/// reserved).
 fn ambiguous_answers(codes: &BTreeMap<String, u64>) -> i64 {
-    ["SERVICE_DEGRADED", "ERROR"].iter().map(|k| codes.get(*k).copied().unwrap_or(0) as i64).sum()
+    codes
+        .iter()
+        .filter(|(k, _)| *k == "SERVICE_DEGRADED" || *k == "ERROR" || k.starts_with("UNANSWERED_THEN_"))
+        .map(|(_, n)| *n as i64)
+        .sum()
 }
 
 /// "Oversold = 0", judged on three counts that do not lean on the database's own guard (its
@@ -153,6 +159,8 @@ pub struct Report {
     pub checks: Checks,
     /// Invariants.
     pub verdicts: Vec<Verdict>,
+    /// The flood's figures and the room's targets, for a flood (`seckill-load --flood`).
+    pub flood: Option<crate::flood::Figures>,
     // -- the rest of the shop during the sale (crate::shop) --
     /// Shop GETs through the gateway during the run, when a shop URL was given.
     pub shop: Option<crate::shop::Shop>,
@@ -308,6 +316,7 @@ impl Report {
             samples: Vec::new(),
             checks,
             verdicts,
+            flood: None,
             shop: None,
         }
     }
@@ -398,6 +407,9 @@ impl Report {
             s += &shop.render();
         }
         // -- end of the shop --
+        if let Some(flood) = &self.flood {
+            s += &flood.render();
+        }
         let _ = writeln!(s, "invariants:");
         for v in &self.verdicts {
             let _ = writeln!(s, "  [{}] {}: {}", if v.ok { "PASS" } else { "FAIL" }, v.name, v.detail);
@@ -433,6 +445,10 @@ mod tests {
         let codes: BTreeMap<String, u64> =
             [("QUEUED".to_string(), 594), ("ERROR".to_string(), 67), ("SOLD_OUT".to_string(), 2365)].into();
         assert_eq!(ambiguous_answers(&codes), 67);
+        // A timed-out request that took the last unit, its retry answered SOLD_OUT.
+        let retried: BTreeMap<String, u64> =
+            [("QUEUED".to_string(), 99), ("UNANSWERED_THEN_SOLD_OUT".to_string(), 1)].into();
+        assert_eq!(ambiguous_answers(&retried), 1);
         let c = Checks { crowd_queued: 594, db_sold: 600, units_held: 600, held_qty: 600, ..agreeing() };
         let c = Checks { total_stock: 600, redis_initial: 600, ..c };
         assert!(oversold_verdict(&c, ambiguous_answers(&codes)).ok);
