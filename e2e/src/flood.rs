@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use protocol::keys::Bucket;
 use serde::Serialize;
 
-use crate::client::{get_ticket, Queued, RoomWait, Ticket};
+use crate::client::{get_ticket, RoomWait, Ticket};
 use crate::crowd::Crowd;
 use crate::load::Outcome;
 use crate::mix::{arrival_ms, attempt, fires_at_t0, Job, Kind, Sent};
@@ -442,19 +441,10 @@ impl Sampler {
         redis_url: &str,
         metrics: Vec<String>,
     ) -> anyhow::Result<Self> {
-        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(pg_url).await?;
-        let buckets: i32 = sqlx::query_scalar("SELECT buckets FROM campaigns WHERE id = $1")
-            .bind(campaign)
-            .fetch_optional(&pool)
-            .await?
-            .unwrap_or(1);
-        pool.close().await;
-        let buckets = buckets.max(1) as u32;
+        let stocks = crate::sampler::stock_keys(campaign, pg_url).await?;
         let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
         redis.init().await?;
         let single = !redis_url.starts_with("redis-cluster");
-        let stocks: Vec<String> =
-            Bucket::all(campaign, buckets).into_iter().map(|b| b.keys.stock.clone()).collect();
         let http = reqwest::Client::builder().timeout(Duration::from_millis(500)).build()?;
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
@@ -653,18 +643,7 @@ pub async fn run(crowd: &Crowd, flood: &Flood) -> anyhow::Result<Run> {
     out.tokens = last_token.saturating_duration_since(start);
     out.burst = last_answer.saturating_duration_since(start);
     eprintln!("seckill-load: the flood is through, draining");
-    let settling = Instant::now();
-    let ids: Vec<(Queued, String)> = out
-        .queued
-        .iter()
-        .map(|(id, (u, _, token))| {
-            (Queued { request_id: id.clone(), result_token: token.clone() }, u.clone())
-        })
-        .collect();
-    let (results, payments) = crate::drain::drain(&http, crowd, ids, settling + crowd.settle).await;
-    out.results = results;
-    out.payments = payments;
-    out.settle = settling.elapsed();
+    crate::load::settle(&http, crowd, &mut out).await;
     Ok(Run { outcome: out, accounts: rooms.into_values().collect(), start, offset_ms })
 }
 

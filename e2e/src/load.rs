@@ -252,6 +252,14 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
     out.burst = started.elapsed();
     eprintln!("seckill-load: burst done, draining");
 
+    settle(&client, crowd, &mut out).await;
+    eprintln!("seckill-load: drained in {:.1} s", out.settle.as_secs_f64());
+    Ok(out)
+}
+
+/// Polls every request `out` holds as `QUEUED` to its end and pays as the crowd does
+/// ([`crate::drain::drain`]), within `crowd.settle`: its results, payments and the time taken.
+pub(crate) async fn settle(client: &reqwest::Client, crowd: &Crowd, out: &mut Outcome) {
     let started = Instant::now();
     let ids: Vec<(Queued, String)> = out
         .queued
@@ -260,12 +268,10 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
             (Queued { request_id: id.clone(), result_token: token.clone() }, u.clone())
         })
         .collect();
-    let (results, payments) = crate::drain::drain(&client, crowd, ids, started + crowd.settle).await;
+    let (results, payments) = crate::drain::drain(client, crowd, ids, started + crowd.settle).await;
     out.results = results;
     out.payments = payments;
     out.settle = started.elapsed();
-    eprintln!("seckill-load: drained in {:.1} s", out.settle.as_secs_f64());
-    Ok(out)
 }
 
 /// Gets each of `users` a campaign token (login, captcha and its proof of work, token), with the

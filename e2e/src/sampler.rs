@@ -61,6 +61,19 @@ pub struct Sampler {
     task: tokio::task::JoinHandle<Vec<Sample>>,
 }
 
+/// The Redis stock keys of `campaign`, one per hot-stock bucket (its bucket count read from the
+/// order writer's database at `pg_url`; 1 when not published there).
+pub async fn stock_keys(campaign: &str, pg_url: &str) -> anyhow::Result<Vec<String>> {
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(pg_url).await?;
+    let buckets: i32 = sqlx::query_scalar("SELECT buckets FROM campaigns WHERE id = $1")
+        .bind(campaign)
+        .fetch_optional(&pool)
+        .await?
+        .unwrap_or(1);
+    pool.close().await;
+    Ok(Bucket::all(campaign, buckets.max(1) as u32).into_iter().map(|b| b.keys.stock.clone()).collect())
+}
+
 impl Sampler {
     /// How often.
     pub const EVERY: Duration = Duration::from_millis(250);
@@ -73,19 +86,10 @@ impl Sampler {
         redis_url: &str,
         metrics: Vec<String>,
     ) -> anyhow::Result<Self> {
-        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(pg_url).await?;
-        let buckets: i32 = sqlx::query_scalar("SELECT buckets FROM campaigns WHERE id = $1")
-            .bind(campaign)
-            .fetch_optional(&pool)
-            .await?
-            .unwrap_or(1);
-        pool.close().await;
-        let buckets = buckets.max(1) as u32;
+        let stocks = stock_keys(campaign, pg_url).await?;
         let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
         redis.init().await?;
         let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build()?;
-        let stocks: Vec<String> =
-            Bucket::all(campaign, buckets).into_iter().map(|b| b.keys.stock.clone()).collect();
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut samples = Vec::new();

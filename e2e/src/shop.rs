@@ -138,31 +138,30 @@ impl Shop {
         errors == 0 && !slowed
     }
 
-    /// The report's lines.
-    pub fn render(&self) -> String {
-        let mut s = String::from("shop GETs through the gateway, one every 10 ms (ms):  requests  errors     p50     p99     max\n");
-        for (name, p) in [
+    /// One line per phase: requests, errors, p50, p99, max.
+    fn phase_rows(&self) -> String {
+        [
             ("before the window opens", &self.before),
             ("tokens and burst", &self.during),
             ("after the burst", &self.after),
-        ] {
-            s += &format!(
+        ]
+        .iter()
+        .map(|(name, p)| {
+            format!(
                 "  {name:<50} {:>8} {:>7} {:>7.2} {:>7.2} {:>7.2}\n",
                 p.requests, p.errors, p.p50_ms, p.p99_ms, p.max_ms
-            );
-        }
+            )
+        })
+        .collect()
+    }
+
+    /// The report's lines.
+    pub fn render(&self) -> String {
+        let mut s = String::from("shop GETs through the gateway, one every 10 ms (ms):  requests  errors     p50     p99     max\n");
+        s += &self.phase_rows();
         if let Some(d) = &self.direct {
             s += "  the same GETs straight to the shop, no gateway (the floor of this run):\n";
-            for (name, p) in [
-                ("before the window opens", &d.before),
-                ("tokens and burst", &d.during),
-                ("after the burst", &d.after),
-            ] {
-                s += &format!(
-                    "  {name:<50} {:>8} {:>7} {:>7.2} {:>7.2} {:>7.2}\n",
-                    p.requests, p.errors, p.p50_ms, p.p99_ms, p.max_ms
-                );
-            }
+            s += &d.phase_rows();
             s += &format!(
                 "  p99 during the burst: {:.2} ms through the gateway, {:.2} ms straight to the shop\n",
                 self.during.p99_ms, d.during.p99_ms
