@@ -469,16 +469,7 @@ impl Sampler {
                 } else {
                     None
                 };
-                let stock_left = tokio::time::timeout(bound, async {
-                    let mut left = 0;
-                    for key in &stocks {
-                        left += redis.get::<Option<i64>, _>(key).await.ok()?.unwrap_or(0);
-                    }
-                    Some(left)
-                })
-                .await
-                .ok()
-                .flatten();
+                let stock_left = crate::sampler::stock_left(&redis, &stocks, bound).await;
                 let mut reserve_calls = None;
                 for url in &metrics {
                     let Ok(r) = http.get(url).send().await else { continue };

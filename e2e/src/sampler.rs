@@ -74,6 +74,21 @@ pub async fn stock_keys(campaign: &str, pg_url: &str) -> anyhow::Result<Vec<Stri
     Ok(Bucket::all(campaign, buckets.max(1) as u32).into_iter().map(|b| b.keys.stock.clone()).collect())
 }
 
+/// The stock left over `stocks` (the buckets' keys), or `None` when Redis did not answer
+/// within `bound` (a Redis killed by a fault test leaves a gap, never a stuck sampler).
+pub async fn stock_left(redis: &Client, stocks: &[String], bound: Duration) -> Option<i64> {
+    tokio::time::timeout(bound, async {
+        let mut left = 0;
+        for key in stocks {
+            left += redis.get::<Option<i64>, _>(key).await.ok()?.unwrap_or(0);
+        }
+        Some(left)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
 impl Sampler {
     /// How often.
     pub const EVERY: Duration = Duration::from_millis(250);
@@ -102,17 +117,7 @@ impl Sampler {
                     _ = stopped.changed() => break,
                 }
                 let at = Instant::now();
-                // Bounded: a Redis killed by a fault test leaves a gap, never a stuck sampler.
-                let stock_left = tokio::time::timeout(Duration::from_millis(500), async {
-                    let mut left = 0;
-                    for key in &stocks {
-                        left += redis.get::<Option<i64>, _>(key).await.ok()?.unwrap_or(0);
-                    }
-                    Some(left)
-                })
-                .await
-                .ok()
-                .flatten();
+                let stock_left = stock_left(&redis, &stocks, Duration::from_millis(500)).await;
                 let mut series = BTreeMap::new();
                 for url in &metrics {
                     let Ok(r) = http.get(url).send().await else { continue };
