@@ -1,13 +1,20 @@
 //! Addresses of the local stack and fresh per-test resources on it.
 //!
 //! The addresses come from the environment (`SECKILL_REDIS_URL`, `SECKILL_PG_ADMIN_URL`,
-//! `SECKILL_KAFKA_BROKER`); the defaults are the ports `e2e/stack.sh` uses.
+//! `SECKILL_KAFKA_BROKER`, `SECKILL_REDIS_CLUSTER_URL`); the defaults are the ports `e2e/stack.sh` uses.
 
 use anyhow::Context;
 
 /// Redis URL of the stack.
 pub fn redis_url() -> String {
     std::env::var("SECKILL_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into())
+}
+
+/// The stack's Redis Cluster URL when it is up (`SECKILL_REDIS_CLUSTER_URL`, written by
+/// `e2e/stack.sh up cluster`), else the single Redis: for the tests that run on a bucket of the
+/// cluster where there is one.
+pub fn cluster_or_single_redis_url() -> String {
+    std::env::var("SECKILL_REDIS_CLUSTER_URL").unwrap_or_else(|_| redis_url())
 }
 
 /// PostgreSQL URL of the stack's admin database (a superuser, database `postgres`).

@@ -27,7 +27,7 @@ struct Sale {
 impl Sale {
     /// A campaign of `stock` units over `buckets` buckets, `limit` per user, published.
     async fn new(stock: i64, limit: i64, buckets: u32) -> Self {
-        let url = std::env::var("SECKILL_REDIS_CLUSTER_URL").unwrap_or_else(|_| stack::redis_url());
+        let url = stack::cluster_or_single_redis_url();
         let redis = stack::redis_client(&url).await.unwrap();
         let pool = Builder::from_config(Config::from_url(&url).unwrap()).build_pool(4).unwrap();
         pool.init().await.unwrap();

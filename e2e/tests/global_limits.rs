@@ -227,6 +227,6 @@ async fn a_batch_with_global_limits_answers_as_the_two_call_path() {
 
 #[tokio::test]
 async fn global_limits_on_a_bucket_of_the_cluster_count_in_its_slot() {
-    let url = std::env::var("SECKILL_REDIS_CLUSTER_URL").unwrap_or_else(|_| stack::redis_url());
+    let url = stack::cluster_or_single_redis_url();
     batch_answers_as_two_calls(&url, 3).await;
 }

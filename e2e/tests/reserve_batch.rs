@@ -201,7 +201,7 @@ async fn a_batch_answers_each_order_as_a_call_of_its_own() {
 
 #[tokio::test]
 async fn a_batch_on_a_bucket_of_the_cluster_answers_as_single_calls() {
-    let url = std::env::var("SECKILL_REDIS_CLUSTER_URL").unwrap_or_else(|_| stack::redis_url());
+    let url = stack::cluster_or_single_redis_url();
     batch_answers_as_single_calls(&url, 3).await;
 }
 
