@@ -19,7 +19,12 @@
 --
 -- Many requests of one bucket in one call (the closer's closed orders): each released exactly as
 -- in a call of its own, in order; one replenish message for the call when any unit went back
--- into the stock.
+-- into the stock. Reads and writes once per call, not once per request (as reserve.lua): the
+-- ledger and the buyers' holdings (one HMGET each), meta's pause switch, the stock; then one
+-- HSET of the ledger, one HSET and one HDEL of holdings, one HDEL of the outbox and of the
+-- claims, one ZREM, the stats and the stock once each. Only an undo reads per request (its
+-- outbox record, its claim, its nonce). e2e/tests/script_oracle.rs holds this script to the
+-- one-command-per-write script it replaced.
 --
 -- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
 --       9.. the nonce keys of the requests that have one ("undo" only), in the requests' order
@@ -36,8 +41,67 @@
 
 local meta, stock_key, bought, outbox, pending, released, stats, claims =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local current = function() return tonumber(redis.call('GET', stock_key) or '0') end
-local replenished = false
+
+-- The requests, parsed once: {request id, user, qty, mode, nonce key}.
+local requests = {}
+do
+  local next_nonce = 9
+  for i = 3, #ARGV - 4, 5 do
+    local nonce
+    if ARGV[i + 4] == '1' then
+      nonce = KEYS[next_nonce]
+      next_nonce = next_nonce + 1
+    end
+    requests[#requests + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], nonce}
+  end
+end
+
+-- HMGET of many fields, in runs of at most 1,000 (Lua's stack bounds `unpack`).
+local function hmget(key, fields)
+  local out = {}
+  for from = 1, #fields, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, from, math.min(from + 999, #fields)))
+    for j = 1, #part do
+      out[from + j - 1] = part[j]
+    end
+  end
+  return out
+end
+
+-- The call's state of the bucket, read once and written once at its end (one write per key, not
+-- one per request): the ledger, what each buyer holds, the entries released, the stock.
+local done = {} -- request id -> released before or in this call
+local held = {} -- user -> units held (read at first sight)
+local touched = {} -- the users this call released units of, in order
+local gone = {} -- request id -> its outbox, pending and claims entries are deleted by this call
+local ledger, dropped = {}, {} -- HSET released arguments; request ids whose entries go
+local count, qty_back, qty_aside = 0, 0, 0
+local paused = redis.call('HGET', meta, 'pause_replenish') == '1'
+local stock -- read at first need
+local function current()
+  if not stock then
+    stock = tonumber(redis.call('GET', stock_key) or '0')
+  end
+  return stock + qty_back
+end
+do
+  local ids, users = {}, {}
+  for n, r in ipairs(requests) do
+    ids[n] = r[1]
+    if r[4] ~= 'undo' then
+      users[#users + 1] = r[2]
+    end
+  end
+  local l, h = hmget(released, ids), hmget(bought, users)
+  for n, id in ipairs(ids) do
+    if l[n] then
+      done[id] = true
+    end
+  end
+  for n, user in ipairs(users) do
+    held[user] = tonumber(h[n] or '0')
+  end
+end
 
 -- Forgets the request's nonce key when this request spent it ("<fingerprint> <request id>...").
 local function forget_nonce(nonce, request_id)
@@ -53,7 +117,7 @@ end
 local function release(request_id, user, qty, mode, nonce)
   qty = tonumber(qty)
   if mode == 'undo' then
-    local record = redis.call('HGET', outbox, request_id)
+    local record = not gone[request_id] and redis.call('HGET', outbox, request_id)
     if not record then
       forget_nonce(nonce, request_id)
       return {2, current()}
@@ -69,41 +133,68 @@ local function release(request_id, user, qty, mode, nonce)
     return {-4, 0}
   end
 
-  if redis.call('HSETNX', released, request_id, qty) == 0 then
+  if done[request_id] then
     return {0, current()}
   end
+  done[request_id] = true
+  ledger[#ledger + 1], ledger[#ledger + 2] = request_id, qty
 
-  local held = redis.call('HINCRBY', bought, user, -qty)
-  if held <= 0 then
-    redis.call('HDEL', bought, user)
+  if held[user] == nil then
+    held[user] = tonumber(redis.call('HGET', bought, user) or '0')
   end
-  redis.call('HDEL', outbox, request_id)
-  redis.call('ZREM', pending, request_id)
-  redis.call('HDEL', claims, request_id)
-  redis.call('HINCRBY', stats, 'released_count', 1)
-  redis.call('HINCRBY', stats, 'released_qty', qty)
+  if not touched[user] then
+    touched[user] = true
+    touched[#touched + 1] = user
+  end
+  held[user] = held[user] - qty
+  gone[request_id] = true
+  dropped[#dropped + 1] = request_id
+  count = count + 1
 
-  if redis.call('HGET', meta, 'pause_replenish') == '1' then
-    redis.call('HINCRBY', stats, 'aside_qty', qty)
+  if paused then
+    qty_aside = qty_aside + qty
     return {3, current()}
   end
-  replenished = true
-  return {1, redis.call('INCRBY', stock_key, qty)}
+  qty_back = qty_back + qty
+  return {1, current()}
 end
 
 local answers = {}
-local next_nonce = 9
-for i = 3, #ARGV - 4, 5 do
-  local nonce
-  if ARGV[i + 4] == '1' then
-    nonce = KEYS[next_nonce]
-    next_nonce = next_nonce + 1
-  end
-  local out = release(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], nonce)
+for _, r in ipairs(requests) do
+  local out = release(r[1], r[2], r[3], r[4], r[5])
   local at = #answers
   answers[at + 1], answers[at + 2] = out[1], out[2]
 end
-if replenished then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+
+-- The call's writes, one command per key (in runs of at most 1,000 arguments, as `hmget`).
+local function write(command, key, args)
+  for from = 1, #args, 1000 do
+    redis.call(command, key, unpack(args, from, math.min(from + 999, #args)))
+  end
+end
+if count > 0 then
+  local holding, empty = {}, {}
+  for _, user in ipairs(touched) do
+    if held[user] <= 0 then
+      empty[#empty + 1] = user
+    else
+      holding[#holding + 1], holding[#holding + 2] = user, held[user]
+    end
+  end
+  write('HSET', released, ledger)
+  write('HSET', bought, holding)
+  write('HDEL', bought, empty)
+  write('HDEL', outbox, dropped)
+  write('ZREM', pending, dropped)
+  write('HDEL', claims, dropped)
+  redis.call('HINCRBY', stats, 'released_count', count)
+  redis.call('HINCRBY', stats, 'released_qty', qty_back + qty_aside)
+  if qty_aside > 0 then
+    redis.call('HINCRBY', stats, 'aside_qty', qty_aside)
+  end
+  if qty_back > 0 then
+    redis.call('INCRBY', stock_key, qty_back)
+    redis.call('PUBLISH', ARGV[1], ARGV[2])
+  end
 end
 return answers

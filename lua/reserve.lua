@@ -1,10 +1,10 @@
 -- reserve.lua: atomic reservations of one campaign bucket, one or many orders per call. For
 -- each order, in the order sent: the campaign's global limits (when the order carries them,
 -- counted here rather than in a call of their own), the nonce, dedupe (per-user limit), stock
--- check, decrement, and an outbox record. Never lets stock go below zero. Each order is decided exactly as if it were sent in a
--- call of its own, after the orders before it; one order's refusal (bad quantity, replay, limit)
--- never changes its neighbours' answers. Batching only saves the per-call cost (one round trip,
--- one script run, one read of meta and of TIME for the whole batch).
+-- check, decrement, and an outbox record. Never lets stock go below zero. Each order is decided
+-- exactly as if it were sent in a call of its own, after the orders before it; one order's
+-- refusal (bad quantity, replay, limit) never changes its neighbours' answers
+-- (e2e/tests/script_oracle.rs holds this script to the one-command-per-write script it replaced).
 --
 -- KEYS (all share the bucket's hash tag, see protocol/src/keys.rs):
 --   1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims
@@ -14,14 +14,16 @@
 --   (6 and 7 are not touched here, 8 only by a safe retry; every script takes the same eight
 --   keys first)
 --
--- Writes, each paid for on every reservation (Redis CPU per call, INFO commandstats, same run:
--- 22.8 us with all of them; without the pending ZADD 18.7 us):
---   stock DECRBY, bought HINCRBY  the sale itself (stock and the per-user limit)
---   outbox HSET                   the promise behind a QUEUED answer (the record)
---   pending ZADD                  the sweeper's index by age: without it every sweep pass would
---                                 scan the whole outbox
+-- Reads and writes once per call, not once per order: what the call's buyers hold and whether
+-- the outbox has its request ids (one HMGET each), the stock (GET), meta and TIME; then, for all
+-- the call's reservations together, one DECRBY of the stock, one HSET of the buyers' holdings,
+-- one HSET of the records, one ZADD to `pending` (the sweeper's index by age). In between the
+-- call's state lives in Lua tables. Per order there remains its nonce (one SET) and its record's
+-- text. Why: inside a script Redis spends its time per command run and per number made text
+-- (a printf each), not per call, so a batch is only cheaper per order when each order runs fewer
+-- commands (figures: docs/benchmarks.md, "One write per key per call").
 -- No counters: reconciliation derives what was reserved from `bought` (Σ bought = reserved -
--- released + re-taken); two stats HINCRBYs cost 2.4 us a call (about 10%).
+-- released + re-taken).
 -- ARGV:
 --   1 campaign id
 --   2 the caller's bucket count (its campaign file's `buckets`, 1 without buckets): it must be
@@ -87,6 +89,60 @@ local m = redis.call('HMGET', meta, 'state', 'limit', 'sku', 'price_cents', 'pri
 local state, limit = m[1], tonumber(m[2])
 local published = tonumber(m[7]) or 1
 local now_ms -- the call's TIME, read at its first reservation
+local now_text -- the same as text (a number made text costs a printf in Redis's Lua: done once)
+local tail -- the record's fields that are the same for every order of the call: ',"campaign":...}'
+
+-- The orders, parsed once: {request id, user, qty, ttl, fingerprint, fall over, nonce key, r, k, a}
+-- (r global limit rules, their keys from KEYS[k], their arguments from ARGV[a]).
+local orders = {}
+do
+  local k = 9 -- the next order's first key
+  local i = 3 -- the next order's first argument
+  while i + 6 <= #ARGV do
+    local nonce_key
+    if ARGV[i + 3] ~= '' then
+      nonce_key = KEYS[k]
+      k = k + 1
+    end
+    local r = tonumber(ARGV[i + 6]) or 0
+    orders[#orders + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], nonce_key, r, k,
+      i + 7}
+    k = k + 2 * r
+    i = i + 7 + 3 * r
+  end
+end
+
+-- The call's state of the bucket, read once and written once at its end (one write per key, not
+-- one per order): what each buyer holds, which request ids the outbox has, the stock.
+local held, known = {}, {}
+local stock -- read at the first stock check
+local taken = 0 -- units this call reserved
+local holders, records, scored = {}, {}, {} -- HSET bought, HSET outbox, ZADD pending arguments
+-- HMGET of many fields, in runs of at most 1,000 (Lua's stack bounds `unpack`).
+local function hmget(key, fields)
+  local out = {}
+  for from = 1, #fields, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, from, math.min(from + 999, #fields)))
+    for j = 1, #part do
+      out[from + j - 1] = part[j]
+    end
+  end
+  return out
+end
+local open = (state == 'READY' or state == 'LIVE') and limit and tonumber(ARGV[2]) == published
+if open and #orders > 0 then
+  local users, ids = {}, {}
+  for n, o in ipairs(orders) do
+    users[n], ids[n] = o[2], o[1]
+  end
+  local h, e = hmget(bought, users), hmget(outbox, ids)
+  for n, o in ipairs(orders) do
+    held[o[2]] = tonumber(h[n] or '0')
+    if e[n] then
+      known[o[1]] = true
+    end
+  end
+end
 
 local function reserve(request_id, user, qty_arg, fall_over)
   if (state ~= 'READY' and state ~= 'LIVE') or not limit then
@@ -100,49 +156,48 @@ local function reserve(request_id, user, qty_arg, fall_over)
     return {-4, limit, ''}
   end
 
-  local held = tonumber(redis.call('HGET', bought, user) or '0')
-  if held + qty > limit then
-    return {-1, held, ''}
+  if held[user] + qty > limit then
+    return {-1, held[user], ''}
   end
 
-  local stock = tonumber(redis.call('GET', stock_key) or '0')
-  if stock < qty then
+  if not stock then
+    stock = tonumber(redis.call('GET', stock_key) or '0')
+  end
+  if stock - taken < qty then
     if fall_over == '1' then
-      return {3, stock, ''}
+      return {3, stock - taken, ''}
     end
-    return {0, stock, ''}
+    return {0, stock - taken, ''}
   end
 
-  if redis.call('HEXISTS', outbox, request_id) == 1 then
+  if known[request_id] then
     return {-2, 0, ''}
   end
 
   if not now_ms then
     local t = redis.call('TIME')
     now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    now_text = string.format('%d', now_ms)
+    tail = ',' .. string.sub(cjson.encode({
+      campaign = campaign,
+      sku = m[3],
+      price_cents = tonumber(m[4]),
+      price_version = tonumber(m[5]),
+      stock_version = tonumber(m[6]),
+      reserved_at_ms = now_ms,
+      buckets = published,
+    }), 2)
   end
-  local record = cjson.encode({
-    request_id = request_id,
-    campaign = campaign,
-    user = user,
-    sku = m[3],
-    qty = qty,
-    price_cents = tonumber(m[4]),
-    price_version = tonumber(m[5]),
-    stock_version = tonumber(m[6]),
-    reserved_at_ms = now_ms,
-    buckets = published,
-  })
+  local record = '{"request_id":' .. cjson.encode(request_id) .. ',"user":' .. cjson.encode(user) .. ',"qty":' ..
+    (qty == 1 and '1' or string.format('%d', qty)) .. tail
 
-  local remaining = redis.call('DECRBY', stock_key, qty)
-  redis.call('HINCRBY', bought, user, qty)
-  redis.call('HSET', outbox, request_id, record)
-  redis.call('ZADD', pending, now_ms, request_id)
-  if state == 'READY' then
-    redis.call('HSET', meta, 'state', 'LIVE')
-    state = 'LIVE'
-  end
-  return {1, remaining, record}
+  taken = taken + qty
+  held[user] = held[user] + qty
+  known[request_id] = true
+  holders[#holders + 1], holders[#holders + 2] = user, held[user]
+  records[#records + 1], records[#records + 2] = request_id, record
+  scored[#scored + 1], scored[#scored + 2] = now_text, request_id
+  return {1, stock - taken, record}
 end
 
 -- The global limit rules of one order: r rules, keys from KEYS[k], arguments from ARGV[a].
@@ -179,7 +234,7 @@ local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_k
       -- The buyer is told QUEUED with this id: the reservation must stand. Claimed as 'retry'
       -- (claim.lua's ledger; an existing claim is kept), no undo can take it any more; the
       -- sweeper still produces it.
-      if redis.call('HEXISTS', outbox, rid) == 1 then
+      if known[rid] or redis.call('HEXISTS', outbox, rid) == 1 then
         redis.call('HSETNX', claims, rid, 'retry')
       end
       return {2, 0, rid}
@@ -198,20 +253,25 @@ local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_k
 end
 
 local answers = {}
-local k = 9 -- the next order's first key
-local i = 3 -- the next order's first argument
-while i + 6 <= #ARGV do
-  local nonce_key
-  if ARGV[i + 3] ~= '' then
-    nonce_key = KEYS[k]
-    k = k + 1
-  end
-  local r = tonumber(ARGV[i + 6]) or 0
-  local out = r > 0 and over_limit(r, k, i + 7)
-    or order(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], nonce_key)
-  k = k + 2 * r
-  i = i + 7 + 3 * r
+for _, o in ipairs(orders) do
+  local out = o[8] > 0 and over_limit(o[8], o[9], o[10]) or order(o[1], o[2], o[3], o[4], o[5], o[6], o[7])
   local at = #answers
   answers[at + 1], answers[at + 2], answers[at + 3] = out[1], out[2], out[3]
+end
+
+-- The call's writes, one command per key (in runs of at most 1,000 arguments, as `hmget`).
+local function write(command, key, args)
+  for from = 1, #args, 1000 do
+    redis.call(command, key, unpack(args, from, math.min(from + 999, #args)))
+  end
+end
+if taken > 0 then
+  redis.call('DECRBY', stock_key, taken)
+  write('HSET', bought, holders)
+  write('HSET', outbox, records)
+  write('ZADD', pending, scored)
+  if state == 'READY' then
+    redis.call('HSET', meta, 'state', 'LIVE')
+  end
 end
 return answers
