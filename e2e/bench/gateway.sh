@@ -21,6 +21,14 @@
 #       (a)/(a1) is what batching gives (reservations/s, p99, CPU per reservation);
 #   (c) the ceiling of (a)'s Redis step: redis-benchmark EVALSHA of lua/reserve.lua, with its
 #       nonce key;
+#   (c1), (c32) the same script's ceiling through the project's client (target/release/
+#       reserve-ceiling: one master, $CONNECTIONS connections, distinct buyers with nonces) at 1
+#       and 32 orders per call, with Redis's script µs and process CPU µs per reservation;
+#       (c32)/(c) is what batching raises the Redis step's ceiling to (target >= 2.5);
+#   (r1), (r100) releases of lua/release.lua, 1 and 100 per call, one call at a time on one
+#       connection (the order writer's closer); (r100)/(r1) target >= 10;
+#   with BASE_REV=<git revision>, (c1), (c32), (r1) and (r100) again with that revision's lua/
+#       (e.g. the parent commit's scripts beside today's, on the same machine minute);
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
 #   (e) the floor under (b): the same Pingora server answering a fixed 410 of the same shape
 #       from request_filter with no checks (gateway/examples/pingora_floor.rs), in the gateway's
@@ -39,7 +47,8 @@
 #                                           PROFILE (a run's letter, e.g. f: a perf profile of
 #                                           the gateway during that run, its top symbols printed),
 #                                           BUYERS (150000: signed orders for (a), at least
-#                                           its requests), SECKILL_REDIS_URL (the stack's Redis)
+#                                           its requests), SECKILL_REDIS_URL (the stack's Redis),
+#                                           BASE_REV (none: the scripts to measure beside today's)
 # Needs: the stack's Redis (e2e/stack.sh up), wrk, nginx (nginx-light), redis-benchmark.
 set -euo pipefail
 
@@ -284,6 +293,21 @@ C_N=$(python3 -c "print(max(100000, int(float('$A_RPS') * 3 * ${DURATION%s})))")
 C_RPS=$(redis-benchmark -h "$REDIS_HOST" -p "$REDIS_PORT" -c "$CONNECTIONS" --threads "$THREADS" -n "$C_N" \
   -r 100000000000 -q evalsha "$SHA" 9 $(campaign_keys "$RB") "sk:{$RB}:nonce:__rand_int__" "$RB" 1 __rand_int__ __rand_int__ 1 330 fp "" 0 |
   tr '\r' '\n' | awk '/requests per second/ {for (i=1;i<=NF;i++) if ($i=="requests") print $(i-1)}' | tail -1)
+# (c1), (c32), (r1), (r100): reserve-ceiling, today's scripts (and BASE_REV's beside them).
+ceiling() { # label [lua dir] -> the lines "<label> c1|c32|r1|r100 per-second redis-script-us redis-cpu-us"
+  local out
+  out=$(target/release/reserve-ceiling --redis "$REDIS_URL" --connections "$CONNECTIONS" --orders 50000 \
+    --batches 1,32 --releases 1,100 ${2:+--lua "$2"})
+  awk -v l="$1" '/^ *batch/ {part = (part == "" ? "c" : "r"); next}
+    NF >= 5 && $1 ~ /^[0-9]+$/ {print l, part $1, $2, $3, (part == "c" ? $5 : $4)}' <<<"$out"
+}
+ceiling now >"$WORK/ceiling.txt"
+if [[ -n "${BASE_REV:-}" ]]; then
+  mkdir -p "$WORK/base"
+  git archive "$BASE_REV" lua | tar -x -C "$WORK/base"
+  ceiling base "$WORK/base/lua" >>"$WORK/ceiling.txt"
+fi
+ceil() { awk -v l="$1" -v r="$2" -v f="$3" '$1 == l && $2 == r {print $f}' "$WORK/ceiling.txt"; }
 read -r D_RPS D_P50 D_P99 _ <<<"$(run_wrk d "http://127.0.0.1:$NGINX_410/")"
 read -r E_RPS E_P50 E_P99 _ <<<"$(run_wrk e "http://127.0.0.1:$FLOOR_PORT/seckill/x/order")"
 read -r E1_RPS E1_P50 E1_P99 _ <<<"$(run_wrk e1 "http://127.0.0.1:$FLOOR1_PORT/seckill/x/order")"
@@ -314,6 +338,14 @@ printf '%-44s %12s %10.2f %10.2f\n' "(g) sold-out answer to (a)'s signed orders"
 printf '%-44s %12s %10.2f %10.2f\n' "(h) forged, one token replayed" "$H_RPS" "$(python3 -c "print($H_P50/1000)")" "$(python3 -c "print($H_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(f) forged signature (BAD_SIGNATURE)" "$F_RPS" "$(python3 -c "print($F_P50/1000)")" "$(python3 -c "print($F_P99/1000)")"
 printf '%-44s %12s\n' "(c) redis-benchmark EVALSHA reserve.lua" "$C_RPS"
+for l in now base; do
+  [[ -n "$(ceil "$l" c1 3)" ]] || continue
+  printf '%-44s %12s %10s %10s   (%s scripts; Redis script / CPU us per reservation or release)\n' \
+    "(c1) reserve-ceiling, 1 order per call" "$(ceil "$l" c1 3)" "$(ceil "$l" c1 4)" "$(ceil "$l" c1 5)" "$l"
+  printf '%-44s %12s %10s %10s\n' "(c32) reserve-ceiling, 32 orders per call" "$(ceil "$l" c32 3)" "$(ceil "$l" c32 4)" "$(ceil "$l" c32 5)"
+  printf '%-44s %12s %10s %10s\n' "(r1) release.lua, 1 per call" "$(ceil "$l" r1 3)" "$(ceil "$l" r1 4)" "$(ceil "$l" r1 5)"
+  printf '%-44s %12s %10s %10s\n' "(r100) release.lua, 100 per call" "$(ceil "$l" r100 3)" "$(ceil "$l" r100 4)" "$(ceil "$l" r100 5)"
+done
 printf '%-44s %12s %10.2f %10.2f\n' "(d) nginx static return 410" "$D_RPS" "$(python3 -c "print($D_P50/1000)")" "$(python3 -c "print($D_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(e) Pingora floor: fixed 410, no checks" "$E_RPS" "$(python3 -c "print($E_P50/1000)")" "$(python3 -c "print($E_P99/1000)")"
 printf '%-44s %12s %10.2f %10.2f\n' "(e1) the floor in one service of $THREADS threads" "$E1_RPS" "$(python3 -c "print($E1_P50/1000)")" "$(python3 -c "print($E1_P99/1000)")"
@@ -340,6 +372,10 @@ echo "  of which Pingora's share (e)/(d) = $(ratio "$E_RPS" "$D_RPS"), ours (b)/
 echo "(b)/(e1) = $(ratio "$B_RPS" "$E1_RPS")   target >= 1.0 (the sold-out answer against the floor's old layout): $(verdict "$B_RPS >= $E1_RPS")"
 echo "(a)/(b) = $AB   target >= 0.6: $(verdict "$AB >= 0.6")"
 echo "(a)/(c) = $(ratio "$A_RPS" "$C_RPS")   (share of the Redis ceiling)"
+echo "batched script: (c32)/(c) = $(ratio "$(ceil now c32 3)" "$C_RPS") (target >= 2.5), (c32)/(c1) = $(ratio "$(ceil now c32 3)" "$(ceil now c1 3)"); releases (r100)/(r1) = $(ratio "$(ceil now r100 3)" "$(ceil now r1 3)") (target >= 10)"
+if [[ -n "${BASE_REV:-}" ]]; then
+  echo "  against $BASE_REV's scripts: (c32) $(ratio "$(ceil now c32 3)" "$(ceil base c32 3)"), Redis CPU per reservation at 32 $(ratio "$(ceil now c32 5)" "$(ceil base c32 5)"), (r100) today / (r1) then = $(ratio "$(ceil now r100 3)" "$(ceil base r1 3)")"
+fi
 echo "  gateway CPU per request (b)/(a) = $(ratio "$B_CPU_GW" "$A_CPU_GW")   (what (a)/(b) would be with Redis and the upstream on their own cores)"
 if [[ -s "$WORK/profile.txt" ]]; then
   echo; echo "perf profile of the gateway during ($PROFILE), self time, top symbols:"; cat "$WORK/profile.txt"; echo

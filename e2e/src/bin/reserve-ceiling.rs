@@ -5,13 +5,18 @@
 //! order, limit 1), `--orders` orders of distinct buyers, each with a nonce as the gateway sends
 //! them, sent as `reserve_batch` calls of K orders over `--connections` connections. Prints
 //! reservations/s, Redis µs per reservation (`INFO commandstats`: `cmdstat_evalsha` usec / calls,
-//! divided by the orders per call), and this client's CPU µs per reservation. Other clients of
-//! the same Redis show up as EVALSHA calls this run did not make: the line says how many. Only
+//! divided by the orders per call: the script's own time), the Redis process's CPU µs per
+//! reservation (`INFO cpu`: the script plus reading the calls and writing the answers), and this
+//! client's CPU µs per reservation. Other clients of the same Redis show up as EVALSHA calls
+//! this run did not make: the line says how many (and their work is in the Redis figures). Only
 //! the keys this run created are deleted.
 //!
 //! Then, for each `--releases` size, the same number of reserved orders given back by
 //! `release.lua`, that many per call, one call at a time on one connection (as the order
-//! writer's closer does): releases/s.
+//! writer's closer does): releases/s, and the same Redis and client figures per release.
+//!
+//! `--lua DIR` reads the scripts from another folder (an older commit's, say), so that two
+//! versions of a script are measured side by side on the same machine minute.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -42,9 +47,14 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
     batches: Vec<usize>,
     /// Release batch sizes, in the order run: reserved orders given back by `release.lua` one
-    /// call after another on one connection, as the order writer's closer does.
-    #[arg(long, value_delimiter = ',', default_value = "1,100")]
+    /// call after another on one connection, as the order writer's closer does (`--releases`
+    /// with no value: none).
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "1,100")]
     releases: Vec<usize>,
+    /// The scripts' folder (default: the repository's `lua/`), e.g. an older commit's scripts
+    /// beside today's in the same run.
+    #[arg(long)]
+    lua: Option<std::path::PathBuf>,
 }
 
 /// User + system CPU time of this process.
@@ -57,14 +67,45 @@ fn cpu() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// `cmdstat_evalsha`'s calls and usec.
-async fn evalsha_stats(redis: &Client) -> anyhow::Result<(u64, u64)> {
-    let info: String = redis.info(Some(fred::types::InfoKind::CommandStats)).await?;
-    let line = info.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("");
-    let field = |name: &str| {
-        line.split([':', ',']).find_map(|kv| kv.strip_prefix(name)).and_then(|v| v.parse().ok()).unwrap_or(0)
-    };
-    Ok((field("calls="), field("usec=")))
+/// What the Redis server has done so far: `cmdstat_evalsha`'s calls and usec (the scripts' own
+/// time), and the process's CPU time in µs (`INFO cpu`: the scripts plus reading the calls and
+/// writing the answers).
+#[derive(Clone, Copy)]
+struct RedisWork {
+    calls: u64,
+    script_us: u64,
+    cpu_us: u64,
+}
+
+impl RedisWork {
+    async fn read(redis: &Client) -> anyhow::Result<Self> {
+        let stats: String = redis.info(Some(fred::types::InfoKind::CommandStats)).await?;
+        let line = stats.lines().find(|l| l.starts_with("cmdstat_evalsha:")).unwrap_or("");
+        let field = |name: &str| {
+            line.split([':', ','])
+                .find_map(|kv| kv.strip_prefix(name))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let cpu: String = redis.info(Some(fred::types::InfoKind::Cpu)).await?;
+        let seconds = |name: &str| {
+            cpu.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let cpu_us = ((seconds("used_cpu_user:") + seconds("used_cpu_sys:")) * 1e6) as u64;
+        Ok(Self { calls: field("calls="), script_us: field("usec="), cpu_us })
+    }
+
+    /// What was done between `before` and `self`.
+    fn since(self, before: Self) -> Self {
+        Self {
+            calls: self.calls.saturating_sub(before.calls),
+            script_us: self.script_us.saturating_sub(before.script_us),
+            cpu_us: self.cpu_us.saturating_sub(before.cpu_us),
+        }
+    }
 }
 
 /// Publishes a new campaign named after `prefix` with `orders` units, one per buyer; returns its id.
@@ -89,7 +130,7 @@ async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyho
     let bucket = Arc::new(Bucket::single(&campaign));
     let next = Arc::new(AtomicU64::new(0));
     let calls = Arc::new(AtomicU64::new(0));
-    let (stats0, cpu0, t0) = (evalsha_stats(admin).await?, cpu(), Instant::now());
+    let (work0, cpu0, t0) = (RedisWork::read(admin).await?, cpu(), Instant::now());
     let mut tasks = Vec::new();
     for client in clients {
         let (client, scripts, bucket, next, calls) =
@@ -123,9 +164,8 @@ async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyho
     for t in tasks {
         reserved += t.await??;
     }
-    let (elapsed, cpu_used, stats1) = (t0.elapsed(), cpu() - cpu0, evalsha_stats(admin).await?);
+    let (elapsed, cpu_used, work) = (t0.elapsed(), cpu() - cpu0, RedisWork::read(admin).await?.since(work0));
     let calls = calls.load(Ordering::Relaxed);
-    let (redis_calls, redis_usec) = (stats1.0 - stats0.0, stats1.1 - stats0.1);
     // Clean what this run created: the campaign's keys and its nonces.
     let mut keys = bucket.keys.all();
     keys.extend([bucket.keys.sent.clone(), bucket.keys.received.clone()]);
@@ -141,16 +181,17 @@ async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyho
     }
     let per = |x: f64| x / reserved as f64;
     // µs per EVALSHA (others' calls, if any, included), over the orders of one of this run's calls.
-    let usec_per_call = redis_usec as f64 / redis_calls.max(1) as f64;
+    let usec_per_call = work.script_us as f64 / work.calls.max(1) as f64;
     let orders_per_call = reserved as f64 / calls.max(1) as f64;
     Ok(format!(
-        "{k:>6} {:>14.0} {:>12.2} {:>14.2} {:>12.2} {:>10} {:>16}",
+        "{k:>6} {:>14.0} {:>12.2} {:>14.2} {:>12.2} {:>12.2} {:>10} {:>16}",
         reserved as f64 / elapsed.as_secs_f64(),
         usec_per_call / orders_per_call,
         usec_per_call,
+        per(work.cpu_us as f64),
         per(cpu_used.as_micros() as f64),
         calls,
-        redis_calls.saturating_sub(calls),
+        work.calls.saturating_sub(calls),
     ))
 }
 
@@ -172,13 +213,13 @@ async fn release_run(a: &Args, scripts: &Scripts, redis: &Client, k: usize) -> a
             ..Default::default()
         })
         .collect();
-    let (cpu0, t0) = (cpu(), Instant::now());
+    let (work0, cpu0, t0) = (RedisWork::read(redis).await?, cpu(), Instant::now());
     let mut released = 0;
     for chunk in releases.chunks(k) {
         let out = scripts.release_batch(redis, &bucket, chunk).await?;
         released += out.iter().filter(|o| matches!(o, ReleaseOutcome::Released { .. })).count();
     }
-    let (elapsed, cpu_used) = (t0.elapsed(), cpu() - cpu0);
+    let (elapsed, cpu_used, work) = (t0.elapsed(), cpu() - cpu0, RedisWork::read(redis).await?.since(work0));
     let stock: Option<i64> = redis.get(&bucket.keys.stock).await?;
     let mut keys = bucket.keys.all();
     keys.extend([bucket.keys.sent.clone(), bucket.keys.received.clone()]);
@@ -188,10 +229,13 @@ async fn release_run(a: &Args, scripts: &Scripts, redis: &Client, k: usize) -> a
     if released as u64 != a.orders || stock != Some(a.orders as i64) {
         bail!("release batch {k}: {released} of {} released, stock {stock:?}", a.orders);
     }
+    let per = |x: f64| x / released as f64;
     Ok(format!(
-        "{k:>6} {:>14.0} {:>14.2}",
+        "{k:>6} {:>14.0} {:>12.2} {:>12.2} {:>14.2}",
         released as f64 / elapsed.as_secs_f64(),
-        cpu_used.as_micros() as f64 / released as f64
+        per(work.script_us as f64),
+        per(work.cpu_us as f64),
+        per(cpu_used.as_micros() as f64)
     ))
 }
 
@@ -202,20 +246,33 @@ async fn main() -> anyhow::Result<()> {
     if a.connections == 0 || a.orders == 0 || bad(&a.batches) || bad(&a.releases) {
         bail!("--connections and --orders at least 1, --batches and --releases each 1..10000");
     }
-    let scripts = Scripts::load(&scripts::default_dir())?;
+    let scripts = Scripts::load(&a.lua.clone().unwrap_or_else(scripts::default_dir))?;
     let mut clients = Vec::new();
     for _ in 0..a.connections {
         clients.push(stack::redis_client(&a.redis).await.context("redis")?);
     }
     scripts.preload(&clients[0]).await?;
     println!(
-        "{:>6} {:>14} {:>12} {:>14} {:>12} {:>10} {:>16}",
-        "batch", "reservations/s", "redis us/res", "redis us/call", "client us/res", "calls", "others' calls"
+        "{:>6} {:>14} {:>12} {:>14} {:>12} {:>12} {:>10} {:>16}",
+        "batch",
+        "reservations/s",
+        "redis us/res",
+        "redis us/call",
+        "redis cpu/res",
+        "client us/res",
+        "calls",
+        "others' calls"
     );
     for &k in &a.batches {
         println!("{}", run(&a, &scripts, &clients, k).await?);
     }
-    println!("\n{:>6} {:>14} {:>14}", "batch", "releases/s", "client us/rel");
+    if a.releases.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "\n{:>6} {:>14} {:>12} {:>12} {:>14}",
+        "batch", "releases/s", "redis us/rel", "redis cpu/rel", "client us/rel"
+    );
     for &k in &a.releases {
         println!("{}", release_run(&a, &scripts, &clients[0], k).await?);
     }
