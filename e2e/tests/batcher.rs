@@ -3,8 +3,9 @@
 //! batches and never get more than the stock or their limit; a batch whose answer does not come
 //! back (a private Redis stalled by a long script) is undone order by order, nonces included,
 //! so that the same signed orders sent again reserve, and the orders past the bucket's adaptive
-//! limit are refused at once, unsent (`plugins::admission`); with `max = 1` every order is its
-//! own call.
+//! limit are refused at once, unsent (`plugins::admission`); orders still waiting unsent at their
+//! deadline while Redis keeps answering the bucket's calls (behind, not down) are told to try
+//! later, not that the service is down; with `max = 1` every order is its own call.
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -195,4 +196,54 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
     assert!(again.iter().all(|o| matches!(o, Ok(ReserveOutcome::Reserved { .. }))), "{again:?}");
     let stock: i64 = redis.get(&bucket.keys.stock).await.unwrap();
     assert_eq!(stock, 60);
+}
+
+/// Redis alive but behind: a private Redis kept busy by back-to-back 40 ms scripts for 1.5 s, so
+/// that the bucket's calls are answered, slowly. A crowd far larger than what it answers within
+/// the orders' 100 ms: the orders that never left the lane are [`ReserveError::Behind`]
+/// (`TRY_LATER`, nothing spent), not `Undone` (`SERVICE_DEGRADED`, meant for a Redis that
+/// answers nothing); whatever was answered is consistent with the stock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_unsent_while_redis_is_behind_are_told_to_try_later() {
+    let server = PrivateRedis::start().await;
+    let url = server.url();
+    let redis = stack::redis_client(&url).await.unwrap();
+    let scripts = Scripts::load(&scripts::default_dir()).unwrap();
+    let campaign = stack::unique("batch-behind-");
+    publish(&redis, &scripts, &campaign, 1000).await;
+    let bucket = Bucket::single(&campaign);
+    let reserver = Reserver::new(pool(&url).await, scripts.clone(), Duration::from_millis(100))
+        .with_batch(BatchConf { max: 4, wait: Duration::from_micros(200) });
+    scripts.preload(&redis).await.unwrap();
+
+    let staller = stack::redis_client(&url).await.unwrap();
+    let stall = tokio::spawn(async move {
+        let script = "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
+                      repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > 40000 return 1";
+        for _ in 0..38 {
+            staller.eval::<i64, _, _, _>(script, Vec::<String>::new(), Vec::<String>::new()).await.unwrap();
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let n = 600;
+    let out = crowd(&reserver, &bucket, n).await;
+    stall.await.unwrap();
+
+    let reserved = out.iter().filter(|o| matches!(o, Ok(ReserveOutcome::Reserved { .. }))).count();
+    let behind: Vec<usize> = (0..n).filter(|&i| matches!(out[i], Err(ReserveError::Behind(_)))).collect();
+    let undone = out.iter().filter(|o| matches!(o, Err(ReserveError::Undone(_)))).count();
+    assert!(reserved > 0, "Redis answered some calls: {out:?}");
+    assert!(
+        behind.len() > n / 2,
+        "most orders never left the lane, told to try later: {} of {n}",
+        behind.len()
+    );
+    assert!(undone < n / 4, "only orders whose call was written and came back late are undone: {undone}");
+    assert_eq!(reserved + behind.len() + undone, n, "no other answer: {out:?}");
+    // Nothing held or spent for an order told to try later; the stock is what was reserved.
+    let spent: i64 =
+        redis.exists(behind.iter().map(|&i| nonce(&bucket, i).key).collect::<Vec<_>>()).await.unwrap();
+    let stock: i64 = redis.get(&bucket.keys.stock).await.unwrap();
+    let held: i64 = redis.hlen(&bucket.keys.bought).await.unwrap();
+    assert_eq!((spent, stock, held), (0, 1000 - reserved as i64, reserved as i64));
 }

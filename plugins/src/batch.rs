@@ -86,6 +86,13 @@ pub enum Attempt {
         /// The limit.
         limit: usize,
     },
+    /// Not sent by the order's deadline while the bucket's calls were still being answered (one
+    /// came back within the bound): Redis is behind this bucket's crowd, not down. Nothing was
+    /// reserved or spent; the buyer is told to try later, not that the service is down.
+    Behind {
+        /// How long the order waited.
+        waited: Duration,
+    },
 }
 
 /// Sends reservations, collected per bucket (see the module's doc).
@@ -162,6 +169,8 @@ struct LaneState {
     queue: VecDeque<Waiting>,
     timer: bool,
     next_id: u64,
+    /// When an order of this bucket last had its answer.
+    answered_at: Option<std::time::Instant>,
 }
 
 /// An order counted in its lane's `orders` until dropped (also when its request is).
@@ -261,13 +270,18 @@ impl Batcher {
             st.orders += 1;
         }
         let entered = Entered(&lane);
-        let attempt = self.collected(&lane, bucket, call, deadline).await;
+        let attempt = self.collected(&lane, bucket, call, deadline, started).await;
         let now = std::time::Instant::now();
         {
             let mut st = lock(&lane.state);
+            let orders = st.orders;
             match &attempt {
-                Attempt::Answered(_) => st.admission.answered(now - started, now),
-                _ => st.admission.unanswered(now),
+                Attempt::Answered(_) => {
+                    st.answered_at = Some(now);
+                    st.admission.answered(now - started, now, orders)
+                }
+                Attempt::Behind { .. } => st.admission.answered(now - started, now, orders),
+                _ => st.admission.unanswered(now, orders),
             }
         }
         drop(entered);
@@ -280,6 +294,7 @@ impl Batcher {
         bucket: &Bucket,
         call: ReserveCall,
         deadline: Instant,
+        started: std::time::Instant,
     ) -> Attempt {
         if self.inner.conf.max <= 1 {
             return self.alone(bucket, &call, deadline).await;
@@ -338,11 +353,15 @@ impl Batcher {
                 return Attempt::NoAnswer { cause: "the batch was dropped unsent".into(), sent_on: None }
             }
             Err(_) => {
-                let removed = {
+                let (removed, answering) = {
                     let mut st = lock(&lane.state);
                     let at = st.queue.iter().position(|w| w.id == id);
-                    at.and_then(|at| st.queue.remove(at)).is_some()
+                    let removed = at.and_then(|at| st.queue.remove(at)).is_some();
+                    (removed, st.answered_at.is_some_and(|at| at.elapsed() < self.inner.bound))
                 };
+                if removed && answering {
+                    return Attempt::Behind { waited: started.elapsed() };
+                }
                 if removed {
                     return Attempt::NoAnswer { cause: format!("{}, never sent", late()), sent_on: None };
                 }
@@ -394,6 +413,7 @@ impl Batcher {
                     queue: VecDeque::new(),
                     timer: false,
                     next_id: 0,
+                    answered_at: None,
                 };
                 Arc::new(Lane { bucket: bucket.clone(), state: Mutex::new(state) })
             })

@@ -79,6 +79,11 @@ pub enum ReserveError {
         /// The limit.
         limit: usize,
     },
+    /// Not sent by its deadline while Redis kept answering the bucket's calls: Redis is behind
+    /// the crowd, not down ([`Attempt::Behind`]). Nothing was reserved or spent; the buyer is
+    /// answered `TRY_LATER`.
+    #[error("waited {0:?} behind this bucket's calls, never sent")]
+    Behind(Duration),
     /// No answer in time, and the undo found the entry claimed by the sweeper: the call did
     /// reserve, and the record is on its way to an order. The buyer is answered QUEUED.
     #[error("{0}; the reservation was already claimed by the sweeper, so it stands")]
@@ -173,6 +178,7 @@ impl Reserver {
         let (cause, client) = match self.batcher.call(bucket, call, deadline).await {
             Attempt::Answered(outcome) => return Ok(outcome),
             Attempt::Overloaded { limit } => return Err(ReserveError::Overloaded { limit }),
+            Attempt::Behind { waited } => return Err(ReserveError::Behind(waited)),
             // Never sent: nothing reserved, no nonce spent.
             Attempt::NoAnswer { cause, sent_on: None } => return Err(undone(cause)),
             Attempt::NoAnswer { cause, sent_on: Some(client) } => (cause, client),
@@ -260,11 +266,12 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
 }
 
 /// The answer when Redis gave no decision for `request_id` of `campaign`: `TRY_LATER` when the
-/// order was not sent (the bucket's limit), `SERVICE_DEGRADED` otherwise. Not for
+/// order was not sent (the bucket's limit, or Redis behind the bucket's crowd), `SERVICE_DEGRADED`
+/// otherwise. Not for
 /// [`ReserveError::Claimed`], which is a reservation (the caller answers QUEUED).
 pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial {
     let message = match err {
-        ReserveError::Overloaded { .. } => {
+        ReserveError::Overloaded { .. } | ReserveError::Behind(_) => {
             let message = "too many orders at once: nothing was reserved, try again";
             return Denial::new(Code::TryLater, message).retry_after(1);
         }
@@ -309,6 +316,8 @@ mod tests {
 
     #[test]
     fn an_order_over_the_limit_is_told_to_try_later_not_degraded() {
+        let behind = degraded(&ReserveError::Behind(Duration::from_millis(100)), "c", "r");
+        assert_eq!((behind.code, behind.retry_after_secs), (Code::TryLater, Some(1)));
         let over = degraded(&ReserveError::Overloaded { limit: 16 }, "c", "r");
         assert_eq!((over.code, over.retry_after_secs), (Code::TryLater, Some(1)));
         let down = degraded(&ReserveError::Undone("no answer".into()), "c", "r");
