@@ -8,10 +8,7 @@
 //! - An answer within the target (half the reservation timeout) raises the
 //!   limit by 1/limit (one more order per limit's worth of answers: additive increase).
 //! - An answer past the target cuts the limit by [`CUT`], and a call without an answer by half;
-//!   at most one cut per target's span, so that one backlog's slow answers cut once. A cut
-//!   starts from the orders actually at the step when they are fewer than the limit (as TCP
-//!   cuts from the data in flight, not from a window nobody filled): a limit of 4,096 with 256
-//!   orders at the step cuts to 230, where it binds, not to 3,686, where it would not.
+//!   at most one cut per target's span, so that one backlog's slow answers cut once.
 //! - The limit stays within [`MIN_LIMIT`] and [`MAX_LIMIT`]; it starts at [`INITIAL_LIMIT`].
 
 use std::time::{Duration, Instant};
@@ -54,28 +51,26 @@ impl Aimd {
         in_flight < self.limit()
     }
 
-    /// An order was answered `waited` after it entered, at `now`, with `in_flight` orders at
-    /// the step (itself included).
-    pub fn answered(&mut self, waited: Duration, now: Instant, in_flight: usize) {
+    /// An order was answered `waited` after it entered, at `now`.
+    pub fn answered(&mut self, waited: Duration, now: Instant) {
         if waited <= self.target {
             self.limit = (self.limit + 1.0 / self.limit).min(MAX_LIMIT);
         } else {
-            self.cut(CUT, now, in_flight);
+            self.cut(CUT, now);
         }
     }
 
-    /// An order's call gave no answer by its deadline (or failed), at `now`, with `in_flight`
-    /// orders at the step (itself included).
-    pub fn unanswered(&mut self, now: Instant, in_flight: usize) {
-        self.cut(0.5, now, in_flight);
+    /// An order's call gave no answer by its deadline (or failed), at `now`.
+    pub fn unanswered(&mut self, now: Instant) {
+        self.cut(0.5, now);
     }
 
-    fn cut(&mut self, factor: f64, now: Instant, in_flight: usize) {
+    fn cut(&mut self, factor: f64, now: Instant) {
         if self.last_cut.is_some_and(|at| now.duration_since(at) < self.target) {
             return;
         }
         self.last_cut = Some(now);
-        self.limit = (self.limit.min(in_flight as f64) * factor).max(MIN_LIMIT);
+        self.limit = (self.limit * factor).max(MIN_LIMIT);
     }
 }
 
@@ -90,7 +85,7 @@ mod tests {
         let (mut a, now) = (Aimd::new(T), Instant::now());
         assert!(a.admits(4095) && !a.admits(4096));
         for _ in 0..4100 {
-            a.answered(Duration::from_millis(3), now, 10_000);
+            a.answered(Duration::from_millis(3), now);
         }
         assert_eq!(a.limit(), 4097, "one more per limit's worth of answers");
     }
@@ -99,34 +94,24 @@ mod tests {
     fn slow_answers_cut_once_per_target_span() {
         let (mut a, now) = (Aimd::new(T), Instant::now());
         for _ in 0..100 {
-            a.answered(Duration::from_millis(40), now, 10_000);
+            a.answered(Duration::from_millis(40), now);
         }
         assert_eq!(a.limit(), 3686, "one cut for one backlog");
-        a.answered(Duration::from_millis(40), now + T, 10_000);
+        a.answered(Duration::from_millis(40), now + T);
         assert_eq!(a.limit(), 3317);
-        a.unanswered(now + T * 2, 10_000);
+        a.unanswered(now + T * 2);
         assert_eq!(a.limit(), 1658);
-    }
-
-    #[test]
-    fn a_cut_starts_from_the_orders_at_the_step() {
-        let (mut a, now) = (Aimd::new(T), Instant::now());
-        a.answered(Duration::from_millis(40), now, 256);
-        assert_eq!(a.limit(), 230, "0.9 of the 256 at the step, not of the 4,096 nobody filled");
-        assert!(!a.admits(230) && a.admits(229));
-        a.unanswered(now + T, 1000);
-        assert_eq!(a.limit(), 115, "the limit, when fewer than the orders at the step");
     }
 
     #[test]
     fn the_limit_stays_within_its_bounds() {
         let (mut a, now) = (Aimd::new(T), Instant::now());
         for k in 0..100 {
-            a.unanswered(now + T * k, 10_000);
+            a.unanswered(now + T * k);
         }
         assert_eq!(a.limit(), MIN_LIMIT as usize);
         for _ in 0..2_000_000 {
-            a.answered(Duration::ZERO, now, 10_000);
+            a.answered(Duration::ZERO, now);
         }
         assert!(a.limit() <= MAX_LIMIT as usize);
         assert!(a.limit() > 1000);

@@ -274,14 +274,13 @@ impl Batcher {
         let now = std::time::Instant::now();
         {
             let mut st = lock(&lane.state);
-            let orders = st.orders;
             match &attempt {
                 Attempt::Answered(_) => {
                     st.answered_at = Some(now);
-                    st.admission.answered(now - started, now, orders)
+                    st.admission.answered(now - started, now)
                 }
-                Attempt::Behind { .. } => st.admission.answered(now - started, now, orders),
-                _ => st.admission.unanswered(now, orders),
+                Attempt::Behind { .. } => st.admission.answered(now - started, now),
+                _ => st.admission.unanswered(now),
             }
         }
         drop(entered);

@@ -157,7 +157,8 @@ async fn burst(
         .await
 }
 
-/// Every answer is QUEUED, SOLD_OUT, LIMIT_REACHED or SERVICE_DEGRADED with its status; returns
+/// Every answer is QUEUED, SOLD_OUT, LIMIT_REACHED, SERVICE_DEGRADED or TRY_LATER (an order
+/// never sent while Redis still answered the bucket: nothing reserved) with its status; returns
 /// the QUEUED ones as (user, request id, when).
 fn queued(answers: &[Answer]) -> Vec<(String, String, Instant)> {
     let mut out = Vec::new();
@@ -166,7 +167,10 @@ fn queued(answers: &[Answer]) -> Vec<(String, String, Instant)> {
             (Some("QUEUED"), 202) => {
                 out.push((user.clone(), body["request_id"].as_str().unwrap().to_string(), *at))
             }
-            (Some("SOLD_OUT"), 410) | (Some("LIMIT_REACHED"), 409) | (Some("SERVICE_DEGRADED"), 503) => {}
+            (Some("SOLD_OUT"), 410)
+            | (Some("LIMIT_REACHED"), 409)
+            | (Some("SERVICE_DEGRADED"), 503)
+            | (Some("TRY_LATER"), 429) => {}
             other => panic!("unexpected answer {other:?}: {body}"),
         }
     }
