@@ -12,7 +12,10 @@
 //!   per bucket (the next one is written while Redis runs the last).
 //! - Each order keeps its own deadline (from the moment it asked). An order whose deadline passes
 //!   while it still waits in the lane is taken out of it: it was never sent, nothing was
-//!   reserved or spent, and there is nothing to undo ([`Attempt::NoAnswer`] without a client).
+//!   reserved or spent, and there is nothing to undo: [`Attempt::Behind`] (`TRY_LATER`) while
+//!   the bucket's calls are still answered, [`Attempt::NoAnswer`] without a client
+//!   (`SERVICE_DEGRADED`) when none was within the bound. Once sent, an order waits for its call
+//!   its whole wait again, counted from the send.
 //!   An order whose batch was sent learns the client (the connection) it was written to before
 //!   anything else can happen to it, so that its undo, sent on that client, runs in Redis after
 //!   the batch, exactly as the undo of a call of its own does ([`crate::reserve`]).
@@ -377,7 +380,11 @@ impl Batcher {
                 }
             }
         };
-        let cause = match tokio::time::timeout_at(deadline, answer_rx).await {
+        // Sent: the call gets the order's whole wait from now, not what the lane left of it, so
+        // that a call Redis answers within its bound is not undone for the time its order
+        // queued (the hold after the call stays within `protocol::timing`'s).
+        let wait = deadline.saturating_duration_since(Instant::from_std(started));
+        let cause = match tokio::time::timeout_at(deadline.max(Instant::now() + wait), answer_rx).await {
             Ok(Ok(Ok(outcome))) => return Attempt::Answered(outcome),
             Ok(Ok(Err(cause))) => cause,
             Ok(Err(_)) => "the batch's answer was lost".into(),
