@@ -14,6 +14,7 @@ pub mod flood;
 pub mod load;
 pub mod mix;
 pub mod order_writer;
+pub mod outcome;
 pub mod page;
 pub mod progress;
 pub mod report;

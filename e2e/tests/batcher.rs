@@ -109,6 +109,16 @@ async fn a_crowd_is_served_in_batches_within_the_stock() {
     }
 }
 
+/// Keeps `redis` busy for `micros` µs with one script (a stalled Redis: no other client is
+/// answered meanwhile).
+async fn busy(redis: &Client, micros: u64) -> Result<i64, Error> {
+    let script = format!(
+        "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
+         repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > {micros} return 1"
+    );
+    redis.eval::<i64, _, _, _>(script, Vec::<String>::new(), Vec::<String>::new()).await
+}
+
 /// A private `redis-server`, killed on drop.
 struct PrivateRedis(Child, u16);
 
@@ -160,11 +170,7 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
     // Redis busy for 600 ms (past every order's 200 ms, within the undo's 1 s): the orders' calls
     // are written, then wait behind the script.
     let staller = stack::redis_client(&url).await.unwrap();
-    let stall = tokio::spawn(async move {
-        let script = "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
-                      repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > 600000 return 1";
-        staller.eval::<i64, _, _, _>(script, Vec::<String>::new(), Vec::<String>::new()).await
-    });
+    let stall = tokio::spawn(async move { busy(&staller, 600_000).await });
     let mut busy = false;
     for _ in 0..100 {
         if tokio::time::timeout(Duration::from_millis(50), probe.ping::<String>(None)).await.is_err() {
@@ -218,10 +224,8 @@ async fn orders_unsent_while_redis_is_behind_are_told_to_try_later() {
 
     let staller = stack::redis_client(&url).await.unwrap();
     let stall = tokio::spawn(async move {
-        let script = "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
-                      repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > 40000 return 1";
         for _ in 0..38 {
-            staller.eval::<i64, _, _, _>(script, Vec::<String>::new(), Vec::<String>::new()).await.unwrap();
+            busy(&staller, 40_000).await.unwrap();
         }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;

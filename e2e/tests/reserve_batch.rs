@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use e2e::outcome::{comparable, strip_record};
 use e2e::stack;
 use fred::prelude::*;
 use protocol::keys::Bucket;
@@ -76,7 +77,7 @@ impl Sale {
         let pending: Vec<String> =
             self.redis.zrange(&k.pending, 0, -1, None, false, None, false).await.unwrap();
         out.extend(bought.iter().map(|(u, n)| format!("bought {u} {n}")));
-        out.extend(outbox.iter().map(|(id, r)| format!("outbox {id} {}", strip(r))));
+        out.extend(outbox.iter().map(|(id, r)| format!("outbox {id} {}", strip_record(r))));
         out.extend(claims.iter().map(|(id, c)| format!("claim {id} {c}")));
         out.extend(pending.iter().map(|id| format!("pending {id}")));
         for n in ["n-bob", "n-dan", "n-eve", "n-fay"] {
@@ -97,25 +98,6 @@ impl Sale {
         for key in keys {
             let _: () = self.redis.del(key).await.unwrap();
         }
-    }
-}
-
-/// A record without what differs between two campaigns (its id) and two calls (the time).
-fn strip(record: &str) -> String {
-    let mut v: serde_json::Value = serde_json::from_str(record).unwrap();
-    let o = v.as_object_mut().unwrap();
-    o.remove("campaign");
-    o.remove("reserved_at_ms");
-    v.to_string()
-}
-
-/// An outcome comparable across campaigns (records stripped).
-fn comparable(o: &ReserveOutcome) -> ReserveOutcome {
-    match o {
-        ReserveOutcome::Reserved { remaining, record } => {
-            ReserveOutcome::Reserved { remaining: *remaining, record: strip(record) }
-        }
-        other => other.clone(),
     }
 }
 

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
+use e2e::outcome::{comparable, strip_record};
 use e2e::stack;
 use fred::prelude::*;
 use protocol::keys::Bucket;
@@ -102,7 +103,7 @@ impl Sale {
             out.push(format!("{name} {map:?}"));
         }
         let outbox: BTreeMap<String, String> = self.redis.hgetall(&k.outbox).await.unwrap();
-        out.extend(outbox.iter().map(|(id, r)| format!("outbox {id} {}", strip(r))));
+        out.extend(outbox.iter().map(|(id, r)| format!("outbox {id} {}", strip_record(r))));
         let pending: Vec<String> =
             self.redis.zrange(&k.pending, 0, -1, None, false, None, false).await.unwrap();
         let mut pending = pending;
@@ -115,24 +116,6 @@ impl Sale {
             out.push(format!("nonce n{n} {v:?} expires {}", ttl > 0));
         }
         out
-    }
-}
-
-/// A record without what differs between two campaigns (its id) and two calls (the time); the
-/// rest parsed, so that the order of its fields does not count.
-fn strip(record: &str) -> String {
-    let mut v: serde_json::Value = serde_json::from_str(record).unwrap();
-    let o = v.as_object_mut().unwrap();
-    assert!(o.remove("campaign").is_some() && o.remove("reserved_at_ms").is_some(), "{record}");
-    v.to_string()
-}
-
-fn comparable(o: &ReserveOutcome) -> ReserveOutcome {
-    match o {
-        ReserveOutcome::Reserved { remaining, record } => {
-            ReserveOutcome::Reserved { remaining: *remaining, record: strip(record) }
-        }
-        other => other.clone(),
     }
 }
 
