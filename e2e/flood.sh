@@ -16,7 +16,8 @@
 # Knobs (environment): STOCK (1000), ADMIT_PER_SEC (500: the crowd a second the sale is sized
 # for), USERS (10 x ADMIT_PER_SEC), REQUESTS_PER_USER (2), SCRIPT_PERCENT (10), FLOOD_SPREAD_MS
 # (1000), FLOOD_LEAD_MS (0: the crowd arrives after the start; 1000: in the pre-queue's last
-# second, the scripts still at T-0), POW_BITS (8), START_IN (10), PAY_WINDOW_SECS (60),
+# second, the scripts still at T-0), START_DRAW_MS (1000: the room's start draw; 0: none),
+# POW_BITS (8), START_IN (10), PAY_WINDOW_SECS (60),
 # GATEWAY_PORT (8080), WRITER_PORT (8081), PROFILE (release), REDIS_URL (the stack's Redis).
 set -euo pipefail
 

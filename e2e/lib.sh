@@ -308,15 +308,18 @@ stack_pid() { # name
 # waiting room off beside the same with it on.
 
 # Appends a waiting room to the campaign file FILE: ADMIT_PER_SEC positions a second from the
-# start, a pre-queue of a minute before it, sessions and tickets long enough for the sale.
+# start, a pre-queue of a minute before it, a start draw of START_DRAW_MS (1000) after it,
+# sessions and tickets long enough for the sale.
 room_table() { # file admit_per_sec
   cat >>"$1" <<TOML
 
 # The flood's waiting room: the rate the sale is sized for; arrivals in the minute before the
-# start are drawn at random, after it first come first served.
+# start are drawn at random, and those in the start draw after it (after the pre-queue), then
+# first come first served.
 [waiting_room]
 admit_per_sec = $2
 pre_queue_secs = 60
+start_draw_ms = ${START_DRAW_MS:-1000}
 ticket_ttl_secs = 600
 session_secs = 120
 TOML

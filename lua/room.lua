@@ -2,48 +2,72 @@
 -- runs in the background: the gateway computes who is served from the time since the start; this
 -- script only hands out places, once per buyer.
 --
--- Before the start (ARGV[2] < ARGV[3], and the pre-queue not closed yet), an arrival gets the next
--- pre-queue arrival number ("a<n>"); the gateway turns it into a position once the pre-queue's size
--- is known, by a keyed shuffle (so arriving at T-0 is worth no more than arriving at T-5 min). The
--- first call at or after the start closes the pre-queue: its size is frozen, and positions after
--- it are given first come, first served ("p<n>", from size + 1 on), never at or below the serving
--- position the gateway sends (ARGV[4]): a buyer arriving at a quiet moment is not admitted in a
--- burst with the capacity nobody used before.
+-- Three ways in, by the gateway's clock (ARGV[2]) and what is closed already:
+-- - Before the start (ARGV[2] < ARGV[3], and the pre-queue not closed yet), an arrival gets the
+--   next pre-queue arrival number ("a<n>"); the gateway turns it into a position 1..size once the
+--   pre-queue's size is known, by a keyed shuffle (so arriving at T-0 is worth no more than
+--   arriving at T-5 min). The first call at or after the start closes the pre-queue: its size is
+--   frozen.
+-- - In the start draw, from the start to ARGV[7] (and the draw not closed yet), an arrival gets
+--   the next draw arrival number ("d<n>"), shuffled the same way once the draw closes. The first
+--   call at or after ARGV[7] closes the draw: its size is frozen, and its base too, the last
+--   position before the drawn ones: the pre-queue's size, or the serving position the gateway
+--   sends (ARGV[4]) if that is higher (so the drawn places are served from the draw's close at
+--   the rate, not in a burst with the capacity nobody used while it was open). The drawn places
+--   are base + 1 .. base + draw size.
+-- - After the draw, positions are given first come, first served ("p<n>", after the drawn ones),
+--   never at or below the serving position the gateway sends (ARGV[4]): a buyer arriving at a
+--   quiet moment is not admitted in a burst with the capacity nobody used before.
+-- A closed pre-queue or draw is never opened again (a gateway whose clock is behind sees it
+-- closed by another). With ARGV[7] = ARGV[3] there is no start draw.
 --
 -- A buyer keeps their place: asking again answers the same one (no re-roll of a shuffled place, no
 -- second position from one account), unless ARGV[5] names that very place (its session is over):
 -- then the buyer joins again at the back.
 --
 -- KEYS[1]  HASH  sk:{c}:room        fields: pre (pre-queue arrivals so far), size (the pre-queue's
---                                    size, once closed), next (the last position given)
--- KEYS[2]  HASH  sk:{c}:room:users  user -> "a<n>" or "p<n>"
+--                                    size, once closed), drawn (start draw arrivals so far),
+--                                    dbase and dsize (the draw's base and size, once closed),
+--                                    next (the last position given)
+-- KEYS[2]  HASH  sk:{c}:room:users  user -> "a<n>", "d<n>" or "p<n>"
 -- ARGV[1]  the user
 -- ARGV[2]  now, unix ms (the gateway's clock)
 -- ARGV[3]  the campaign's start, unix ms
 -- ARGV[4]  the serving position now (positions up to it are admitted or were)
 -- ARGV[5]  a place to replace ("p<n>": the buyer's session there is over), or ""
 -- ARGV[6]  unix ms at which both keys expire (the campaign's end plus a ticket's life)
--- Returns {place, size, issued}: the buyer's place, the pre-queue's size once closed (-1 while
--- open), and the places given so far (the last position given once closed, else the pre-queue's
--- arrivals): the queue's length is issued minus the serving position.
+-- ARGV[7]  the start draw's end, unix ms (the start plus start_draw_ms)
+-- Returns {place, size, issued, dbase, dsize}: the buyer's place, the pre-queue's size once closed
+-- (-1 while open), the places given so far (the last position given once the draw is closed,
+-- else the pre-queue's size plus the draw's arrivals, else the pre-queue's arrivals: the queue's
+-- length is issued minus the serving position), and the draw's base and size once closed (-1
+-- while open).
 
-local user, now, start = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local user, now, start, draw_end = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[7])
 local place = redis.call('HGET', KEYS[2], user)
 local size = redis.call('HGET', KEYS[1], 'size')
+local dbase = redis.call('HGET', KEYS[1], 'dbase')
+local wrote = false
 
-local function close()
-  local n = tonumber(redis.call('HGET', KEYS[1], 'pre') or '0')
-  redis.call('HSET', KEYS[1], 'size', n, 'next', n)
-  return tostring(n)
+if now >= start and not size then
+  size = tonumber(redis.call('HGET', KEYS[1], 'pre') or '0')
+  redis.call('HSET', KEYS[1], 'size', size, 'next', size)
+  wrote = true
+end
+if now >= draw_end and not dbase then
+  local last = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
+  local m = tonumber(redis.call('HGET', KEYS[1], 'drawn') or '0')
+  dbase = math.max(last, tonumber(ARGV[4]))
+  redis.call('HSET', KEYS[1], 'dbase', dbase, 'dsize', m, 'next', dbase + m)
+  wrote = true
 end
 
 if (not place) or place == ARGV[5] then
-  if now < start and not size then
+  if not size then
     place = 'a' .. redis.call('HINCRBY', KEYS[1], 'pre', 1)
+  elseif not dbase then
+    place = 'd' .. redis.call('HINCRBY', KEYS[1], 'drawn', 1)
   else
-    if not size then
-      size = close()
-    end
     local p = redis.call('HINCRBY', KEYS[1], 'next', 1)
     local floor = tonumber(ARGV[4])
     if p <= floor then
@@ -53,11 +77,22 @@ if (not place) or place == ARGV[5] then
     place = 'p' .. p
   end
   redis.call('HSET', KEYS[2], user, place)
+  wrote = true
+end
+if wrote then
   redis.call('PEXPIREAT', KEYS[1], ARGV[6])
-  redis.call('PEXPIREAT', KEYS[2], ARGV[6])
-elseif now >= start and not size then
-  size = close()
+  if redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('PEXPIREAT', KEYS[2], ARGV[6])
+  end
 end
 
-local issued = size and redis.call('HGET', KEYS[1], 'next') or redis.call('HGET', KEYS[1], 'pre')
-return {place, tonumber(size or '-1'), tonumber(issued or '0')}
+local issued
+if dbase then
+  issued = tonumber(redis.call('HGET', KEYS[1], 'next'))
+elseif size then
+  issued = tonumber(size) + tonumber(redis.call('HGET', KEYS[1], 'drawn') or '0')
+else
+  issued = tonumber(redis.call('HGET', KEYS[1], 'pre') or '0')
+end
+local dsize = dbase and redis.call('HGET', KEYS[1], 'dsize') or '-1'
+return {place, tonumber(size or '-1'), issued, tonumber(dbase or '-1'), tonumber(dsize)}

@@ -5,7 +5,9 @@
 // (`WAITING`): the position, the number ahead and a countdown to the ETA; the ticket presented
 // again at the ETA (never later than `retry_after`, a floor that doubles when it came back at
 // its ETA and still waited, jitter, a bounded count and time: the rules of the e2e client's
-// `next_presentation`); the proof of work solved only when the turn is due.
+// `next_presentation`); the proof of work solved only when the turn is due. A place in a
+// lottery not drawn yet (the pre-queue's, drawn at the start; the start draw's, drawn a moment
+// after it) shows when it is drawn, and asks for no work before.
 //
 // Login: the shop's login JWT is read from the cookie `seckill_login` (the gateway serves this
 // page on the shop's own host, where the shop's login sets it; see the README).
@@ -104,6 +106,8 @@ const TEXT = {
   etaNow: { en: 'any moment now', zh: '即将轮到' },
   preQueue: { en: 'Drawn at the start', zh: '开始时随机分配' },
   preQueueNote: { en: 'Everyone who arrived before the start is given a place at random when the sale opens: arriving earlier or later in this window makes no difference.', zh: '开始前到达的所有人将在开始时随机分配位置：在此期间早到晚到没有区别。' },
+  startDraw: { en: (s) => `Drawn at the start + ${s} s`, zh: (s) => `开始后 ${s} 秒随机分配` },
+  startDrawNote: { en: (s) => `Everyone who arrived in the first ${s} s of the sale is given a place at random (after those who queued before the start): arriving earlier or later in these seconds makes no difference.`, zh: (s) => `活动开始后 ${s} 秒内到达的所有人将随机分配位置（排在开始前排队的人之后）：在此期间早到晚到没有区别。` },
   shed: { en: (s) => `Too many buyers right now; asking again in ${s} s…`, zh: (s) => `当前人数过多，${s} 秒后自动重试…` },
   join: { en: 'Join the queue', zh: '排队' },
   starts: { en: (t) => `Starts at ${t} (server time)`, zh: (t) => `开始时间 ${t}（以服务器时间为准）` },
@@ -239,8 +243,8 @@ function show(code, extra = {}) {
   }
   const room = extra.room;
   const rows = [
-    ['position', room && (room.preQueue ? t('preQueue') : room.position.toLocaleString(lang))],
-    ['ahead', room && !room.preQueue ? room.ahead.toLocaleString(lang) : undefined],
+    ['position', room && (room.preQueue ? t('preQueue') : room.drawSecs !== null ? t('startDraw', room.drawSecs) : room.position.toLocaleString(lang))],
+    ['ahead', room && !room.preQueue && room.drawSecs === null ? room.ahead.toLocaleString(lang) : undefined],
     ['eta', room && etaText(room.etaAtMs)],
     ['orderId', extra.order], ['amount', extra.amount], ['payBy', extra.payBy], ['requestId', extra.requestId],
   ].filter(([, v]) => v !== undefined && v !== '');
@@ -262,10 +266,10 @@ function show(code, extra = {}) {
     }
     box.append(dl);
   }
-  if (room && room.preQueue) {
+  if (room && (room.preQueue || room.drawSecs !== null)) {
     const p = document.createElement('p');
     p.className = 'small';
-    p.textContent = t('preQueueNote');
+    p.textContent = room.preQueue ? t('preQueueNote') : t('startDrawNote', room.drawSecs);
     box.append(p);
   }
   if (w.login) box.append(signInLink());
@@ -474,10 +478,12 @@ function askToken(jwt, device, body, ticket) {
 }
 
 // After the WAITING answer `body`, the `soFar`-th, `waitedMs` into the wait, of which `late`
-// came back at or past their ETA (e2e::client::next_presentation's rules): come back at the ETA
+// came back at or past their ETA (e2e::client::next_presentation's rules, but past the ETA, not
+// before it: the work is solved here only once the turn is due): come back at the ETA
 // (a little past it, with jitter), never later than retry_after and never sooner than a floor
 // that doubles with `late`; a wait as long as retry_after is spread over its last fifth. `solve`:
-// the turn is due by then (never in the pre-queue, whose places are drawn at the start). `null`:
+// the turn is due by then (never before a lottery's draw: the pre-queue's at the start, the
+// start draw's at its close). `null`:
 // the next presentation would pass the count or the time this page waits.
 function nextPresentation(body, soFar, late, waitedMs) {
   const retry = Math.min(30, Math.max(1, Number(body.retry_after) || 1)) * 1000;
@@ -487,17 +493,26 @@ function nextPresentation(body, soFar, late, waitedMs) {
   if (pause >= retry) pause = retry * (0.8 + Math.random() / 5);
   else pause = Math.min(retry, pause + Math.random() * Math.min(200, pause / 10));
   if (soFar > ROOM_PRESENTATIONS || waitedMs + pause > ROOM_MAX_TOTAL_MS) return null;
-  return { pause, solve: body.pre_queue !== true && pause >= eta };
+  return { pause, solve: !undrawn(body) && pause >= eta };
 }
 
-// Shows a WAITING answer: the position (or the pre-queue's draw), the number ahead, the ETA.
+// Whether a WAITING answer's place is a lottery's not drawn yet (e2e::client::undrawn).
+function undrawn(body) {
+  return body.pre_queue === true || body.start_draw === true;
+}
+
+// Shows a WAITING answer: the position (or when its lottery is drawn), the number ahead, the ETA.
 function showWaiting(body) {
   setState('waiting');
   $('work').hidden = true;
   const preQueue = body.pre_queue === true;
+  // The start draw's seconds after the start, from the answer (its draw) and /info (the start).
+  const drawSecs = body.start_draw === true && info
+    ? Math.max(0, Math.round((Number(body.drawn_at_ms) - Date.parse(info.starts_at)) / 100) / 10)
+    : null;
   // From the answer's eta_ms as it arrives (the server's own clock, not this page's copy of it).
   const etaAtMs = serverNow() + (Number(body.eta_ms) || 0);
-  show('WAITING', { room: { preQueue, position: Number(body.position) || 0, ahead: Number(body.ahead) || 0, etaAtMs } });
+  show('WAITING', { room: { preQueue, drawSecs, position: Number(body.position) || 0, ahead: Number(body.ahead) || 0, etaAtMs } });
   runEta();
 }
 

@@ -7,7 +7,10 @@
 //!    `POST /seckill/{c}/token` → the campaign token, its hidden path and its signing key;
 //!    through the campaign's waiting room when it is on: each `WAITING` answer's ticket is
 //!    presented again (`X-Queue-Ticket`) after its `retry_after` ([`next_presentation`],
-//!    bounded by [`Patience`]), with a solved challenge once the ETA is near;
+//!    bounded by [`Patience`]), with a solved challenge once the ETA is near (a place in a
+//!    lottery not drawn yet, the pre-queue's or the start draw's, comes back at the draw
+//!    without it); the first token request brings its solved challenge, so a turn near enough
+//!    is waited for by the gateway itself (`held_ms` in the token's answer);
 //! 3. [`Ticket::order`]: a signed order request (`X-Timestamp`, `X-Nonce`, `X-Signature`);
 //! 4. [`poll`]: its result, `GET /seckill/{c}/result/{request_id}` with the result token the
 //!    QUEUED answer gave (`X-Result-Token`), which only its buyer holds.
@@ -87,6 +90,9 @@ pub struct RoomWait {
     /// When the answer that let the buyer through came, after a wait (unix ms, this machine's
     /// clock).
     pub admitted_at_ms: Option<i64>,
+    /// How long the gateway held the request that let the buyer through until its turn (a
+    /// turn under 100 ms away, admitted in place), if it did.
+    pub held_ms: Option<i64>,
 }
 
 /// An ETA a `WAITING` answer promised.
@@ -98,10 +104,16 @@ pub struct Promised {
     pub eta_at_ms: i64,
 }
 
+/// Whether a `WAITING` answer's place is a lottery's not drawn yet (the pre-queue's, or the
+/// start draw's): its ETA is the draw, not a turn.
+pub fn undrawn(body: &Value) -> bool {
+    body["pre_queue"] == true || body["start_draw"] == true
+}
+
 impl Promised {
-    /// The promise of a `WAITING` answer's `body`, if its place is drawn (not the pre-queue's).
+    /// The promise of a `WAITING` answer's `body`, if its place is drawn (not a lottery's yet).
     pub fn of(body: &Value) -> Option<Self> {
-        if body["code"] != "WAITING" || body["pre_queue"] != false {
+        if body["code"] != "WAITING" || undrawn(body) || body["position"].is_null() {
             return None;
         }
         Some(Self { eta_ms: body["eta_ms"].as_i64()?, eta_at_ms: body["eta_at_ms"].as_i64()? })
@@ -129,8 +141,12 @@ impl Default for Patience {
 /// at its ETA and still waited (clocks of N gateways may differ), up to [`MAX_FLOOR`].
 const FLOOR: Duration = Duration::from_millis(50);
 const MAX_FLOOR: Duration = Duration::from_secs(5);
-/// Past the ETA by this much when coming back at it.
+/// Past a lottery's draw by this much when coming back at it.
 const PAST_ETA: Duration = Duration::from_millis(20);
+/// Before a turn's ETA by this much when coming back at it, with the work: the gateway holds a
+/// request whose turn is under 100 ms away (`plugins::waiting_room::ADMIT_IN_PLACE_MS`) and
+/// lets it through at its turn, so the buyer gets in at its ETA, not a round trip after it.
+const BEFORE_ETA: Duration = Duration::from_millis(50);
 
 /// What to do after a `WAITING` answer (pure: [`next_presentation`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,9 +164,10 @@ pub enum Next {
 }
 
 /// After the `WAITING` answer `body`, the `so_far`-th of this buyer, `waited` into the wait, of
-/// which `late` came at or past their ETA: come back at the ETA (plus a little), never later
-/// than `retry_after` and never sooner than a floor that doubles with `late`; give up when
-/// the next presentation would pass `patience`.
+/// which `late` came at or past their ETA: come back a little before the ETA with the work (the
+/// gateway holds it until the turn), or just after a lottery's draw without it, never later
+/// than `retry_after` and never sooner than a floor that doubles with `late`; give up when the
+/// next presentation would pass `patience`.
 pub fn next_presentation(
     body: &Value,
     so_far: u32,
@@ -161,12 +178,13 @@ pub fn next_presentation(
     let retry = Duration::from_secs(body["retry_after"].as_u64().unwrap_or(1).clamp(1, 30));
     let eta = Duration::from_millis(body["eta_ms"].as_u64().unwrap_or(retry.as_millis() as u64));
     let floor = FLOOR.saturating_mul(1 << late.min(16)).min(MAX_FLOOR);
-    let pause = (eta + PAST_ETA).max(floor).min(retry);
+    let undrawn = undrawn(body);
+    let at = if undrawn { eta + PAST_ETA } else { eta.saturating_sub(BEFORE_ETA) };
+    let pause = at.max(floor).min(retry);
     if so_far > patience.presentations || waited + pause > patience.total {
         return Next::GiveUp;
     }
-    let pre_queue = body["pre_queue"] == true;
-    Next::Present { pause, solve: !pre_queue && pause >= eta }
+    Next::Present { pause, solve: !undrawn && pause + BEFORE_ETA >= eta }
 }
 
 /// Most times a challenge or token request answered `TRY_LATER` is sent again.
@@ -400,7 +418,8 @@ impl Buyer<'_> {
         if status != 200 {
             return Err((status, body));
         }
-        if room.waiting > 0 {
+        room.held_ms = body["held_ms"].as_i64();
+        if room.waiting > 0 || room.held_ms.is_some() {
             room.admitted_at_ms = Some(chrono::Utc::now().timestamp_millis());
         }
         Ok(Ticket {
@@ -507,7 +526,8 @@ mod tests {
     }
 
     fn waiting(eta_ms: u64, retry_after: u64) -> Value {
-        json!({"code": "WAITING", "eta_ms": eta_ms, "retry_after": retry_after, "pre_queue": false})
+        json!({"code": "WAITING", "eta_ms": eta_ms, "retry_after": retry_after, "pre_queue": false,
+               "start_draw": false, "position": 9})
     }
 
     #[test]
@@ -516,9 +536,12 @@ mod tests {
         // Far: back after retry_after, without the work.
         let far = next_presentation(&waiting(45_000, 30), 1, 0, Duration::ZERO, &p);
         assert_eq!(far, Next::Present { pause: Duration::from_secs(30), solve: false });
-        // Near: back just past the ETA, with the answer.
+        // Near: back just before the ETA, with the answer (held by the gateway until the turn).
         let near = next_presentation(&waiting(700, 1), 2, 0, Duration::ZERO, &p);
-        assert_eq!(near, Next::Present { pause: Duration::from_millis(720), solve: true });
+        assert_eq!(near, Next::Present { pause: Duration::from_millis(650), solve: true });
+        // Not near yet by the next presentation (retry_after first): no work.
+        let later = next_presentation(&waiting(1_500, 1), 2, 0, Duration::ZERO, &p);
+        assert_eq!(later, Next::Present { pause: Duration::from_secs(1), solve: false });
         // Came back at the ETA and still waiting: a floor that doubles, capped.
         let again = next_presentation(&waiting(0, 1), 3, 3, Duration::ZERO, &p);
         assert_eq!(again, Next::Present { pause: Duration::from_millis(400), solve: true });
@@ -530,14 +553,25 @@ mod tests {
             next_presentation(&pre, 1, 0, Duration::ZERO, &p),
             Next::Present { pause: Duration::from_millis(520), solve: false }
         );
+        // The start draw: no work before its draw either.
+        let draw = json!({"code": "WAITING", "eta_ms": 500, "retry_after": 1, "pre_queue": false,
+                          "start_draw": true, "position": null});
+        assert_eq!(
+            next_presentation(&draw, 1, 0, Duration::ZERO, &p),
+            Next::Present { pause: Duration::from_millis(520), solve: false }
+        );
     }
 
     #[test]
     fn a_promise_is_the_first_eta_with_a_drawn_place() {
-        let drawn = json!({"code": "WAITING", "pre_queue": false, "eta_ms": 1200, "eta_at_ms": 5_000});
+        let drawn = json!({"code": "WAITING", "pre_queue": false, "start_draw": false, "position": 12,
+                           "eta_ms": 1200, "eta_at_ms": 5_000});
         assert_eq!(Promised::of(&drawn), Some(Promised { eta_ms: 1200, eta_at_ms: 5_000 }));
         let pre = json!({"code": "WAITING", "pre_queue": true, "eta_ms": 900, "eta_at_ms": 4_000});
         assert_eq!(Promised::of(&pre), None, "the pre-queue's ETA is only the start");
+        let draw = json!({"code": "WAITING", "pre_queue": false, "start_draw": true, "position": null,
+                          "eta_ms": 900, "eta_at_ms": 4_000});
+        assert_eq!(Promised::of(&draw), None, "the start draw's ETA is only its close");
         assert_eq!(Promised::of(&json!({"code": "TOKEN_ISSUED"})), None);
     }
 

@@ -240,6 +240,9 @@ pub struct Figures {
     pub eta: Option<EtaErrors>,
     /// Buyers let through after a wait without a drawn ETA (the pre-queue's draw came with their admission).
     pub admitted_unpromised: u64,
+    /// Buyers whose token request the gateway held until a turn under 100 ms away (admitted in
+    /// place, `held_ms`), after a wait or not.
+    pub held_in_place: u64,
     /// The scripts against the crowd.
     pub share: ScriptShare,
     /// The room's targets (judged only with the room on).
@@ -265,8 +268,9 @@ impl Figures {
         let before: Vec<(f64, f64)> = evalsha.iter().copied().filter(|&(t, _)| t < first - 0.05).collect();
         let taken = series(&|s| s.stock_left.map(|v| -(v as f64)));
         let mut promised = Vec::new();
-        let mut unpromised = 0;
+        let (mut unpromised, mut held) = (0, 0);
         for room in accounts.iter().filter_map(|(_, r)| r.as_ref()) {
+            held += u64::from(room.held_ms.is_some());
             match (room.promised, room.admitted_at_ms) {
                 (Some(p), Some(at)) => promised.push(Admission {
                     eta_ms: p.eta_ms,
@@ -300,6 +304,7 @@ impl Figures {
             last_token_secs: out.tokens.as_secs_f64(),
             eta: EtaErrors::of(&promised),
             admitted_unpromised: unpromised,
+            held_in_place: held,
             share,
             targets: Vec::new(),
             samples,
@@ -385,7 +390,7 @@ impl Figures {
             Some(e) => {
                 let _ = writeln!(
                     s,
-                    "  ETA error of {} admitted buyers: p50 {:+.1} %, p99 {:+.1} %, max {:+.1} %, min {:+.1} %, {:.1} % beyond ±20 % (latest {} ms past its ETA; {} admitted without a drawn ETA)",
+                    "  ETA error of {} admitted buyers: p50 {:+.1} %, p99 {:+.1} %, max {:+.1} %, min {:+.1} %, {:.1} % beyond ±20 % (latest {} ms past its ETA; {} admitted without a drawn ETA; {} held in place until a turn under 100 ms away)",
                     e.admitted,
                     e.p50 * 100.0,
                     e.p99 * 100.0,
@@ -393,7 +398,8 @@ impl Figures {
                     e.min * 100.0,
                     e.beyond_20 * 100.0,
                     e.max_late_ms,
-                    self.admitted_unpromised
+                    self.admitted_unpromised,
+                    self.held_in_place
                 );
             }
             None => {
@@ -703,6 +709,7 @@ mod tests {
             last_token_secs: 0.0,
             eta: EtaErrors::of(&[adm(1000, 10), adm(1000, late)]),
             admitted_unpromised: 0,
+            held_in_place: 0,
             share,
             targets: Vec::new(),
             samples: Vec::new(),

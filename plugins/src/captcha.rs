@@ -65,6 +65,11 @@ pub struct Solution {
 }
 
 impl Solution {
+    /// Whether it brings an answer at all: a challenge and its answer, or a provider's token.
+    pub fn brings_work(&self) -> bool {
+        (self.challenge.is_some() && self.answer.is_some()) || self.captcha_token.is_some()
+    }
+
     /// Parses the token endpoint's JSON body; `BAD_REQUEST` when it is not one.
     pub fn parse(body: &[u8]) -> Result<Self, Denial> {
         serde_json::from_slice(body).map_err(|_| {

@@ -19,6 +19,15 @@
 //!   shuffle ([`shuffle`]), unpredictable without the master key. Every pre-queue arrival has the
 //!   same chance of every place, whenever it came in the window: a script firing at T−0 gains
 //!   nothing over a buyer who came five minutes early, and one account has one place.
+//! - **The start draw**: arrivals in the `start_draw_ms` after the start get a draw number; when
+//!   the draw closes its size is frozen with its base (the pre-queue's size, or the serving
+//!   position then if higher) and each number becomes a position after the base by another
+//!   keyed shuffle ([`draw_shuffle`]): a script firing at T+0 is not first among a crowd that
+//!   arrives over the first second. The drawn places are served from the draw's close at the
+//!   rate (no burst), and positions after the draw are first come, first served.
+//! - **Admitted in place**: a request whose turn is less than [`ADMIT_IN_PLACE_MS`] away and that
+//!   brings its captcha's answer is held (an async sleep) and goes on as admitted, instead of a
+//!   `WAITING` answer whose promise would be shorter than the round trip to keep it.
 //!
 //! The proof of work's bits ([`protocol::waiting_room::pow_bits`]) follow the campaign's
 //! arrivals (token requests) per second across every gateway, counted in Redis
@@ -38,7 +47,7 @@ use chrono::{DateTime, Utc};
 use fred::clients::Pool;
 use protocol::campaign::Campaign;
 use protocol::codes::Code;
-use protocol::scripts::{RoomEntry, RoomPlace, Scripts};
+use protocol::scripts::{Drawn, RoomEntry, RoomPlace, Scripts};
 use protocol::waiting_room::{self as conf, pow_bits};
 use ring::hmac;
 use serde_json::{json, Value};
@@ -50,6 +59,12 @@ pub const TICKET_HEADER: &str = "x-queue-ticket";
 /// The longest `Retry-After` of a `WAITING` answer: a buyer far back comes back at least this
 /// often (and sees the ETA shrink).
 pub const MAX_RETRY_SECS: u64 = 30;
+/// A request whose turn is at most this many ms away, and that brings its captcha's answer, is
+/// held until its turn and goes on as admitted ([`hold_ms`]): no `WAITING` answer promises a wait
+/// shorter than the round trip needed to keep it. At `admit_per_sec` a second, at most
+/// `admit_per_sec / 10` positions are this close, so as many requests are held at once (each an
+/// async sleep, no thread).
+pub const ADMIT_IN_PLACE_MS: i64 = 100;
 
 // ---------------------------------------------------------------------------------------------
 // The serving schedule (pure).
@@ -120,6 +135,17 @@ impl Schedule {
 /// even power of two ≥ `size`, walking the cycle back into range), keyed by the room key, the
 /// campaign and the size. A bijection: every position is given once.
 pub fn shuffle(key: &hmac::Key, campaign: &str, size: u64, arrival: u64) -> u64 {
+    permute(key, "shuffle", campaign, size, arrival)
+}
+
+/// The place (1..=`size`, after the draw's base) of the start draw's `arrival`-th arrival: the
+/// same keyed permutation as [`shuffle`], under another label (the two lotteries of a campaign
+/// are drawn apart).
+pub fn draw_shuffle(key: &hmac::Key, campaign: &str, size: u64, arrival: u64) -> u64 {
+    permute(key, "draw", campaign, size, arrival)
+}
+
+fn permute(key: &hmac::Key, label: &str, campaign: &str, size: u64, arrival: u64) -> u64 {
     if size <= 1 || arrival == 0 || arrival > size {
         return arrival;
     }
@@ -127,23 +153,98 @@ pub fn shuffle(key: &hmac::Key, campaign: &str, size: u64, arrival: u64) -> u64 
     let half = bits.div_ceil(2);
     let mask = (1u64 << half) - 1;
     let round = |i: u8, x: u64| -> u64 {
-        let tag = hmac::sign(key, format!("shuffle\n{campaign}\n{size}\n{i}\n{x}").as_bytes());
+        let tag = hmac::sign(key, format!("{label}\n{campaign}\n{size}\n{i}\n{x}").as_bytes());
         let mut b = [0u8; 8];
         b.copy_from_slice(&tag.as_ref()[..8]);
         u64::from_be_bytes(b) & mask
     };
-    let permute = |x: u64| -> u64 {
+    let feistel = |x: u64| -> u64 {
         let (mut l, mut r) = (x >> half, x & mask);
         for i in 0..4 {
             (l, r) = (r, l ^ round(i, r));
         }
         (l << half) | r
     };
-    let mut x = permute(arrival - 1);
+    let mut x = feistel(arrival - 1);
     while x >= size {
-        x = permute(x);
+        x = feistel(x);
     }
     x + 1
+}
+
+/// What this process knows of a campaign's lotteries: the pre-queue's size and the start draw,
+/// once each is closed (`room.lua` says so).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Closed {
+    /// The pre-queue's frozen size.
+    pub pre: Option<u64>,
+    /// The start draw's base and size.
+    pub draw: Option<Drawn>,
+}
+
+impl Closed {
+    /// Both kept, the newer known one of each.
+    fn merge(self, other: Closed) -> Closed {
+        Closed { pre: other.pre.or(self.pre), draw: other.draw.or(self.draw) }
+    }
+}
+
+/// Where a place stands once its lottery is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placed {
+    /// At this position.
+    Position(u64),
+    /// Its lottery is not drawn yet: it will be at `drawn_at_ms` (unix ms); `start_draw` says
+    /// which (the start draw, or the pre-queue's at the start).
+    Undrawn {
+        /// When the places are drawn, unix ms.
+        drawn_at_ms: i64,
+        /// The start draw's (else the pre-queue's).
+        start_draw: bool,
+    },
+    /// Its lottery's result is not known to this process yet, though drawn: ask `room.lua`.
+    Unknown,
+}
+
+/// The position of `place` at `now_ms` given what is `closed`, the start and the draw's end
+/// (unix ms): a position is itself; a pre-queue arrival is shuffled among the pre-queue from the
+/// start on; a draw arrival is the draw's base plus its shuffle among the draw, from the draw's
+/// end on.
+pub fn place_position(
+    key: &hmac::Key,
+    campaign: &str,
+    place: RoomPlace,
+    closed: Closed,
+    now_ms: i64,
+    (start_ms, draw_end_ms): (i64, i64),
+) -> Placed {
+    match place {
+        RoomPlace::Position(p) => Placed::Position(p),
+        RoomPlace::PreQueue(_) if now_ms < start_ms => {
+            Placed::Undrawn { drawn_at_ms: start_ms, start_draw: false }
+        }
+        RoomPlace::PreQueue(a) => match closed.pre {
+            Some(n) => Placed::Position(shuffle(key, campaign, n, a)),
+            None => Placed::Unknown,
+        },
+        RoomPlace::Draw(_) if now_ms < draw_end_ms => {
+            Placed::Undrawn { drawn_at_ms: draw_end_ms, start_draw: true }
+        }
+        RoomPlace::Draw(d) => match closed.draw {
+            Some(Drawn { base, size }) => Placed::Position(base + draw_shuffle(key, campaign, size, d)),
+            None => Placed::Unknown,
+        },
+    }
+}
+
+/// How long to hold a request whose position stands at `turn` before it goes on as admitted
+/// ([`ADMIT_IN_PLACE_MS`]), if it brings its captcha's answer (`brings_work`): `None` to answer
+/// as the turn says.
+pub fn hold_ms(turn: Turn, brings_work: bool) -> Option<i64> {
+    match turn {
+        Turn::Waiting { eta_ms, .. } if brings_work && eta_ms <= ADMIT_IN_PLACE_MS => Some(eta_ms.max(0)),
+        _ => None,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -296,11 +397,12 @@ pub fn issued_at(turn: Turn, now_ms: i64) -> i64 {
     }
 }
 
-/// Whether an admission on the presented ticket (`issued` unix s, `pre_queue` its place) is the
-/// first of its wait: a pre-queue ticket, or one issued before its position's promise.
+/// Whether an admission on the presented ticket (`issued` unix s, `lottery`: its place is a
+/// pre-queue's or a start draw's arrival) is the first of its wait: a lottery's ticket, or one
+/// issued before its position's promise.
 pub fn first_admission(presented: Option<(i64, bool)>, promised_ms: i64) -> Option<Admission> {
     presented
-        .filter(|(issued, pre_queue)| *pre_queue || issued.saturating_mul(1000) < promised_ms)
+        .filter(|(issued, lottery)| *lottery || issued.saturating_mul(1000) < promised_ms)
         .map(|_| Admission { promised_ms })
 }
 
@@ -338,8 +440,11 @@ pub enum Pass {
         ticket: String,
         /// Until the session ends, in seconds.
         session_left_secs: u64,
-        /// The first admission of a wait (the ticket presented was a waiting one), if it is.
+        /// The first admission of a wait (the ticket presented was a waiting one, or the request
+        /// was held until its turn), if it is.
         first: Option<Admission>,
+        /// How long the request was held until its turn (admitted in place), ms, if it was.
+        held_ms: Option<i64>,
     },
     /// Not yet: the `WAITING` answer.
     Waiting(Value),
@@ -362,15 +467,19 @@ pub struct Asker<'a> {
     pub device: &'a str,
     /// The ticket presented, if any.
     pub ticket: Option<&'a [u8]>,
+    /// Whether the request brings its captcha's answer (a challenge and its answer, or a
+    /// provider's token): only such a request is held until a turn that is near
+    /// ([`ADMIT_IN_PLACE_MS`]); one without would be refused at the captcha once admitted.
+    pub brings_work: bool,
 }
 
-/// The waiting room's Redis side, and the pre-queue sizes this process has seen.
+/// The waiting room's Redis side, and the lotteries this process has seen closed.
 pub struct WaitingRoom {
     pool: Pool,
     scripts: Scripts,
     timeout: Duration,
-    /// Campaign and start (unix ms) -> the pre-queue's frozen size.
-    sizes: Mutex<HashMap<(String, i64), u64>>,
+    /// Campaign and start (unix ms) -> its lotteries, once closed.
+    closed: Mutex<HashMap<(String, i64), Closed>>,
     rates: ArrivalRates,
     stats: RoomStats,
 }
@@ -385,6 +494,11 @@ fn degraded() -> Denial {
     Denial::new(Code::ServiceDegraded, "cannot reach the waiting room now; try again").retry_after(1)
 }
 
+/// The start draw's end, unix ms: the start plus `start_draw_ms`.
+pub fn draw_ends_at_ms(campaign: &Campaign) -> i64 {
+    campaign.starts_at.timestamp_millis() + i64::from(campaign.waiting_room.start_draw_ms)
+}
+
 impl WaitingRoom {
     /// Over `pool` and the loaded `scripts`, each call bounded by `timeout`.
     pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
@@ -392,7 +506,7 @@ impl WaitingRoom {
             pool,
             scripts,
             timeout,
-            sizes: Mutex::new(HashMap::new()),
+            closed: Mutex::new(HashMap::new()),
             rates: ArrivalRates::default(),
             stats: RoomStats::default(),
         }
@@ -408,13 +522,19 @@ impl WaitingRoom {
         &self.stats
     }
 
+    /// What this process knows of `campaign`'s lotteries.
+    fn known(&self, campaign: &Campaign) -> Closed {
+        let key = (campaign.id.clone(), campaign.starts_at.timestamp_millis());
+        self.closed.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied().unwrap_or_default()
+    }
+
     async fn enter(
         &self,
         campaign: &Campaign,
         user: &str,
         now_ms: i64,
         renew: Option<RoomPlace>,
-    ) -> Result<(RoomPlace, Option<u64>), Denial> {
+    ) -> Result<(RoomPlace, Closed), Denial> {
         let room = &campaign.waiting_room;
         let start = campaign.starts_at.timestamp_millis();
         let entry = RoomEntry {
@@ -425,27 +545,33 @@ impl WaitingRoom {
             serving: Schedule::of(room).serving(now_ms - start),
             renew,
             expire_at_ms: campaign.ends_at.timestamp_millis() + i64::from(room.ticket_ttl_secs) * 1000,
+            draw_ends_at_ms: draw_ends_at_ms(campaign),
         };
         let call = self.scripts.room_enter(self.pool.next_connected(), &entry);
-        let (place, size, issued) = match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(out)) => (out.place, out.size, out.issued),
+        let out = match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(out)) => out,
             Ok(Err(e)) => {
                 tracing::warn!(campaign = %campaign.id, error = %e, "room.lua failed");
                 return Err(degraded());
             }
             Err(_) => return Err(degraded()),
         };
-        if let Some(n) = size {
-            self.sizes.lock().unwrap_or_else(|e| e.into_inner()).insert((campaign.id.clone(), start), n);
-        }
-        self.stats.saw(&campaign.id, place, size);
-        self.stats.issued(&campaign.id, issued);
-        Ok((place, size))
+        let said = Closed { pre: out.size, draw: out.draw };
+        let closed = {
+            let mut all = self.closed.lock().unwrap_or_else(|e| e.into_inner());
+            let known = all.entry((campaign.id.clone(), start)).or_default();
+            *known = known.merge(said);
+            *known
+        };
+        self.stats.saw(&campaign.id, out.place, closed);
+        self.stats.issued(&campaign.id, out.issued);
+        Ok((out.place, closed))
     }
 
     /// The room's answer to a token request of `who` at `now`, keys from `key`: [`Pass::Open`]
     /// when the room is off; otherwise the presented ticket is checked (`BAD_TICKET`) or a
-    /// place taken (one `room.lua` call), and the place's turn decides.
+    /// place taken (one `room.lua` call), and the place's turn decides. A turn at most
+    /// [`ADMIT_IN_PLACE_MS`] away is waited for here when the request brings its work.
     pub async fn pass(
         &self,
         key: &hmac::Key,
@@ -459,37 +585,44 @@ impl WaitingRoom {
         }
         let (now_s, now_ms) = (now.timestamp(), now.timestamp_millis());
         let start = campaign.starts_at.timestamp_millis();
-        // When the presented ticket was issued (unix s), and whether it was a pre-queue one.
+        let ends = (start, draw_ends_at_ms(campaign));
+        // When the presented ticket was issued (unix s), and whether it was a lottery's.
         let mut presented: Option<(i64, bool)> = None;
-        let (mut place, mut size) = match who.ticket {
+        let (mut place, mut closed) = match who.ticket {
             Some(t) => {
                 let ticket = Ticket::verify(key, t, &campaign.id, who.user, who.device, now_s)?;
-                presented = Some((ticket.issued_at, matches!(ticket.place, RoomPlace::PreQueue(_))));
-                self.stats.saw(&campaign.id, ticket.place, None);
-                let size = self
-                    .sizes
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&(campaign.id.clone(), start))
-                    .copied();
-                (ticket.place, size)
+                let lottery = !matches!(ticket.place, RoomPlace::Position(_));
+                presented = Some((ticket.issued_at, lottery));
+                let closed = self.known(campaign);
+                self.stats.saw(&campaign.id, ticket.place, closed);
+                (ticket.place, closed)
             }
             None => self.enter(campaign, who.user, now_ms, None).await?,
         };
-        if matches!(place, RoomPlace::PreQueue(_)) && now_ms >= start && size.is_none() {
-            // The first presentation of a pre-queue ticket in this process after the start:
-            // the pre-queue's size, frozen (the buyer's place is the same one).
-            (place, size) = self.enter(campaign, who.user, now_ms, None).await?;
+        let mut placed = place_position(key, &campaign.id, place, closed, now_ms, ends);
+        if placed == Placed::Unknown {
+            // The first presentation of a lottery's ticket in this process after its draw: the
+            // lottery's size, frozen (the buyer's place is the same one).
+            (place, closed) = self.enter(campaign, who.user, now_ms, None).await?;
+            placed = place_position(key, &campaign.id, place, closed, now_ms, ends);
         }
         let schedule = Schedule::of(room);
-        let position = match (place, size) {
-            (RoomPlace::Position(p), _) => p,
-            (RoomPlace::PreQueue(a), Some(n)) if now_ms >= start => shuffle(key, &campaign.id, n, a),
-            (RoomPlace::PreQueue(a), _) => {
-                return Ok(Pass::Waiting(self.waiting_pre(key, campaign, who, a, now_ms)));
+        let mut position = match placed {
+            Placed::Position(p) => p,
+            Placed::Undrawn { drawn_at_ms, start_draw } => {
+                return Ok(Pass::Waiting(self.waiting_undrawn(
+                    key,
+                    campaign,
+                    who,
+                    place,
+                    drawn_at_ms,
+                    start_draw,
+                    now_ms,
+                )));
             }
+            Placed::Unknown => return Err(degraded()),
         };
-        let mut position = position;
+        let mut now_ms = now_ms;
         let mut turn = turn(&schedule, position, now_ms - start);
         if turn == Turn::Passed {
             let (again, _) =
@@ -500,6 +633,14 @@ impl WaitingRoom {
             }
         }
         let promised_ms = start + schedule.served_at(position);
+        let (asked_ms, mut held) = (now_ms, None);
+        while let Some(wait) = hold_ms(turn, who.brings_work) {
+            // Admitted in place: its turn is nearer than a round trip to come back at it.
+            tokio::time::sleep(Duration::from_millis(wait as u64 + 1)).await;
+            now_ms = now_ms.max(Utc::now().timestamp_millis());
+            held = Some(now_ms - asked_ms);
+            turn = self::turn(&schedule, position, now_ms - start);
+        }
         let issued_at = issued_at(turn, now_ms);
         let ticket = Ticket {
             campaign: campaign.id.clone(),
@@ -514,13 +655,18 @@ impl WaitingRoom {
             Turn::Admitted { left_ms } => Pass::Admitted {
                 ticket,
                 session_left_secs: (left_ms.max(0) as u64).div_ceil(1000),
-                first: first_admission(presented, promised_ms),
+                first: match held {
+                    Some(_) => Some(Admission { promised_ms }),
+                    None => first_admission(presented, promised_ms),
+                },
+                held_ms: held,
             },
             Turn::Waiting { serving, ahead, eta_ms } => Pass::Waiting(json!({
                 "code": Code::Waiting,
                 "message": "not your turn yet: present the ticket as X-Queue-Ticket after retry_after seconds",
                 "ticket": ticket,
                 "pre_queue": false,
+                "start_draw": false,
                 "position": position,
                 "serving": serving,
                 "ahead": ahead,
@@ -538,14 +684,17 @@ impl WaitingRoom {
         })
     }
 
-    /// The `WAITING` answer of a pre-queue arrival before the start: no position yet (it is
-    /// drawn at the start), come back at the start.
-    fn waiting_pre(
+    /// The `WAITING` answer of a lottery's arrival before its draw (the pre-queue's at the
+    /// start, the start draw's at its end, `drawn_at_ms`): no position yet, come back then.
+    #[allow(clippy::too_many_arguments)]
+    fn waiting_undrawn(
         &self,
         key: &hmac::Key,
         campaign: &Campaign,
         who: Asker<'_>,
-        arrival: u64,
+        place: RoomPlace,
+        drawn_at_ms: i64,
+        start_draw: bool,
         now_ms: i64,
     ) -> Value {
         let room = &campaign.waiting_room;
@@ -554,22 +703,29 @@ impl WaitingRoom {
             campaign: campaign.id.clone(),
             user: who.user.to_string(),
             device: who.device.to_string(),
-            place: RoomPlace::PreQueue(arrival),
+            place,
             issued_at: now_s,
             expires_at: now_s + i64::from(room.ticket_ttl_secs),
         }
         .sign(key);
-        let to_start = campaign.starts_at.timestamp_millis() - now_ms;
+        let to_draw = drawn_at_ms - now_ms;
+        let message = if start_draw {
+            "in the start draw: every place of those who came in the sale's first moments is drawn at random when it closes; present the ticket then"
+        } else {
+            "in the pre-queue: every place in it is drawn at random at the start; present the ticket then"
+        };
         json!({
             "code": Code::Waiting,
-            "message": "in the pre-queue: every place in it is drawn at random at the start; present the ticket then",
+            "message": message,
             "ticket": ticket,
-            "pre_queue": true,
+            "pre_queue": !start_draw,
+            "start_draw": start_draw,
+            "drawn_at_ms": drawn_at_ms,
             "position": Value::Null,
             "ahead": Value::Null,
-            "eta_ms": to_start,
-            "eta_at_ms": now_ms + to_start,
-            "retry_after": retry_after_secs(to_start),
+            "eta_ms": to_draw,
+            "eta_at_ms": drawn_at_ms,
+            "retry_after": retry_after_secs(to_draw),
             "expires_in": room.ticket_ttl_secs,
         })
     }
@@ -619,12 +775,15 @@ impl RoomStats {
         }
     }
 
-    /// A place given or presented, and the pre-queue's size if known.
-    pub fn saw(&self, campaign: &str, place: RoomPlace, size: Option<u64>) {
+    /// A place given or presented, and what is known of the lotteries (a draw arrival comes
+    /// after the pre-queue; a closed draw's places are all given).
+    pub fn saw(&self, campaign: &str, place: RoomPlace, closed: Closed) {
         let p = match place {
             RoomPlace::Position(p) | RoomPlace::PreQueue(p) => p,
+            RoomPlace::Draw(d) => closed.pre.unwrap_or(0) + d,
         };
-        self.with(campaign, |c| c.issued = c.issued.max(p).max(size.unwrap_or(0)));
+        let known = closed.draw.map_or(closed.pre.unwrap_or(0), |d| d.base + d.size);
+        self.with(campaign, |c| c.issued = c.issued.max(p).max(known));
     }
 
     /// The places given so far, as `room.lua` read them across every gateway.
@@ -785,10 +944,13 @@ mod tests {
     #[test]
     fn room_stats_keep_the_highest_place_and_the_errors_until_read() {
         let stats = RoomStats::default();
-        stats.saw("c1", RoomPlace::PreQueue(4), None);
-        stats.saw("c1", RoomPlace::Position(2), Some(6));
-        stats.saw("c1", RoomPlace::Position(9), None);
-        stats.saw("c1", RoomPlace::Position(3), None);
+        let none = Closed::default();
+        stats.saw("c1", RoomPlace::PreQueue(4), none);
+        stats.saw("c1", RoomPlace::Position(2), Closed { pre: Some(6), draw: None });
+        stats.saw("c1", RoomPlace::Position(9), none);
+        stats.saw("c1", RoomPlace::Position(3), none);
+        stats.saw("c1", RoomPlace::Draw(2), Closed { pre: Some(6), draw: None });
+        stats.saw("c1", RoomPlace::Draw(1), Closed { pre: Some(6), draw: Some(Drawn { base: 6, size: 3 }) });
         stats.admitted("c1", Admission { promised_ms: 1000 }, 1040);
         stats.admitted("c1", Admission { promised_ms: 2000 }, 1990);
         let read = stats.take("c1");
@@ -816,6 +978,68 @@ mod tests {
         // all over the positions, not at the back (mean near the middle).
         let late: u64 = (901..=1000).map(|a| shuffle(&key(), "c1", 1000, a)).sum::<u64>() / 100;
         assert!((300..=700).contains(&late), "the late arrivals' mean position is {late}");
+    }
+
+    #[test]
+    fn the_start_draw_is_another_keyed_permutation() {
+        for size in [1u64, 2, 7, 64, 65, 1000] {
+            let mut seen: Vec<u64> = (1..=size).map(|a| draw_shuffle(&key(), "c1", size, a)).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (1..=size).collect::<Vec<_>>(), "a bijection of 1..={size}");
+        }
+        let drawn: Vec<u64> = (1..=100).map(|a| draw_shuffle(&key(), "c1", 100, a)).collect();
+        let pre: Vec<u64> = (1..=100).map(|a| shuffle(&key(), "c1", 100, a)).collect();
+        assert_ne!(drawn, pre, "the two lotteries of a campaign are drawn apart");
+        assert_ne!(drawn, (1..=100).collect::<Vec<_>>(), "not the arrival order");
+        // The first tenth of the arrivals (a script firing at T+0) is not at the front: its mean
+        // place is near the middle.
+        let first: u64 = (1..=100).map(|a| draw_shuffle(&key(), "c1", 1000, a)).sum::<u64>() / 100;
+        assert!((300..=700).contains(&first), "the first arrivals' mean place is {first}");
+    }
+
+    #[test]
+    fn a_place_is_positioned_once_its_lottery_is_drawn() {
+        let (start, end) = (10_000, 11_000);
+        let at = |place, closed, now| place_position(&key(), "c1", place, closed, now, (start, end));
+        let none = Closed::default();
+        let pre = Closed { pre: Some(5), draw: None };
+        let both = Closed { pre: Some(5), draw: Some(Drawn { base: 8, size: 4 }) };
+        assert_eq!(at(RoomPlace::Position(42), none, 0), Placed::Position(42));
+        // The pre-queue: drawn at the start.
+        let undrawn = |drawn_at_ms, start_draw| Placed::Undrawn { drawn_at_ms, start_draw };
+        assert_eq!(at(RoomPlace::PreQueue(2), none, 9_999), undrawn(start, false));
+        assert_eq!(at(RoomPlace::PreQueue(2), none, start), Placed::Unknown, "drawn, not known here yet");
+        assert_eq!(at(RoomPlace::PreQueue(2), pre, start), Placed::Position(shuffle(&key(), "c1", 5, 2)));
+        // The start draw: at its end, after its base.
+        assert_eq!(at(RoomPlace::Draw(3), pre, 10_500), undrawn(end, true));
+        assert_eq!(at(RoomPlace::Draw(3), pre, end), Placed::Unknown);
+        let drawn = at(RoomPlace::Draw(3), both, end);
+        assert_eq!(drawn, Placed::Position(8 + draw_shuffle(&key(), "c1", 4, 3)));
+        let mut places: Vec<u64> = (1..=4)
+            .map(|d| match at(RoomPlace::Draw(d), both, end + 1) {
+                Placed::Position(p) => p,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        places.sort_unstable();
+        assert_eq!(places, vec![9, 10, 11, 12], "base + 1 ..= base + size, each once");
+    }
+
+    #[test]
+    fn a_near_turn_is_held_only_with_the_work() {
+        let waiting = |eta_ms| Turn::Waiting { serving: 1, ahead: 0, eta_ms };
+        assert_eq!(hold_ms(waiting(3), true), Some(3));
+        assert_eq!(hold_ms(waiting(ADMIT_IN_PLACE_MS), true), Some(ADMIT_IN_PLACE_MS));
+        assert_eq!(hold_ms(waiting(ADMIT_IN_PLACE_MS + 1), true), None, "far enough to come back");
+        assert_eq!(hold_ms(waiting(3), false), None, "no answer to the captcha: told to wait");
+        assert_eq!(hold_ms(Turn::Admitted { left_ms: 5 }, true), None);
+        assert_eq!(hold_ms(Turn::Passed, true), None);
+        // Held that long, the turn has come: the schedule's promise is reached.
+        let s = schedule(500, None, 60);
+        let (p, t) = (17, 30);
+        let Turn::Waiting { eta_ms, .. } = turn(&s, p, t) else { panic!() };
+        assert!(matches!(turn(&s, p, t + hold_ms(turn(&s, p, t), true).unwrap()), Turn::Admitted { .. }));
+        assert_eq!(t + eta_ms, s.served_at(p));
     }
 
     fn ticket(place: RoomPlace, expires_at: i64) -> Ticket {

@@ -8,6 +8,7 @@
 //! admit_per_sec = 200       # buyers let through to the token per second (1..=1,000,000)
 //! max_active = 2000         # admitted buyers at once, each for session_secs (default: no cap)
 //! pre_queue_secs = 300      # arrivals this long before the start are shuffled (0..=86,400)
+//! start_draw_ms = 1000      # arrivals this long after the start are drawn too (0..=10,000; 0: off)
 //! ticket_ttl_secs = 600     # a ticket's life, renewed each time it is presented (10..=86,400)
 //! session_secs = 120        # how long an admitted ticket may get tokens (10..=86,400)
 //!
@@ -23,6 +24,11 @@ use toml::Spanned;
 pub const MAX_ADMIT_PER_SEC: i64 = 1_000_000;
 /// The longest pre-queue window, ticket life and session: a day.
 pub const MAX_ROOM_SECS: i64 = 86_400;
+/// The longest start draw, ms: the shortest session (10 s), so that no session can end, and its
+/// buyer join again, while the draw is open.
+pub const MAX_START_DRAW_MS: i64 = 10_000;
+/// The start draw when `start_draw_ms` is not written, ms.
+pub const DEFAULT_START_DRAW_MS: u32 = 1000;
 
 /// A campaign's `[waiting_room]`; off by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +42,10 @@ pub struct WaitingRoom {
     pub max_active: Option<u64>,
     /// Seconds before the start during which arrivals join the pre-queue (shuffled at the start).
     pub pre_queue_secs: u32,
+    /// Milliseconds after the start during which arrivals are drawn at random too (the start
+    /// draw: placed after the pre-queue, shuffled when it closes); 0: first come, first served
+    /// from the start.
+    pub start_draw_ms: u32,
     /// Seconds a ticket lives from its issue; each presentation renews it.
     pub ticket_ttl_secs: u32,
     /// Seconds an admitted ticket may get campaign tokens, from its admission.
@@ -49,6 +59,7 @@ impl Default for WaitingRoom {
             admit_per_sec: 100,
             max_active: None,
             pre_queue_secs: 0,
+            start_draw_ms: DEFAULT_START_DRAW_MS,
             ticket_ttl_secs: 600,
             session_secs: 120,
         }
@@ -81,6 +92,8 @@ pub(crate) struct RawWaitingRoom {
     max_active: Option<Spanned<i64>>,
     #[serde(default)]
     pre_queue_secs: Option<Spanned<i64>>,
+    #[serde(default)]
+    start_draw_ms: Option<Spanned<i64>>,
     #[serde(default)]
     ticket_ttl_secs: Option<Spanned<i64>>,
     #[serde(default)]
@@ -140,6 +153,13 @@ pub(crate) fn check(
                     0,
                     MAX_ROOM_SECS,
                     0,
+                )?,
+                start_draw_ms: optional(
+                    &r.start_draw_ms,
+                    "waiting_room.start_draw_ms",
+                    0,
+                    MAX_START_DRAW_MS,
+                    d.start_draw_ms,
                 )?,
                 ticket_ttl_secs: optional(
                     &r.ticket_ttl_secs,
@@ -221,7 +241,7 @@ mod tests {
         );
         let c = parse(
             "[waiting_room]\nenabled = false\nadmit_per_sec = 5\nmax_active = 40\npre_queue_secs = 300\n\
-             ticket_ttl_secs = 900\nsession_secs = 60\n\n[[pow_level]]\narrivals_per_sec = 100\nbits = 18\n\n\
+             start_draw_ms = 2500\nticket_ttl_secs = 900\nsession_secs = 60\n\n[[pow_level]]\narrivals_per_sec = 100\nbits = 18\n\n\
              [[pow_level]]\narrivals_per_sec = 1000\nbits = 22\n",
         )
         .unwrap();
@@ -230,10 +250,14 @@ mod tests {
             (r.enabled, r.admit_per_sec, r.max_active, r.pre_queue_secs, r.ticket_ttl_secs, r.session_secs),
             (false, 5, Some(40), 300, 900, 60)
         );
+        assert_eq!(r.start_draw_ms, 2500);
         assert_eq!(
             c.pow_levels,
             vec![PowLevel { arrivals_per_sec: 100, bits: 18 }, PowLevel { arrivals_per_sec: 1000, bits: 22 }]
         );
+        let c = parse("[waiting_room]\nadmit_per_sec = 50\nstart_draw_ms = 0\n").unwrap();
+        assert_eq!(c.waiting_room.start_draw_ms, 0, "0: no start draw");
+        assert_eq!(parse("[waiting_room]\nadmit_per_sec = 50\n").unwrap().waiting_room.start_draw_ms, 1000);
     }
 
     #[test]
@@ -244,6 +268,8 @@ mod tests {
         expect_err("[waiting_room]\nadmit_per_sec = 2000000\n", 9, "waiting_room.admit_per_sec", "1000000");
         expect_err(&room("max_active = 0"), 10, "waiting_room.max_active", "between 1 and");
         expect_err(&room("pre_queue_secs = -1"), 10, "waiting_room.pre_queue_secs", "between 0 and 86400");
+        expect_err(&room("start_draw_ms = -1"), 10, "waiting_room.start_draw_ms", "between 0 and 10000");
+        expect_err(&room("start_draw_ms = 10001"), 10, "waiting_room.start_draw_ms", "between 0 and 10000");
         expect_err(&room("ticket_ttl_secs = 5"), 10, "waiting_room.ticket_ttl_secs", "between 10 and");
         expect_err(&room("session_secs = 100000"), 10, "waiting_room.session_secs", "86400");
         expect_err(&room("enabled = \"yes\""), 10, "enabled", "invalid type");

@@ -2,8 +2,10 @@
 //! `[waiting_room]` on. Positions strictly increase and are shared by two gateways; a ticket is
 //! refused for another user, device or campaign, forged or expired; `max_active` holds; the ETA
 //! of each answer is the schedule's, and the actual admission is measured against it; the
-//! pre-queue is shuffled at the start. No timed assertions: what is asserted is computed from the
-//! answers' own data (positions, serving line, ETA), the timings are printed.
+//! pre-queue is shuffled at the start; the start draw shuffles the first moments' arrivals after
+//! the pre-queue, across two gateways on the Redis Cluster; a turn under 100 ms away is waited
+//! for in place. No timed assertions: what is asserted is computed from the answers' own data
+//! (positions, serving line, ETA), the timings are printed.
 
 use std::time::{Duration, Instant};
 
@@ -29,9 +31,18 @@ fn campaign(id: &str, start: chrono::DateTime<chrono::Utc>, room: &str) -> Strin
 
 /// Gateways (`n`) over the stack's Redis selling `campaigns` (id, text).
 async fn gateways(n: usize, campaigns: &[(&str, String)]) -> (Vec<Gateway>, Client, reqwest::Client) {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    gateways_on(&e2e::stack::redis_url(), n, campaigns).await
+}
+
+/// Gateways (`n`) over the Redis at `url` (a single one or a cluster) selling `campaigns`.
+async fn gateways_on(
+    url: &str,
+    n: usize,
+    campaigns: &[(&str, String)],
+) -> (Vec<Gateway>, Client, reqwest::Client) {
+    let redis = client(url).await.unwrap();
     let nowhere = format!("127.0.0.1:{}", free_port());
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &nowhere, campaigns[0].0, "");
+    let mut conf = GatewayConf::new(url, &nowhere, campaigns[0].0, "");
     conf.campaigns = campaigns.iter().map(|(id, text)| (id.to_string(), text.clone())).collect();
     let mut gws = Vec::new();
     for _ in 0..n {
@@ -341,9 +352,10 @@ async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
 #[tokio::test]
 async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it() {
     let c = e2e::cleanup::Campaign::new("wr");
-    // Starts in 12 s (two gateways start first); the pre-queue is open from a minute before.
+    // Starts in 12 s (two gateways start first); the pre-queue is open from a minute before. No
+    // start draw: right after the start, first come first served (the draw has its own test).
     let start = chrono::Utc::now() + chrono::Duration::seconds(12);
-    let room = "admit_per_sec = 1\npre_queue_secs = 60";
+    let room = "admit_per_sec = 1\npre_queue_secs = 60\nstart_draw_ms = 0";
     let (gws, redis, http) = gateways(2, &[(&c, campaign(&c, start, room))]).await;
     let n = 6;
     let mut tickets = Vec::new();
@@ -401,8 +413,9 @@ async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
     for t in &got {
         let t = t.as_ref().unwrap_or_else(|e| panic!("refused: {e:?}"));
         assert!(!t.token.is_empty() && !t.path.is_empty() && !t.signing_key.is_empty(), "{t:?}");
-        // Every one of them was told to wait first: a new arrival is never admitted at once.
-        assert!(t.room.waiting >= 1, "{t:?}");
+        // Every one of them waited: told to, or held by the gateway until a turn under 100 ms
+        // away (admitted in place); a new arrival is never admitted at once.
+        assert!(t.room.waiting >= 1 || t.room.held_ms.is_some(), "{t:?}");
         eprintln!("room: {} WAITING answers, waited {} ms", t.room.waiting, t.room.waited.as_millis());
     }
     // And the token is a campaign token: an order signed with it is taken.
@@ -529,7 +542,7 @@ async fn the_rooms_metrics_after_a_small_queued_sale() {
     });
     for t in futures::future::join_all(buyers).await {
         let t = t.unwrap_or_else(|e| panic!("refused: {e:?}"));
-        assert!(t.room.waiting >= 1, "{t:?}");
+        assert!(t.room.waiting >= 1 || t.room.held_ms.is_some(), "waited, told to or held: {t:?}");
     }
     let m = scrape(&http, &metrics).await;
     assert_eq!(sample(&m, "seckill_gateway_room_admitted_total", &[("campaign", &c)]), 5.0);
@@ -561,4 +574,189 @@ async fn the_rooms_metrics_after_a_small_queued_sale() {
     eprintln!("room metrics: bits in force {gauge} after one arrival (levels: 1/s -> 6)");
     cleanup(&redis, &c).await;
     cleanup(&redis, &hard).await;
+}
+
+/// A solved challenge of `c` for device `dev-{user}` on `gw`: the token request's body.
+async fn solved(http: &reqwest::Client, gw: &Gateway, c: &str, user: &str) -> Value {
+    let r = http
+        .post(gw.url(&format!("/seckill/{c}/captcha")))
+        .header("x-device-id", format!("dev-{user}"))
+        .send()
+        .await
+        .unwrap();
+    let ch: Value = r.json().await.unwrap();
+    let challenge = ch["challenge"].as_str().unwrap_or_else(|| panic!("no challenge: {ch}"));
+    let answer = protocol::pow::solve(challenge, ch["bits"].as_u64().unwrap() as u32, 1 << 24).unwrap();
+    json!({"challenge": challenge, "answer": answer})
+}
+
+#[tokio::test]
+async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_gateways() {
+    let c = e2e::cleanup::Campaign::new("wr");
+    // Starts in 12 s (three gateways start first), a pre-queue from a minute before, a start
+    // draw of 4 s (long enough for a slow machine to send its arrivals in it; the asserts read
+    // which place each answer gave, never when it came). On the Redis Cluster when it is up.
+    let start = chrono::Utc::now() + chrono::Duration::seconds(12);
+    let draw_ms = 4000;
+    let room = format!("admit_per_sec = 1\npre_queue_secs = 60\nstart_draw_ms = {draw_ms}");
+    let url = e2e::stack::cluster_or_single_redis_url();
+    let (gws, redis, http) = gateways_on(&url, 3, &[(&c, campaign(&c, start, &room))]).await;
+    let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
+    let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
+    let now_ms = || chrono::Utc::now().timestamp_millis();
+    // Two in the pre-queue.
+    let mut pre = Vec::new();
+    for i in 0..2 {
+        let user = format!("q{i}");
+        let body = enter(&http, &gws[i % 2], &c, &user).await;
+        assert_eq!(ticket_place(&body, &c, &user), RoomPlace::PreQueue(i as u64 + 1), "{body}");
+        pre.push((user, body["ticket"].as_str().unwrap().to_string()));
+    }
+    assert!(now_ms() < start_ms, "the machine was too slow to queue before the start (raise the 12 s)");
+    while now_ms() < start_ms + 20 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Twenty arrive one after another in the draw's window, on the first two gateways in turn
+    // (the first ones are the scripts that fire at T+0): each is told its place is drawn when
+    // the draw closes, its arrival number in its ticket.
+    let n = 20usize;
+    let mut drawn = Vec::new();
+    for i in 0..n {
+        let user = format!("d{i}");
+        let body = enter(&http, &gws[i % 2], &c, &user).await;
+        assert!(
+            now_ms() < draw_end_ms,
+            "the machine was too slow to arrive in the draw (raise start_draw_ms)"
+        );
+        assert_eq!(
+            (body["start_draw"].as_bool(), body["pre_queue"].as_bool()),
+            (Some(true), Some(false)),
+            "{body}"
+        );
+        assert!(body["position"].is_null(), "no position before the draw: {body}");
+        assert_eq!(body["drawn_at_ms"].as_i64(), Some(draw_end_ms), "{body}");
+        assert_eq!(body["eta_at_ms"].as_i64(), Some(draw_end_ms), "{body}");
+        assert_eq!(ticket_place(&body, &c, &user), RoomPlace::Draw(i as u64 + 1), "arrival {i}: {body}");
+        drawn.push((user, body["ticket"].as_str().unwrap().to_string()));
+    }
+    // The pre-queue's places are drawn already: 1 and 2, each once, told on any gateway.
+    let mut pre_places = Vec::new();
+    for (user, t) in &pre {
+        let reply = ask(&http, &gws[1], &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
+        assert_eq!(code(&reply), (200, "WAITING"), "{}", reply.1);
+        pre_places.push(position(&reply.1));
+    }
+    pre_places.sort_unstable();
+    assert_eq!(pre_places, vec![1, 2]);
+    while now_ms() < draw_end_ms + 20 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // After the close: each drawn ticket presented to another gateway than the one it came from,
+    // the first time to the third one, which saw nothing of the draw (as a gateway restarted
+    // would): all read the same draw from Redis.
+    let (mut positions, mut closed_by) = (Vec::new(), 0);
+    for (i, (user, t)) in drawn.iter().enumerate() {
+        let gw = &gws[if i == 0 { 2 } else { (i + 1) % 2 }];
+        let reply = ask(&http, gw, &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
+        assert_eq!(code(&reply), (200, "WAITING"), "at 1/s the drawn places wait: {}", reply.1);
+        let p = position(&reply.1);
+        // The ETA is the schedule's, to the ms, and told from its place in the ticket.
+        assert_eq!(reply.1["eta_at_ms"].as_i64(), Some(start_ms + schedule.served_at(p)), "{}", reply.1);
+        assert_eq!(ticket_place(&reply.1, &c, user), RoomPlace::Position(p));
+        // Asked again on the third gateway: the same place.
+        let again = ask(&http, &gws[2], &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
+        assert_eq!(position(&again.1), p, "{}", again.1);
+        if i == 0 {
+            closed_by = now_ms();
+        }
+        positions.push(p);
+    }
+    let (lo, hi) = (*positions.iter().min().unwrap(), *positions.iter().max().unwrap());
+    let base = lo - 1;
+    let mut sorted = positions.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        (lo..=hi).collect::<Vec<_>>(),
+        "the drawn places are one run, each once: {positions:?}"
+    );
+    assert_eq!(hi - lo + 1, n as u64);
+    // The draw's base: the pre-queue's size, or the serving line at the close if higher (so the
+    // drawn places are served from the close at the rate, not in a burst); the close came
+    // between the draw's end and the first answer after it.
+    let (at_end, at_first) =
+        (schedule.serving(draw_end_ms - start_ms), schedule.serving(closed_by - start_ms));
+    assert!(
+        (2.max(at_end)..=2.max(at_first)).contains(&base),
+        "base {base}: the serving line was {at_end} at the draw's end, {at_first} at the first answer"
+    );
+    // Not first come first served: the five who fired first are not the five first places.
+    // (A fair draw gives them all five first places once in C(20, 5) = 15,504.)
+    assert!(
+        positions[..5].iter().any(|p| *p >= lo + 5),
+        "the first arrivals took the first places: {positions:?}"
+    );
+    eprintln!("start draw: base {base}, arrival order -> places {positions:?}");
+    // After the draw, first come first served, after every drawn place.
+    let late = enter(&http, &gws[0], &c, "late").await;
+    assert!(position(&late) > hi, "{late}");
+    let later = enter(&http, &gws[1], &c, "later").await;
+    assert!(position(&later) > position(&late), "{later}");
+    cleanup(&redis, &c).await;
+}
+
+#[tokio::test]
+async fn a_turn_under_100_ms_away_is_waited_for_in_place_when_the_work_comes_with_it() {
+    let (c, slow) = (e2e::cleanup::Campaign::new("wr"), e2e::cleanup::Campaign::new("wr"));
+    // 20 a second: a new arrival's turn is at most 50 ms away (the next position after the
+    // serving line), under the 100 ms a request is held for.
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let (gws, redis, http) = gateways(
+        1,
+        &[
+            (&c, campaign(&c, start, "admit_per_sec = 20")),
+            (&slow, campaign(&slow, start, "admit_per_sec = 1")),
+        ],
+    )
+    .await;
+    let gw = &gws[0];
+    let schedule = Schedule { rate: 20, max_active: None, session_ms: 120_000 };
+    let start_ms = start.timestamp_millis();
+    // With its work: held until its turn, then its token, the ticket of its position.
+    let body = solved(&http, gw, &c, "h0").await;
+    let asked = chrono::Utc::now().timestamp_millis() - start_ms;
+    let reply = ask(&http, gw, &c, "h0", "dev-h0", None, body).await;
+    assert_eq!(code(&reply), (200, "TOKEN_ISSUED"), "{}", reply.1);
+    let held = reply.1["held_ms"].as_i64().unwrap_or_else(|| panic!("not held: {}", reply.1));
+    assert!(held >= 0, "{}", reply.1);
+    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let t = reply.1["ticket"].as_str().unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let p = match Ticket::verify(keys.room_key(), t.as_bytes(), &c, "h0", "dev-h0", now).unwrap().place {
+        RoomPlace::Position(p) => p,
+        other => panic!("{other:?}"),
+    };
+    // Its position was not served when it asked (a new arrival is never admitted at once): the
+    // gateway waited for its turn instead of promising a wait of a few ms.
+    assert!(p > schedule.serving(asked), "position {p}, serving {} when asked", schedule.serving(asked));
+    eprintln!("admitted in place: held {held} ms for position {p} at 20/s");
+    // Without the work: told to wait (its token would be refused at the captcha), the ETA
+    // under 100 ms.
+    let reply = ask(&http, gw, &c, "h1", "dev-h1", None, json!({})).await;
+    match code(&reply) {
+        (200, "WAITING") => assert!(reply.1["eta_ms"].as_i64().unwrap() <= 100, "{}", reply.1),
+        other => panic!("{other:?}: {}", reply.1),
+    }
+    // Farther: on a campaign at 1/s, the buyer right behind another is a second behind it, so
+    // its turn is more than 100 ms away (unless the two requests, one round trip apart, were
+    // 900 ms apart): told to wait, work or not.
+    let body = solved(&http, gw, &slow, "s1").await;
+    let first = enter(&http, gw, &slow, "s0").await;
+    let reply = ask(&http, gw, &slow, "s1", "dev-s1", None, body).await;
+    assert_eq!(code(&reply), (200, "WAITING"), "{}", reply.1);
+    assert_eq!(position(&reply.1), position(&first) + 1, "{}", reply.1);
+    assert!(reply.1["eta_ms"].as_i64().unwrap() > 100, "{}", reply.1);
+    assert!(reply.1.get("held_ms").is_none());
+    cleanup(&redis, &slow).await;
+    cleanup(&redis, &c).await;
 }

@@ -15,7 +15,8 @@
 //! it, but a waiting room's pre-queue opens earlier → switches → sold-out flag → device → rate
 //! limits per IP, device and campaign → the login JWT → the account's rate), then
 //! [`Edge::token`] (the campaign's waiting room, when on: `WAITING` with a queue ticket until
-//! the buyer's turn, [`crate::waiting_room`] → the body → the captcha →
+//! the buyer's turn, or held until it when it is under 100 ms away and the body brings the
+//! captcha's answer, [`crate::waiting_room`] → the body → the captcha →
 //! eligibility → the captcha spent: single use, Redis `SET NX` → `TOKEN_ISSUED` with the
 //! campaign token, its hidden order path and URL, its signing key and expiry).
 
@@ -149,11 +150,21 @@ impl Edge {
         let d = &c.campaign.defense;
         let at = Utc::now();
         self.room.arrive(c.campaign, at).await;
-        let who = Asker { user: &asked.login.user, device: &asked.device, ticket: asked.ticket.as_deref() };
+        // Only a request that brings its captcha's answer is held until a near turn (admitted in
+        // place); the body is parsed again below, where a bad one is refused.
+        let brings_work = Solution::parse(body).is_ok_and(|s| s.brings_work());
+        let who = Asker {
+            user: &asked.login.user,
+            device: &asked.device,
+            ticket: asked.ticket.as_deref(),
+            brings_work,
+        };
         let admitted = match self.room.pass(conf.keys.room_key(), c.campaign, who, at).await? {
             Pass::Open => None,
             Pass::Waiting(answer) => return Ok(Issued::waiting(answer)),
-            Pass::Admitted { ticket, session_left_secs, first } => Some((ticket, session_left_secs, first)),
+            Pass::Admitted { ticket, session_left_secs, first, held_ms } => {
+                Some((ticket, session_left_secs, first, held_ms))
+            }
         };
         let now = at.timestamp();
         let solution = Solution::parse(body)?;
@@ -171,9 +182,12 @@ impl Edge {
             "expires_at": issued.expires_at,
             "expires_in": d.token_ttl_secs,
         });
-        if let Some((ticket, left, first)) = admitted {
+        if let Some((ticket, left, first, held_ms)) = admitted {
             answer["ticket"] = ticket.into();
             answer["session_left_secs"] = left.into();
+            if let Some(held) = held_ms {
+                answer["held_ms"] = held.into();
+            }
             if let Some(first) = first {
                 self.room.stats().admitted(campaign, first, Utc::now().timestamp_millis());
             }

@@ -13,20 +13,24 @@ pub enum RoomPlace {
     /// The n-th arrival of the pre-queue (from 1), before the start: its position is the keyed
     /// shuffle of n among the pre-queue's size.
     PreQueue(u64),
+    /// The n-th arrival of the start draw (from 1), in its window after the start: its position
+    /// is the draw's base plus the keyed shuffle of n among the draw's size.
+    Draw(u64),
     /// A position in the queue (from 1).
     Position(u64),
 }
 
 impl RoomPlace {
-    /// As the script stores it: `a<n>` or `p<n>`.
+    /// As the script stores it: `a<n>`, `d<n>` or `p<n>`.
     pub fn as_stored(&self) -> String {
         match self {
             RoomPlace::PreQueue(n) => format!("a{n}"),
+            RoomPlace::Draw(n) => format!("d{n}"),
             RoomPlace::Position(n) => format!("p{n}"),
         }
     }
 
-    /// Parses `a<n>` or `p<n>` (n ≥ 1).
+    /// Parses `a<n>`, `d<n>` or `p<n>` (n ≥ 1).
     pub fn parse(s: &str) -> Option<Self> {
         let (kind, n) = s.split_at_checked(1)?;
         if n.is_empty() || n.len() > 19 || !n.bytes().all(|b| b.is_ascii_digit()) {
@@ -35,6 +39,7 @@ impl RoomPlace {
         let n: u64 = n.parse().ok().filter(|n| *n >= 1)?;
         match kind {
             "a" => Some(RoomPlace::PreQueue(n)),
+            "d" => Some(RoomPlace::Draw(n)),
             "p" => Some(RoomPlace::Position(n)),
             _ => None,
         }
@@ -58,6 +63,17 @@ pub struct RoomEntry<'a> {
     pub renew: Option<RoomPlace>,
     /// When the room's keys expire, unix ms.
     pub expire_at_ms: i64,
+    /// The start draw's end, unix ms (the start itself when there is none).
+    pub draw_ends_at_ms: i64,
+}
+
+/// The start draw, once closed: its places are `base + 1 ..= base + size`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drawn {
+    /// The last position before the drawn ones.
+    pub base: u64,
+    /// The draw's arrivals.
+    pub size: u64,
 }
 
 /// What `room.lua` answered.
@@ -67,8 +83,11 @@ pub struct RoomAnswer {
     pub place: RoomPlace,
     /// The pre-queue's size once closed (`None` while open).
     pub size: Option<u64>,
-    /// Places given so far: the last position once the pre-queue is closed, else its arrivals.
+    /// Places given so far: the last position once the draw is closed, else the pre-queue's
+    /// size plus the draw's arrivals, else the pre-queue's arrivals.
     pub issued: u64,
+    /// The start draw once closed (`None` while open).
+    pub draw: Option<Drawn>,
 }
 
 /// What `arrivals.lua` counted.
@@ -81,8 +100,8 @@ pub struct Arrivals {
 }
 
 impl Scripts {
-    /// `room.lua`: the buyer's place (the same on every call, unless `renew` names it) and the
-    /// pre-queue's size once closed (`None` while open).
+    /// `room.lua`: the buyer's place (the same on every call, unless `renew` names it), the
+    /// pre-queue's size and the start draw once closed (`None` while open).
     pub async fn room_enter(
         &self,
         client: &Client,
@@ -97,10 +116,11 @@ impl Scripts {
             entry.serving.to_string(),
             entry.renew.map(|p| p.as_stored()).unwrap_or_default(),
             entry.expire_at_ms.to_string(),
+            entry.draw_ends_at_ms.to_string(),
         ];
         let out: Vec<fred::types::Value> =
             self.room.evalsha_with_retry(client, vec![keys.room(), keys.room_users()], args).await?;
-        let [place, size, issued] = out.as_slice() else {
+        let [place, size, issued, base, drawn] = out.as_slice() else {
             return Err(ScriptError::Protocol { script: NAME, detail: format!("{} values", out.len()) });
         };
         let place = place.as_string().as_deref().and_then(RoomPlace::parse).ok_or_else(|| {
@@ -108,7 +128,11 @@ impl Scripts {
         })?;
         let size = int(NAME, size)?;
         let issued = u64::try_from(int(NAME, issued)?).unwrap_or(0);
-        Ok(RoomAnswer { place, size: u64::try_from(size).ok(), issued })
+        let draw = match (u64::try_from(int(NAME, base)?), u64::try_from(int(NAME, drawn)?)) {
+            (Ok(base), Ok(size)) => Some(Drawn { base, size }),
+            _ => None,
+        };
+        Ok(RoomAnswer { place, size: u64::try_from(size).ok(), issued, draw })
     }
 
     /// `arrivals.lua`: counts one arrival of `campaign` in unix second `second`.
@@ -144,10 +168,15 @@ mod tests {
 
     #[test]
     fn places_parse_as_stored() {
-        for p in [RoomPlace::PreQueue(1), RoomPlace::Position(42), RoomPlace::Position(u64::from(u32::MAX))] {
+        for p in [
+            RoomPlace::PreQueue(1),
+            RoomPlace::Draw(7),
+            RoomPlace::Position(42),
+            RoomPlace::Position(u64::from(u32::MAX)),
+        ] {
             assert_eq!(RoomPlace::parse(&p.as_stored()), Some(p));
         }
-        for bad in ["", "a", "p0", "x5", "p-1", "p1.5", "p99999999999999999999", "a 1"] {
+        for bad in ["", "a", "d", "d0", "p0", "x5", "p-1", "p1.5", "p99999999999999999999", "a 1"] {
             assert_eq!(RoomPlace::parse(bad), None, "{bad:?}");
         }
     }
