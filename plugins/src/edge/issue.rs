@@ -150,9 +150,10 @@ impl Edge {
         let d = &c.campaign.defense;
         let at = Utc::now();
         self.room.arrive(c.campaign, at).await;
-        // Only a request that brings its captcha's answer is held until a near turn (admitted in
-        // place); the body is parsed again below, where a bad one is refused.
-        let brings_work = Solution::parse(body).is_ok_and(|s| s.brings_work());
+        // The body, parsed once: only a request that brings its captcha's answer is held until a
+        // near turn (admitted in place); a bad body is refused after the room, as before.
+        let solution = Solution::parse(body);
+        let brings_work = solution.as_ref().is_ok_and(Solution::brings_work);
         let who = Asker {
             user: &asked.login.user,
             device: &asked.device,
@@ -167,7 +168,7 @@ impl Edge {
             }
         };
         let now = at.timestamp();
-        let solution = Solution::parse(body)?;
+        let solution = solution?;
         let id = captcha::check(conf.keys.challenge_key(), conf.provider, campaign, d, &solution, now)?;
         c.eligibility.check(&asked.login, now)?;
         self.spent.spend(campaign, &id, d.challenge_ttl_secs.max(d.token_ttl_secs) * 2).await?;
