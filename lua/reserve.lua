@@ -129,8 +129,15 @@ local function hmget(key, fields)
   end
   return out
 end
-local open = (state == 'READY' or state == 'LIVE') and limit and tonumber(ARGV[2]) == published
-if open and #orders > 0 then
+-- Whether the bucket sells to this caller at all, decided once for every order of the call (only
+-- READY -> LIVE changes `state` during it): nil, or the refusal every order gets.
+local closed
+if (state ~= 'READY' and state ~= 'LIVE') or not limit then
+  closed = {-3, 0, ''}
+elseif tonumber(ARGV[2]) ~= published then
+  closed = {-6, published, ''}
+end
+if not closed and #orders > 0 then
   local users, ids = {}, {}
   for n, o in ipairs(orders) do
     users[n], ids[n] = o[2], o[1]
@@ -145,11 +152,8 @@ if open and #orders > 0 then
 end
 
 local function reserve(request_id, user, qty_arg, fall_over)
-  if (state ~= 'READY' and state ~= 'LIVE') or not limit then
-    return {-3, 0, ''}
-  end
-  if tonumber(ARGV[2]) ~= published then
-    return {-6, published, ''}
+  if closed then
+    return closed
   end
   local qty = tonumber(qty_arg)
   if not qty or qty < 1 or qty > limit or qty ~= math.floor(qty) then
