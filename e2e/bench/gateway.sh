@@ -48,7 +48,12 @@
 #                                           the gateway during that run, its top symbols printed),
 #                                           BUYERS (150000: signed orders for (a), at least
 #                                           its requests), SECKILL_REDIS_URL (the stack's Redis),
-#                                           BASE_REV (none: the scripts to measure beside today's)
+#                                           BASE_REV (none: the scripts to measure beside today's),
+#                                           QUICK (set: only (a), (a1) and (b), with the gateway's
+#                                           CPU by thread, then stop), PERF_DATA (a file to keep
+#                                           PROFILE's perf.data in, for perf report --children),
+#                                           BASE_GATEWAY (another gateway binary, e.g. the parent
+#                                           commit's: (a0), (a) through it, in the same run)
 # Needs: the stack's Redis (e2e/stack.sh up), wrk, nginx (nginx-light), redis-benchmark.
 set -euo pipefail
 
@@ -73,6 +78,7 @@ build_all release
 WORK=$(mktemp -d -t gw-bench.XXXXXX)
 GW_PID=""
 GW1_PID=""
+GW0_PID=""
 NGINX_PID=""
 FLOOR_PID=""
 FLOOR1_PID=""
@@ -88,6 +94,7 @@ edge_keys bench
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
   [[ -n "$GW1_PID" ]] && kill "$GW1_PID" 2>/dev/null && wait "$GW1_PID" 2>/dev/null || true
+  [[ -n "$GW0_PID" ]] && kill "$GW0_PID" 2>/dev/null && wait "$GW0_PID" 2>/dev/null || true
   [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
   [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
   [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
@@ -186,6 +193,14 @@ sed -e "s/^listen = .*/listen = \"127.0.0.1:$GW1_PORT\"/" -e 's/^pool_size = 4$/
   "$WORK/conf/server.toml" >"$WORK/conf/server1.toml"
 RUST_LOG=warn target/release/gateway --conf "$WORK/conf/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
 GW1_PID=$!
+# (a0)'s gateway: the same conf through another build (BASE_GATEWAY), e.g. the parent commit's.
+if [[ -n "${BASE_GATEWAY:-}" ]]; then
+  GW0_PORT=$(free_port)
+  sed -e "s/^listen = .*/listen = \"127.0.0.1:$GW0_PORT\"/" "$WORK/conf/server.toml" >"$WORK/conf/server0.toml"
+  RUST_LOG=warn "$BASE_GATEWAY" --conf "$WORK/conf/server0.toml" --lua-dir lua >"$WORK/gateway0.log" 2>&1 &
+  GW0_PID=$!
+  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW0_PORT/" && break; sleep 0.1; done
+fi
 FLOOR_WORKERS=$THREADS target/release/examples/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
 # (e1): the same floor in the old layout, one service of $THREADS threads.
@@ -230,6 +245,7 @@ run_wrk() { # label url [connections] [script]
   wrk -t"$THREADS" -c"$conns" -d"$DURATION" -s "$script" "$url" -- "$@" >"$WORK/$label.out" 2>&1
   if [[ -n "$perf_pid" ]]; then
     wait "$perf_pid" || true
+    [[ -n "${PERF_DATA:-}" ]] && cp "$WORK/perf.data" "$PERF_DATA"
     perf report -i "$WORK/perf.data" --no-children --percent-limit 0.7 --stdio -g none 2>/dev/null |
       grep -v '^#' | grep -v '^$' | head -45 >"$WORK/profile.txt" || true
   fi
@@ -261,19 +277,65 @@ mark_sold
 
 NGINX_PIDS="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"
 read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
+TA0=$(thread_ticks "$GW_PID")
 read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders.tsv")"
+TA=$(thread_cpu_per_request "$TA0" "$(thread_ticks "$GW_PID")" "$(awk '/requests in/ {print $1}' "$WORK/a.out")")
 read -r A_CPU_GW A_CPU_REDIS A_CPU_NGINX <<<"$(cpu_per_request a "$g" "$r" "$n")"
 reserved=$("${RCLI[@]}" hlen "sk:{$OPEN}:bought") # buyers holding a unit (limit 1)
 GW_MAIN_PID=$GW_PID
 GW_PID=$GW1_PID # cpu_per_request reads the gateway's ticks from GW_PID
 read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
+TA0=$(thread_ticks "$GW_PID")
 read -r A1_RPS A1_P50 A1_P99 A1_NON <<<"$(run_wrk a1 "http://127.0.0.1:$GW1_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders1.tsv")"
+TA1=$(thread_cpu_per_request "$TA0" "$(thread_ticks "$GW_PID")" "$(awk '/requests in/ {print $1}' "$WORK/a1.out")")
 read -r A1_CPU_GW A1_CPU_REDIS A1_CPU_NGINX <<<"$(cpu_per_request a1 "$g" "$r" "$n")"
+if [[ -n "$GW0_PID" ]]; then
+  target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --users "$((BUYERS + 1))" \
+    --out "$WORK/orders0.tsv" >"$WORK/presign0.out"
+  head -n 1 "$WORK/orders0.tsv" >"$WORK/warm0.tsv"
+  sed -i 1d "$WORK/orders0.tsv"
+  wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$GW0_PORT" -- good 1 "$WORK/warm0.tsv" >/dev/null 2>&1
+  GW_PID=$GW0_PID
+  read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
+  TA0=$(thread_ticks "$GW_PID")
+  read -r A0_RPS A0_P50 A0_P99 A0_NON <<<"$(run_wrk a0 "http://127.0.0.1:$GW0_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders0.tsv")"
+  TA00=$(thread_cpu_per_request "$TA0" "$(thread_ticks "$GW_PID")" "$(awk '/requests in/ {print $1}' "$WORK/a0.out")")
+  read -r A0_CPU_GW A0_CPU_REDIS _ <<<"$(cpu_per_request a0 "$g" "$r" "$n")"
+fi
 GW_PID=$GW_MAIN_PID
 read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 mark_sold
+TB0=$(thread_ticks "$GW_PID")
 read -r B_RPS B_P50 B_P99 B_NON <<<"$(run_wrk b "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order")"
+TB=$(thread_cpu_per_request "$TB0" "$(thread_ticks "$GW_PID")" "$(awk '/requests in/ {print $1}' "$WORK/b.out")")
 read -r B_CPU_GW B_CPU_REDIS B_CPU_NGINX <<<"$(cpu_per_request b "$g" "$r" "$n")"
+ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
+# The gateway's CPU per request by thread: where (a)'s cost goes beside (b)'s.
+threads_report() {
+  echo "gateway CPU us per request by thread:"
+  echo "  (a)  $TA"
+  echo "  (a1) $TA1"
+  [[ -z "$GW0_PID" ]] || echo "  (a0) $TA00"
+  echo "  (b)  $TB"
+}
+if [[ -n "${QUICK:-}" ]]; then
+  # Only (a), (a1) and (b): the reservation's cost against the sold-out answer's, by thread.
+  printf '\n%-44s %12s %10s %10s %10s %10s\n' "" "requests/s" "p99 ms" "gw us/req" "redis us" "non-2xx"
+  printf '%-44s %12s %10.2f %10s %10s %10s\n' "(a) reservations" "$A_RPS" "$(python3 -c "print($A_P99/1000)")" "$A_CPU_GW" "$A_CPU_REDIS" "$A_NON"
+  printf '%-44s %12s %10.2f %10s %10s %10s\n' "(a1) the same, batch_max = 1" "$A1_RPS" "$(python3 -c "print($A1_P99/1000)")" "$A1_CPU_GW" "$A1_CPU_REDIS" "$A1_NON"
+  [[ -z "$GW0_PID" ]] || printf '%-44s %12s %10.2f %10s %10s %10s\n' "(a0) (a) through BASE_GATEWAY" "$A0_RPS" "$(python3 -c "print($A0_P99/1000)")" "$A0_CPU_GW" "$A0_CPU_REDIS" "$A0_NON"
+  printf '%-44s %12s %10.2f %10s %10s %10s\n' "(b) sold-out short circuit" "$B_RPS" "$(python3 -c "print($B_P99/1000)")" "$B_CPU_GW" "$B_CPU_REDIS" "$B_NON"
+  threads_report
+  [[ -z "$GW0_PID" ]] || echo "gateway CPU per reservation (a)/(a0) = $(ratio "$A_CPU_GW" "$A0_CPU_GW"), (a0)/(b) = $(ratio "$A0_CPU_GW" "$B_CPU_GW"); reservations/s (a)/(a0) = $(ratio "$A_RPS" "$A0_RPS")"
+  for log in gateway gateway1; do
+    echo "$log.log: $(grep -c WARN "$WORK/$log.log" || true) warnings$(grep -m1 WARN "$WORK/$log.log" | sed 's/^/; the first: /' | cut -c1-300)"
+  done
+  echo "gateway CPU per request: (a)/(b) = $(ratio "$A_CPU_GW" "$B_CPU_GW") (target <= 3), (a)/(a1) = $(ratio "$A_CPU_GW" "$A1_CPU_GW"); reservations/s (a)/(a1) = $(ratio "$A_RPS" "$A1_RPS")"
+  if [[ -s "$WORK/profile.txt" ]]; then
+    echo; echo "perf profile of the gateway during ($PROFILE), self time, top symbols:"; cat "$WORK/profile.txt"
+  fi
+  exit 0
+fi
 read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 sed "s#^/seckill/$OPEN/#/seckill/$SOLD/#" "$WORK/orders.tsv" >"$WORK/sold.tsv"
 mark_sold
@@ -326,7 +388,6 @@ mark_sold
 run_wrk rss "http://127.0.0.1:$GW_PORT/seckill/$SOLD/order" 1000 >/dev/null
 HWM_KB=$(awk '/^VmHWM/ {print $2}' "/proc/$GW_PID/status")
 
-ratio() { python3 -c "print(f'{float($1)/float($2):.2f}')"; }
 BD=$(ratio "$B_RPS" "$D_RPS")
 AB=$(ratio "$A_RPS" "$B_RPS")
 verdict() { python3 -c "print('ok' if $1 else 'MISSED')"; }
@@ -364,6 +425,7 @@ printf '%-44s %12s %10s\n' "    pow_bits 16 (~65,536 hashes per token)" "$T16_TP
 echo
 echo "(a) reserved in Redis during the run: $((${reserved:-0} - 1)) (more (a) requests than that were safe retries of a signed order sent twice: raise BUYERS); non-2xx answers in (a): $A_NON; in (b) (all should be 410): $B_NON"
 echo "tokens for (a): $(head -n 1 "$WORK/presign.out")"
+threads_report
 echo "gateway CPU per request: (a)/(b) = $(ratio "$A_CPU_GW" "$B_CPU_GW") (target <= 3), (f)/(b) = $(ratio "$F_CPU_GW" "$B_CPU_GW"), (f)/(g) = $(ratio "$F_CPU_GW" "$G_CPU_GW"), (h)/(g) = $(ratio "$H_CPU_GW" "$G_CPU_GW") (a refused bot request against a sold-out answer to the same bytes; target <= 1)"
 echo "p99 (a)/(b) = $(ratio "$A_P99" "$B_P99") (target <= 2.5)"
 echo "batching, same run: (a)/(a1) reservations/s = $(ratio "$A_RPS" "$A1_RPS") (target >= 1.4), p99 (a)/(a1) = $(ratio "$A_P99" "$A1_P99") (target <= 1), Redis CPU per reservation (a)/(a1) = $(ratio "$A_CPU_REDIS" "$A1_CPU_REDIS") (target <= 0.5), gateway CPU per reservation (a)/(a1) = $(ratio "$A_CPU_GW" "$A1_CPU_GW"); non-2xx in (a1): $A1_NON"
