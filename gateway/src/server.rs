@@ -1,6 +1,7 @@
 //! Wires the gateway into a Pingora server: the sale (`plugins::FlashSale`: its Redis pool,
-//! Kafka producer and replenish listener) on the control and Kafka runtimes, the control tasks
-//! (reload on `SIGHUP`, health checks) and the proxy service.
+//! reservation batches and Kafka producer on the sale's I/O runtime, its replenish listener on
+//! the control runtime), the control tasks (reload on `SIGHUP`, health checks) and the proxy
+//! service.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,21 +62,23 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let shared = Arc::new(SharedState::load(&opts.conf, &*FlashSale::check(&opts.conf)?)?);
     let server_conf = shared.active().server.clone();
 
-    // Control tasks run on their own small runtime, beside Pingora's: Redis connections,
-    // SIGHUP, replenish messages, health checks. Reserved records go to Kafka from a runtime of
-    // their own, so a slow broker never delays the control tasks; the lanes connect in the
-    // background (a broker that is down is logged and retried).
+    // Control tasks run on their own small runtime, beside Pingora's: SIGHUP, replenish
+    // messages, health checks, metrics. The sale's I/O runs on one thread of its own: the Redis
+    // connections, the reservation batches (written and answered there) and the Kafka lanes
+    // (they connect in the background; a broker that is down is logged and retried). One
+    // thread, not one each: a reservation then crosses threads only to reach it and come back
+    // (measured: `e2e/bench/gateway.sh`, `docs/benchmarks.md`).
     let control = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("gw-control")
         .enable_all()
         .build()?;
-    let kafka = tokio::runtime::Builder::new_multi_thread()
+    let io = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .thread_name("gw-kafka")
+        .thread_name("gw-sale-io")
         .enable_all()
         .build()?;
-    let start = Start { kafka: kafka.handle().clone(), scripts: opts.scripts()? };
+    let start = Start { io: io.handle().clone(), scripts: opts.scripts()? };
     let sale = Arc::new(control.block_on(FlashSale::start(&opts.conf, start))?);
     control.spawn(reload::watch_sighup(Arc::clone(&shared), Arc::clone(&sale)));
     let health = Arc::clone(&shared);
@@ -133,7 +136,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         listen = %server_conf.listen, workers = server_conf.workers, threads = server_conf.threads,
         conf = %opts.conf.display(), "gateway starting"
     );
-    let (_control, _kafka) = (control, kafka);
+    let (_control, _io) = (control, io);
     server.run_forever()
 }
 

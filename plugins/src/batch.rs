@@ -125,26 +125,35 @@ pub struct Sent {
     pub orders: u64,
 }
 
-/// The thread that sends the lanes' batches and delivers their answers: its own runtime, so that
-/// a lane's progress never waits behind the request tasks of a busy proxy thread (measured: with
-/// the sends on Pingora's threads, a burst of 2,000 signed orders in a debug build held a batch's
-/// answer for 0.8 s, past its orders' deadlines).
-struct Dispatch(Option<tokio::runtime::Runtime>);
+/// Where the lanes' batches are sent and their answers delivered: never on a proxy's request
+/// threads, so that a lane's progress never waits behind the request tasks of a busy proxy
+/// thread (measured: with the sends on Pingora's threads, a burst of 2,000 signed orders in a
+/// debug build held a batch's answer for 0.8 s, past its orders' deadlines).
+enum Dispatch {
+    /// The sale's I/O runtime ([`crate::Start::io`]), where the Redis connections run too: a
+    /// batch is written and its answer read on one thread, with no hand-over between threads.
+    On(tokio::runtime::Handle),
+    /// A runtime of its own (one thread, `reserve-batch`), started at the first send.
+    Own(std::sync::OnceLock<tokio::runtime::Runtime>),
+}
 
 impl Dispatch {
-    fn start() -> Self {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("reserve-batch")
-            .enable_all()
-            .build()
-            .expect("a runtime of one thread starts");
-        Self(Some(rt))
-    }
-
     fn spawn<F: Future<Output = ()> + Send + 'static>(&self, f: F) {
-        if let Some(rt) = &self.0 {
-            rt.spawn(f);
+        match self {
+            Dispatch::On(handle) => {
+                handle.spawn(f);
+            }
+            Dispatch::Own(rt) => {
+                let rt = rt.get_or_init(|| {
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(1)
+                        .thread_name("reserve-batch")
+                        .enable_all()
+                        .build()
+                        .expect("a runtime of one thread starts")
+                });
+                rt.spawn(f);
+            }
         }
     }
 }
@@ -152,8 +161,10 @@ impl Dispatch {
 impl Drop for Dispatch {
     fn drop(&mut self) {
         // Dropped maybe from within another runtime: never block there.
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
+        if let Dispatch::Own(rt) = self {
+            if let Some(rt) = rt.take() {
+                rt.shutdown_background();
+            }
         }
     }
 }
@@ -232,12 +243,19 @@ impl std::fmt::Debug for Batcher {
 }
 
 impl Batcher {
-    /// A batcher over `pool`, each call bounded by `bound`.
-    pub fn new(pool: Pool, scripts: Scripts, conf: BatchConf, bound: Duration) -> Self {
+    /// A batcher over `pool`, each call bounded by `bound`, sending its batches on `io` (the
+    /// runtime of `pool`'s connections, best) or, without, on a thread of its own.
+    pub fn new(
+        pool: Pool,
+        scripts: Scripts,
+        conf: BatchConf,
+        bound: Duration,
+        io: Option<tokio::runtime::Handle>,
+    ) -> Self {
         let conf = BatchConf { max: conf.max.clamp(1, BATCH_MAX_LIMIT), wait: conf.wait };
         let lanes = Mutex::new(HashMap::new());
         let (calls, orders) = (AtomicU64::new(0), AtomicU64::new(0));
-        let dispatch = Dispatch::start();
+        let dispatch = io.map_or_else(|| Dispatch::Own(std::sync::OnceLock::new()), Dispatch::On);
         Self { inner: Arc::new(Inner { pool, scripts, conf, bound, lanes, dispatch, calls, orders }) }
     }
 

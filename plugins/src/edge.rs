@@ -155,15 +155,25 @@ pub struct Edge {
 impl Edge {
     /// The edge over a Redis `pool` (`scripts` loaded; a reservation bounded by `redis.timeout`
     /// and collected per bucket as `redis.batch` says, spending a challenge, one SET off the
-    /// order path, as long as an undo may wait) and a started Kafka `queue`.
-    pub(crate) fn new(pool: Pool, scripts: Scripts, queue: ReservationQueue, redis: &RedisConf) -> Self {
+    /// order path, as long as an undo may wait) and a started Kafka `queue`; the batches are
+    /// sent on `io`, the runtime of the pool's connections.
+    pub(crate) fn new(
+        pool: Pool,
+        scripts: Scripts,
+        queue: ReservationQueue,
+        redis: &RedisConf,
+        io: tokio::runtime::Handle,
+    ) -> Self {
         let (reserve_timeout, spend_timeout) = (redis.timeout, protocol::timing::undo_timeout(redis.timeout));
         Self {
             limiter: RateLimiter::new(),
             spent: SpentChallenges::new(pool.clone(), spend_timeout),
             room: WaitingRoom::new(pool.clone(), scripts.clone(), spend_timeout),
             pressure: Arc::default(),
-            seller: Seller::new(Reserver::new(pool, scripts, reserve_timeout).with_batch(redis.batch), queue),
+            seller: Seller::new(
+                Reserver::new(pool, scripts, reserve_timeout).with_batch(redis.batch).with_io(io),
+                queue,
+            ),
         }
     }
 

@@ -64,9 +64,13 @@ pub enum Handled {
 /// Where the sale's background work runs.
 #[derive(Debug, Clone)]
 pub struct Start {
-    /// Runs the Kafka producer's lanes (a runtime of their own keeps a slow broker away from
-    /// the rest).
-    pub kafka: tokio::runtime::Handle,
+    /// Runs the sale's I/O: the Redis connections, the reservation batches' sends and answers
+    /// ([`crate::batch`]) and the Kafka producer's lanes. Best a runtime of its own, apart from
+    /// the proxy's request threads (a batch's answer then never waits behind their requests)
+    /// and from the control tasks; one thread is enough (the gateway's `gw-sale-io`). On one
+    /// thread a reservation's batch is written, answered and its record produced with no
+    /// hand-over between threads but the order's own.
+    pub io: tokio::runtime::Handle,
     /// The Lua scripts (compiled in unless a folder is given).
     pub scripts: Scripts,
 }
@@ -74,7 +78,7 @@ pub struct Start {
 impl Start {
     /// Everything on `runtime`, with the scripts compiled in.
     pub fn on(runtime: &tokio::runtime::Handle) -> Self {
-        Self { kafka: runtime.clone(), scripts: Scripts::builtin() }
+        Self { io: runtime.clone(), scripts: Scripts::builtin() }
     }
 }
 
@@ -117,18 +121,23 @@ impl FlashSale {
         Ok(Registrar::load(file)?.active())
     }
 
-    /// Starts the sale of `file`: call it on the runtime that runs the Redis connections and
-    /// the replenish listener (the proxy's, or one of its own). Redis being down is not an
-    /// error (orders answer `SERVICE_DEGRADED` until it is back); a topic that answers with
-    /// another partition count is.
+    /// Starts the sale of `file`: call it on the runtime that runs the replenish listener (the
+    /// proxy's, or one of its own); the Redis connections and the Kafka lanes run on
+    /// [`Start::io`]. Redis being down is not an error (orders answer `SERVICE_DEGRADED` until
+    /// it is back); a topic that answers with another partition count is.
     pub async fn start(file: &Path, start: Start) -> Result<Self, StartError> {
         crate::page::warm();
         let registrar = Arc::new(Registrar::load(file)?);
         let conf = registrar.active().conf.clone();
         let shown = file.display().to_string();
-        let redis = crate::redis::connect(&conf.redis, &start.scripts)
-            .await
-            .map_err(|e| StartError::Redis { file: shown.clone(), error: e.to_string() })?;
+        // Connected from `io`, so that the pool's connection tasks run there.
+        let (redis_conf, scripts) = (conf.redis.clone(), start.scripts.clone());
+        let connected = start.io.spawn(async move { crate::redis::connect(&redis_conf, &scripts).await });
+        let redis = match connected.await {
+            Ok(connected) => connected.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("the connecting task ended: {e}")),
+        }
+        .map_err(|error| StartError::Redis { file: shown.clone(), error })?;
         tokio::spawn(crate::replenish::run(conf.redis.url.clone(), Arc::clone(&registrar)));
         match queue::check_topic(&conf.kafka).await {
             Ok(TopicAtStart::Matches) => {}
@@ -138,9 +147,9 @@ impl FlashSale {
             ),
             Err(error) => return Err(StartError::Topic { file: shown, error }),
         }
-        let queue = ReservationQueue::start(conf.kafka.clone(), &start.kafka);
+        let queue = ReservationQueue::start(conf.kafka.clone(), &start.io);
         tracing::info!(brokers = ?conf.kafka.connection.brokers(), topic = %conf.kafka.topic, "kafka producer started");
-        let edge = Edge::new(redis.clone(), start.scripts, queue.clone(), &conf.redis);
+        let edge = Edge::new(redis.clone(), start.scripts, queue.clone(), &conf.redis, start.io);
         Ok(Self { registrar, edge, redis, queue })
     }
 

@@ -41,6 +41,8 @@ pub struct Reserver {
     pool: Pool,
     scripts: Scripts,
     timeout: Duration,
+    batch: BatchConf,
+    io: Option<tokio::runtime::Handle>,
     batcher: Batcher,
 }
 
@@ -100,13 +102,25 @@ impl Reserver {
     /// A reserver over `pool`, giving up after `timeout`, collecting orders as
     /// [`BatchConf::default`] says.
     pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
-        let batcher = Batcher::new(pool.clone(), scripts.clone(), BatchConf::default(), timeout);
-        Self { pool, scripts, timeout, batcher }
+        let (batch, io) = (BatchConf::default(), None);
+        let batcher = Batcher::new(pool.clone(), scripts.clone(), batch, timeout, None);
+        Self { pool, scripts, timeout, batch, io, batcher }
     }
 
     /// The same reserver collecting orders as `batch` says (`max = 1`: one call per order).
     pub fn with_batch(self, batch: BatchConf) -> Self {
-        let batcher = Batcher::new(self.pool.clone(), self.scripts.clone(), batch, self.timeout);
+        Self { batch, ..self }.rebuilt()
+    }
+
+    /// The same reserver sending its batches on `io`, the runtime that runs `pool`'s
+    /// connections (without: on a thread of its own).
+    pub fn with_io(self, io: tokio::runtime::Handle) -> Self {
+        Self { io: Some(io), ..self }.rebuilt()
+    }
+
+    fn rebuilt(self) -> Self {
+        let (pool, scripts) = (self.pool.clone(), self.scripts.clone());
+        let batcher = Batcher::new(pool, scripts, self.batch, self.timeout, self.io.clone());
         Self { batcher, ..self }
     }
 

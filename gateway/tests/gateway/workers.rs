@@ -126,3 +126,55 @@ async fn the_per_ip_and_per_account_limits_hold_across_workers() {
         );
     }
 }
+
+/// CPU time in nanoseconds (`schedstat`) of each thread name of `pid`, threads of one name summed.
+fn thread_cpu(pid: u32) -> HashMap<String, u64> {
+    let mut ns = HashMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        let t = stat.split_whitespace().next().and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        *ns.entry(comm.trim().to_string()).or_default() += t;
+    }
+    ns
+}
+
+/// The sale's I/O (the Redis connections, the reservation batches, the Kafka lanes) runs on one
+/// thread of its own, `gw-sale-io`: orders placed at once are reserved through it, and no
+/// other thread is started for the batches or the producer (each one more would be a hand-over
+/// between threads per batch, measured in `e2e/bench/gateway.sh`'s CPU by thread).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_sales_io_runs_on_one_thread_of_its_own() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::cleanup::Campaign::new("io");
+    publish(&redis, &campaign, 100, 1).await;
+    let upstream = wiremock::MockServer::start().await;
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &upstream.address().to_string(), &campaign, "");
+    conf.workers = 2;
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let mut tickets = Vec::new();
+    for i in 0..40 {
+        tickets.push(ticket(&http, &gw, &campaign, &format!("io-{i}")).await.unwrap());
+    }
+    let before = thread_cpu(gw.pid());
+    let base = gw.url("");
+    let orders: Vec<_> = tickets
+        .into_iter()
+        .map(|t| {
+            let (http, base) = (http.clone(), base.clone());
+            tokio::spawn(async move { t.order(&http, &base, 1).await })
+        })
+        .collect();
+    for o in orders {
+        let (status, body) = o.await.unwrap();
+        assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+    }
+    let after = thread_cpu(gw.pid());
+    let io = |t: &HashMap<String, u64>| t.get("gw-sale-io").copied();
+    assert!(io(&after).is_some(), "a thread named gw-sale-io: {after:?}");
+    assert!(io(&after) > io(&before), "it worked for the orders: {before:?} {after:?}");
+    for other in ["reserve-batch", "gw-kafka"] {
+        assert!(!after.contains_key(other), "no thread {other}: {after:?}");
+    }
+}
