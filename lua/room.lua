@@ -2,24 +2,34 @@
 -- runs in the background: the gateway computes who is served from the time since the start; this
 -- script only hands out places, once per buyer.
 --
--- Three ways in, by the gateway's clock (ARGV[2]) and what is closed already:
--- - Before the start (ARGV[2] < ARGV[3], and the pre-queue not closed yet), an arrival gets the
---   next pre-queue arrival number ("a<n>"); the gateway turns it into a position 1..size once the
---   pre-queue's size is known, by a keyed shuffle (so arriving at T-0 is worth no more than
---   arriving at T-5 min). The first call at or after the start closes the pre-queue: its size is
---   frozen.
+-- The windows are judged by when the request reached its gateway (ARGV[2], the gateway's clock
+-- when it read the request's head), not by when the gateway got round to this call: an
+-- overloaded gateway calls seconds late, and its buyers are still in the window they came in.
+-- The claim is clamped to [TIME - CLAIM_MAX_MS, TIME], Redis's own clock: no gateway (a wrong
+-- clock, a bad argument) can claim an arrival in the future, nor one earlier than the longest a
+-- gateway keeps a token request before this call (protocol::timing::ARRIVAL_CLAIM_MAX_MS, the
+-- same number: a test keeps them equal). Below, "the arrival" is the clamped one.
+--
+-- Three ways in, by the arrival and what is closed already:
+-- - Before the start (the arrival < ARGV[3], and the pre-queue not closed yet), an arrival gets
+--   the next pre-queue arrival number ("a<n>"); the gateway turns it into a position 1..size
+--   once the pre-queue's size is known, by a keyed shuffle (so arriving at T-0 is worth no more
+--   than arriving at T-5 min). The first call whose arrival is at or after the start closes the
+--   pre-queue: its size is frozen.
 -- - In the start draw, from the start to ARGV[7] (and the draw not closed yet), an arrival gets
---   the next draw arrival number ("d<n>"), shuffled the same way once the draw closes. The first
---   call at or after ARGV[7] closes the draw: its size is frozen, and its base too, the last
---   position before the drawn ones: the pre-queue's size, or the serving position the gateway
---   sends (ARGV[4]) if that is higher (so the drawn places are served from the draw's close at
---   the rate, not in a burst with the capacity nobody used while it was open). The drawn places
---   are base + 1 .. base + draw size.
+--   the next draw arrival number ("d<n>"), shuffled the same way once the draw closes; so does
+--   an earlier arrival that finds the pre-queue closed. The first call whose arrival is at or
+--   after ARGV[7] closes the draw (a call after ARGV[7] whose arrival is in the window, from a
+--   gateway that came late to it, still joins it; TIME - CLAIM_MAX_MS past ARGV[7], every call
+--   closes it): its size is frozen, and its base too, the last position before the drawn ones:
+--   the pre-queue's size, or the serving position the gateway sends (ARGV[4]) if that is higher
+--   (so the drawn places are served from the draw's close at the rate, not in a burst with the
+--   capacity nobody used while it was open). The drawn places are base + 1 .. base + draw size.
 -- - After the draw, positions are given first come, first served ("p<n>", after the drawn ones),
 --   never at or below the serving position the gateway sends (ARGV[4]): a buyer arriving at a
 --   quiet moment is not admitted in a burst with the capacity nobody used before.
--- A closed pre-queue or draw is never opened again (a gateway whose clock is behind sees it
--- closed by another). With ARGV[7] = ARGV[3] there is no start draw.
+-- A closed pre-queue or draw is never opened again (an arrival in it that comes later than the
+-- close goes to the next way in). With ARGV[7] = ARGV[3] there is no start draw.
 --
 -- A buyer keeps their place: asking again answers the same one (no re-roll of a shuffled place, no
 -- second position from one account), unless ARGV[5] names that very place (its session is over):
@@ -31,7 +41,8 @@
 --                                    next (the last position given)
 -- KEYS[2]  HASH  sk:{c}:room:users  user -> "a<n>", "d<n>" or "p<n>"
 -- ARGV[1]  the user
--- ARGV[2]  now, unix ms (the gateway's clock)
+-- ARGV[2]  the request's arrival, unix ms (the gateway's clock when it read the request's head;
+--          clamped as above; not a number: TIME - CLAIM_MAX_MS)
 -- ARGV[3]  the campaign's start, unix ms
 -- ARGV[4]  the serving position now (positions up to it are admitted or were)
 -- ARGV[5]  a place to replace ("p<n>": the buyer's session there is over), or ""
@@ -43,18 +54,27 @@
 -- length is issued minus the serving position), and the draw's base and size once closed (-1
 -- while open).
 
-local user, now, start, draw_end = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[7])
+local CLAIM_MAX_MS = 4000
+
+local user, start, draw_end = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[7])
+local time = redis.call('TIME')
+local clock = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local claimed = tonumber(ARGV[2])
+if claimed == nil or claimed ~= claimed then
+  claimed = 0
+end
+local arrived = math.max(math.min(claimed, clock), clock - CLAIM_MAX_MS)
 local place = redis.call('HGET', KEYS[2], user)
 local size = redis.call('HGET', KEYS[1], 'size')
 local dbase = redis.call('HGET', KEYS[1], 'dbase')
 local wrote = false
 
-if now >= start and not size then
+if arrived >= start and not size then
   size = tonumber(redis.call('HGET', KEYS[1], 'pre') or '0')
   redis.call('HSET', KEYS[1], 'size', size, 'next', size)
   wrote = true
 end
-if now >= draw_end and not dbase then
+if arrived >= draw_end and not dbase then
   local last = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
   local m = tonumber(redis.call('HGET', KEYS[1], 'drawn') or '0')
   dbase = math.max(last, tonumber(ARGV[4]))

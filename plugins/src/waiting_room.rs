@@ -25,6 +25,10 @@
 //!   keyed shuffle ([`draw_shuffle`]): a script firing at T+0 is not first among a crowd that
 //!   arrives over the first second. The drawn places are served from the draw's close at the
 //!   rate (no burst), and positions after the draw are first come, first served.
+//! - **Judged by the arrival**: both lotteries take a buyer by when the request reached the
+//!   proxy ([`Asker::arrived`], taken once per request), not by when an overloaded process got
+//!   round to `room.lua`; the script clamps the claim to Redis's clock less
+//!   [`protocol::timing::ARRIVAL_CLAIM_MAX_MS`].
 //! - **Admitted in place**: a request whose turn is less than [`ADMIT_IN_PLACE_MS`] away and that
 //!   brings its captcha's answer is held (an async sleep) and goes on as admitted, instead of a
 //!   `WAITING` answer whose promise would be shorter than the round trip to keep it.
@@ -471,6 +475,9 @@ pub struct Asker<'a> {
     /// provider's token): only such a request is held until a turn that is near
     /// ([`ADMIT_IN_PLACE_MS`]); one without would be refused at the captcha once admitted.
     pub brings_work: bool,
+    /// When the request reached the proxy ([`crate::edge::Head::arrived`]): the pre-queue and
+    /// the start draw take a buyer by it (`room.lua` clamps it to Redis's clock).
+    pub arrived: DateTime<Utc>,
 }
 
 /// The waiting room's Redis side, and the lotteries this process has seen closed.
@@ -528,10 +535,11 @@ impl WaitingRoom {
         self.closed.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied().unwrap_or_default()
     }
 
+    /// One `room.lua` call for `who` (its arrival judged by the script) at `now_ms`.
     async fn enter(
         &self,
         campaign: &Campaign,
-        user: &str,
+        who: Asker<'_>,
         now_ms: i64,
         renew: Option<RoomPlace>,
     ) -> Result<(RoomPlace, Closed), Denial> {
@@ -539,8 +547,8 @@ impl WaitingRoom {
         let start = campaign.starts_at.timestamp_millis();
         let entry = RoomEntry {
             campaign: &campaign.id,
-            user,
-            now_ms,
+            user: who.user,
+            arrived_ms: who.arrived.timestamp_millis(),
             starts_at_ms: start,
             serving: Schedule::of(room).serving(now_ms - start),
             renew,
@@ -588,22 +596,25 @@ impl WaitingRoom {
         let ends = (start, draw_ends_at_ms(campaign));
         // When the presented ticket was issued (unix s), and whether it was a lottery's.
         let mut presented: Option<(i64, bool)> = None;
-        let (mut place, mut closed) = match who.ticket {
+        let (mut place, mut closed, asked) = match who.ticket {
             Some(t) => {
                 let ticket = Ticket::verify(key, t, &campaign.id, who.user, who.device, now_s)?;
                 let lottery = !matches!(ticket.place, RoomPlace::Position(_));
                 presented = Some((ticket.issued_at, lottery));
                 let closed = self.known(campaign);
                 self.stats.saw(&campaign.id, ticket.place, closed);
-                (ticket.place, closed)
+                (ticket.place, closed, false)
             }
-            None => self.enter(campaign, who.user, now_ms, None).await?,
+            None => {
+                let (place, closed) = self.enter(campaign, who, now_ms, None).await?;
+                (place, closed, true)
+            }
         };
         let mut placed = place_position(key, &campaign.id, place, closed, now_ms, ends);
-        if placed == Placed::Unknown {
+        if placed == Placed::Unknown && !asked {
             // The first presentation of a lottery's ticket in this process after its draw: the
             // lottery's size, frozen (the buyer's place is the same one).
-            (place, closed) = self.enter(campaign, who.user, now_ms, None).await?;
+            (place, closed) = self.enter(campaign, who, now_ms, None).await?;
             placed = place_position(key, &campaign.id, place, closed, now_ms, ends);
         }
         let schedule = Schedule::of(room);
@@ -620,13 +631,21 @@ impl WaitingRoom {
                     now_ms,
                 )));
             }
-            Placed::Unknown => return Err(degraded()),
+            // Not drawn in Redis yet, though its time has come (`room.lua` was just asked): this
+            // request arrived in the lottery's window and reached the script late, before any
+            // arrival after the window closed it. The buyer's next request, arriving after the
+            // window, closes it: come back now.
+            Placed::Unknown => {
+                let start_draw = matches!(place, RoomPlace::Draw(_));
+                return Ok(Pass::Waiting(
+                    self.waiting_undrawn(key, campaign, who, place, now_ms, start_draw, now_ms),
+                ));
+            }
         };
         let mut now_ms = now_ms;
         let mut turn = turn(&schedule, position, now_ms - start);
         if turn == Turn::Passed {
-            let (again, _) =
-                self.enter(campaign, who.user, now_ms, Some(RoomPlace::Position(position))).await?;
+            let (again, _) = self.enter(campaign, who, now_ms, Some(RoomPlace::Position(position))).await?;
             if let RoomPlace::Position(p) = again {
                 position = p;
                 turn = self::turn(&schedule, p, now_ms - start);
@@ -714,7 +733,7 @@ impl WaitingRoom {
         } else {
             "in the pre-queue: every place in it is drawn at random at the start; present the ticket then"
         };
-        json!({
+        let answer = json!({
             "code": Code::Waiting,
             "message": message,
             "ticket": ticket,
@@ -727,7 +746,8 @@ impl WaitingRoom {
             "eta_at_ms": drawn_at_ms,
             "retry_after": retry_after_secs(to_draw),
             "expires_in": room.ticket_ttl_secs,
-        })
+        });
+        answer
     }
 
     /// Counts one arrival of `campaign` at `now` across every gateway (`lua/arrivals.lua`,
@@ -1023,6 +1043,19 @@ mod tests {
             .collect();
         places.sort_unstable();
         assert_eq!(places, vec![9, 10, 11, 12], "base + 1 ..= base + size, each once");
+    }
+
+    #[test]
+    fn the_arrival_claim_bound_covers_the_longest_a_token_request_waits_before_room_lua() {
+        // The body's read, then one Redis call bounded as the room's calls are (the undo's
+        // timeout of the longest reservation timeout a conf may have).
+        let most = protocol::timing::undo_timeout(Duration::from_millis(
+            protocol::timing::RESERVE_TIMEOUT_MAX_MS as u64,
+        ));
+        assert_eq!(
+            crate::flash_sale::BODY_TIMEOUT + most,
+            Duration::from_millis(protocol::timing::ARRIVAL_CLAIM_MAX_MS as u64)
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! of each answer is the schedule's, and the actual admission is measured against it; the
 //! pre-queue is shuffled at the start; the start draw shuffles the first moments' arrivals after
 //! the pre-queue, across two gateways on the Redis Cluster; a turn under 100 ms away is waited
-//! for in place. No timed assertions: what is asserted is computed from the answers' own data
+//! for in place; a request is drawn by when it reached the gateway, however late `room.lua` is
+//! asked, and the script clamps a claimed arrival to Redis's clock. No timed assertions: what is asserted is computed from the answers' own data
 //! (positions, serving line, ETA), the timings are printed.
 
 use std::time::{Duration, Instant};
@@ -759,4 +760,158 @@ async fn a_turn_under_100_ms_away_is_waited_for_in_place_when_the_work_comes_wit
     assert!(reply.1.get("held_ms").is_none());
     cleanup(&redis, &slow).await;
     cleanup(&redis, &c).await;
+}
+
+/// A token request of `user` whose head is sent now and whose body (`{}`) only once the clock
+/// reaches `body_at_ms`: the gateway reads the head (the request has arrived), then waits for
+/// the body before it asks `room.lua` for a place (as an overloaded gateway would be late to).
+/// Its status and JSON answer, and when the head was sent (unix ms).
+async fn held_body_request(gw: &Gateway, campaign: &str, user: &str, body_at_ms: i64) -> (u16, Value, i64) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let login = auth().login(user, json!({}));
+    let head = format!(
+        "POST /seckill/{campaign}/token HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {login}\r\n\
+         X-Device-Id: dev-{user}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let sent = chrono::Utc::now().timestamp_millis();
+    let wait = (body_at_ms - chrono::Utc::now().timestamp_millis()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    s.write_all(b"{}").await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw)).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null), sent)
+}
+
+#[tokio::test]
+async fn a_request_that_arrived_in_the_start_draw_is_drawn_however_late_room_lua_is_asked() {
+    let c = e2e::cleanup::Campaign::new("wr");
+    // Starts in 3 s (the gateway starts first), a start draw of 1.5 s at 1/s.
+    let start = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let draw_ms = 1500;
+    let room = format!("admit_per_sec = 1\nstart_draw_ms = {draw_ms}");
+    let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, &room))]).await;
+    let gw = &gws[0];
+    let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
+    let now_ms = || chrono::Utc::now().timestamp_millis();
+    while now_ms() < start_ms + 50 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its head reaches the gateway in the draw's window; its body (and so its call to room.lua)
+    // only 300 ms after the window closed. It is drawn: judged by when it arrived.
+    let (status, body, sent) = held_body_request(gw, &c, "slow", draw_end_ms + 300).await;
+    assert!(
+        sent < draw_end_ms,
+        "the machine was too slow to send the head in the draw (raise start_draw_ms)"
+    );
+    assert_eq!((status, body["code"].as_str()), (200, Some("WAITING")), "{body}");
+    assert_eq!(body["start_draw"].as_bool(), Some(true), "judged by its arrival: {body}");
+    assert_eq!(ticket_place(&body, &c, "slow"), RoomPlace::Draw(1), "{body}");
+    let ticket = body["ticket"].as_str().unwrap().to_string();
+    // Not drawn yet (no arrival after the window came to close it), though its time has come:
+    // told to come back now.
+    assert!(body["position"].is_null(), "{body}");
+    assert!(body["eta_ms"].as_i64().unwrap() <= 0, "{body}");
+    // The next arrival, after the window, closes the draw and comes after it.
+    let next = enter(&http, gw, &c, "next").await;
+    assert_eq!(next["start_draw"].as_bool(), Some(false), "{next}");
+    // The late one's place is the draw's one place, and its ETA the schedule's.
+    let reply = ask(&http, gw, &c, "slow", "dev-slow", Some(&ticket), json!({})).await;
+    assert_eq!(code(&reply), (200, "WAITING"), "{}", reply.1);
+    let p = position(&reply.1);
+    assert!(p < position(&next), "the drawn place {p} comes before the first after the draw: {next}");
+    let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
+    assert_eq!(reply.1["eta_at_ms"].as_i64(), Some(start_ms + schedule.served_at(p)), "{}", reply.1);
+    eprintln!(
+        "held body: head sent {} ms after the start, drawn; place {p}, the next arrival {}",
+        sent - start_ms,
+        position(&next)
+    );
+    cleanup(&redis, &c).await;
+}
+
+/// One `room.lua` call on the stack's Redis for `user` of a campaign starting at `start_ms` with
+/// a start draw to `draw_end_ms`, claiming it arrived at `arrived_ms`.
+async fn room_call(
+    redis: &Client,
+    campaign: &str,
+    user: &str,
+    arrived_ms: i64,
+    (start_ms, draw_end_ms): (i64, i64),
+) -> protocol::scripts::RoomAnswer {
+    let entry = protocol::scripts::RoomEntry {
+        campaign,
+        user,
+        arrived_ms,
+        starts_at_ms: start_ms,
+        serving: 0,
+        renew: None,
+        expire_at_ms: chrono::Utc::now().timestamp_millis() + 60_000,
+        draw_ends_at_ms: draw_end_ms,
+    };
+    protocol::scripts::Scripts::builtin().room_enter(redis, &entry).await.unwrap()
+}
+
+#[tokio::test]
+async fn room_lua_judges_the_arrival_clamped_to_redis_time() {
+    let bound = protocol::timing::ARRIVAL_CLAIM_MAX_MS;
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    // A draw that closed a second ago: an arrival claimed in it, within the bound, is drawn
+    // though the call comes after the window.
+    let late = e2e::cleanup::Campaign::new("wr");
+    let windows = (now - 3000, now - 1000);
+    let out = room_call(&redis, &late, "u1", now - 2000, windows).await;
+    assert_eq!((out.place, out.draw), (RoomPlace::Draw(1), None), "{out:?}");
+    // The next arrival, after the window, closes it with that one in it.
+    let out = room_call(&redis, &late, "u2", now, windows).await;
+    assert!(matches!(out.place, RoomPlace::Position(_)), "{out:?}");
+    assert_eq!(out.draw.map(|d| d.size), Some(1), "{out:?}");
+    // A draw that closed more than the bound ago: an arrival claimed in it is clamped to
+    // TIME - bound, after the window: not drawn, it closes the draw, empty. So do claims that
+    // are no instant at all.
+    let old = e2e::cleanup::Campaign::new("wr");
+    let windows = (now - bound - 3000, now - bound - 1000);
+    let out = room_call(&redis, &old, "cheat", now - bound - 2000, windows).await;
+    assert!(matches!(out.place, RoomPlace::Position(_)), "clamped out of the draw: {out:?}");
+    assert_eq!(out.draw.map(|d| d.size), Some(0), "{out:?}");
+    let junk = e2e::cleanup::Campaign::new("wr");
+    let windows = (now - bound - 3000, now - bound - 1000);
+    for (i, claim) in [i64::MIN, 0, -1].into_iter().enumerate() {
+        let out = room_call(&redis, &junk, &format!("j{i}"), claim, windows).await;
+        assert!(matches!(out.place, RoomPlace::Position(_)), "{claim}: {out:?}");
+    }
+    let keys = CampaignKeys::new(&junk);
+    let script = include_str!("../../../lua/room.lua");
+    for (i, claim) in ["nan", "-inf", "soon", ""].into_iter().enumerate() {
+        let argv = vec![
+            format!("x{i}"),
+            claim.to_string(),
+            windows.0.to_string(),
+            "0".into(),
+            String::new(),
+            (now + 60_000).to_string(),
+            windows.1.to_string(),
+        ];
+        let out: Vec<fred::types::Value> =
+            redis.eval(script, vec![keys.room(), keys.room_users()], argv).await.unwrap();
+        let place = out[0].as_string().unwrap_or_default();
+        assert!(place.starts_with('p'), "{claim:?}: {place}");
+    }
+    // A claim in the future is clamped to TIME: it cannot close a draw still open.
+    let open = e2e::cleanup::Campaign::new("wr");
+    let now = chrono::Utc::now().timestamp_millis();
+    let windows = (now - 1000, now + 5000);
+    let out = room_call(&redis, &open, "ahead", now + 60_000, windows).await;
+    assert_eq!((out.place, out.draw), (RoomPlace::Draw(1), None), "{out:?}");
+    let out = room_call(&redis, &open, "honest", chrono::Utc::now().timestamp_millis(), windows).await;
+    assert_eq!((out.place, out.draw), (RoomPlace::Draw(2), None), "{out:?}");
+    for c in [&late, &old, &junk, &open] {
+        cleanup(&redis, c.id()).await;
+    }
 }

@@ -53,8 +53,11 @@ pub struct RoomEntry<'a> {
     pub campaign: &'a str,
     /// The buyer.
     pub user: &'a str,
-    /// Now, unix ms.
-    pub now_ms: i64,
+    /// When the request reached the gateway, unix ms (the gateway's clock when it read the
+    /// request's head): the pre-queue and the start draw are judged by it. The script clamps it
+    /// to Redis's `TIME` less [`crate::timing::ARRIVAL_CLAIM_MAX_MS`] at the earliest, `TIME`
+    /// at the latest.
+    pub arrived_ms: i64,
     /// The campaign's start, unix ms.
     pub starts_at_ms: i64,
     /// The serving position now: a new position is always above it.
@@ -111,7 +114,7 @@ impl Scripts {
         let keys = CampaignKeys::new(entry.campaign);
         let args = vec![
             entry.user.to_string(),
-            entry.now_ms.to_string(),
+            entry.arrived_ms.to_string(),
             entry.starts_at_ms.to_string(),
             entry.serving.to_string(),
             entry.renew.map(|p| p.as_stored()).unwrap_or_default(),
