@@ -21,10 +21,14 @@
 --   an earlier arrival that finds the pre-queue closed. The first call whose arrival is at or
 --   after ARGV[7] closes the draw (a call after ARGV[7] whose arrival is in the window, from a
 --   gateway that came late to it, still joins it; TIME - CLAIM_MAX_MS past ARGV[7], every call
---   closes it): its size is frozen, and its base too, the last position before the drawn ones:
---   the pre-queue's size, or the serving position the gateway sends (ARGV[4]) if that is higher
---   (so the drawn places are served from the draw's close at the rate, not in a burst with the
---   capacity nobody used while it was open). The drawn places are base + 1 .. base + draw size.
+--   closes it): its size M is frozen, and its base too, the last position before the drawn ones:
+--   the pre-queue's size, or the serving position the gateway sends (ARGV[4]) plus
+--   ceil(M * ARGV[8] / ARGV[9]) if that is higher. The drawn buyers are asked back to learn their
+--   places ARGV[9] a second from ARGV[7] (the gateway tells each when, by its draw number);
+--   the last is asked back M / ARGV[9] s after it, and by then the serving line at the close
+--   has moved ARGV[8] a second for that long: so no drawn place's turn comes before its buyer is
+--   asked back, and the drawn places are served at the rate, not in a burst with the capacity
+--   nobody used while the draw was open. The drawn places are base + 1 .. base + M.
 -- - After the draw, positions are given first come, first served ("p<n>", after the drawn ones),
 --   never at or below the serving position the gateway sends (ARGV[4]): a buyer arriving at a
 --   quiet moment is not admitted in a burst with the capacity nobody used before.
@@ -48,6 +52,8 @@
 -- ARGV[5]  a place to replace ("p<n>": the buyer's session there is over), or ""
 -- ARGV[6]  unix ms at which both keys expire (the campaign's end plus a ticket's life)
 -- ARGV[7]  the start draw's end, unix ms (the start plus start_draw_ms)
+-- ARGV[8]  the room's admit_per_sec
+-- ARGV[9]  the room's draw_return_per_sec (drawn buyers asked back a second)
 -- Returns {place, size, issued, dbase, dsize}: the buyer's place, the pre-queue's size once closed
 -- (-1 while open), the places given so far (the last position given once the draw is closed,
 -- else the pre-queue's size plus the draw's arrivals, else the pre-queue's arrivals: the queue's
@@ -77,7 +83,8 @@ end
 if arrived >= draw_end and not dbase then
   local last = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
   local m = tonumber(redis.call('HGET', KEYS[1], 'drawn') or '0')
-  dbase = math.max(last, tonumber(ARGV[4]))
+  local told = math.ceil(m * tonumber(ARGV[8]) / math.max(1, tonumber(ARGV[9])))
+  dbase = math.max(last, tonumber(ARGV[4]) + told)
   redis.call('HSET', KEYS[1], 'dbase', dbase, 'dsize', m, 'next', dbase + m)
   wrote = true
 end

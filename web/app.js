@@ -506,9 +506,11 @@ function showWaiting(body) {
   setState('waiting');
   $('work').hidden = true;
   const preQueue = body.pre_queue === true;
-  // The start draw's seconds after the start, from the answer (its draw) and /info (the start).
+  // The start draw's seconds after the start, from the answer (the draw's end) and /info (the
+  // start); drawn_at_ms is when this buyer is asked back, a little after the end.
+  const drawEnd = Number(body.draw_ends_at_ms ?? body.drawn_at_ms);
   const drawSecs = body.start_draw === true && info
-    ? Math.max(0, Math.round((Number(body.drawn_at_ms) - Date.parse(info.starts_at)) / 100) / 10)
+    ? Math.max(0, Math.round((drawEnd - Date.parse(info.starts_at)) / 100) / 10)
     : null;
   // From the answer's eta_ms as it arrives (the server's own clock, not this page's copy of it).
   const etaAtMs = serverNow() + (Number(body.eta_ms) || 0);

@@ -21,10 +21,13 @@
 //!   nothing over a buyer who came five minutes early, and one account has one place.
 //! - **The start draw**: arrivals in the `start_draw_ms` after the start get a draw number; when
 //!   the draw closes its size is frozen with its base (the pre-queue's size, or the serving
-//!   position then if higher) and each number becomes a position after the base by another
-//!   keyed shuffle ([`draw_shuffle`]): a script firing at T+0 is not first among a crowd that
-//!   arrives over the first second. The drawn places are served from the draw's close at the
-//!   rate (no burst), and positions after the draw are first come, first served.
+//!   position then plus the positions served while the drawn are asked back, if higher) and
+//!   each number becomes a position after the base by another keyed shuffle ([`draw_shuffle`]):
+//!   a script firing at T+0 is not first among a crowd that arrives over the first second. The
+//!   drawn are asked back one by one, `draw_return_per_sec` a second in draw-number order
+//!   ([`Lotteries::draw_return_at_ms`]), and the drawn places' turns start after the last is
+//!   asked back: no turn has passed when a buyer learns its place, and the places are served at
+//!   the rate (no burst). Positions after the draw are first come, first served.
 //! - **Judged by the arrival**: both lotteries take a buyer by when the request reached the
 //!   proxy ([`Asker::arrived`], taken once per request), not by when an overloaded process got
 //!   round to `room.lua`; the script clamps the claim to Redis's clock less
@@ -210,29 +213,60 @@ pub enum Placed {
     Unknown,
 }
 
-/// The position of `place` at `now_ms` given what is `closed`, the start and the draw's end
-/// (unix ms): a position is itself; a pre-queue arrival is shuffled among the pre-queue from the
-/// start on; a draw arrival is the draw's base plus its shuffle among the draw, from the draw's
-/// end on.
+/// A campaign's lottery windows, unix ms, and the pace at which the drawn are asked back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lotteries {
+    /// The start: the pre-queue's places are drawn then.
+    pub start_ms: i64,
+    /// The start draw's end (the start plus `start_draw_ms`).
+    pub draw_end_ms: i64,
+    /// Drawn buyers asked back per second from the draw's end (`draw_return_per_sec`).
+    pub return_per_sec: u64,
+}
+
+impl Lotteries {
+    /// `campaign`'s.
+    pub fn of(campaign: &Campaign) -> Self {
+        Self {
+            start_ms: campaign.starts_at.timestamp_millis(),
+            draw_end_ms: draw_ends_at_ms(campaign),
+            return_per_sec: campaign.waiting_room.draw_return_per_sec.max(1),
+        }
+    }
+
+    /// When the start draw's `d`-th arrival (from 1) is asked back to learn its place (unix ms):
+    /// `(d − 1) / return_per_sec` after the draw's end, so the gateways tell the drawn their
+    /// places at that pace instead of all at once (`room.lua` starts the drawn places' turns
+    /// after the last of them is asked back).
+    pub fn draw_return_at_ms(&self, d: u64) -> i64 {
+        let after = u128::from(d.saturating_sub(1)) * 1000 / u128::from(self.return_per_sec.max(1));
+        self.draw_end_ms.saturating_add(after.min(i64::MAX as u128) as i64)
+    }
+}
+
+/// The position of `place` at `now_ms` given what is `closed` and the campaign's `lotteries`: a
+/// position is itself; a pre-queue arrival is shuffled among the pre-queue from the start on; a
+/// draw arrival is the draw's base plus its shuffle among the draw, from the time its buyer is
+/// asked back ([`Lotteries::draw_return_at_ms`]).
 pub fn place_position(
     key: &hmac::Key,
     campaign: &str,
     place: RoomPlace,
     closed: Closed,
     now_ms: i64,
-    (start_ms, draw_end_ms): (i64, i64),
+    lotteries: Lotteries,
 ) -> Placed {
     match place {
         RoomPlace::Position(p) => Placed::Position(p),
-        RoomPlace::PreQueue(_) if now_ms < start_ms => {
-            Placed::Undrawn { drawn_at_ms: start_ms, start_draw: false }
+        RoomPlace::PreQueue(_) if now_ms < lotteries.start_ms => {
+            Placed::Undrawn { drawn_at_ms: lotteries.start_ms, start_draw: false }
         }
         RoomPlace::PreQueue(a) => match closed.pre {
             Some(n) => Placed::Position(shuffle(key, campaign, n, a)),
             None => Placed::Unknown,
         },
-        RoomPlace::Draw(_) if now_ms < draw_end_ms => {
-            Placed::Undrawn { drawn_at_ms: draw_end_ms, start_draw: true }
+        RoomPlace::Draw(d) if now_ms < lotteries.draw_return_at_ms(d) => {
+            Placed::Undrawn { drawn_at_ms: lotteries.draw_return_at_ms(d), start_draw: true }
         }
         RoomPlace::Draw(d) => match closed.draw {
             Some(Drawn { base, size }) => Placed::Position(base + draw_shuffle(key, campaign, size, d)),
@@ -554,6 +588,7 @@ impl WaitingRoom {
             renew,
             expire_at_ms: campaign.ends_at.timestamp_millis() + i64::from(room.ticket_ttl_secs) * 1000,
             draw_ends_at_ms: draw_ends_at_ms(campaign),
+            rates: (room.admit_per_sec, room.draw_return_per_sec),
         };
         let call = self.scripts.room_enter(self.pool.next_connected(), &entry);
         let out = match tokio::time::timeout(self.timeout, call).await {
@@ -593,7 +628,7 @@ impl WaitingRoom {
         }
         let (now_s, now_ms) = (now.timestamp(), now.timestamp_millis());
         let start = campaign.starts_at.timestamp_millis();
-        let ends = (start, draw_ends_at_ms(campaign));
+        let lotteries = Lotteries::of(campaign);
         // When the presented ticket was issued (unix s), and whether it was a lottery's.
         let mut presented: Option<(i64, bool)> = None;
         let (mut place, mut closed, asked) = match who.ticket {
@@ -610,12 +645,12 @@ impl WaitingRoom {
                 (place, closed, true)
             }
         };
-        let mut placed = place_position(key, &campaign.id, place, closed, now_ms, ends);
+        let mut placed = place_position(key, &campaign.id, place, closed, now_ms, lotteries);
         if placed == Placed::Unknown && !asked {
             // The first presentation of a lottery's ticket in this process after its draw: the
             // lottery's size, frozen (the buyer's place is the same one).
             (place, closed) = self.enter(campaign, who, now_ms, None).await?;
-            placed = place_position(key, &campaign.id, place, closed, now_ms, ends);
+            placed = place_position(key, &campaign.id, place, closed, now_ms, lotteries);
         }
         let schedule = Schedule::of(room);
         let mut position = match placed {
@@ -704,7 +739,8 @@ impl WaitingRoom {
     }
 
     /// The `WAITING` answer of a lottery's arrival before its draw (the pre-queue's at the
-    /// start, the start draw's at its end, `drawn_at_ms`): no position yet, come back then.
+    /// start, the start draw's when its buyer is asked back, `drawn_at_ms`): no position yet,
+    /// come back then.
     #[allow(clippy::too_many_arguments)]
     fn waiting_undrawn(
         &self,
@@ -733,7 +769,7 @@ impl WaitingRoom {
         } else {
             "in the pre-queue: every place in it is drawn at random at the start; present the ticket then"
         };
-        let answer = json!({
+        let mut answer = json!({
             "code": Code::Waiting,
             "message": message,
             "ticket": ticket,
@@ -747,6 +783,11 @@ impl WaitingRoom {
             "retry_after": retry_after_secs(to_draw),
             "expires_in": room.ticket_ttl_secs,
         });
+        if start_draw {
+            // The draw's window, for the page to say who is drawn; `drawn_at_ms` is when this
+            // buyer is asked back to learn its place.
+            answer["draw_ends_at_ms"] = draw_ends_at_ms(campaign).into();
+        }
         answer
     }
 
@@ -1020,7 +1061,9 @@ mod tests {
     #[test]
     fn a_place_is_positioned_once_its_lottery_is_drawn() {
         let (start, end) = (10_000, 11_000);
-        let at = |place, closed, now| place_position(&key(), "c1", place, closed, now, (start, end));
+        // Drawn buyers asked back 4 a second: the d-th 250 ms × (d − 1) after the draw's end.
+        let lotteries = Lotteries { start_ms: start, draw_end_ms: end, return_per_sec: 4 };
+        let at = |place, closed, now| place_position(&key(), "c1", place, closed, now, lotteries);
         let none = Closed::default();
         let pre = Closed { pre: Some(5), draw: None };
         let both = Closed { pre: Some(5), draw: Some(Drawn { base: 8, size: 4 }) };
@@ -1030,19 +1073,59 @@ mod tests {
         assert_eq!(at(RoomPlace::PreQueue(2), none, 9_999), undrawn(start, false));
         assert_eq!(at(RoomPlace::PreQueue(2), none, start), Placed::Unknown, "drawn, not known here yet");
         assert_eq!(at(RoomPlace::PreQueue(2), pre, start), Placed::Position(shuffle(&key(), "c1", 5, 2)));
-        // The start draw: at its end, after its base.
-        assert_eq!(at(RoomPlace::Draw(3), pre, 10_500), undrawn(end, true));
-        assert_eq!(at(RoomPlace::Draw(3), pre, end), Placed::Unknown);
-        let drawn = at(RoomPlace::Draw(3), both, end);
+        // The start draw: the first arrival asked back at its end, the third 500 ms later, and
+        // told nothing more before then, even once the draw is known.
+        assert_eq!(at(RoomPlace::Draw(1), pre, 10_500), undrawn(end, true));
+        assert_eq!(at(RoomPlace::Draw(3), pre, 10_500), undrawn(end + 500, true));
+        assert_eq!(at(RoomPlace::Draw(3), both, end + 499), undrawn(end + 500, true));
+        assert_eq!(at(RoomPlace::Draw(1), pre, end), Placed::Unknown);
+        assert_eq!(at(RoomPlace::Draw(3), pre, end + 500), Placed::Unknown);
+        let drawn = at(RoomPlace::Draw(3), both, end + 500);
         assert_eq!(drawn, Placed::Position(8 + draw_shuffle(&key(), "c1", 4, 3)));
         let mut places: Vec<u64> = (1..=4)
-            .map(|d| match at(RoomPlace::Draw(d), both, end + 1) {
+            .map(|d| match at(RoomPlace::Draw(d), both, end + 1000) {
                 Placed::Position(p) => p,
                 other => panic!("{other:?}"),
             })
             .collect();
         places.sort_unstable();
         assert_eq!(places, vec![9, 10, 11, 12], "base + 1 ..= base + size, each once");
+    }
+
+    #[test]
+    fn the_drawn_are_asked_back_at_a_pace_and_no_turn_comes_before_its_buyer_is() {
+        let l = |return_per_sec| Lotteries { start_ms: 0, draw_end_ms: 1000, return_per_sec };
+        assert_eq!(l(1000).draw_return_at_ms(1), 1000);
+        assert_eq!(l(1000).draw_return_at_ms(2), 1001);
+        assert_eq!(l(3).draw_return_at_ms(2), 1333);
+        assert_eq!(l(0).draw_return_at_ms(3), 3000, "a pace of 0 is read as 1 a second");
+        assert_eq!(l(1).draw_return_at_ms(u64::MAX), i64::MAX, "no overflow");
+        // `room.lua`'s base for a draw of m closed at `close` (ms after the start): the serving
+        // line then plus ceil(m · rate / pace), or the pre-queue's size if higher. Every drawn
+        // place's turn then comes at or after its buyer is asked back, whatever the pace, the
+        // rate, the cap or the pre-queue.
+        for (rate, max_active, pace, m, pre, close) in [
+            (500, None, 5000, 5000, 0, 1000),
+            (500, None, 5000, 5000, 0, 4000),
+            (500, None, 500, 37, 0, 1000),
+            (1, None, 10, 20, 2, 4000),
+            (7, Some(5), 70, 300, 3, 2500),
+            (1000, Some(999), 20_000, 10_000, 1500, 1000),
+            (3, None, 1, 10, 0, 1000),
+        ] {
+            let s = Schedule { rate, max_active, session_ms: 10_000 };
+            let lotteries = Lotteries { start_ms: 0, draw_end_ms: 1000, return_per_sec: pace };
+            let told = (m * rate).div_ceil(pace);
+            let base = pre.max(s.serving(close) + told);
+            for d in 1..=m {
+                let p = base + draw_shuffle(&key(), "c1", m, d);
+                let (turn_at, back_at) = (s.served_at(p), lotteries.draw_return_at_ms(d));
+                assert!(
+                    turn_at >= back_at,
+                    "{rate}/s, pace {pace}, {m} drawn: place {p} at {turn_at} < {back_at}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,15 +3,16 @@
 //! refused for another user, device or campaign, forged or expired; `max_active` holds; the ETA
 //! of each answer is the schedule's, and the actual admission is measured against it; the
 //! pre-queue is shuffled at the start; the start draw shuffles the first moments' arrivals after
-//! the pre-queue, across two gateways on the Redis Cluster; a turn under 100 ms away is waited
-//! for in place; a request is drawn by when it reached the gateway, however late `room.lua` is
-//! asked, and the script clamps a claimed arrival to Redis's clock. No timed assertions: what is asserted is computed from the answers' own data
+//! the pre-queue, across two gateways on the Redis Cluster, and asks the drawn back one by one
+//! before any drawn turn; a turn under 100 ms away is waited for in place; a request is drawn
+//! by when it reached the gateway, however late `room.lua` is asked, and the script clamps a
+//! claimed arrival to Redis's clock. No timed assertions: what is asserted is computed from the answers' own data
 //! (positions, serving line, ETA), the timings are printed.
 
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use plugins::waiting_room::{Schedule, Ticket, TICKET_HEADER};
+use plugins::waiting_room::{Lotteries, Schedule, Ticket, TICKET_HEADER};
 use protocol::keys::CampaignKeys;
 use protocol::scripts::RoomPlace;
 use serde_json::{json, Value};
@@ -604,6 +605,7 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
     let (gws, redis, http) = gateways_on(&url, 3, &[(&c, campaign(&c, start, &room))]).await;
     let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
     let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
+    let lotteries = Lotteries { start_ms, draw_end_ms, return_per_sec: 10 };
     let now_ms = || chrono::Utc::now().timestamp_millis();
     // Two in the pre-queue.
     let mut pre = Vec::new();
@@ -635,10 +637,14 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
             "{body}"
         );
         assert!(body["position"].is_null(), "no position before the draw: {body}");
-        assert_eq!(body["drawn_at_ms"].as_i64(), Some(draw_end_ms), "{body}");
-        assert_eq!(body["eta_at_ms"].as_i64(), Some(draw_end_ms), "{body}");
+        // Asked back one by one after the draw's end, at 10 a second (10 × admit_per_sec) in
+        // the order of arrival: the gateways tell the drawn their places at that pace.
+        let back_at = lotteries.draw_return_at_ms(i as u64 + 1);
+        assert_eq!(back_at, draw_end_ms + 100 * i as i64);
+        assert_eq!(body["drawn_at_ms"].as_i64(), Some(back_at), "{body}");
+        assert_eq!(body["eta_at_ms"].as_i64(), Some(back_at), "{body}");
         assert_eq!(ticket_place(&body, &c, &user), RoomPlace::Draw(i as u64 + 1), "arrival {i}: {body}");
-        drawn.push((user, body["ticket"].as_str().unwrap().to_string()));
+        drawn.push((user, body["ticket"].as_str().unwrap().to_string(), back_at));
     }
     // The pre-queue's places are drawn already: 1 and 2, each once, told on any gateway.
     let mut pre_places = Vec::new();
@@ -649,20 +655,30 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
     }
     pre_places.sort_unstable();
     assert_eq!(pre_places, vec![1, 2]);
-    while now_ms() < draw_end_ms + 20 {
+    // Presented before its time to come back, a drawn ticket is told that time again, with no
+    // call to Redis.
+    let (user, t, back_at) = &drawn[n - 1];
+    if now_ms() < back_at - 300 {
+        let early = ask(&http, &gws[0], &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
+        assert!(early.1["position"].is_null(), "{}", early.1);
+        assert_eq!(early.1["drawn_at_ms"].as_i64(), Some(*back_at), "{}", early.1);
+    }
+    while now_ms() < lotteries.draw_return_at_ms(n as u64) + 20 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // After the close: each drawn ticket presented to another gateway than the one it came from,
     // the first time to the third one, which saw nothing of the draw (as a gateway restarted
     // would): all read the same draw from Redis.
     let (mut positions, mut closed_by) = (Vec::new(), 0);
-    for (i, (user, t)) in drawn.iter().enumerate() {
+    for (i, (user, t, back_at)) in drawn.iter().enumerate() {
         let gw = &gws[if i == 0 { 2 } else { (i + 1) % 2 }];
         let reply = ask(&http, gw, &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
         assert_eq!(code(&reply), (200, "WAITING"), "at 1/s the drawn places wait: {}", reply.1);
         let p = position(&reply.1);
-        // The ETA is the schedule's, to the ms, and told from its place in the ticket.
+        // The ETA is the schedule's, to the ms, and told from its place in the ticket; and no
+        // drawn place's turn comes before its buyer was asked back to learn it.
         assert_eq!(reply.1["eta_at_ms"].as_i64(), Some(start_ms + schedule.served_at(p)), "{}", reply.1);
+        assert!(start_ms + schedule.served_at(p) >= *back_at, "place {p}: {}", reply.1);
         assert_eq!(ticket_place(&reply.1, &c, user), RoomPlace::Position(p));
         // Asked again on the third gateway: the same place.
         let again = ask(&http, &gws[2], &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
@@ -682,13 +698,16 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
         "the drawn places are one run, each once: {positions:?}"
     );
     assert_eq!(hi - lo + 1, n as u64);
-    // The draw's base: the pre-queue's size, or the serving line at the close if higher (so the
-    // drawn places are served from the close at the rate, not in a burst); the close came
-    // between the draw's end and the first answer after it.
+    // The draw's base: the pre-queue's size, or the serving line at the close plus the
+    // positions served while the 20 drawn are asked back (20 at 10/s: 2 s, 2 positions at 1/s)
+    // if higher (so no drawn turn has passed when its buyer learns it, and the drawn places are
+    // served at the rate, not in a burst); the close came between the draw's end and the first
+    // answer after it.
+    let told = 2;
     let (at_end, at_first) =
         (schedule.serving(draw_end_ms - start_ms), schedule.serving(closed_by - start_ms));
     assert!(
-        (2.max(at_end)..=2.max(at_first)).contains(&base),
+        (2.max(at_end + told)..=2.max(at_first + told)).contains(&base),
         "base {base}: the serving line was {at_end} at the draw's end, {at_first} at the first answer"
     );
     // Not first come first served: the five who fired first are not the five first places.
@@ -798,6 +817,7 @@ async fn a_request_that_arrived_in_the_start_draw_is_drawn_however_late_room_lua
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, &room))]).await;
     let gw = &gws[0];
     let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
+    let lotteries = Lotteries { start_ms, draw_end_ms, return_per_sec: 10 };
     let now_ms = || chrono::Utc::now().timestamp_millis();
     while now_ms() < start_ms + 50 {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -827,6 +847,7 @@ async fn a_request_that_arrived_in_the_start_draw_is_drawn_however_late_room_lua
     assert!(p < position(&next), "the drawn place {p} comes before the first after the draw: {next}");
     let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
     assert_eq!(reply.1["eta_at_ms"].as_i64(), Some(start_ms + schedule.served_at(p)), "{}", reply.1);
+    assert!(start_ms + schedule.served_at(p) >= lotteries.draw_return_at_ms(1));
     eprintln!(
         "held body: head sent {} ms after the start, drawn; place {p}, the next arrival {}",
         sent - start_ms,
@@ -853,6 +874,7 @@ async fn room_call(
         renew: None,
         expire_at_ms: chrono::Utc::now().timestamp_millis() + 60_000,
         draw_ends_at_ms: draw_end_ms,
+        rates: (1, 10),
     };
     protocol::scripts::Scripts::builtin().room_enter(redis, &entry).await.unwrap()
 }
@@ -897,6 +919,8 @@ async fn room_lua_judges_the_arrival_clamped_to_redis_time() {
             String::new(),
             (now + 60_000).to_string(),
             windows.1.to_string(),
+            "1".into(),
+            "10".into(),
         ];
         let out: Vec<fred::types::Value> =
             redis.eval(script, vec![keys.room(), keys.room_users()], argv).await.unwrap();

@@ -68,6 +68,9 @@ pub struct RoomEntry<'a> {
     pub expire_at_ms: i64,
     /// The start draw's end, unix ms (the start itself when there is none).
     pub draw_ends_at_ms: i64,
+    /// The room's `admit_per_sec` and `draw_return_per_sec`: when the draw closes, its places
+    /// start after the serving line by the positions served while its buyers are asked back.
+    pub rates: (u64, u64),
 }
 
 /// The start draw, once closed: its places are `base + 1 ..= base + size`.
@@ -120,6 +123,8 @@ impl Scripts {
             entry.renew.map(|p| p.as_stored()).unwrap_or_default(),
             entry.expire_at_ms.to_string(),
             entry.draw_ends_at_ms.to_string(),
+            entry.rates.0.to_string(),
+            entry.rates.1.to_string(),
         ];
         let out: Vec<fred::types::Value> =
             self.room.evalsha_with_retry(client, vec![keys.room(), keys.room_users()], args).await?;
