@@ -428,6 +428,29 @@ async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
     cleanup(&redis, &c).await;
 }
 
+#[tokio::test]
+async fn the_buyers_client_room_first_asks_no_work_before_its_turn_and_gets_its_token() {
+    let c = e2e::cleanup::Campaign::new("wr");
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, "admit_per_sec = 4"))]).await;
+    let base = gws[0].url("");
+    // As the page: the first token request carries no work and is told to wait (a new arrival
+    // is never admitted at once, and without the work it is not held); the work comes later.
+    let buyers = (0..3).map(|i| {
+        let (http, base, c) = (http.clone(), base.clone(), c.clone());
+        async move {
+            let login = auth().login(&format!("f{i}"), json!({}));
+            e2e::client::get_ticket_room_first(&http, &base, &c, &login, &format!("dev-f{i}")).await
+        }
+    });
+    for t in futures::future::join_all(buyers).await {
+        let t = t.unwrap_or_else(|e| panic!("refused: {e:?}"));
+        assert!(!t.token.is_empty() && !t.signing_key.is_empty(), "{t:?}");
+        assert!(t.room.waiting >= 1, "its first request was told to wait: {t:?}");
+    }
+    cleanup(&redis, &c).await;
+}
+
 /// `POST /seckill/{c}/captcha` from device `dev-x`: status and body.
 async fn challenge(http: &reqwest::Client, gw: &Gateway, c: &str) -> (u16, Value) {
     let r = http
