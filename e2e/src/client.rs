@@ -104,10 +104,11 @@ pub struct Promised {
     pub eta_at_ms: i64,
 }
 
-/// Whether a `WAITING` answer's place is a lottery's not drawn yet (the pre-queue's, or the
-/// start draw's): its ETA is the draw, not a turn.
+/// Whether a `WAITING` answer's place is a lottery's not drawn yet (the pre-queue's, the start
+/// draw's, or one after the draw's window before its close): its ETA is when to learn the
+/// place, not a turn.
 pub fn undrawn(body: &Value) -> bool {
-    body["pre_queue"] == true || body["start_draw"] == true
+    body["pre_queue"] == true || body["start_draw"] == true || body["after_draw"] == true
 }
 
 impl Promised {
@@ -588,6 +589,14 @@ mod tests {
             next_presentation(&draw, 1, 0, Duration::ZERO, &p),
             Next::Present { pause: Duration::from_millis(520), solve: false }
         );
+        // After the draw's window, before its close: no work before the place is known either.
+        let late = json!({"code": "WAITING", "eta_ms": 500, "retry_after": 1, "pre_queue": false,
+                          "start_draw": false, "after_draw": true, "position": null});
+        assert_eq!(
+            next_presentation(&late, 1, 0, Duration::ZERO, &p),
+            Next::Present { pause: Duration::from_millis(520), solve: false }
+        );
+        assert_eq!(Promised::of(&late), None);
     }
 
     #[test]

@@ -628,7 +628,7 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
     let (gws, redis, http) = gateways_on(&url, 3, &[(&c, campaign(&c, start, &room))]).await;
     let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
     let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
-    let lotteries = Lotteries { start_ms, draw_end_ms, return_per_sec: 10 };
+    let lotteries = Lotteries::new(start_ms, draw_end_ms, 10);
     let now_ms = || chrono::Utc::now().timestamp_millis();
     // Two in the pre-queue.
     let mut pre = Vec::new();
@@ -660,10 +660,12 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
             "{body}"
         );
         assert!(body["position"].is_null(), "no position before the draw: {body}");
-        // Asked back one by one after the draw's end, at 10 a second (10 × admit_per_sec) in
-        // the order of arrival: the gateways tell the drawn their places at that pace.
+        // Asked back one by one from the draw's close (its end plus the 4 s an arrival may be
+        // claimed before Redis's clock), at 10 a second (10 × admit_per_sec) in the order of
+        // arrival: the gateways tell the drawn their places at that pace.
         let back_at = lotteries.draw_return_at_ms(i as u64 + 1);
-        assert_eq!(back_at, draw_end_ms + 100 * i as i64);
+        let close = draw_end_ms + protocol::timing::ARRIVAL_CLAIM_MAX_MS;
+        assert_eq!(back_at, close + 100 * i as i64);
         assert_eq!(body["drawn_at_ms"].as_i64(), Some(back_at), "{body}");
         assert_eq!(body["eta_at_ms"].as_i64(), Some(back_at), "{body}");
         assert_eq!(ticket_place(&body, &c, &user), RoomPlace::Draw(i as u64 + 1), "arrival {i}: {body}");
@@ -724,11 +726,11 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
     // The draw's base: the pre-queue's size, or the serving line at the close plus the
     // positions served while the 20 drawn are asked back (20 at 10/s: 2 s, 2 positions at 1/s)
     // if higher (so no drawn turn has passed when its buyer learns it, and the drawn places are
-    // served at the rate, not in a burst); the close came between the draw's end and the first
+    // served at the rate, not in a burst); the close came between its time and the first
     // answer after it.
     let told = 2;
     let (at_end, at_first) =
-        (schedule.serving(draw_end_ms - start_ms), schedule.serving(closed_by - start_ms));
+        (schedule.serving(lotteries.draw_close_ms - start_ms), schedule.serving(closed_by - start_ms));
     assert!(
         (2.max(at_end + told)..=2.max(at_first + told)).contains(&base),
         "base {base}: the serving line was {at_end} at the draw's end, {at_first} at the first answer"
@@ -840,7 +842,7 @@ async fn a_request_that_arrived_in_the_start_draw_is_drawn_however_late_room_lua
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, &room))]).await;
     let gw = &gws[0];
     let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
-    let lotteries = Lotteries { start_ms, draw_end_ms, return_per_sec: 10 };
+    let lotteries = Lotteries::new(start_ms, draw_end_ms, 10);
     let now_ms = || chrono::Utc::now().timestamp_millis();
     while now_ms() < start_ms + 50 {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -856,26 +858,30 @@ async fn a_request_that_arrived_in_the_start_draw_is_drawn_however_late_room_lua
     assert_eq!(body["start_draw"].as_bool(), Some(true), "judged by its arrival: {body}");
     assert_eq!(ticket_place(&body, &c, "slow"), RoomPlace::Draw(1), "{body}");
     let ticket = body["ticket"].as_str().unwrap().to_string();
-    // Not drawn yet (no arrival after the window came to close it), though its time has come:
-    // told to come back now.
+    // No place before the draw closes, its end plus the 4 s an arrival may be claimed before
+    // Redis's clock: asked back then.
     assert!(body["position"].is_null(), "{body}");
-    assert!(body["eta_ms"].as_i64().unwrap() <= 0, "{body}");
-    // The next arrival, after the window, closes the draw and comes after it.
+    assert_eq!(body["drawn_at_ms"].as_i64(), Some(lotteries.draw_return_at_ms(1)), "{body}");
+    // The next arrival, after the window, before the close: right after the drawn places.
     let next = enter(&http, gw, &c, "next").await;
-    assert_eq!(next["start_draw"].as_bool(), Some(false), "{next}");
-    // The late one's place is the draw's one place, and its ETA the schedule's.
+    let flags = (next["start_draw"].as_bool(), next["after_draw"].as_bool());
+    assert_eq!(flags, (Some(false), Some(true)), "{next}");
+    assert_eq!(ticket_place(&next, &c, "next"), RoomPlace::Late(1), "{next}");
+    let next_ticket = next["ticket"].as_str().unwrap().to_string();
+    while now_ms() < lotteries.draw_return_at_ms(1) + 20 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The late one's place is the draw's one place, the next one's right after it, and their
+    // ETAs the schedule's, after their return.
     let reply = ask(&http, gw, &c, "slow", "dev-slow", Some(&ticket), json!({})).await;
     assert_eq!(code(&reply), (200, "WAITING"), "{}", reply.1);
     let p = position(&reply.1);
-    assert!(p < position(&next), "the drawn place {p} comes before the first after the draw: {next}");
+    let after = ask(&http, gw, &c, "next", "dev-next", Some(&next_ticket), json!({})).await;
+    assert_eq!(position(&after.1), p + 1, "the first after the draw comes right after it: {}", after.1);
     let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
     assert_eq!(reply.1["eta_at_ms"].as_i64(), Some(start_ms + schedule.served_at(p)), "{}", reply.1);
     assert!(start_ms + schedule.served_at(p) >= lotteries.draw_return_at_ms(1));
-    eprintln!(
-        "held body: head sent {} ms after the start, drawn; place {p}, the next arrival {}",
-        sent - start_ms,
-        position(&next)
-    );
+    eprintln!("held body: head sent {} ms after the start, drawn; place {p}", sent - start_ms);
     cleanup(&redis, &c).await;
 }
 
@@ -907,19 +913,18 @@ async fn room_lua_judges_the_arrival_clamped_to_redis_time() {
     let bound = protocol::timing::ARRIVAL_CLAIM_MAX_MS;
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
     let now = chrono::Utc::now().timestamp_millis();
-    // A draw that closed a second ago: an arrival claimed in it, within the bound, is drawn
-    // though the call comes after the window.
+    // A draw whose window ended a second ago: an arrival claimed in it, within the bound, is
+    // drawn though the call comes after the window; the draw is not closed until no call can
+    // claim an arrival in it, and an arrival after it meanwhile comes right after the drawn.
     let late = e2e::cleanup::Campaign::new("wr");
     let windows = (now - 3000, now - 1000);
     let out = room_call(&redis, &late, "u1", now - 2000, windows).await;
     assert_eq!((out.place, out.draw), (RoomPlace::Draw(1), None), "{out:?}");
-    // The next arrival, after the window, closes it with that one in it.
     let out = room_call(&redis, &late, "u2", now, windows).await;
-    assert!(matches!(out.place, RoomPlace::Position(_)), "{out:?}");
-    assert_eq!(out.draw.map(|d| d.size), Some(1), "{out:?}");
-    // A draw that closed more than the bound ago: an arrival claimed in it is clamped to
-    // TIME - bound, after the window: not drawn, it closes the draw, empty. So do claims that
-    // are no instant at all.
+    assert_eq!((out.place, out.draw), (RoomPlace::Late(1), None), "{out:?}");
+    // A draw whose window ended more than the bound ago: an arrival claimed in it is clamped to
+    // TIME - bound, after the window: not drawn, and the call closes the draw, empty. So do
+    // claims that are no instant at all.
     let old = e2e::cleanup::Campaign::new("wr");
     let windows = (now - bound - 3000, now - bound - 1000);
     let out = room_call(&redis, &old, "cheat", now - bound - 2000, windows).await;

@@ -16,21 +16,26 @@ pub enum RoomPlace {
     /// The n-th arrival of the start draw (from 1), in its window after the start: its position
     /// is the draw's base plus the keyed shuffle of n among the draw's size.
     Draw(u64),
+    /// The n-th arrival (from 1) after the start draw's window and before its close (the draw
+    /// waits for every arrival in its window): its position is right after the drawn ones, the
+    /// draw's base plus its size plus n.
+    Late(u64),
     /// A position in the queue (from 1).
     Position(u64),
 }
 
 impl RoomPlace {
-    /// As the script stores it: `a<n>`, `d<n>` or `p<n>`.
+    /// As the script stores it: `a<n>`, `d<n>`, `q<n>` or `p<n>`.
     pub fn as_stored(&self) -> String {
         match self {
             RoomPlace::PreQueue(n) => format!("a{n}"),
             RoomPlace::Draw(n) => format!("d{n}"),
+            RoomPlace::Late(n) => format!("q{n}"),
             RoomPlace::Position(n) => format!("p{n}"),
         }
     }
 
-    /// Parses `a<n>`, `d<n>` or `p<n>` (n ≥ 1).
+    /// Parses `a<n>`, `d<n>`, `q<n>` or `p<n>` (n ≥ 1).
     pub fn parse(s: &str) -> Option<Self> {
         let (kind, n) = s.split_at_checked(1)?;
         if n.is_empty() || n.len() > 19 || !n.bytes().all(|b| b.is_ascii_digit()) {
@@ -40,6 +45,7 @@ impl RoomPlace {
         match kind {
             "a" => Some(RoomPlace::PreQueue(n)),
             "d" => Some(RoomPlace::Draw(n)),
+            "q" => Some(RoomPlace::Late(n)),
             "p" => Some(RoomPlace::Position(n)),
             _ => None,
         }
@@ -73,7 +79,8 @@ pub struct RoomEntry<'a> {
     pub rates: (u64, u64),
 }
 
-/// The start draw, once closed: its places are `base + 1 ..= base + size`.
+/// The start draw, once closed: its places are `base + 1 ..= base + size`, the late arrivals'
+/// after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Drawn {
     /// The last position before the drawn ones.
@@ -90,7 +97,7 @@ pub struct RoomAnswer {
     /// The pre-queue's size once closed (`None` while open).
     pub size: Option<u64>,
     /// Places given so far: the last position once the draw is closed, else the pre-queue's
-    /// size plus the draw's arrivals, else the pre-queue's arrivals.
+    /// size plus the draw's and the late arrivals, else the pre-queue's arrivals.
     pub issued: u64,
     /// The start draw once closed (`None` while open).
     pub draw: Option<Drawn>,
@@ -179,12 +186,14 @@ mod tests {
         for p in [
             RoomPlace::PreQueue(1),
             RoomPlace::Draw(7),
+            RoomPlace::Late(3),
             RoomPlace::Position(42),
             RoomPlace::Position(u64::from(u32::MAX)),
         ] {
             assert_eq!(RoomPlace::parse(&p.as_stored()), Some(p));
         }
-        for bad in ["", "a", "d", "d0", "p0", "x5", "p-1", "p1.5", "p99999999999999999999", "a 1"] {
+        for bad in ["", "a", "d", "d0", "q", "q0", "p0", "x5", "p-1", "p1.5", "p99999999999999999999", "a 1"]
+        {
             assert_eq!(RoomPlace::parse(bad), None, "{bad:?}");
         }
     }
