@@ -62,9 +62,8 @@
 -- Returns {place, size, issued, dbase, dsize}: the buyer's place, the pre-queue's size once closed
 -- (-1 while open), the places given so far (the last position given once the draw is closed,
 -- else the pre-queue's size plus the draw's and the late arrivals, else the pre-queue's
--- arrivals: the queue's
--- length is issued minus the serving position), and the draw's base and size once closed (-1
--- while open).
+-- arrivals: the queue's length is issued minus the serving position), and the draw's base and
+-- size once closed (-1 while open).
 
 local CLAIM_MAX_MS = 4000
 
