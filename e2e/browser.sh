@@ -14,12 +14,14 @@
 #   <run>room   open, stock 10, a waiting room admitting 1 buyer a second (3 browsers queue)
 #   <run>preq   the same room, opening PREQ_IN (OPEN_IN + 90) seconds after setup, its pre-queue
 #               open from 10 minutes before (2 browsers join it before the start)
+#   <run>draw   the same room without a pre-queue, opening DRAW_IN (PREQ_IN + 45) seconds after
+#               setup, with a start draw of 10 s (2 browsers click in it)
 # starts the order writer, the gateway (its shop route /login goes to demo-login) and
 # demo-login, runs the tests (e2e/browser/*.test.mjs, node's test runner), then stops what it
 # started, drops the database, deletes the topic and the campaigns' Redis keys. Screenshots of
 # each state are saved in .stack/browser/shots/. Knobs: GATEWAY_PORT (18280; the writer on +1,
-# demo-login on +5), OPEN_IN, PREQ_IN, BROWSER_TESTS (the test files to run, default all of
-# e2e/browser/).
+# demo-login on +5), OPEN_IN, PREQ_IN, DRAW_IN, BROWSER_TESTS (the test files to run, default all
+# of e2e/browser/).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +36,7 @@ WRITER_PORT=$((GATEWAY_PORT + 1))
 LOGIN_PORT=$((GATEWAY_PORT + 5))
 OPEN_IN=${OPEN_IN:-40}
 PREQ_IN=${PREQ_IN:-$((OPEN_IN + 90))}
+DRAW_IN=${DRAW_IN:-$((PREQ_IN + 45))}
 
 log() { printf '%s browser: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -113,8 +116,9 @@ trap cleanup EXIT
 # The database, topic and order-writer file for the run (sale_create's), then the campaigns.
 STARTS_AT=$(date -u -d "+$OPEN_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
 PREQ_AT=$(date -u -d "+$PREQ_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
+DRAW_AT=$(date -u -d "+$DRAW_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
 OPENED=$(date -u -d '-1 hour' +%Y-%m-%dT%H:%M:%SZ)
-log "campaigns ${RUN_ID}open (opens $STARTS_AT), ${RUN_ID}sold, ${RUN_ID}crowd, ${RUN_ID}room, ${RUN_ID}preq (opens $PREQ_AT)"
+log "campaigns ${RUN_ID}open (opens $STARTS_AT), ${RUN_ID}sold, ${RUN_ID}crowd, ${RUN_ID}room, ${RUN_ID}preq (opens $PREQ_AT), ${RUN_ID}draw (opens $DRAW_AT)"
 printf '# users refused by the browser test\nblocked-1\n' >"$RUN/campaigns.blacklist"
 sale_create "$RUN" "$RUN_ID" 0 "$OPENED" "$WRITER_PORT" "$BIN" >/dev/null
 rm "$RUN/campaigns/$RUN_ID.toml"
@@ -127,7 +131,9 @@ browser_campaign "$RUN/campaigns" "${RUN_ID}room" 10 "$OPENED" ""
 printf '\n[waiting_room]\nadmit_per_sec = 1\n' >>"$RUN/campaigns/${RUN_ID}room.toml"
 browser_campaign "$RUN/campaigns" "${RUN_ID}preq" 10 "$PREQ_AT" ""
 printf '\n[waiting_room]\nadmit_per_sec = 1\npre_queue_secs = 600\n' >>"$RUN/campaigns/${RUN_ID}preq.toml"
-for c in open sold crowd room preq; do
+browser_campaign "$RUN/campaigns" "${RUN_ID}draw" 10 "$DRAW_AT" ""
+printf '\n[waiting_room]\nadmit_per_sec = 1\nstart_draw_ms = 10000\n' >>"$RUN/campaigns/${RUN_ID}draw.toml"
+for c in open sold crowd room preq draw; do
   "$BIN/order-writer" --config "$RUN/order-writer.toml" campaign publish "$RUN_ID$c" >/dev/null
 done
 
@@ -148,6 +154,7 @@ log "tests (node --test e2e/browser)"
 BASE_URL="http://127.0.0.1:$GATEWAY_PORT" RUN_ID="$RUN_ID" \
   OPEN_AT_MS=$(($(date -u -d "$STARTS_AT" +%s) * 1000)) DB_URL="$DB_URL" \
   PREQ_AT_MS=$(($(date -u -d "$PREQ_AT" +%s) * 1000)) \
+  DRAW_AT_MS=$(($(date -u -d "$DRAW_AT" +%s) * 1000)) \
   SHOTS="$RUN/shots" REPORT_HTML="${REPORT_HTML:-$ROOT/.stack/demo/report.html}" \
   node --test --test-concurrency=1 ${BROWSER_TESTS:-e2e/browser/}
 log "screenshots: $RUN/shots"

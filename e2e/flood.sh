@@ -17,6 +17,8 @@
 # for), USERS (10 x ADMIT_PER_SEC), REQUESTS_PER_USER (2), SCRIPT_PERCENT (10), FLOOD_SPREAD_MS
 # (1000), FLOOD_LEAD_MS (0: the crowd arrives after the start; 1000: in the pre-queue's last
 # second, the scripts still at T-0), START_DRAW_MS (1000: the room's start draw; 0: none),
+# ROOM_FIRST (0; 1: with the room on, each account's first token request without the work, as
+# the buyer's page sends it, instead of the captcha first),
 # POW_BITS (8), START_IN (10), PAY_WINDOW_SECS (60),
 # GATEWAY_PORT (8080), WRITER_PORT (8081), PROFILE (release), REDIS_URL (the stack's Redis).
 set -euo pipefail
@@ -83,6 +85,7 @@ flood_sale() {
   if [[ -n "$admit" ]]; then
     room_table "$run/campaigns/$id.toml" "$admit"
     room=(--admit-per-sec "$admit")
+    [[ ${ROOM_FIRST:-0} == 1 ]] && room+=(--flood-room-first)
   fi
   "$BIN/order-writer" --config "$run/order-writer.toml" serve >"$run/order-writer.log" 2>&1 &
   PIDS+=($!)

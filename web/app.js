@@ -107,6 +107,8 @@ const TEXT = {
   preQueue: { en: 'Drawn at the start', zh: '开始时随机分配' },
   preQueueNote: { en: 'Everyone who arrived before the start is given a place at random when the sale opens: arriving earlier or later in this window makes no difference.', zh: '开始前到达的所有人将在开始时随机分配位置：在此期间早到晚到没有区别。' },
   startDraw: { en: (s) => `Drawn at the start + ${s} s`, zh: (s) => `开始后 ${s} 秒随机分配` },
+  afterDraw: { en: 'Right after those drawn at the start', zh: '排在开始抽签者之后' },
+  afterDrawNote: { en: (s) => `Those who arrived in the first ${s} s of the sale are drawn at random; you came after them: your place is right after theirs, first come first served, and is known once the draw closes.`, zh: (s) => `活动开始后 ${s} 秒内到达的人随机分配位置；您在他们之后到达，按先来后到排在他们之后，抽签结束后即可知道位置。` },
   startDrawNote: { en: (s) => `Everyone who arrived in the first ${s} s of the sale is given a place at random (after those who queued before the start): arriving earlier or later in these seconds makes no difference.`, zh: (s) => `活动开始后 ${s} 秒内到达的所有人将随机分配位置（排在开始前排队的人之后）：在此期间早到晚到没有区别。` },
   shed: { en: (s) => `Too many buyers right now; asking again in ${s} s…`, zh: (s) => `当前人数过多，${s} 秒后自动重试…` },
   join: { en: 'Join the queue', zh: '排队' },
@@ -243,7 +245,7 @@ function show(code, extra = {}) {
   }
   const room = extra.room;
   const rows = [
-    ['position', room && (room.preQueue ? t('preQueue') : room.drawSecs !== null ? t('startDraw', room.drawSecs) : room.position.toLocaleString(lang))],
+    ['position', room && (room.preQueue ? t('preQueue') : room.afterDraw ? t('afterDraw') : room.drawSecs !== null ? t('startDraw', room.drawSecs) : room.position.toLocaleString(lang))],
     ['ahead', room && !room.preQueue && room.drawSecs === null ? room.ahead.toLocaleString(lang) : undefined],
     ['eta', room && etaText(room.etaAtMs)],
     ['orderId', extra.order], ['amount', extra.amount], ['payBy', extra.payBy], ['requestId', extra.requestId],
@@ -269,7 +271,7 @@ function show(code, extra = {}) {
   if (room && (room.preQueue || room.drawSecs !== null)) {
     const p = document.createElement('p');
     p.className = 'small';
-    p.textContent = room.preQueue ? t('preQueueNote') : t('startDrawNote', room.drawSecs);
+    p.textContent = room.preQueue ? t('preQueueNote') : room.afterDraw ? t('afterDrawNote', room.drawSecs) : t('startDrawNote', room.drawSecs);
     box.append(p);
   }
   if (w.login) box.append(signInLink());
@@ -498,7 +500,7 @@ function nextPresentation(body, soFar, late, waitedMs) {
 
 // Whether a WAITING answer's place is a lottery's not drawn yet (e2e::client::undrawn).
 function undrawn(body) {
-  return body.pre_queue === true || body.start_draw === true;
+  return body.pre_queue === true || body.start_draw === true || body.after_draw === true;
 }
 
 // Shows a WAITING answer: the position (or when its lottery is drawn), the number ahead, the ETA.
@@ -506,13 +508,16 @@ function showWaiting(body) {
   setState('waiting');
   $('work').hidden = true;
   const preQueue = body.pre_queue === true;
-  // The start draw's seconds after the start, from the answer (its draw) and /info (the start).
-  const drawSecs = body.start_draw === true && info
-    ? Math.max(0, Math.round((Number(body.drawn_at_ms) - Date.parse(info.starts_at)) / 100) / 10)
+  // The start draw's seconds after the start, from the answer (the draw's end) and /info (the
+  // start); drawn_at_ms is when this buyer is asked back, a little after the end.
+  const drawEnd = Number(body.draw_ends_at_ms ?? body.drawn_at_ms);
+  const drawSecs = (body.start_draw === true || body.after_draw === true) && info
+    ? Math.max(0, Math.round((drawEnd - Date.parse(info.starts_at)) / 100) / 10)
     : null;
   // From the answer's eta_ms as it arrives (the server's own clock, not this page's copy of it).
   const etaAtMs = serverNow() + (Number(body.eta_ms) || 0);
-  show('WAITING', { room: { preQueue, drawSecs, position: Number(body.position) || 0, ahead: Number(body.ahead) || 0, etaAtMs } });
+  const afterDraw = body.after_draw === true;
+  show('WAITING', { room: { preQueue, afterDraw, drawSecs, position: Number(body.position) || 0, ahead: Number(body.ahead) || 0, etaAtMs } });
   runEta();
 }
 

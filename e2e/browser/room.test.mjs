@@ -4,10 +4,12 @@
 // the ETA, presents its ticket again by itself, solves the work once its turn is due, and gets
 // its order; the database agrees. Then two pages join a pre-queue before its start: told their
 // places are drawn at the start, no work asked before it, then a place each of 1 and 2, and
-// their orders.
+// their orders. Then two pages click in a start draw's first seconds: each shows when the places
+// are drawn and why arriving earlier in them makes no difference, is asked back at its own time
+// (one after the other), asks no work before it, then gets a place of the draw and its order.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { CAMPAIGN, PREQ_AT_MS, buyer, launch, settled, shot, sql, zeroBits } from './support.mjs';
+import { CAMPAIGN, DRAW_AT_MS, PREQ_AT_MS, buyer, launch, settled, shot, sql, zeroBits } from './support.mjs';
 
 let browser;
 before(async () => {
@@ -159,5 +161,79 @@ test('two pages join the pre-queue before the start: no place and no work before
     console.log(`FIGURE pre-queue ${who}: ${pre.length} pre-queue answers, drawn place ${place}, token ${tokens[tokens.length - 1].at - PREQ_AT_MS} ms after the start`);
   }
   assert.deepEqual([...places].sort(), [1, 2], 'the pre-queue of two drawn as places 1 and 2');
+  await Promise.all(pages.map((p) => p.context().close()));
+});
+
+test('two pages click in the start draw: when the places are drawn and why it is fair, no work before it, then a drawn place each and their orders', { timeout: 240000 }, async () => {
+  // The campaign opens at DRAW_AT_MS with a start draw of 10 s, at 1 buyer a second; the draw
+  // closes 4 s after its end (every arrival in it seen: protocol::timing::ARRIVAL_CLAIM_MAX_MS).
+  const drawMs = 10000;
+  const closeMs = drawMs + 4000;
+  assert.ok(DRAW_AT_MS - Date.now() > 5000, `the start-draw campaign opens in ${DRAW_AT_MS - Date.now()} ms: too late to load its pages before it (raise DRAW_IN)`);
+  const users = ['draw-1', 'draw-2'];
+  const locales = ['en-GB', 'zh-CN'];
+  const pages = [];
+  for (const [i, user] of users.entries()) pages.push(await buyer(browser, { user, campaign: CAMPAIGN.draw, locale: locales[i] }));
+  const seen = await Promise.all(pages.map(watch));
+  // No pre-queue: the button opens with the sale; both click at once then.
+  for (const page of pages) await page.waitForFunction(() => document.body.dataset.state === 'open', null, { timeout: DRAW_AT_MS - Date.now() + 30000 });
+  await Promise.all(pages.map((p) => p.evaluate(() => document.getElementById('buy').click())));
+  for (const page of pages) await page.waitForFunction(() => document.body.dataset.state === 'waiting', null, { timeout: 30000 });
+  const clicked = Date.now();
+  assert.ok(clicked < DRAW_AT_MS + drawMs, `the pages were told to wait ${clicked - DRAW_AT_MS} ms after the start, past the draw (raise start_draw_ms)`);
+  // What each page shows in the draw: when its places are drawn (the start + 10 s, the draw's
+  // window, not this buyer's own time to come back), why arriving earlier in it makes no
+  // difference, and no number ahead.
+  assert.equal(await pages[0].textContent('#status [data-field="position"]'), 'Drawn at the start + 10 s');
+  assert.match(await pages[0].textContent('#status'), /first 10 s of the sale is given a place at random/);
+  assert.equal(await pages[1].textContent('#status [data-field="position"]'), '开始后 10 秒随机分配');
+  assert.match(await pages[1].textContent('#status'), /早到晚到没有区别/);
+  for (const page of pages) assert.equal(await page.$('#status [data-field="ahead"]'), null);
+  await shot(pages[0], 'room-start-draw-en');
+  await shot(pages[1], 'room-start-draw-zh');
+  const results = await Promise.all(pages.map((p) => settled(p, DRAW_AT_MS + closeMs - Date.now() + 90000)));
+  const places = [];
+  const backAt = [];
+  for (const [i, page] of pages.entries()) {
+    const who = users[i];
+    assert.equal(results[i].code, 'SUCCESS', `${who}: ${results[i].text}`);
+    const { tokens, captchas } = seen[i];
+    const first = tokens[0];
+    assert.deepEqual(first.body, {}, `${who}: no work with the first request`);
+    const inDraw = tokens.filter((x) => x.answer.start_draw === true);
+    assert.ok(inDraw.length >= 1 && inDraw[0] === first, `${who}: told it is in the draw first: ${JSON.stringify(first.answer)}`);
+    for (const x of inDraw) {
+      const a = x.answer;
+      assert.equal(a.code, 'WAITING');
+      assert.equal(a.position, null, `${who}: no place before the draw`);
+      assert.equal(a.pre_queue, false);
+      assert.equal(a.draw_ends_at_ms, DRAW_AT_MS + drawMs, JSON.stringify(a));
+      assert.equal(a.eta_at_ms, a.drawn_at_ms);
+      assert.ok(a.drawn_at_ms >= a.draw_ends_at_ms + 4000, `${who}: asked back at or after the draw's close: ${JSON.stringify(a)}`);
+      assert.equal(x.retryAfter, String(a.retry_after));
+      assert.deepEqual(x.body, {}, `${who}: no work while in the draw`);
+    }
+    backAt.push(inDraw[0].answer.drawn_at_ms);
+    // No work was asked for before the draw: every challenge came after the last draw answer.
+    assert.ok(captchas.length >= 1 && captchas.every((c) => c.at >= inDraw[inDraw.length - 1].at), `${who}: work only after the draw`);
+    const issued = tokens[tokens.length - 1].answer;
+    assert.equal(issued.code, 'TOKEN_ISSUED', JSON.stringify(issued));
+    assert.match(String(issued.ticket), /^p\d+\./, `${who}: the ticket holds a position`);
+    const place = Number(String(issued.ticket).split('.')[0].slice(1));
+    for (const x of tokens.filter((a) => a.answer.code === 'WAITING' && a.answer.start_draw !== true)) {
+      assert.equal(x.answer.position, place, `${who}: one place once drawn`);
+      // No drawn place's turn comes before its buyer was asked back to learn it.
+      assert.ok(x.answer.eta_at_ms >= backAt[i], `${who}: ${JSON.stringify(x.answer)}`);
+    }
+    places.push(place);
+    const orderId = await page.textContent('[data-field="orderId"]');
+    assert.equal(sql(`SELECT id FROM orders WHERE user_id = '${who}' AND campaign_id = '${CAMPAIGN.draw}'`), orderId);
+    console.log(`FIGURE start draw ${who}: ${inDraw.length} draw answers, asked back ${backAt[i] - DRAW_AT_MS} ms after the start, drawn place ${place}, token ${tokens[tokens.length - 1].at - DRAW_AT_MS} ms after the start`);
+  }
+  // Two drawn places, each once and one after the other; the two asked back from the draw's
+  // close one after the other, a tenth of a second apart (10 × admit_per_sec), in the order
+  // they arrived.
+  assert.equal(Math.abs(places[0] - places[1]), 1, `two places of one draw: ${places}`);
+  assert.deepEqual([...backAt].sort((a, b) => a - b), [DRAW_AT_MS + closeMs, DRAW_AT_MS + closeMs + 100], `asked back: ${backAt}`);
   await Promise.all(pages.map((p) => p.context().close()));
 });

@@ -17,12 +17,14 @@ export const BASE = need('BASE_URL');
 export const RUN_ID = need('RUN_ID');
 export const OPEN_AT_MS = Number(need('OPEN_AT_MS'));
 export const PREQ_AT_MS = Number(need('PREQ_AT_MS'));
+export const DRAW_AT_MS = Number(need('DRAW_AT_MS'));
 export const DB_URL = need('DB_URL');
 export const SHOTS = need('SHOTS');
 export const REPORT_HTML = process.env.REPORT_HTML || '';
 export { launch };
 export const CAMPAIGN = {
   open: `${RUN_ID}open`, sold: `${RUN_ID}sold`, crowd: `${RUN_ID}crowd`, room: `${RUN_ID}room`, preq: `${RUN_ID}preq`,
+  draw: `${RUN_ID}draw`,
 };
 
 mkdirSync(SHOTS, { recursive: true });

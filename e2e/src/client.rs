@@ -104,10 +104,11 @@ pub struct Promised {
     pub eta_at_ms: i64,
 }
 
-/// Whether a `WAITING` answer's place is a lottery's not drawn yet (the pre-queue's, or the
-/// start draw's): its ETA is the draw, not a turn.
+/// Whether a `WAITING` answer's place is a lottery's not drawn yet (the pre-queue's, the start
+/// draw's, or one after the draw's window before its close): its ETA is when to learn the
+/// place, not a turn.
 pub fn undrawn(body: &Value) -> bool {
-    body["pre_queue"] == true || body["start_draw"] == true
+    body["pre_queue"] == true || body["start_draw"] == true || body["after_draw"] == true
 }
 
 impl Promised {
@@ -280,6 +281,22 @@ pub async fn get_ticket_with(
     Buyer { http, base, campaign, login_jwt, device, headers }.ticket(&Patience::default()).await
 }
 
+/// [`get_ticket`], but as the buyer's page does when it knows the room is on: the first token
+/// request without the work (no challenge asked before it), the challenge only once the turn is
+/// near; without a room (any first answer but `WAITING`), the captcha then the token as
+/// [`get_ticket`].
+pub async fn get_ticket_room_first(
+    http: &reqwest::Client,
+    base: &str,
+    campaign: &str,
+    login_jwt: &str,
+    device: &str,
+) -> Result<Ticket, Reply> {
+    let buyer = Buyer { http, base, campaign, login_jwt, device, headers: &[] };
+    let first = buyer.token(&json!({}), None).await?;
+    buyer.ticket_after(&Patience::default(), (first.1["code"] == "WAITING").then_some(first)).await
+}
+
 /// [`get_ticket`] staying in a waiting room at most as `patience` allows.
 pub async fn get_ticket_within(
     http: &reqwest::Client,
@@ -361,20 +378,32 @@ impl Buyer<'_> {
     /// `WAITING`. A challenge refused before the start (`NOT_STARTED`) may still let the buyer
     /// into a room's pre-queue: the token request is tried without an answer.
     async fn ticket(&self, patience: &Patience) -> Result<Ticket, Reply> {
-        let mut solved = match self.solve().await {
-            Ok(s) => Some(s),
-            Err(refused) if refused.1["code"] == "NOT_STARTED" => {
-                let answer = self.token(&json!({}), None).await?;
-                if answer.1["code"] != "WAITING" {
-                    return Err(refused);
-                }
-                None
+        self.ticket_after(patience, None).await
+    }
+
+    /// [`Buyer::ticket`], or its wait in the room from `waiting` when a first token request
+    /// (without the work) was answered `WAITING` already.
+    async fn ticket_after(&self, patience: &Patience, waiting: Option<Reply>) -> Result<Ticket, Reply> {
+        let (mut solved, mut answer) = match waiting {
+            Some(w) => (None, w),
+            None => {
+                let solved = match self.solve().await {
+                    Ok(s) => Some(s),
+                    Err(refused) if refused.1["code"] == "NOT_STARTED" => {
+                        let answer = self.token(&json!({}), None).await?;
+                        if answer.1["code"] != "WAITING" {
+                            return Err(refused);
+                        }
+                        None
+                    }
+                    Err(refused) => return Err(refused),
+                };
+                let answer = match &solved {
+                    Some(s) => self.token(&s.body, None).await?,
+                    None => self.token(&json!({}), None).await?,
+                };
+                (solved, answer)
             }
-            Err(refused) => return Err(refused),
-        };
-        let mut answer = match &solved {
-            Some(s) => self.token(&s.body, None).await?,
-            None => self.token(&json!({}), None).await?,
         };
         let (mut room, mut late) = (RoomWait::default(), 0);
         while answer.0 == 200 && answer.1["code"] == "WAITING" {
@@ -560,6 +589,14 @@ mod tests {
             next_presentation(&draw, 1, 0, Duration::ZERO, &p),
             Next::Present { pause: Duration::from_millis(520), solve: false }
         );
+        // After the draw's window, before its close: no work before the place is known either.
+        let late = json!({"code": "WAITING", "eta_ms": 500, "retry_after": 1, "pre_queue": false,
+                          "start_draw": false, "after_draw": true, "position": null});
+        assert_eq!(
+            next_presentation(&late, 1, 0, Duration::ZERO, &p),
+            Next::Present { pause: Duration::from_millis(520), solve: false }
+        );
+        assert_eq!(Promised::of(&late), None);
     }
 
     #[test]

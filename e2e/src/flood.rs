@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use serde::Serialize;
 
-use crate::client::{get_ticket, RoomWait, Ticket};
+use crate::client::{get_ticket, get_ticket_room_first, RoomWait, Ticket};
 use crate::crowd::Crowd;
 use crate::load::Outcome;
 use crate::mix::{arrival_ms, attempt, fires_at_t0, Job, Kind, Sent};
@@ -35,6 +35,10 @@ pub struct Flood {
     pub lead_ms: u64,
     /// The campaign's `[waiting_room] admit_per_sec`, when the room is on (the targets).
     pub admit_per_sec: Option<u64>,
+    /// Each account's first token request without the work, as the buyer's page sends it when
+    /// the room is on ([`get_ticket_room_first`]): its arrival at the gateway is then its first
+    /// request, not one after a captcha's round trip.
+    pub room_first: bool,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -535,13 +539,18 @@ async fn account(
     kind: Kind,
     at: Instant,
     start: Instant,
+    room_first: bool,
 ) -> Account {
     tokio::time::sleep_until(at.into()).await;
     let user = format!("user-{i}");
     let login = crowd.auth.login(&user, serde_json::json!({"level": 1}));
     let device = format!("device-{user}");
     let base = &crowd.gateways[i as usize % crowd.gateways.len()];
-    let mut t = get_ticket(&http, base, &crowd.campaign, &login, &device).await;
+    let mut t = if room_first {
+        get_ticket_room_first(&http, base, &crowd.campaign, &login, &device).await
+    } else {
+        get_ticket(&http, base, &crowd.campaign, &login, &device).await
+    };
     if matches!(&t, Err((_, b)) if b["code"] == "NOT_STARTED") {
         tokio::time::sleep_until((start + Duration::from_millis(20)).into()).await;
         t = get_ticket(&http, base, &crowd.campaign, &login, &device).await;
@@ -609,7 +618,7 @@ pub async fn run(crowd: &Crowd, flood: &Flood) -> anyhow::Result<Run> {
             start.checked_sub(Duration::from_millis(-ms as u64)).unwrap_or(start)
         };
         let kind = if fires_at_t0(i, flood.script_percent) { Kind::Script } else { Kind::Buyer };
-        set.spawn(account(http.clone(), shared.clone(), i, kind, at, start));
+        set.spawn(account(http.clone(), shared.clone(), i, kind, at, start, flood.room_first));
     }
     let mut done: Vec<Account> = Vec::with_capacity(crowd.users as usize);
     while let Some(a) = set.join_next().await {

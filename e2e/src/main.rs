@@ -116,6 +116,10 @@ struct Args {
     /// targets are judged against it).
     #[arg(long, requires = "flood")]
     admit_per_sec: Option<u64>,
+    /// The flood: each account's first token request without the work, as the buyer's page
+    /// sends it when the room is on (else the captcha first, then the token with its answer).
+    #[arg(long, requires = "flood")]
+    flood_room_first: bool,
     /// Also write the report as JSON to this file.
     #[arg(long)]
     json: Option<std::path::PathBuf>,
@@ -199,6 +203,7 @@ async fn main() -> anyhow::Result<()> {
         spread_ms: args.flood_spread_ms,
         lead_ms: args.flood_lead_ms,
         admit_per_sec: args.admit_per_sec,
+        room_first: args.flood_room_first,
     });
     let (run, flooded) = match &flood {
         None => (load::run(&crowd).await, None),

@@ -36,6 +36,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
@@ -87,8 +88,8 @@ pub enum Upstream {
     Shop(usize),
 }
 
-/// Per-request state: what is decided once at the start (the conf snapshot, the client, the
-/// request id, the route) and carried to the end.
+/// Per-request state: what is decided once at the start (the arrival, the conf snapshot, the
+/// client, the request id, the route) and carried to the end.
 #[derive(Debug, Default)]
 pub struct Ctx {
     /// The conf snapshot this request runs under, from start to end.
@@ -98,6 +99,10 @@ pub struct Ctx {
     pub(crate) request_id: String,
     /// The client's address (the peer, or what a trusted proxy says), decided once at the start.
     pub(crate) client: Option<IpAddr>,
+    /// When the request reached the gateway (its head read; taken once, in `new_ctx`): the
+    /// waiting room judges its pre-queue and start draw by it, however long the request then
+    /// waited for this process.
+    pub(crate) arrived: DateTime<Utc>,
     /// The sale's route of the request, when it is one.
     pub(crate) sale_route: Option<SaleRoute>,
     /// The shop route of the request, when it is one.
@@ -117,7 +122,7 @@ impl ProxyHttp for Gateway {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
-        Ctx { trace: Trace::start(), ..Ctx::default() }
+        Ctx { trace: Trace::start(), arrived: Utc::now(), ..Ctx::default() }
     }
 
     async fn early_request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
@@ -161,7 +166,7 @@ impl ProxyHttp for Gateway {
                 }
             };
         };
-        let mut req = PingoraRequest { session, client: ctx.client };
+        let mut req = PingoraRequest { session, client: ctx.client, arrived: ctx.arrived };
         match self.sale.handle(route, &mut req, &ctx.request_id).await {
             Handled::Reply(reply) => self.reply(session, ctx, reply).await,
             Handled::ToOrderWriter => {

@@ -17,16 +17,18 @@ struct Shop {
 
 #[async_trait]
 impl ProxyHttp for Shop {
-    /// The campaign's budget place, held until the answer is written; where the request goes.
-    type CTX = (Option<Permit>, bool);
+    /// The campaign's budget place, held until the answer is written; where the request goes;
+    /// when it arrived (its head read: the waiting room judges its lotteries by it).
+    type CTX = (Option<Permit>, bool, chrono::DateTime<chrono::Utc>);
     fn new_ctx(&self) -> Self::CTX {
-        (None, false)
+        (None, false, chrono::Utc::now())
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Self::CTX) -> Result<bool> {
         let Some(route) = SaleRoute::of(session.req_header().uri.path()) else { return Ok(false) };
         let (id, client) = (uuid::Uuid::now_v7().to_string(), client(session, &TrustedProxies::default()));
-        match self.sale.handle(&route, &mut PingoraRequest { session, client }, &id).await {
+        let mut req = PingoraRequest { session, client, arrived: ctx.2 };
+        match self.sale.handle(&route, &mut req, &id).await {
             Handled::Reply(mut reply) => {
                 ctx.0 = reply.permit.take();
                 write(session, &reply).await.map(|()| true)

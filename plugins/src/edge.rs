@@ -27,7 +27,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use fred::clients::Pool;
 use http::{HeaderMap, Method, Uri};
 use protocol::campaign::Campaign;
@@ -72,6 +72,10 @@ pub struct Head<'a> {
     /// what a trusted proxy says in `X-Forwarded-For` ([`client_ip::client_ip`]); `None` on a
     /// Unix socket.
     pub client: Option<IpAddr>,
+    /// When the request reached the proxy (its head read), decided once for the request by the
+    /// proxy and carried in its per-request context: the waiting room's pre-queue and start draw
+    /// judge a buyer by it, not by when an overloaded process got round to the buyer.
+    pub arrived: DateTime<Utc>,
 }
 
 impl<'a> Head<'a> {

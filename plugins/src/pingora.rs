@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! let Some(route) = SaleRoute::of(session.req_header().uri.path()) else { return Ok(false) };
-//! let mut req = PingoraRequest { session, client };
+//! // `arrived`: taken once when the request's head was read (the proxy's `new_ctx`).
+//! let mut req = PingoraRequest { session, client, arrived: ctx.arrived };
 //! match sale.handle(&route, &mut req, &request_id).await {
 //!     Handled::Reply(reply) => { write(session, &reply).await?; Ok(true) }
 //!     Handled::ToOrderWriter => Ok(false), // upstream_peer: the order writer
@@ -13,6 +14,7 @@
 use std::net::IpAddr;
 
 use bytes::Bytes;
+use chrono::{DateTime, Utc};
 use pingora_http::ResponseHeader;
 use pingora_proxy::Session;
 
@@ -27,12 +29,21 @@ pub struct PingoraRequest<'a> {
     /// The client's address (the socket's peer, or what a trusted proxy says:
     /// [`crate::client_ip::client_ip`]).
     pub client: Option<IpAddr>,
+    /// When the request reached the proxy: taken once per request, when its head was read (in
+    /// `ProxyHttp::new_ctx`, kept in the request's context), never again later.
+    pub arrived: DateTime<Utc>,
 }
 
 impl SaleRequest for PingoraRequest<'_> {
     fn head(&self) -> Head<'_> {
         let req = self.session.req_header();
-        Head { method: &req.method, uri: &req.uri, headers: &req.headers, client: self.client }
+        Head {
+            method: &req.method,
+            uri: &req.uri,
+            headers: &req.headers,
+            client: self.client,
+            arrived: self.arrived,
+        }
     }
 
     async fn body_chunk(&mut self) -> Result<Option<Bytes>, ()> {

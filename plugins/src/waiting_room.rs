@@ -19,12 +19,21 @@
 //!   shuffle ([`shuffle`]), unpredictable without the master key. Every pre-queue arrival has the
 //!   same chance of every place, whenever it came in the window: a script firing at T−0 gains
 //!   nothing over a buyer who came five minutes early, and one account has one place.
-//! - **The start draw**: arrivals in the `start_draw_ms` after the start get a draw number; when
-//!   the draw closes its size is frozen with its base (the pre-queue's size, or the serving
-//!   position then if higher) and each number becomes a position after the base by another
+//! - **The start draw**: arrivals in the `start_draw_ms` after the start get a draw number. The
+//!   draw closes once every arrival in it can have been seen, its end plus
+//!   [`protocol::timing::ARRIVAL_CLAIM_MAX_MS`] (arrivals after its window meanwhile get a
+//!   number after it, first come first served); then its size is frozen with its base (the
+//!   pre-queue's size, or the serving position then plus the positions served while the drawn
+//!   are asked back, if higher) and each number becomes a position after the base by another
 //!   keyed shuffle ([`draw_shuffle`]): a script firing at T+0 is not first among a crowd that
-//!   arrives over the first second. The drawn places are served from the draw's close at the
-//!   rate (no burst), and positions after the draw are first come, first served.
+//!   arrives over the first second. The drawn are asked back one by one, `draw_return_per_sec`
+//!   a second by number ([`Lotteries::draw_return_at_ms`]), and their turns start after the last
+//!   is asked back: no turn has passed when a buyer learns its place, and the places are served
+//!   at the rate (no burst). Positions after the draw are first come, first served.
+//! - **Judged by the arrival**: both lotteries take a buyer by when the request reached the
+//!   proxy ([`Asker::arrived`], taken once per request), not by when an overloaded process got
+//!   round to `room.lua`; the script clamps the claim to Redis's clock less
+//!   [`protocol::timing::ARRIVAL_CLAIM_MAX_MS`].
 //! - **Admitted in place**: a request whose turn is less than [`ADMIT_IN_PLACE_MS`] away and that
 //!   brings its captcha's answer is held (an async sleep) and goes on as admitted, instead of a
 //!   `WAITING` answer whose promise would be shorter than the round trip to keep it.
@@ -189,49 +198,125 @@ impl Closed {
     }
 }
 
+/// Which lottery a place not known yet waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lottery {
+    /// The pre-queue's, drawn at the start.
+    PreQueue,
+    /// The start draw's, drawn when it closes.
+    StartDraw,
+    /// First come, first served right after the start draw's places, known when it closes (an
+    /// arrival after its window, before its close).
+    AfterDraw,
+}
+
+impl Lottery {
+    /// The lottery `place` waits for, if any.
+    pub fn of(place: RoomPlace) -> Option<Lottery> {
+        match place {
+            RoomPlace::PreQueue(_) => Some(Lottery::PreQueue),
+            RoomPlace::Draw(_) => Some(Lottery::StartDraw),
+            RoomPlace::Late(_) => Some(Lottery::AfterDraw),
+            RoomPlace::Position(_) => None,
+        }
+    }
+}
+
 /// Where a place stands once its lottery is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Placed {
     /// At this position.
     Position(u64),
-    /// Its lottery is not drawn yet: it will be at `drawn_at_ms` (unix ms); `start_draw` says
-    /// which (the start draw, or the pre-queue's at the start).
+    /// Its lottery is not drawn yet: its buyer learns its place at `drawn_at_ms` (unix ms).
     Undrawn {
-        /// When the places are drawn, unix ms.
+        /// When to come back to learn the place, unix ms.
         drawn_at_ms: i64,
-        /// The start draw's (else the pre-queue's).
-        start_draw: bool,
+        /// Which lottery.
+        lottery: Lottery,
     },
     /// Its lottery's result is not known to this process yet, though drawn: ask `room.lua`.
     Unknown,
 }
 
-/// The position of `place` at `now_ms` given what is `closed`, the start and the draw's end
-/// (unix ms): a position is itself; a pre-queue arrival is shuffled among the pre-queue from the
-/// start on; a draw arrival is the draw's base plus its shuffle among the draw, from the draw's
-/// end on.
+/// A campaign's lottery windows, unix ms, and the pace at which the drawn are asked back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lotteries {
+    /// The start: the pre-queue's places are drawn then.
+    pub start_ms: i64,
+    /// The start draw's end (the start plus `start_draw_ms`).
+    pub draw_end_ms: i64,
+    /// When `room.lua` closes the start draw: its end plus
+    /// [`protocol::timing::ARRIVAL_CLAIM_MAX_MS`] (no later call can claim an arrival in it),
+    /// or the start itself without a draw.
+    pub draw_close_ms: i64,
+    /// Drawn buyers asked back per second from the draw's close (`draw_return_per_sec`).
+    pub return_per_sec: u64,
+}
+
+impl Lotteries {
+    /// `campaign`'s.
+    pub fn of(campaign: &Campaign) -> Self {
+        let (start_ms, draw_end_ms) = (campaign.starts_at.timestamp_millis(), draw_ends_at_ms(campaign));
+        Self::new(start_ms, draw_end_ms, campaign.waiting_room.draw_return_per_sec)
+    }
+
+    /// A start at `start_ms`, a draw to `draw_end_ms` (none when equal), the drawn asked back
+    /// `return_per_sec` a second.
+    pub fn new(start_ms: i64, draw_end_ms: i64, return_per_sec: u64) -> Self {
+        let grace = if draw_end_ms > start_ms { protocol::timing::ARRIVAL_CLAIM_MAX_MS } else { 0 };
+        Self {
+            start_ms,
+            draw_end_ms,
+            draw_close_ms: draw_end_ms.saturating_add(grace),
+            return_per_sec: return_per_sec.max(1),
+        }
+    }
+
+    /// When the start draw's `d`-th arrival (from 1), or the `d`-th arrival after its window
+    /// (before its close), is asked back to learn its place (unix ms): `(d − 1) /
+    /// return_per_sec` after the draw's close, so the gateways tell them their places at that
+    /// pace instead of all at once (`room.lua` starts their turns after the last of them is
+    /// asked back).
+    pub fn draw_return_at_ms(&self, d: u64) -> i64 {
+        let after = u128::from(d.saturating_sub(1)) * 1000 / u128::from(self.return_per_sec.max(1));
+        self.draw_close_ms.saturating_add(after.min(i64::MAX as u128) as i64)
+    }
+}
+
+/// The position of `place` at `now_ms` given what is `closed` and the campaign's `lotteries`: a
+/// position is itself; a pre-queue arrival is shuffled among the pre-queue from the start on; a
+/// draw arrival is the draw's base plus its shuffle among the draw, and a late arrival the
+/// draw's base plus its size plus its number, from the time its buyer is asked back
+/// ([`Lotteries::draw_return_at_ms`]).
 pub fn place_position(
     key: &hmac::Key,
     campaign: &str,
     place: RoomPlace,
     closed: Closed,
     now_ms: i64,
-    (start_ms, draw_end_ms): (i64, i64),
+    lotteries: Lotteries,
 ) -> Placed {
     match place {
         RoomPlace::Position(p) => Placed::Position(p),
-        RoomPlace::PreQueue(_) if now_ms < start_ms => {
-            Placed::Undrawn { drawn_at_ms: start_ms, start_draw: false }
+        RoomPlace::PreQueue(_) if now_ms < lotteries.start_ms => {
+            Placed::Undrawn { drawn_at_ms: lotteries.start_ms, lottery: Lottery::PreQueue }
         }
         RoomPlace::PreQueue(a) => match closed.pre {
             Some(n) => Placed::Position(shuffle(key, campaign, n, a)),
             None => Placed::Unknown,
         },
-        RoomPlace::Draw(_) if now_ms < draw_end_ms => {
-            Placed::Undrawn { drawn_at_ms: draw_end_ms, start_draw: true }
+        RoomPlace::Draw(d) if now_ms < lotteries.draw_return_at_ms(d) => {
+            Placed::Undrawn { drawn_at_ms: lotteries.draw_return_at_ms(d), lottery: Lottery::StartDraw }
         }
         RoomPlace::Draw(d) => match closed.draw {
             Some(Drawn { base, size }) => Placed::Position(base + draw_shuffle(key, campaign, size, d)),
+            None => Placed::Unknown,
+        },
+        RoomPlace::Late(n) if now_ms < lotteries.draw_return_at_ms(n) => {
+            Placed::Undrawn { drawn_at_ms: lotteries.draw_return_at_ms(n), lottery: Lottery::AfterDraw }
+        }
+        RoomPlace::Late(n) => match closed.draw {
+            Some(Drawn { base, size }) => Placed::Position(base + size + n),
             None => Placed::Unknown,
         },
     }
@@ -471,6 +556,9 @@ pub struct Asker<'a> {
     /// provider's token): only such a request is held until a turn that is near
     /// ([`ADMIT_IN_PLACE_MS`]); one without would be refused at the captcha once admitted.
     pub brings_work: bool,
+    /// When the request reached the proxy ([`crate::edge::Head::arrived`]): the pre-queue and
+    /// the start draw take a buyer by it (`room.lua` clamps it to Redis's clock).
+    pub arrived: DateTime<Utc>,
 }
 
 /// The waiting room's Redis side, and the lotteries this process has seen closed.
@@ -528,10 +616,11 @@ impl WaitingRoom {
         self.closed.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied().unwrap_or_default()
     }
 
+    /// One `room.lua` call for `who` (its arrival judged by the script) at `now_ms`.
     async fn enter(
         &self,
         campaign: &Campaign,
-        user: &str,
+        who: Asker<'_>,
         now_ms: i64,
         renew: Option<RoomPlace>,
     ) -> Result<(RoomPlace, Closed), Denial> {
@@ -539,13 +628,14 @@ impl WaitingRoom {
         let start = campaign.starts_at.timestamp_millis();
         let entry = RoomEntry {
             campaign: &campaign.id,
-            user,
-            now_ms,
+            user: who.user,
+            arrived_ms: who.arrived.timestamp_millis(),
             starts_at_ms: start,
             serving: Schedule::of(room).serving(now_ms - start),
             renew,
             expire_at_ms: campaign.ends_at.timestamp_millis() + i64::from(room.ticket_ttl_secs) * 1000,
             draw_ends_at_ms: draw_ends_at_ms(campaign),
+            rates: (room.admit_per_sec, room.draw_return_per_sec),
         };
         let call = self.scripts.room_enter(self.pool.next_connected(), &entry);
         let out = match tokio::time::timeout(self.timeout, call).await {
@@ -585,48 +675,59 @@ impl WaitingRoom {
         }
         let (now_s, now_ms) = (now.timestamp(), now.timestamp_millis());
         let start = campaign.starts_at.timestamp_millis();
-        let ends = (start, draw_ends_at_ms(campaign));
+        let lotteries = Lotteries::of(campaign);
         // When the presented ticket was issued (unix s), and whether it was a lottery's.
         let mut presented: Option<(i64, bool)> = None;
-        let (mut place, mut closed) = match who.ticket {
+        let (mut place, mut closed, asked) = match who.ticket {
             Some(t) => {
                 let ticket = Ticket::verify(key, t, &campaign.id, who.user, who.device, now_s)?;
                 let lottery = !matches!(ticket.place, RoomPlace::Position(_));
                 presented = Some((ticket.issued_at, lottery));
                 let closed = self.known(campaign);
                 self.stats.saw(&campaign.id, ticket.place, closed);
-                (ticket.place, closed)
+                (ticket.place, closed, false)
             }
-            None => self.enter(campaign, who.user, now_ms, None).await?,
+            None => {
+                let (place, closed) = self.enter(campaign, who, now_ms, None).await?;
+                (place, closed, true)
+            }
         };
-        let mut placed = place_position(key, &campaign.id, place, closed, now_ms, ends);
-        if placed == Placed::Unknown {
+        let mut placed = place_position(key, &campaign.id, place, closed, now_ms, lotteries);
+        if placed == Placed::Unknown && !asked {
             // The first presentation of a lottery's ticket in this process after its draw: the
             // lottery's size, frozen (the buyer's place is the same one).
-            (place, closed) = self.enter(campaign, who.user, now_ms, None).await?;
-            placed = place_position(key, &campaign.id, place, closed, now_ms, ends);
+            (place, closed) = self.enter(campaign, who, now_ms, None).await?;
+            placed = place_position(key, &campaign.id, place, closed, now_ms, lotteries);
         }
         let schedule = Schedule::of(room);
         let mut position = match placed {
             Placed::Position(p) => p,
-            Placed::Undrawn { drawn_at_ms, start_draw } => {
+            Placed::Undrawn { drawn_at_ms, lottery } => {
                 return Ok(Pass::Waiting(self.waiting_undrawn(
                     key,
                     campaign,
                     who,
                     place,
                     drawn_at_ms,
-                    start_draw,
+                    lottery,
                     now_ms,
                 )));
             }
-            Placed::Unknown => return Err(degraded()),
+            // Not drawn in Redis yet, though its time has come (`room.lua` was just asked): this
+            // request arrived in the lottery's window and reached the script late, before any
+            // arrival after the window closed it. The buyer's next request, arriving after the
+            // window, closes it: come back now.
+            Placed::Unknown => {
+                let lottery = Lottery::of(place).unwrap_or(Lottery::StartDraw);
+                return Ok(Pass::Waiting(
+                    self.waiting_undrawn(key, campaign, who, place, now_ms, lottery, now_ms),
+                ));
+            }
         };
         let mut now_ms = now_ms;
         let mut turn = turn(&schedule, position, now_ms - start);
         if turn == Turn::Passed {
-            let (again, _) =
-                self.enter(campaign, who.user, now_ms, Some(RoomPlace::Position(position))).await?;
+            let (again, _) = self.enter(campaign, who, now_ms, Some(RoomPlace::Position(position))).await?;
             if let RoomPlace::Position(p) = again {
                 position = p;
                 turn = self::turn(&schedule, p, now_ms - start);
@@ -667,6 +768,7 @@ impl WaitingRoom {
                 "ticket": ticket,
                 "pre_queue": false,
                 "start_draw": false,
+                "after_draw": false,
                 "position": position,
                 "serving": serving,
                 "ahead": ahead,
@@ -685,7 +787,8 @@ impl WaitingRoom {
     }
 
     /// The `WAITING` answer of a lottery's arrival before its draw (the pre-queue's at the
-    /// start, the start draw's at its end, `drawn_at_ms`): no position yet, come back then.
+    /// start; the start draw's, and a late arrival's after it, when its buyer is asked back,
+    /// `drawn_at_ms`): no position yet, come back then.
     #[allow(clippy::too_many_arguments)]
     fn waiting_undrawn(
         &self,
@@ -694,7 +797,7 @@ impl WaitingRoom {
         who: Asker<'_>,
         place: RoomPlace,
         drawn_at_ms: i64,
-        start_draw: bool,
+        lottery: Lottery,
         now_ms: i64,
     ) -> Value {
         let room = &campaign.waiting_room;
@@ -709,17 +812,18 @@ impl WaitingRoom {
         }
         .sign(key);
         let to_draw = drawn_at_ms - now_ms;
-        let message = if start_draw {
-            "in the start draw: every place of those who came in the sale's first moments is drawn at random when it closes; present the ticket then"
-        } else {
-            "in the pre-queue: every place in it is drawn at random at the start; present the ticket then"
+        let message = match lottery {
+            Lottery::StartDraw => "in the start draw: every place of those who came in the sale's first moments is drawn at random when it closes; present the ticket then",
+            Lottery::PreQueue => "in the pre-queue: every place in it is drawn at random at the start; present the ticket then",
+            Lottery::AfterDraw => "after the start draw: your place, first come first served, comes right after the drawn ones, known when the draw closes; present the ticket then",
         };
-        json!({
+        let mut answer = json!({
             "code": Code::Waiting,
             "message": message,
             "ticket": ticket,
-            "pre_queue": !start_draw,
-            "start_draw": start_draw,
+            "pre_queue": lottery == Lottery::PreQueue,
+            "start_draw": lottery == Lottery::StartDraw,
+            "after_draw": lottery == Lottery::AfterDraw,
             "drawn_at_ms": drawn_at_ms,
             "position": Value::Null,
             "ahead": Value::Null,
@@ -727,7 +831,13 @@ impl WaitingRoom {
             "eta_at_ms": drawn_at_ms,
             "retry_after": retry_after_secs(to_draw),
             "expires_in": room.ticket_ttl_secs,
-        })
+        });
+        if lottery != Lottery::PreQueue {
+            // The draw's window, for the page to say who is drawn; `drawn_at_ms` is when this
+            // buyer is asked back to learn its place.
+            answer["draw_ends_at_ms"] = draw_ends_at_ms(campaign).into();
+        }
+        answer
     }
 
     /// Counts one arrival of `campaign` at `now` across every gateway (`lua/arrivals.lua`,
@@ -780,7 +890,7 @@ impl RoomStats {
     pub fn saw(&self, campaign: &str, place: RoomPlace, closed: Closed) {
         let p = match place {
             RoomPlace::Position(p) | RoomPlace::PreQueue(p) => p,
-            RoomPlace::Draw(d) => closed.pre.unwrap_or(0) + d,
+            RoomPlace::Draw(d) | RoomPlace::Late(d) => closed.pre.unwrap_or(0) + d,
         };
         let known = closed.draw.map_or(closed.pre.unwrap_or(0), |d| d.base + d.size);
         self.with(campaign, |c| c.issued = c.issued.max(p).max(known));
@@ -1000,29 +1110,97 @@ mod tests {
     #[test]
     fn a_place_is_positioned_once_its_lottery_is_drawn() {
         let (start, end) = (10_000, 11_000);
-        let at = |place, closed, now| place_position(&key(), "c1", place, closed, now, (start, end));
+        // Drawn buyers asked back 4 a second: the d-th 250 ms × (d − 1) after the draw's close,
+        // its end plus the longest an arrival may be claimed before Redis's clock.
+        let lotteries = Lotteries::new(start, end, 4);
+        let close = end + protocol::timing::ARRIVAL_CLAIM_MAX_MS;
+        assert_eq!(lotteries.draw_close_ms, close);
+        assert_eq!(Lotteries::new(start, start, 4).draw_close_ms, start, "no draw: nothing waits");
+        let at = |place, closed, now| place_position(&key(), "c1", place, closed, now, lotteries);
         let none = Closed::default();
         let pre = Closed { pre: Some(5), draw: None };
         let both = Closed { pre: Some(5), draw: Some(Drawn { base: 8, size: 4 }) };
         assert_eq!(at(RoomPlace::Position(42), none, 0), Placed::Position(42));
         // The pre-queue: drawn at the start.
-        let undrawn = |drawn_at_ms, start_draw| Placed::Undrawn { drawn_at_ms, start_draw };
-        assert_eq!(at(RoomPlace::PreQueue(2), none, 9_999), undrawn(start, false));
+        let undrawn = |drawn_at_ms, lottery| Placed::Undrawn { drawn_at_ms, lottery };
+        assert_eq!(at(RoomPlace::PreQueue(2), none, 9_999), undrawn(start, Lottery::PreQueue));
         assert_eq!(at(RoomPlace::PreQueue(2), none, start), Placed::Unknown, "drawn, not known here yet");
         assert_eq!(at(RoomPlace::PreQueue(2), pre, start), Placed::Position(shuffle(&key(), "c1", 5, 2)));
-        // The start draw: at its end, after its base.
-        assert_eq!(at(RoomPlace::Draw(3), pre, 10_500), undrawn(end, true));
-        assert_eq!(at(RoomPlace::Draw(3), pre, end), Placed::Unknown);
-        let drawn = at(RoomPlace::Draw(3), both, end);
+        // The start draw: the first arrival asked back at its close, the third 500 ms later, and
+        // told nothing more before then, even once the draw is known.
+        let draw = Lottery::StartDraw;
+        assert_eq!(at(RoomPlace::Draw(1), pre, 10_500), undrawn(close, draw));
+        assert_eq!(at(RoomPlace::Draw(3), pre, 10_500), undrawn(close + 500, draw));
+        assert_eq!(at(RoomPlace::Draw(3), both, close + 499), undrawn(close + 500, draw));
+        assert_eq!(at(RoomPlace::Draw(1), pre, close), Placed::Unknown);
+        assert_eq!(at(RoomPlace::Draw(3), pre, close + 500), Placed::Unknown);
+        let drawn = at(RoomPlace::Draw(3), both, close + 500);
         assert_eq!(drawn, Placed::Position(8 + draw_shuffle(&key(), "c1", 4, 3)));
+        // An arrival after the window, before the close: right after the drawn places, first
+        // come first served, told at the same pace.
+        assert_eq!(at(RoomPlace::Late(2), pre, end + 10), undrawn(close + 250, Lottery::AfterDraw));
+        assert_eq!(at(RoomPlace::Late(2), pre, close + 250), Placed::Unknown);
+        assert_eq!(at(RoomPlace::Late(2), both, close + 250), Placed::Position(8 + 4 + 2));
         let mut places: Vec<u64> = (1..=4)
-            .map(|d| match at(RoomPlace::Draw(d), both, end + 1) {
+            .map(|d| match at(RoomPlace::Draw(d), both, close + 1000) {
                 Placed::Position(p) => p,
                 other => panic!("{other:?}"),
             })
             .collect();
         places.sort_unstable();
         assert_eq!(places, vec![9, 10, 11, 12], "base + 1 ..= base + size, each once");
+    }
+
+    #[test]
+    fn the_drawn_are_asked_back_at_a_pace_from_the_close_and_no_turn_comes_before_its_buyer_is() {
+        let l = |return_per_sec| Lotteries::new(0, 1000, return_per_sec);
+        let close = 1000 + protocol::timing::ARRIVAL_CLAIM_MAX_MS;
+        assert_eq!(l(1000).draw_return_at_ms(1), close);
+        assert_eq!(l(1000).draw_return_at_ms(2), close + 1);
+        assert_eq!(l(3).draw_return_at_ms(2), close + 333);
+        assert_eq!(l(0).draw_return_at_ms(3), close + 2000, "a pace of 0 is read as 1 a second");
+        assert_eq!(l(1).draw_return_at_ms(u64::MAX), i64::MAX, "no overflow");
+        // `room.lua`'s base for a draw of m, and late arrivals after it, closed at `after` ms
+        // past the close: the serving line then plus ceil((m + late) · rate / pace), or the
+        // pre-queue's size if higher. Every drawn or late place's turn then comes at or after its
+        // buyer is asked back, whatever the pace, the rate, the cap or the pre-queue.
+        for (rate, max_active, pace, m, late, pre, after) in [
+            (500, None, 5000, 5000, 0, 0, 0),
+            (500, None, 5000, 5000, 800, 0, 3000),
+            (500, None, 500, 37, 5, 0, 0),
+            (1, None, 10, 20, 3, 2, 400),
+            (7, Some(5), 70, 300, 40, 3, 2500),
+            (1000, Some(999), 20_000, 10_000, 700, 1500, 0),
+            (3, None, 1, 10, 10, 0, 0),
+        ] {
+            let s = Schedule { rate, max_active, session_ms: 10_000 };
+            let lotteries = Lotteries::new(0, 1000, pace);
+            let told = ((m + late) * rate).div_ceil(pace);
+            let base = pre.max(s.serving(lotteries.draw_close_ms + after) + told);
+            let places = (1..=m)
+                .map(|d| (base + draw_shuffle(&key(), "c1", m, d), d))
+                .chain((1..=late).map(|n| (base + m + n, n)));
+            for (p, number) in places {
+                let (turn_at, back_at) = (s.served_at(p), lotteries.draw_return_at_ms(number));
+                assert!(
+                    turn_at >= back_at,
+                    "{rate}/s, pace {pace}, {m} drawn: place {p} at {turn_at} < {back_at}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_arrival_claim_bound_covers_the_longest_a_token_request_waits_before_room_lua() {
+        // The body's read, then one Redis call bounded as the room's calls are (the undo's
+        // timeout of the longest reservation timeout a conf may have).
+        let most = protocol::timing::undo_timeout(Duration::from_millis(
+            protocol::timing::RESERVE_TIMEOUT_MAX_MS as u64,
+        ));
+        assert_eq!(
+            crate::flash_sale::BODY_TIMEOUT + most,
+            Duration::from_millis(protocol::timing::ARRIVAL_CLAIM_MAX_MS as u64)
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The one timing rule between the gateway and the order writer's sweeper.
+//! The timing rules between the gateway and the order writer's sweeper, and between a gateway
+//! and the waiting room's script in Redis ([`ARRIVAL_CLAIM_MAX_MS`]).
 //!
 //! After a reservation call, a gateway may still act on its outbox entry for a while: when the
 //! call's answer does not come back within the reservation timeout, the gateway undoes it, and the
@@ -30,6 +31,19 @@
 //! the rule together, whoever edits which.
 
 use std::time::Duration;
+
+/// How far before Redis's own `TIME` a gateway may claim that a token request arrived, when it
+/// asks `lua/room.lua` for the buyer's place (the room's pre-queue and start draw are judged by
+/// the arrival, not by when an overloaded gateway got round to the call): the longest a gateway
+/// keeps a token request between reading its head and that call. The body is read first, within
+/// `plugins::flash_sale::BODY_TIMEOUT` (2 s), then one Redis call is made (`arrivals.lua`, for a
+/// campaign with proof-of-work levels), bounded by the room's timeout, [`undo_timeout`] of at
+/// most [`RESERVE_TIMEOUT_MAX_MS`] (2 s): 4 s. The script clamps every claim to
+/// `[TIME − this, TIME]` with the same number written in it (a test keeps the two equal), so a
+/// wrong clock or a bad argument cannot put a request in a lottery whose window it missed by
+/// more. A gateway starved of CPU for longer than this is judged as if its request arrived this
+/// long before the call.
+pub const ARRIVAL_CLAIM_MAX_MS: i64 = 4000;
 
 /// The longest hold a gateway configuration may have.
 pub const GATEWAY_HOLD_MAX: Duration = Duration::from_secs(3);
@@ -121,6 +135,15 @@ mod tests {
     fn the_gateways_own_produce_fits_the_hold() {
         let produce = Duration::from_millis((LINGER_MAX_MS + PRODUCE_TIMEOUT_MAX_MS) as u64);
         assert!(produce <= GATEWAY_HOLD_MAX);
+    }
+
+    #[test]
+    fn room_lua_clamps_an_arrival_to_the_same_bound() {
+        let script = include_str!("../../lua/room.lua");
+        let line = format!("local CLAIM_MAX_MS = {ARRIVAL_CLAIM_MAX_MS}\n");
+        assert!(script.contains(&line), "lua/room.lua must say {line:?}");
+        let undo = undo_timeout(Duration::from_millis(RESERVE_TIMEOUT_MAX_MS as u64));
+        assert_eq!(Duration::from_secs(2) + undo, Duration::from_millis(ARRIVAL_CLAIM_MAX_MS as u64));
     }
 
     #[test]

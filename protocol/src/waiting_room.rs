@@ -9,6 +9,8 @@
 //! max_active = 2000         # admitted buyers at once, each for session_secs (default: no cap)
 //! pre_queue_secs = 300      # arrivals this long before the start are shuffled (0..=86,400)
 //! start_draw_ms = 1000      # arrivals this long after the start are drawn too (0..=10,000; 0: off)
+//! draw_return_per_sec = 2000 # drawn buyers asked back per second to learn their places
+//!                           # (1..=10,000,000; default 10 × admit_per_sec)
 //! ticket_ttl_secs = 600     # a ticket's life, renewed each time it is presented (10..=86,400)
 //! session_secs = 120        # how long an admitted ticket may get tokens (10..=86,400)
 //!
@@ -29,6 +31,10 @@ pub const MAX_ROOM_SECS: i64 = 86_400;
 pub const MAX_START_DRAW_MS: i64 = 10_000;
 /// The start draw when `start_draw_ms` is not written, ms.
 pub const DEFAULT_START_DRAW_MS: u32 = 1000;
+/// `draw_return_per_sec` when not written: this many times `admit_per_sec`.
+pub const DRAW_RETURN_PER_ADMIT: u64 = 10;
+/// The most drawn buyers a room may ask back per second.
+pub const MAX_DRAW_RETURN_PER_SEC: i64 = 10 * MAX_ADMIT_PER_SEC;
 
 /// A campaign's `[waiting_room]`; off by default.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +52,12 @@ pub struct WaitingRoom {
     /// draw: placed after the pre-queue, shuffled when it closes); 0: first come, first served
     /// from the start.
     pub start_draw_ms: u32,
+    /// Drawn buyers asked back per second after the draw's end to learn their places: the draw's
+    /// n-th arrival comes back `(n − 1) / draw_return_per_sec` after it, and the drawn places'
+    /// turns start only once the last of them is told, so the gateways tell the drawn their
+    /// places at this pace and no turn has passed when they do (default
+    /// [`DRAW_RETURN_PER_ADMIT`] × `admit_per_sec`).
+    pub draw_return_per_sec: u64,
     /// Seconds a ticket lives from its issue; each presentation renews it.
     pub ticket_ttl_secs: u32,
     /// Seconds an admitted ticket may get campaign tokens, from its admission.
@@ -60,6 +72,7 @@ impl Default for WaitingRoom {
             max_active: None,
             pre_queue_secs: 0,
             start_draw_ms: DEFAULT_START_DRAW_MS,
+            draw_return_per_sec: 100 * DRAW_RETURN_PER_ADMIT,
             ticket_ttl_secs: 600,
             session_secs: 120,
         }
@@ -94,6 +107,8 @@ pub(crate) struct RawWaitingRoom {
     pre_queue_secs: Option<Spanned<i64>>,
     #[serde(default)]
     start_draw_ms: Option<Spanned<i64>>,
+    #[serde(default)]
+    draw_return_per_sec: Option<Spanned<i64>>,
     #[serde(default)]
     ticket_ttl_secs: Option<Spanned<i64>>,
     #[serde(default)]
@@ -139,10 +154,11 @@ pub(crate) fn check(
         None => WaitingRoom::default(),
         Some(r) => {
             let d = WaitingRoom::default();
+            let admit_per_sec =
+                within(&r.admit_per_sec, "waiting_room.admit_per_sec", 1, MAX_ADMIT_PER_SEC)? as u64;
             WaitingRoom {
                 enabled: r.enabled.unwrap_or(true),
-                admit_per_sec: within(&r.admit_per_sec, "waiting_room.admit_per_sec", 1, MAX_ADMIT_PER_SEC)?
-                    as u64,
+                admit_per_sec,
                 max_active: match &r.max_active {
                     None => None,
                     Some(m) => Some(within(m, "waiting_room.max_active", 1, 1_000_000_000)? as u64),
@@ -161,6 +177,12 @@ pub(crate) fn check(
                     MAX_START_DRAW_MS,
                     d.start_draw_ms,
                 )?,
+                draw_return_per_sec: match &r.draw_return_per_sec {
+                    None => admit_per_sec * DRAW_RETURN_PER_ADMIT,
+                    Some(v) => {
+                        within(v, "waiting_room.draw_return_per_sec", 1, MAX_DRAW_RETURN_PER_SEC)? as u64
+                    }
+                },
                 ticket_ttl_secs: optional(
                     &r.ticket_ttl_secs,
                     "waiting_room.ticket_ttl_secs",
@@ -236,12 +258,17 @@ mod tests {
         let c = parse("[waiting_room]\nadmit_per_sec = 50\n").unwrap();
         assert_eq!(
             c.waiting_room,
-            WaitingRoom { enabled: true, admit_per_sec: 50, ..WaitingRoom::default() },
+            WaitingRoom {
+                enabled: true,
+                admit_per_sec: 50,
+                draw_return_per_sec: 500,
+                ..WaitingRoom::default()
+            },
             "written: on, the rest defaults"
         );
         let c = parse(
             "[waiting_room]\nenabled = false\nadmit_per_sec = 5\nmax_active = 40\npre_queue_secs = 300\n\
-             start_draw_ms = 2500\nticket_ttl_secs = 900\nsession_secs = 60\n\n[[pow_level]]\narrivals_per_sec = 100\nbits = 18\n\n\
+             start_draw_ms = 2500\ndraw_return_per_sec = 7\nticket_ttl_secs = 900\nsession_secs = 60\n\n[[pow_level]]\narrivals_per_sec = 100\nbits = 18\n\n\
              [[pow_level]]\narrivals_per_sec = 1000\nbits = 22\n",
         )
         .unwrap();
@@ -250,7 +277,7 @@ mod tests {
             (r.enabled, r.admit_per_sec, r.max_active, r.pre_queue_secs, r.ticket_ttl_secs, r.session_secs),
             (false, 5, Some(40), 300, 900, 60)
         );
-        assert_eq!(r.start_draw_ms, 2500);
+        assert_eq!((r.start_draw_ms, r.draw_return_per_sec), (2500, 7));
         assert_eq!(
             c.pow_levels,
             vec![PowLevel { arrivals_per_sec: 100, bits: 18 }, PowLevel { arrivals_per_sec: 1000, bits: 22 }]
@@ -270,6 +297,13 @@ mod tests {
         expect_err(&room("pre_queue_secs = -1"), 10, "waiting_room.pre_queue_secs", "between 0 and 86400");
         expect_err(&room("start_draw_ms = -1"), 10, "waiting_room.start_draw_ms", "between 0 and 10000");
         expect_err(&room("start_draw_ms = 10001"), 10, "waiting_room.start_draw_ms", "between 0 and 10000");
+        expect_err(&room("draw_return_per_sec = 0"), 10, "waiting_room.draw_return_per_sec", "between 1 and");
+        expect_err(
+            &room("draw_return_per_sec = 10000001"),
+            10,
+            "waiting_room.draw_return_per_sec",
+            "10000000",
+        );
         expect_err(&room("ticket_ttl_secs = 5"), 10, "waiting_room.ticket_ttl_secs", "between 10 and");
         expect_err(&room("session_secs = 100000"), 10, "waiting_room.session_secs", "86400");
         expect_err(&room("enabled = \"yes\""), 10, "enabled", "invalid type");

@@ -3,14 +3,16 @@
 //! refused for another user, device or campaign, forged or expired; `max_active` holds; the ETA
 //! of each answer is the schedule's, and the actual admission is measured against it; the
 //! pre-queue is shuffled at the start; the start draw shuffles the first moments' arrivals after
-//! the pre-queue, across two gateways on the Redis Cluster; a turn under 100 ms away is waited
-//! for in place. No timed assertions: what is asserted is computed from the answers' own data
+//! the pre-queue, across two gateways on the Redis Cluster, and asks the drawn back one by one
+//! before any drawn turn; a turn under 100 ms away is waited for in place; a request is drawn
+//! by when it reached the gateway, however late `room.lua` is asked, and the script clamps a
+//! claimed arrival to Redis's clock. No timed assertions: what is asserted is computed from the answers' own data
 //! (positions, serving line, ETA), the timings are printed.
 
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use plugins::waiting_room::{Schedule, Ticket, TICKET_HEADER};
+use plugins::waiting_room::{Lotteries, Schedule, Ticket, TICKET_HEADER};
 use protocol::keys::CampaignKeys;
 use protocol::scripts::RoomPlace;
 use serde_json::{json, Value};
@@ -426,6 +428,29 @@ async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
     cleanup(&redis, &c).await;
 }
 
+#[tokio::test]
+async fn the_buyers_client_room_first_asks_no_work_before_its_turn_and_gets_its_token() {
+    let c = e2e::cleanup::Campaign::new("wr");
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, "admit_per_sec = 4"))]).await;
+    let base = gws[0].url("");
+    // As the page: the first token request carries no work and is told to wait (a new arrival
+    // is never admitted at once, and without the work it is not held); the work comes later.
+    let buyers = (0..3).map(|i| {
+        let (http, base, c) = (http.clone(), base.clone(), c.clone());
+        async move {
+            let login = auth().login(&format!("f{i}"), json!({}));
+            e2e::client::get_ticket_room_first(&http, &base, &c, &login, &format!("dev-f{i}")).await
+        }
+    });
+    for t in futures::future::join_all(buyers).await {
+        let t = t.unwrap_or_else(|e| panic!("refused: {e:?}"));
+        assert!(!t.token.is_empty() && !t.signing_key.is_empty(), "{t:?}");
+        assert!(t.room.waiting >= 1, "its first request was told to wait: {t:?}");
+    }
+    cleanup(&redis, &c).await;
+}
+
 /// `POST /seckill/{c}/captcha` from device `dev-x`: status and body.
 async fn challenge(http: &reqwest::Client, gw: &Gateway, c: &str) -> (u16, Value) {
     let r = http
@@ -603,6 +628,7 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
     let (gws, redis, http) = gateways_on(&url, 3, &[(&c, campaign(&c, start, &room))]).await;
     let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
     let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
+    let lotteries = Lotteries::new(start_ms, draw_end_ms, 10);
     let now_ms = || chrono::Utc::now().timestamp_millis();
     // Two in the pre-queue.
     let mut pre = Vec::new();
@@ -634,10 +660,16 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
             "{body}"
         );
         assert!(body["position"].is_null(), "no position before the draw: {body}");
-        assert_eq!(body["drawn_at_ms"].as_i64(), Some(draw_end_ms), "{body}");
-        assert_eq!(body["eta_at_ms"].as_i64(), Some(draw_end_ms), "{body}");
+        // Asked back one by one from the draw's close (its end plus the 4 s an arrival may be
+        // claimed before Redis's clock), at 10 a second (10 × admit_per_sec) in the order of
+        // arrival: the gateways tell the drawn their places at that pace.
+        let back_at = lotteries.draw_return_at_ms(i as u64 + 1);
+        let close = draw_end_ms + protocol::timing::ARRIVAL_CLAIM_MAX_MS;
+        assert_eq!(back_at, close + 100 * i as i64);
+        assert_eq!(body["drawn_at_ms"].as_i64(), Some(back_at), "{body}");
+        assert_eq!(body["eta_at_ms"].as_i64(), Some(back_at), "{body}");
         assert_eq!(ticket_place(&body, &c, &user), RoomPlace::Draw(i as u64 + 1), "arrival {i}: {body}");
-        drawn.push((user, body["ticket"].as_str().unwrap().to_string()));
+        drawn.push((user, body["ticket"].as_str().unwrap().to_string(), back_at));
     }
     // The pre-queue's places are drawn already: 1 and 2, each once, told on any gateway.
     let mut pre_places = Vec::new();
@@ -648,20 +680,30 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
     }
     pre_places.sort_unstable();
     assert_eq!(pre_places, vec![1, 2]);
-    while now_ms() < draw_end_ms + 20 {
+    // Presented before its time to come back, a drawn ticket is told that time again, with no
+    // call to Redis.
+    let (user, t, back_at) = &drawn[n - 1];
+    if now_ms() < back_at - 300 {
+        let early = ask(&http, &gws[0], &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
+        assert!(early.1["position"].is_null(), "{}", early.1);
+        assert_eq!(early.1["drawn_at_ms"].as_i64(), Some(*back_at), "{}", early.1);
+    }
+    while now_ms() < lotteries.draw_return_at_ms(n as u64) + 20 {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // After the close: each drawn ticket presented to another gateway than the one it came from,
     // the first time to the third one, which saw nothing of the draw (as a gateway restarted
     // would): all read the same draw from Redis.
     let (mut positions, mut closed_by) = (Vec::new(), 0);
-    for (i, (user, t)) in drawn.iter().enumerate() {
+    for (i, (user, t, back_at)) in drawn.iter().enumerate() {
         let gw = &gws[if i == 0 { 2 } else { (i + 1) % 2 }];
         let reply = ask(&http, gw, &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
         assert_eq!(code(&reply), (200, "WAITING"), "at 1/s the drawn places wait: {}", reply.1);
         let p = position(&reply.1);
-        // The ETA is the schedule's, to the ms, and told from its place in the ticket.
+        // The ETA is the schedule's, to the ms, and told from its place in the ticket; and no
+        // drawn place's turn comes before its buyer was asked back to learn it.
         assert_eq!(reply.1["eta_at_ms"].as_i64(), Some(start_ms + schedule.served_at(p)), "{}", reply.1);
+        assert!(start_ms + schedule.served_at(p) >= *back_at, "place {p}: {}", reply.1);
         assert_eq!(ticket_place(&reply.1, &c, user), RoomPlace::Position(p));
         // Asked again on the third gateway: the same place.
         let again = ask(&http, &gws[2], &c, user, &format!("dev-{user}"), Some(t), json!({})).await;
@@ -681,13 +723,16 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
         "the drawn places are one run, each once: {positions:?}"
     );
     assert_eq!(hi - lo + 1, n as u64);
-    // The draw's base: the pre-queue's size, or the serving line at the close if higher (so the
-    // drawn places are served from the close at the rate, not in a burst); the close came
-    // between the draw's end and the first answer after it.
+    // The draw's base: the pre-queue's size, or the serving line at the close plus the
+    // positions served while the 20 drawn are asked back (20 at 10/s: 2 s, 2 positions at 1/s)
+    // if higher (so no drawn turn has passed when its buyer learns it, and the drawn places are
+    // served at the rate, not in a burst); the close came between its time and the first
+    // answer after it.
+    let told = 2;
     let (at_end, at_first) =
-        (schedule.serving(draw_end_ms - start_ms), schedule.serving(closed_by - start_ms));
+        (schedule.serving(lotteries.draw_close_ms - start_ms), schedule.serving(closed_by - start_ms));
     assert!(
-        (2.max(at_end)..=2.max(at_first)).contains(&base),
+        (2.max(at_end + told)..=2.max(at_first + told)).contains(&base),
         "base {base}: the serving line was {at_end} at the draw's end, {at_first} at the first answer"
     );
     // Not first come first served: the five who fired first are not the five first places.
@@ -759,4 +804,166 @@ async fn a_turn_under_100_ms_away_is_waited_for_in_place_when_the_work_comes_wit
     assert!(reply.1.get("held_ms").is_none());
     cleanup(&redis, &slow).await;
     cleanup(&redis, &c).await;
+}
+
+/// A token request of `user` whose head is sent now and whose body (`{}`) only once the clock
+/// reaches `body_at_ms`: the gateway reads the head (the request has arrived), then waits for
+/// the body before it asks `room.lua` for a place (as an overloaded gateway would be late to).
+/// Its status and JSON answer, and when the head was sent (unix ms).
+async fn held_body_request(gw: &Gateway, campaign: &str, user: &str, body_at_ms: i64) -> (u16, Value, i64) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let login = auth().login(user, json!({}));
+    let head = format!(
+        "POST /seckill/{campaign}/token HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {login}\r\n\
+         X-Device-Id: dev-{user}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\
+         Connection: close\r\n\r\n"
+    );
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    let sent = chrono::Utc::now().timestamp_millis();
+    let wait = (body_at_ms - chrono::Utc::now().timestamp_millis()).max(0) as u64;
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    s.write_all(b"{}").await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut raw)).await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&raw);
+    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null), sent)
+}
+
+#[tokio::test]
+async fn a_request_that_arrived_in_the_start_draw_is_drawn_however_late_room_lua_is_asked() {
+    let c = e2e::cleanup::Campaign::new("wr");
+    // Starts in 3 s (the gateway starts first), a start draw of 1.5 s at 1/s.
+    let start = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let draw_ms = 1500;
+    let room = format!("admit_per_sec = 1\nstart_draw_ms = {draw_ms}");
+    let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, &room))]).await;
+    let gw = &gws[0];
+    let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
+    let lotteries = Lotteries::new(start_ms, draw_end_ms, 10);
+    let now_ms = || chrono::Utc::now().timestamp_millis();
+    while now_ms() < start_ms + 50 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Its head reaches the gateway in the draw's window; its body (and so its call to room.lua)
+    // only 300 ms after the window closed. It is drawn: judged by when it arrived.
+    let (status, body, sent) = held_body_request(gw, &c, "slow", draw_end_ms + 300).await;
+    assert!(
+        sent < draw_end_ms,
+        "the machine was too slow to send the head in the draw (raise start_draw_ms)"
+    );
+    assert_eq!((status, body["code"].as_str()), (200, Some("WAITING")), "{body}");
+    assert_eq!(body["start_draw"].as_bool(), Some(true), "judged by its arrival: {body}");
+    assert_eq!(ticket_place(&body, &c, "slow"), RoomPlace::Draw(1), "{body}");
+    let ticket = body["ticket"].as_str().unwrap().to_string();
+    // No place before the draw closes, its end plus the 4 s an arrival may be claimed before
+    // Redis's clock: asked back then.
+    assert!(body["position"].is_null(), "{body}");
+    assert_eq!(body["drawn_at_ms"].as_i64(), Some(lotteries.draw_return_at_ms(1)), "{body}");
+    // The next arrival, after the window, before the close: right after the drawn places.
+    let next = enter(&http, gw, &c, "next").await;
+    let flags = (next["start_draw"].as_bool(), next["after_draw"].as_bool());
+    assert_eq!(flags, (Some(false), Some(true)), "{next}");
+    assert_eq!(ticket_place(&next, &c, "next"), RoomPlace::Late(1), "{next}");
+    let next_ticket = next["ticket"].as_str().unwrap().to_string();
+    while now_ms() < lotteries.draw_return_at_ms(1) + 20 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The late one's place is the draw's one place, the next one's right after it, and their
+    // ETAs the schedule's, after their return.
+    let reply = ask(&http, gw, &c, "slow", "dev-slow", Some(&ticket), json!({})).await;
+    assert_eq!(code(&reply), (200, "WAITING"), "{}", reply.1);
+    let p = position(&reply.1);
+    let after = ask(&http, gw, &c, "next", "dev-next", Some(&next_ticket), json!({})).await;
+    assert_eq!(position(&after.1), p + 1, "the first after the draw comes right after it: {}", after.1);
+    let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
+    assert_eq!(reply.1["eta_at_ms"].as_i64(), Some(start_ms + schedule.served_at(p)), "{}", reply.1);
+    assert!(start_ms + schedule.served_at(p) >= lotteries.draw_return_at_ms(1));
+    eprintln!("held body: head sent {} ms after the start, drawn; place {p}", sent - start_ms);
+    cleanup(&redis, &c).await;
+}
+
+/// One `room.lua` call on the stack's Redis for `user` of a campaign starting at `start_ms` with
+/// a start draw to `draw_end_ms`, claiming it arrived at `arrived_ms`.
+async fn room_call(
+    redis: &Client,
+    campaign: &str,
+    user: &str,
+    arrived_ms: i64,
+    (start_ms, draw_end_ms): (i64, i64),
+) -> protocol::scripts::RoomAnswer {
+    let entry = protocol::scripts::RoomEntry {
+        campaign,
+        user,
+        arrived_ms,
+        starts_at_ms: start_ms,
+        serving: 0,
+        renew: None,
+        expire_at_ms: chrono::Utc::now().timestamp_millis() + 60_000,
+        draw_ends_at_ms: draw_end_ms,
+        rates: (1, 10),
+    };
+    protocol::scripts::Scripts::builtin().room_enter(redis, &entry).await.unwrap()
+}
+
+#[tokio::test]
+async fn room_lua_judges_the_arrival_clamped_to_redis_time() {
+    let bound = protocol::timing::ARRIVAL_CLAIM_MAX_MS;
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    // A draw whose window ended a second ago: an arrival claimed in it, within the bound, is
+    // drawn though the call comes after the window; the draw is not closed until no call can
+    // claim an arrival in it, and an arrival after it meanwhile comes right after the drawn.
+    let late = e2e::cleanup::Campaign::new("wr");
+    let windows = (now - 3000, now - 1000);
+    let out = room_call(&redis, &late, "u1", now - 2000, windows).await;
+    assert_eq!((out.place, out.draw), (RoomPlace::Draw(1), None), "{out:?}");
+    let out = room_call(&redis, &late, "u2", now, windows).await;
+    assert_eq!((out.place, out.draw), (RoomPlace::Late(1), None), "{out:?}");
+    // A draw whose window ended more than the bound ago: an arrival claimed in it is clamped to
+    // TIME - bound, after the window: not drawn, and the call closes the draw, empty. So do
+    // claims that are no instant at all.
+    let old = e2e::cleanup::Campaign::new("wr");
+    let windows = (now - bound - 3000, now - bound - 1000);
+    let out = room_call(&redis, &old, "cheat", now - bound - 2000, windows).await;
+    assert!(matches!(out.place, RoomPlace::Position(_)), "clamped out of the draw: {out:?}");
+    assert_eq!(out.draw.map(|d| d.size), Some(0), "{out:?}");
+    let junk = e2e::cleanup::Campaign::new("wr");
+    let windows = (now - bound - 3000, now - bound - 1000);
+    for (i, claim) in [i64::MIN, 0, -1].into_iter().enumerate() {
+        let out = room_call(&redis, &junk, &format!("j{i}"), claim, windows).await;
+        assert!(matches!(out.place, RoomPlace::Position(_)), "{claim}: {out:?}");
+    }
+    let keys = CampaignKeys::new(&junk);
+    let script = include_str!("../../../lua/room.lua");
+    for (i, claim) in ["nan", "-inf", "soon", ""].into_iter().enumerate() {
+        let argv = vec![
+            format!("x{i}"),
+            claim.to_string(),
+            windows.0.to_string(),
+            "0".into(),
+            String::new(),
+            (now + 60_000).to_string(),
+            windows.1.to_string(),
+            "1".into(),
+            "10".into(),
+        ];
+        let out: Vec<fred::types::Value> =
+            redis.eval(script, vec![keys.room(), keys.room_users()], argv).await.unwrap();
+        let place = out[0].as_string().unwrap_or_default();
+        assert!(place.starts_with('p'), "{claim:?}: {place}");
+    }
+    // A claim in the future is clamped to TIME: it cannot close a draw still open.
+    let open = e2e::cleanup::Campaign::new("wr");
+    let now = chrono::Utc::now().timestamp_millis();
+    let windows = (now - 1000, now + 5000);
+    let out = room_call(&redis, &open, "ahead", now + 60_000, windows).await;
+    assert_eq!((out.place, out.draw), (RoomPlace::Draw(1), None), "{out:?}");
+    let out = room_call(&redis, &open, "honest", chrono::Utc::now().timestamp_millis(), windows).await;
+    assert_eq!((out.place, out.draw), (RoomPlace::Draw(2), None), "{out:?}");
+    for c in [&late, &old, &junk, &open] {
+        cleanup(&redis, c.id()).await;
+    }
 }

@@ -71,6 +71,8 @@ pub struct TokenAsked {
     login: Login,
     device: String,
     ticket: Option<Vec<u8>>,
+    /// When the request reached the proxy ([`Head::arrived`]), for the waiting room.
+    arrived: chrono::DateTime<Utc>,
 }
 
 impl Edge {
@@ -135,7 +137,7 @@ impl Edge {
         let login = conf.login.verify(head.header(http::header::AUTHORIZATION.as_str()))?;
         self.limiter.check_account(&key, &campaign.limits, &login.user)?;
         let ticket = head.header(TICKET_HEADER).map(<[u8]>::to_vec);
-        Ok(TokenAsked { login, device: device.to_string(), ticket })
+        Ok(TokenAsked { login, device: device.to_string(), ticket, arrived: head.arrived })
     }
 
     /// The token request's `body` (the captcha's answer): the token's JSON answer.
@@ -159,6 +161,7 @@ impl Edge {
             device: &asked.device,
             ticket: asked.ticket.as_deref(),
             brings_work,
+            arrived: asked.arrived,
         };
         let admitted = match self.room.pass(conf.keys.room_key(), c.campaign, who, at).await? {
             Pass::Open => None,

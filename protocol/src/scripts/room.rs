@@ -16,21 +16,26 @@ pub enum RoomPlace {
     /// The n-th arrival of the start draw (from 1), in its window after the start: its position
     /// is the draw's base plus the keyed shuffle of n among the draw's size.
     Draw(u64),
+    /// The n-th arrival (from 1) after the start draw's window and before its close (the draw
+    /// waits for every arrival in its window): its position is right after the drawn ones, the
+    /// draw's base plus its size plus n.
+    Late(u64),
     /// A position in the queue (from 1).
     Position(u64),
 }
 
 impl RoomPlace {
-    /// As the script stores it: `a<n>`, `d<n>` or `p<n>`.
+    /// As the script stores it: `a<n>`, `d<n>`, `q<n>` or `p<n>`.
     pub fn as_stored(&self) -> String {
         match self {
             RoomPlace::PreQueue(n) => format!("a{n}"),
             RoomPlace::Draw(n) => format!("d{n}"),
+            RoomPlace::Late(n) => format!("q{n}"),
             RoomPlace::Position(n) => format!("p{n}"),
         }
     }
 
-    /// Parses `a<n>`, `d<n>` or `p<n>` (n ≥ 1).
+    /// Parses `a<n>`, `d<n>`, `q<n>` or `p<n>` (n ≥ 1).
     pub fn parse(s: &str) -> Option<Self> {
         let (kind, n) = s.split_at_checked(1)?;
         if n.is_empty() || n.len() > 19 || !n.bytes().all(|b| b.is_ascii_digit()) {
@@ -40,6 +45,7 @@ impl RoomPlace {
         match kind {
             "a" => Some(RoomPlace::PreQueue(n)),
             "d" => Some(RoomPlace::Draw(n)),
+            "q" => Some(RoomPlace::Late(n)),
             "p" => Some(RoomPlace::Position(n)),
             _ => None,
         }
@@ -53,8 +59,11 @@ pub struct RoomEntry<'a> {
     pub campaign: &'a str,
     /// The buyer.
     pub user: &'a str,
-    /// Now, unix ms.
-    pub now_ms: i64,
+    /// When the request reached the gateway, unix ms (the gateway's clock when it read the
+    /// request's head): the pre-queue and the start draw are judged by it. The script clamps it
+    /// to Redis's `TIME` less [`crate::timing::ARRIVAL_CLAIM_MAX_MS`] at the earliest, `TIME`
+    /// at the latest.
+    pub arrived_ms: i64,
     /// The campaign's start, unix ms.
     pub starts_at_ms: i64,
     /// The serving position now: a new position is always above it.
@@ -65,9 +74,13 @@ pub struct RoomEntry<'a> {
     pub expire_at_ms: i64,
     /// The start draw's end, unix ms (the start itself when there is none).
     pub draw_ends_at_ms: i64,
+    /// The room's `admit_per_sec` and `draw_return_per_sec`: when the draw closes, its places
+    /// start after the serving line by the positions served while its buyers are asked back.
+    pub rates: (u64, u64),
 }
 
-/// The start draw, once closed: its places are `base + 1 ..= base + size`.
+/// The start draw, once closed: its places are `base + 1 ..= base + size`, the late arrivals'
+/// after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Drawn {
     /// The last position before the drawn ones.
@@ -84,7 +97,7 @@ pub struct RoomAnswer {
     /// The pre-queue's size once closed (`None` while open).
     pub size: Option<u64>,
     /// Places given so far: the last position once the draw is closed, else the pre-queue's
-    /// size plus the draw's arrivals, else the pre-queue's arrivals.
+    /// size plus the draw's and the late arrivals, else the pre-queue's arrivals.
     pub issued: u64,
     /// The start draw once closed (`None` while open).
     pub draw: Option<Drawn>,
@@ -111,12 +124,14 @@ impl Scripts {
         let keys = CampaignKeys::new(entry.campaign);
         let args = vec![
             entry.user.to_string(),
-            entry.now_ms.to_string(),
+            entry.arrived_ms.to_string(),
             entry.starts_at_ms.to_string(),
             entry.serving.to_string(),
             entry.renew.map(|p| p.as_stored()).unwrap_or_default(),
             entry.expire_at_ms.to_string(),
             entry.draw_ends_at_ms.to_string(),
+            entry.rates.0.to_string(),
+            entry.rates.1.to_string(),
         ];
         let out: Vec<fred::types::Value> =
             self.room.evalsha_with_retry(client, vec![keys.room(), keys.room_users()], args).await?;
@@ -171,12 +186,14 @@ mod tests {
         for p in [
             RoomPlace::PreQueue(1),
             RoomPlace::Draw(7),
+            RoomPlace::Late(3),
             RoomPlace::Position(42),
             RoomPlace::Position(u64::from(u32::MAX)),
         ] {
             assert_eq!(RoomPlace::parse(&p.as_stored()), Some(p));
         }
-        for bad in ["", "a", "d", "d0", "p0", "x5", "p-1", "p1.5", "p99999999999999999999", "a 1"] {
+        for bad in ["", "a", "d", "d0", "q", "q0", "p0", "x5", "p-1", "p1.5", "p99999999999999999999", "a 1"]
+        {
             assert_eq!(RoomPlace::parse(bad), None, "{bad:?}");
         }
     }
