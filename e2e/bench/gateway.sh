@@ -53,7 +53,10 @@
 #                                           CPU by thread, then stop), PERF_DATA (a file to keep
 #                                           PROFILE's perf.data in, for perf report --children),
 #                                           BASE_GATEWAY (another gateway binary, e.g. the parent
-#                                           commit's: (a0), (a) through it, in the same run)
+#                                           commit's: (a0), (a) through it, in the same run),
+#                                           GATEWAY (the binary of (a), (a1) and the rest; by
+#                                           default target/release/gateway: swap the two to
+#                                           run them in the other order)
 # Needs: the stack's Redis (e2e/stack.sh up), wrk, nginx (nginx-light), redis-benchmark.
 set -euo pipefail
 
@@ -185,13 +188,13 @@ topic = "bench-$RUN"
 partitions = 4
 OW
 target/release/order-writer -c "$WORK/ow.toml" topic create
-RUST_LOG=warn target/release/gateway --conf "$WORK/conf/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
+RUST_LOG=warn "${GATEWAY:-target/release/gateway}" --conf "$WORK/conf/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
 # (a1)'s gateway: the same conf, one reserve.lua call per order.
 GW1_PORT=$(free_port)
 sed -e "s/^listen = .*/listen = \"127.0.0.1:$GW1_PORT\"/" -e 's/^pool_size = 4$/pool_size = 4\nbatch_max = 1/' \
   "$WORK/conf/server.toml" >"$WORK/conf/server1.toml"
-RUST_LOG=warn target/release/gateway --conf "$WORK/conf/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
+RUST_LOG=warn "${GATEWAY:-target/release/gateway}" --conf "$WORK/conf/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
 GW1_PID=$!
 # (a0)'s gateway: the same conf through another build (BASE_GATEWAY), e.g. the parent commit's.
 if [[ -n "${BASE_GATEWAY:-}" ]]; then
