@@ -4,13 +4,6 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-/// mimalloc in place of glibc's malloc: per-thread free lists, so memory allocated on one thread
-/// and freed on another (a request's on a worker, a reservation's answer and record on the
-/// sale's I/O thread) costs no arena locking (`e2e/bench/gateway.sh`: malloc and free were a
-/// quarter of a worker's CPU per reservation with glibc's).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// The flash-sale edge: a reverse proxy in place of Nginx, with the reservation at the edge.
 #[derive(Debug, Parser)]
 #[command(version, about)]
