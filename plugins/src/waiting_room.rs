@@ -482,6 +482,40 @@ pub fn issued_at(turn: Turn, now_ms: i64) -> i64 {
     }
 }
 
+/// A first admission this long past its promise, or longer, is a backlog's: the presentation was
+/// answered late (a gateway that stalled, then answers the pile), and it is paced by
+/// [`Pace`].
+pub const LATE_ADMISSION_MS: i64 = 1000;
+
+/// This process's first admissions of a campaign in the current second, which paces the late
+/// ones (pure bookkeeping). The schedule paces admissions on time; a gateway that stalls and
+/// then answers the presentations that piled up would admit every one whose turn passed at
+/// once, above the rate the sale is sized for. A late first admission goes through only while
+/// this second's first admissions are under `admit_per_sec`; the others are told to present
+/// their ticket again in the next second. Per process: N gateways that stall together may admit
+/// up to N times the rate in that second.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    second: i64,
+    admitted: u64,
+}
+
+impl Pace {
+    /// Whether a first admission at `now_ms`, `late_ms` past its promise, goes through now under
+    /// `admit_per_sec` (counted when it does): on time always, late only under the rate.
+    pub fn admits(&mut self, now_ms: i64, late_ms: i64, admit_per_sec: u64) -> bool {
+        let second = now_ms.div_euclid(1000);
+        if second != self.second {
+            *self = Pace { second, admitted: 0 };
+        }
+        if late_ms >= LATE_ADMISSION_MS && self.admitted >= admit_per_sec {
+            return false;
+        }
+        self.admitted += 1;
+        true
+    }
+}
+
 /// Whether an admission on the presented ticket (`issued` unix s, `lottery`: its place is a
 /// pre-queue's or a start draw's arrival) is the first of its wait: a lottery's ticket, or one
 /// issued before its position's promise.
@@ -570,6 +604,8 @@ pub struct WaitingRoom {
     closed: Mutex<HashMap<(String, i64), Closed>>,
     rates: ArrivalRates,
     stats: RoomStats,
+    /// Campaign -> its first admissions this second ([`Pace`]).
+    paces: Mutex<HashMap<String, Pace>>,
 }
 
 impl std::fmt::Debug for WaitingRoom {
@@ -597,6 +633,7 @@ impl WaitingRoom {
             closed: Mutex::new(HashMap::new()),
             rates: ArrivalRates::default(),
             stats: RoomStats::default(),
+            paces: Mutex::new(HashMap::new()),
         }
     }
 
@@ -656,6 +693,17 @@ impl WaitingRoom {
         self.stats.saw(&campaign.id, out.place, closed);
         self.stats.issued(&campaign.id, out.issued);
         Ok((out.place, closed))
+    }
+
+    /// Whether this process's first admissions of `campaign` this second leave room for one at
+    /// `now_ms` promised at `promised_ms` ([`Pace`]).
+    fn paced(&self, campaign: &Campaign, now_ms: i64, promised_ms: i64) -> bool {
+        let mut paces = self.paces.lock().unwrap_or_else(|e| e.into_inner());
+        let pace = match paces.get_mut(&campaign.id) {
+            Some(pace) => pace,
+            None => paces.entry(campaign.id.clone()).or_default(),
+        };
+        pace.admits(now_ms, now_ms - promised_ms, campaign.waiting_room.admit_per_sec)
     }
 
     /// The room's answer to a token request of `who` at `now`, keys from `key`: [`Pass::Open`]
@@ -742,6 +790,33 @@ impl WaitingRoom {
             held = Some(now_ms - asked_ms);
             turn = self::turn(&schedule, position, now_ms - start);
         }
+        let first = match held {
+            Some(_) => Some(Admission { promised_ms }),
+            None => first_admission(presented, promised_ms),
+        };
+        if matches!(turn, Turn::Admitted { .. })
+            && first.is_some()
+            && !self.paced(campaign, now_ms, promised_ms)
+        {
+            // A late presentation in a second whose admissions are full: the same ticket again
+            // in the next second (its wait is still the first; its session counts from its turn).
+            let wait_ms = 1000 - now_ms.rem_euclid(1000);
+            return Ok(Pass::Waiting(json!({
+                "code": Code::Waiting,
+                "message": "this second's admissions are full: present the ticket again after retry_after seconds",
+                "ticket": who.ticket.map(String::from_utf8_lossy),
+                "pre_queue": false,
+                "start_draw": false,
+                "after_draw": false,
+                "position": position,
+                "serving": schedule.serving(now_ms - start),
+                "ahead": 0,
+                "eta_ms": wait_ms,
+                "eta_at_ms": now_ms + wait_ms,
+                "retry_after": 1,
+                "expires_in": room.ticket_ttl_secs,
+            })));
+        }
         let issued_at = issued_at(turn, now_ms);
         let ticket = Ticket {
             campaign: campaign.id.clone(),
@@ -756,10 +831,7 @@ impl WaitingRoom {
             Turn::Admitted { left_ms } => Pass::Admitted {
                 ticket,
                 session_left_secs: (left_ms.max(0) as u64).div_ceil(1000),
-                first: match held {
-                    Some(_) => Some(Admission { promised_ms }),
-                    None => first_admission(presented, promised_ms),
-                },
+                first,
                 held_ms: held,
             },
             Turn::Waiting { serving, ahead, eta_ms } => Pass::Waiting(json!({
@@ -970,6 +1042,44 @@ mod tests {
 
     fn schedule(rate: u64, max_active: Option<u64>, session_secs: i64) -> Schedule {
         Schedule { rate, max_active, session_ms: session_secs * 1000 }
+    }
+
+    #[test]
+    fn late_first_admissions_are_paced_at_the_rate_and_on_time_ones_never() {
+        let (rate, mut pace) = (3, Pace::default());
+        let second = 1_764_000_000_000;
+        // On time: always through, and counted.
+        for i in 0..5 {
+            assert!(pace.admits(second + i, LATE_ADMISSION_MS - 1, rate), "on time {i}");
+        }
+        // The second's admissions are over the rate: a late one waits for the next second.
+        assert!(!pace.admits(second + 10, LATE_ADMISSION_MS, rate));
+        assert!(!pace.admits(second + 999, 60_000, rate));
+        // The next second: the rate's worth of late ones, then no more.
+        let next = second + 1000;
+        for i in 0..rate {
+            assert!(pace.admits(next + i as i64, 5_000, rate), "late {i} of the next second");
+        }
+        assert!(!pace.admits(next + 500, 5_000, rate));
+        assert!(pace.admits(next + 600, 0, rate), "on time, even then");
+        // A backlog of 10 late ones presented every 100 ms drains at the rate, never above it.
+        let mut pace = Pace::default();
+        let mut per_second = std::collections::BTreeMap::new();
+        let mut waiting = 10;
+        for tick in 0..50 {
+            let now = second + tick * 100;
+            let mut left = 0;
+            for _ in 0..waiting {
+                if pace.admits(now, 2_000, rate) {
+                    *per_second.entry(now / 1000).or_insert(0) += 1;
+                } else {
+                    left += 1;
+                }
+            }
+            waiting = left;
+        }
+        assert_eq!(waiting, 0, "all admitted in the end");
+        assert!(per_second.values().all(|&n| n <= rate), "{per_second:?}");
     }
 
     #[test]

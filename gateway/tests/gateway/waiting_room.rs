@@ -967,3 +967,67 @@ async fn room_lua_judges_the_arrival_clamped_to_redis_time() {
         cleanup(&redis, c.id()).await;
     }
 }
+
+/// A gateway that answers late lets the presentations whose turns passed through at the rate, not
+/// all at once: eight buyers whose turns passed more than a second ago present their tickets
+/// together; at most `admit_per_sec` of them are admitted in each second, the others told to
+/// present the same ticket again in the next second, and all are admitted in the end.
+#[tokio::test]
+async fn late_presentations_are_admitted_at_the_rate_not_all_at_once() {
+    let c = e2e::cleanup::Campaign::new("wp");
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let room = "admit_per_sec = 2\nsession_secs = 60";
+    let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, room))]).await;
+    let gw = &gws[0];
+    let users: Vec<String> = (0..8).map(|i| format!("late{i}")).collect();
+    let mut tickets = Vec::new();
+    let mut last_eta_at = 0;
+    for u in &users {
+        let body = enter(&http, gw, &c, u).await;
+        last_eta_at = last_eta_at.max(body["eta_at_ms"].as_i64().unwrap());
+        tickets.push(body["ticket"].as_str().unwrap().to_string());
+    }
+    // Every turn passed by more than a second (the last one at most 4 s away at 2 a second).
+    let wait = last_eta_at + 1_500 - chrono::Utc::now().timestamp_millis();
+    tokio::time::sleep(Duration::from_millis(wait.clamp(0, 6_000) as u64)).await;
+
+    let first_second = chrono::Utc::now().timestamp();
+    let mut waiting = Vec::new();
+    let mut admitted_now = 0;
+    for (u, t) in users.iter().zip(&tickets) {
+        let reply = ask(&http, gw, &c, u, &format!("dev-{u}"), Some(t), json!({})).await;
+        match code(&reply) {
+            (403, "CAPTCHA_FAILED") => admitted_now += 1,
+            (200, "WAITING") => {
+                assert_eq!(
+                    reply.1["ticket"].as_str(),
+                    Some(t.as_str()),
+                    "the same ticket again: {}",
+                    reply.1
+                );
+                assert_eq!(reply.1["retry_after"].as_u64(), Some(1), "{}", reply.1);
+                waiting.push((u, t));
+            }
+            other => panic!("{other:?}: {}", reply.1),
+        }
+    }
+    let seconds = (chrono::Utc::now().timestamp() - first_second + 1) as usize;
+    assert!(admitted_now >= 1, "some are admitted at once");
+    assert!(admitted_now <= 2 * seconds, "{admitted_now} admitted in {seconds} s at 2 a second");
+    assert!(!waiting.is_empty(), "the others wait");
+
+    // The rest come back a second later, until every one is admitted (bounded).
+    let began = Instant::now();
+    while !waiting.is_empty() && began.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let mut still = Vec::new();
+        for (u, t) in waiting {
+            if !admitted(&http, gw, &c, u, t).await {
+                still.push((u, t));
+            }
+        }
+        waiting = still;
+    }
+    assert!(waiting.is_empty(), "every late buyer is admitted in the end: {waiting:?}");
+    cleanup(&redis, &c).await;
+}
