@@ -41,7 +41,7 @@ pub struct Reserver {
     pool: Pool,
     scripts: Scripts,
     timeout: Duration,
-    batch: BatchConf,
+    /// Where the batcher sends (kept to build it again with other [`BatchConf`]).
     io: Option<tokio::runtime::Handle>,
     batcher: Batcher,
 }
@@ -102,25 +102,26 @@ impl Reserver {
     /// A reserver over `pool`, giving up after `timeout`, collecting orders as
     /// [`BatchConf::default`] says.
     pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
-        let (batch, io) = (BatchConf::default(), None);
-        let batcher = Batcher::new(pool.clone(), scripts.clone(), batch, timeout, None);
-        Self { pool, scripts, timeout, batch, io, batcher }
+        let batcher = Batcher::new(pool.clone(), scripts.clone(), BatchConf::default(), timeout, None);
+        Self { pool, scripts, timeout, io: None, batcher }
     }
 
     /// The same reserver collecting orders as `batch` says (`max = 1`: one call per order).
     pub fn with_batch(self, batch: BatchConf) -> Self {
-        Self { batch, ..self }.rebuilt()
+        self.rebuilt(batch)
     }
 
     /// The same reserver sending its batches on `io`, the runtime that runs `pool`'s
     /// connections (without: on a thread of its own).
     pub fn with_io(self, io: tokio::runtime::Handle) -> Self {
-        Self { io: Some(io), ..self }.rebuilt()
+        let batch = self.batcher.conf();
+        Self { io: Some(io), ..self }.rebuilt(batch)
     }
 
-    fn rebuilt(self) -> Self {
+    /// The same reserver with a batcher of `batch`, sending where this one's did.
+    fn rebuilt(self, batch: BatchConf) -> Self {
         let (pool, scripts) = (self.pool.clone(), self.scripts.clone());
-        let batcher = Batcher::new(pool, scripts, self.batch, self.timeout, self.io.clone());
+        let batcher = Batcher::new(pool, scripts, batch, self.timeout, self.io.clone());
         Self { batcher, ..self }
     }
 
