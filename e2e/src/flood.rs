@@ -394,7 +394,7 @@ impl Figures {
             Some(e) => {
                 let _ = writeln!(
                     s,
-                    "  ETA error of {} admitted buyers: p50 {:+.1} %, p99 {:+.1} %, max {:+.1} %, min {:+.1} %, {:.1} % beyond ±20 % (latest {} ms past its ETA; {} admitted without a drawn ETA; {} held in place until a turn under 100 ms away)",
+                    "  ETA error of {} admitted buyers: p50 {:+.1} %, p99 {:+.1} %, max {:+.1} %, min {:+.1} %, {:.1} % beyond ±20 % (latest {} ms past its ETA; {} admitted without a drawn ETA; {} held in place until a turn or a promise under 100 ms away)",
                     e.admitted,
                     e.p50 * 100.0,
                     e.p99 * 100.0,

@@ -36,7 +36,9 @@
 //!   [`protocol::timing::ARRIVAL_CLAIM_MAX_MS`].
 //! - **Admitted in place**: a request whose turn is less than [`ADMIT_IN_PLACE_MS`] away and that
 //!   brings its captcha's answer is held (an async sleep) and goes on as admitted, instead of a
-//!   `WAITING` answer whose promise would be shorter than the round trip to keep it.
+//!   `WAITING` answer whose promise would be shorter than the round trip to keep it. One without
+//!   its answer is promised [`MIN_PROMISE_MS`] at least, and its ticket keeps that promise
+//!   ([`Ticket::promised_ms`], [`kept_turn`]): held until it, not let in before.
 //!
 //! The proof of work's bits ([`protocol::waiting_room::pow_bits`]) follow the campaign's
 //! arrivals (token requests) per second across every gateway, counted in Redis
@@ -56,7 +58,7 @@ use chrono::{DateTime, Utc};
 use fred::clients::Pool;
 use protocol::campaign::Campaign;
 use protocol::codes::Code;
-use protocol::scripts::{Drawn, RoomEntry, RoomPlace, Scripts};
+use protocol::scripts::{Admit, Drawn, RoomEntry, RoomPlace, Scripts};
 use protocol::waiting_room::{self as conf, pow_bits};
 use ring::hmac;
 use serde_json::{json, Value};
@@ -74,6 +76,13 @@ pub const MAX_RETRY_SECS: u64 = 30;
 /// `admit_per_sec / 10` positions are this close, so as many requests are held at once (each an
 /// async sleep, no thread).
 pub const ADMIT_IN_PLACE_MS: i64 = 100;
+/// The shortest wait a `WAITING` answer promises: a turn nearer than this, told to a request
+/// that did not bring its work (so could not be held in place), is promised this far instead
+/// and the ticket keeps the promise ([`Ticket::promised_ms`]): the buyer has the time to fetch
+/// a challenge, solve it and present the ticket before the promise, is held until it
+/// ([`ADMIT_IN_PLACE_MS`]) and gets in on it, where a promise of a few ms is missed by the
+/// round trip that keeps it.
+pub const MIN_PROMISE_MS: i64 = 250;
 
 // ---------------------------------------------------------------------------------------------
 // The serving schedule (pure).
@@ -350,6 +359,9 @@ pub struct Ticket {
     pub issued_at: i64,
     /// Expires at, unix seconds.
     pub expires_at: i64,
+    /// The admission it promised, unix ms, when that is later than its position's turn (a wait
+    /// padded to [`MIN_PROMISE_MS`]): the buyer is not admitted before it.
+    pub promised_ms: Option<i64>,
 }
 
 fn bad_ticket(message: &'static str) -> Denial {
@@ -358,8 +370,9 @@ fn bad_ticket(message: &'static str) -> Denial {
 
 impl Ticket {
     /// What the tag signs: every field, the user and device length-prefixed.
+    /// (A ticket without a promise signs what it did before there were promises.)
     fn message(&self) -> String {
-        format!(
+        let mut m = format!(
             "ticket\n{}\n{}\n{}\n{}\n{}\n{}\n{}\n{}",
             self.campaign,
             self.user.len(),
@@ -369,14 +382,20 @@ impl Ticket {
             self.place.as_stored(),
             self.issued_at,
             self.expires_at
-        )
+        );
+        if let Some(promised) = self.promised_ms {
+            m.push_str(&format!("\npromised {promised}"));
+        }
+        m
     }
 
-    /// The ticket as handed out: `{place}.{issued}.{expires}.{hex user}.{hex device}.{hex tag}`.
+    /// The ticket as handed out: `{place}.{issued}.{expires}.{hex user}.{hex device}.{hex tag}`,
+    /// with `.{promised ms}` after `{expires}` when it keeps a promise.
     pub fn sign(&self, key: &hmac::Key) -> String {
         let tag = hmac::sign(key, self.message().as_bytes());
+        let promised = self.promised_ms.map(|p| format!(".{p}")).unwrap_or_default();
         format!(
-            "{}.{}.{}.{}.{}.{}",
+            "{}.{}.{}{promised}.{}.{}.{}",
             self.place.as_stored(),
             self.issued_at,
             self.expires_at,
@@ -403,7 +422,13 @@ impl Ticket {
             return Err(forged());
         }
         let parts: Vec<&str> = text.split('.').collect();
-        let [place, issued, expires, u, d, tag] = parts.as_slice() else { return Err(forged()) };
+        let (place, issued, expires, promised, u, d, tag) = match parts.as_slice() {
+            [place, issued, expires, u, d, tag] => (place, issued, expires, None, u, d, tag),
+            [place, issued, expires, promised, u, d, tag] => {
+                (place, issued, expires, Some(promised), u, d, tag)
+            }
+            _ => return Err(forged()),
+        };
         let number = |s: &str| {
             (!s.is_empty() && s.len() <= 18 && s.bytes().all(|b| b.is_ascii_digit()))
                 .then(|| s.parse::<i64>().ok())
@@ -417,6 +442,10 @@ impl Ticket {
             expires_at: number(expires).ok_or_else(forged)?,
             user: text_of(u).ok_or_else(forged)?,
             device: text_of(d).ok_or_else(forged)?,
+            promised_ms: match promised {
+                Some(p) => Some(number(p).ok_or_else(forged)?),
+                None => None,
+            },
         };
         let tag = hex::decode(tag).map_err(|_| forged())?;
         hmac::verify(key, ticket.message().as_bytes(), &tag).map_err(|_| forged())?;
@@ -472,6 +501,33 @@ pub fn turn(schedule: &Schedule, p: u64, elapsed_ms: i64) -> Turn {
     }
 }
 
+/// Where position `p` stands `elapsed_ms` after the start for a ticket that keeps a promise
+/// (`promised`, ms after the start; [`MIN_PROMISE_MS`]): as [`turn`], but not admitted before
+/// the promise, waiting until then.
+pub fn kept_turn(schedule: &Schedule, p: u64, elapsed_ms: i64, promised: Option<i64>) -> Turn {
+    match (turn(schedule, p, elapsed_ms), promised) {
+        (Turn::Admitted { .. }, Some(at)) if elapsed_ms < at => {
+            Turn::Waiting { serving: schedule.serving(elapsed_ms), ahead: 0, eta_ms: at - elapsed_ms }
+        }
+        (Turn::Waiting { serving, ahead, eta_ms }, Some(at)) => {
+            Turn::Waiting { serving, ahead, eta_ms: eta_ms.max(at - elapsed_ms) }
+        }
+        (t, _) => t,
+    }
+}
+
+/// A wait to answer `WAITING` `elapsed_ms` after the start: one under [`MIN_PROMISE_MS`] is
+/// promised that far instead. The turn to answer, and the promise for its ticket to keep (ms
+/// after the start) when it was padded.
+pub fn padded(turn: Turn, elapsed_ms: i64) -> (Turn, Option<i64>) {
+    match turn {
+        Turn::Waiting { serving, ahead, eta_ms } if eta_ms < MIN_PROMISE_MS => {
+            (Turn::Waiting { serving, ahead, eta_ms: MIN_PROMISE_MS }, Some(elapsed_ms + MIN_PROMISE_MS))
+        }
+        t => (t, None),
+    }
+}
+
 /// When a ticket renewed at `now_ms` with `turn` says it was issued (unix s): a waiting one
 /// before its turn (now, rounded down: before the promise), an admitted one at or after it
 /// (rounded up), so that [`first_admission`] tells them apart.
@@ -483,8 +539,8 @@ pub fn issued_at(turn: Turn, now_ms: i64) -> i64 {
 }
 
 /// A first admission this long past its promise, or longer, is a backlog's: the presentation was
-/// answered late (a gateway that stalled, then answers the pile), and it is paced by
-/// [`Pace`].
+/// answered late (a gateway that stalled, then answers the pile), and it is paced: across every
+/// gateway by `lua/admit.lua`, by [`Pace`] when Redis does not answer.
 pub const LATE_ADMISSION_MS: i64 = 1000;
 
 /// This process's first admissions of a campaign in the current second, which paces the late
@@ -492,8 +548,9 @@ pub const LATE_ADMISSION_MS: i64 = 1000;
 /// then answers the presentations that piled up would admit every one whose turn passed at
 /// once, above the rate the sale is sized for. A late first admission goes through only while
 /// this second's first admissions are under `admit_per_sec`; the others are told to present
-/// their ticket again in the next second. Per process: N gateways that stall together may admit
-/// up to N times the rate in that second.
+/// their ticket again in the next second. `lua/admit.lua` keeps the same count across every
+/// gateway and decides; this one, per process, decides when Redis does not answer in time (N
+/// gateways that stall together may then admit up to N times the rate in that second).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Pace {
     second: i64,
@@ -575,6 +632,39 @@ pub enum Pass {
 pub struct Admission {
     /// Unix ms the schedule promised (every `WAITING` answer's `eta_at_ms` for the position).
     pub promised_ms: i64,
+}
+
+/// A `WAITING` answer for a drawn position: where it stands and when to come back.
+struct Told {
+    message: &'static str,
+    /// The ticket to present again (`null` if there is none).
+    ticket: Value,
+    position: u64,
+    serving: u64,
+    ahead: u64,
+    /// Until it is let in, ms: `Retry-After` follows ([`retry_after_secs`]).
+    eta_ms: i64,
+}
+
+impl Told {
+    /// Its JSON answer at `now_ms`, a ticket living `ttl_secs`.
+    fn answer(self, now_ms: i64, ttl_secs: u32) -> Value {
+        json!({
+            "code": Code::Waiting,
+            "message": self.message,
+            "ticket": self.ticket,
+            "pre_queue": false,
+            "start_draw": false,
+            "after_draw": false,
+            "position": self.position,
+            "serving": self.serving,
+            "ahead": self.ahead,
+            "eta_ms": self.eta_ms,
+            "eta_at_ms": now_ms + self.eta_ms,
+            "retry_after": retry_after_secs(self.eta_ms),
+            "expires_in": ttl_secs,
+        })
+    }
 }
 
 /// Who asks, for [`WaitingRoom::pass`].
@@ -695,15 +785,35 @@ impl WaitingRoom {
         Ok((out.place, closed))
     }
 
-    /// Whether this process's first admissions of `campaign` this second leave room for one at
-    /// `now_ms` promised at `promised_ms` ([`Pace`]).
-    fn paced(&self, campaign: &Campaign, now_ms: i64, promised_ms: i64) -> bool {
-        let mut paces = self.paces.lock().unwrap_or_else(|e| e.into_inner());
-        let pace = match paces.get_mut(&campaign.id) {
-            Some(pace) => pace,
-            None => paces.entry(campaign.id.clone()).or_default(),
+    /// Whether the first admissions of `campaign` this second, on every gateway, leave room for
+    /// one at `now_ms` promised at `promised_ms` (`lua/admit.lua`, which counts it); this
+    /// process's own count ([`Pace`]) decides when Redis does not answer in time.
+    async fn paced(&self, campaign: &Campaign, now_ms: i64, promised_ms: i64) -> bool {
+        let (late_ms, rate) = (now_ms - promised_ms, campaign.waiting_room.admit_per_sec);
+        let here = {
+            let mut paces = self.paces.lock().unwrap_or_else(|e| e.into_inner());
+            let pace = match paces.get_mut(&campaign.id) {
+                Some(pace) => pace,
+                None => paces.entry(campaign.id.clone()).or_default(),
+            };
+            pace.admits(now_ms, late_ms, rate)
         };
-        pace.admits(now_ms, now_ms - promised_ms, campaign.waiting_room.admit_per_sec)
+        let admit = Admit {
+            campaign: &campaign.id,
+            second: now_ms.div_euclid(1000),
+            late: late_ms >= LATE_ADMISSION_MS,
+            admit_per_sec: rate,
+        };
+        let call = self.scripts.admit(self.pool.next_connected(), &admit);
+        match tokio::time::timeout(self.timeout, call).await {
+            // Every gateway's admissions of the second: the bound across N gateways.
+            Ok(Ok(across)) => across,
+            Ok(Err(e)) => {
+                tracing::warn!(campaign = %campaign.id, error = %e, "admit.lua failed: this process's pace decides");
+                here
+            }
+            Err(_) => here,
+        }
     }
 
     /// The room's answer to a token request of `who` at `now`, keys from `key`: [`Pass::Open`]
@@ -726,11 +836,14 @@ impl WaitingRoom {
         let lotteries = Lotteries::of(campaign);
         // When the presented ticket was issued (unix s), and whether it was a lottery's.
         let mut presented: Option<(i64, bool)> = None;
+        // The promise the presented ticket keeps, ms after the start ([`MIN_PROMISE_MS`]).
+        let mut kept: Option<i64> = None;
         let (mut place, mut closed, asked) = match who.ticket {
             Some(t) => {
                 let ticket = Ticket::verify(key, t, &campaign.id, who.user, who.device, now_s)?;
                 let lottery = !matches!(ticket.place, RoomPlace::Position(_));
                 presented = Some((ticket.issued_at, lottery));
+                kept = ticket.promised_ms.map(|at| at - start);
                 let closed = self.known(campaign);
                 self.stats.saw(&campaign.id, ticket.place, closed);
                 (ticket.place, closed, false)
@@ -773,22 +886,26 @@ impl WaitingRoom {
             }
         };
         let mut now_ms = now_ms;
-        let mut turn = turn(&schedule, position, now_ms - start);
+        let mut turn = kept_turn(&schedule, position, now_ms - start, kept);
         if turn == Turn::Passed {
             let (again, _) = self.enter(campaign, who, now_ms, Some(RoomPlace::Position(position))).await?;
             if let RoomPlace::Position(p) = again {
-                position = p;
+                (position, kept) = (p, None);
                 turn = self::turn(&schedule, p, now_ms - start);
             }
         }
-        let promised_ms = start + schedule.served_at(position);
+        let promised_ms = (start + schedule.served_at(position)).max(kept.map_or(i64::MIN, |k| start + k));
         let (asked_ms, mut held) = (now_ms, None);
         while let Some(wait) = hold_ms(turn, who.brings_work) {
             // Admitted in place: its turn is nearer than a round trip to come back at it.
             tokio::time::sleep(Duration::from_millis(wait as u64 + 1)).await;
             now_ms = now_ms.max(Utc::now().timestamp_millis());
             held = Some(now_ms - asked_ms);
-            turn = self::turn(&schedule, position, now_ms - start);
+            turn = kept_turn(&schedule, position, now_ms - start, kept);
+        }
+        if kept.is_none() {
+            // No promise shorter than the round trip to keep it.
+            (turn, kept) = padded(turn, now_ms - start);
         }
         let first = match held {
             Some(_) => Some(Admission { promised_ms }),
@@ -796,26 +913,20 @@ impl WaitingRoom {
         };
         if matches!(turn, Turn::Admitted { .. })
             && first.is_some()
-            && !self.paced(campaign, now_ms, promised_ms)
+            && !self.paced(campaign, now_ms, promised_ms).await
         {
             // A late presentation in a second whose admissions are full: the same ticket again
             // in the next second (its wait is still the first; its session counts from its turn).
-            let wait_ms = 1000 - now_ms.rem_euclid(1000);
-            return Ok(Pass::Waiting(json!({
-                "code": Code::Waiting,
-                "message": "this second's admissions are full: present the ticket again after retry_after seconds",
-                "ticket": who.ticket.map(String::from_utf8_lossy),
-                "pre_queue": false,
-                "start_draw": false,
-                "after_draw": false,
-                "position": position,
-                "serving": schedule.serving(now_ms - start),
-                "ahead": 0,
-                "eta_ms": wait_ms,
-                "eta_at_ms": now_ms + wait_ms,
-                "retry_after": 1,
-                "expires_in": room.ticket_ttl_secs,
-            })));
+            let told = Told {
+                message:
+                    "this second's admissions are full: present the ticket again after retry_after seconds",
+                ticket: who.ticket.map(String::from_utf8_lossy).into(),
+                position,
+                serving: schedule.serving(now_ms - start),
+                ahead: 0,
+                eta_ms: 1000 - now_ms.rem_euclid(1000),
+            };
+            return Ok(Pass::Waiting(told.answer(now_ms, room.ticket_ttl_secs)));
         }
         let issued_at = issued_at(turn, now_ms);
         let ticket = Ticket {
@@ -825,6 +936,7 @@ impl WaitingRoom {
             place: RoomPlace::Position(position),
             issued_at,
             expires_at: issued_at + i64::from(room.ticket_ttl_secs),
+            promised_ms: kept.filter(|_| matches!(turn, Turn::Waiting { .. })).map(|k| start + k),
         }
         .sign(key);
         Ok(match turn {
@@ -834,21 +946,18 @@ impl WaitingRoom {
                 first,
                 held_ms: held,
             },
-            Turn::Waiting { serving, ahead, eta_ms } => Pass::Waiting(json!({
-                "code": Code::Waiting,
-                "message": "not your turn yet: present the ticket as X-Queue-Ticket after retry_after seconds",
-                "ticket": ticket,
-                "pre_queue": false,
-                "start_draw": false,
-                "after_draw": false,
-                "position": position,
-                "serving": serving,
-                "ahead": ahead,
-                "eta_ms": eta_ms,
-                "eta_at_ms": now_ms + eta_ms,
-                "retry_after": retry_after_secs(eta_ms),
-                "expires_in": room.ticket_ttl_secs,
-            })),
+            Turn::Waiting { serving, ahead, eta_ms } => {
+                let told = Told {
+                    message:
+                        "not your turn yet: present the ticket as X-Queue-Ticket after retry_after seconds",
+                    ticket: ticket.into(),
+                    position,
+                    serving,
+                    ahead,
+                    eta_ms,
+                };
+                Pass::Waiting(told.answer(now_ms, room.ticket_ttl_secs))
+            }
             Turn::Passed => Pass::Waiting(json!({
                 "code": Code::Waiting,
                 "message": "your turn has passed: ask again without the ticket",
@@ -881,6 +990,7 @@ impl WaitingRoom {
             place,
             issued_at: now_s,
             expires_at: now_s + i64::from(room.ticket_ttl_secs),
+            promised_ms: None,
         }
         .sign(key);
         let to_draw = drawn_at_ms - now_ms;
@@ -1330,6 +1440,51 @@ mod tests {
         assert_eq!(t + eta_ms, s.served_at(p));
     }
 
+    #[test]
+    fn no_wait_is_promised_shorter_than_a_round_trip_and_the_ticket_keeps_the_promise() {
+        let s = schedule(500, None, 60);
+        // Position 17 at 30 ms: its turn 4 ms away. Padded to MIN_PROMISE_MS, kept from 30 ms.
+        let (p, t) = (17, 30);
+        let (answer, promise) = padded(turn(&s, p, t), t);
+        assert!(matches!(answer, Turn::Waiting { eta_ms: MIN_PROMISE_MS, .. }), "{answer:?}");
+        assert_eq!(promise, Some(t + MIN_PROMISE_MS));
+        // The ticket keeps it: waiting until the promise, before the turn has come and after,
+        // then in.
+        let before = kept_turn(&s, p, t + 1, promise);
+        assert!(matches!(before, Turn::Waiting { eta_ms: 249, .. }), "{before:?}");
+        let waiting = kept_turn(&s, p, t + 100, promise);
+        assert!(matches!(waiting, Turn::Waiting { ahead: 0, eta_ms: 150, .. }), "{waiting:?}");
+        assert_eq!(hold_ms(waiting, true), None, "150 ms away: not held yet");
+        let near = kept_turn(&s, p, t + 200, promise);
+        assert_eq!(hold_ms(near, true), Some(50), "held until the promise, not let in at once");
+        assert!(matches!(kept_turn(&s, p, t + MIN_PROMISE_MS, promise), Turn::Admitted { .. }));
+        assert_eq!(kept_turn(&s, p, t + 100, None), turn(&s, p, t + 100), "no promise: the turn's");
+        // A wait already that long is not padded, nor is an admission.
+        let far = turn(&s, 400, t);
+        assert_eq!(padded(far, t), (far, None));
+        let admitted = Turn::Admitted { left_ms: 5 };
+        assert_eq!(padded(admitted, t), (admitted, None));
+    }
+
+    #[test]
+    fn a_ticket_keeps_its_promise_signed() {
+        let now = 1_700_000_000;
+        let promised =
+            Ticket { promised_ms: Some(now * 1000 + 250), ..ticket(RoomPlace::Position(42), now + 60) };
+        let t = promised.sign(&key());
+        assert_eq!(t.split('.').count(), 7, "{t}");
+        let check = |t: &str| Ticket::verify(&key(), t.as_bytes(), "c1", "u1", "d1", now);
+        assert_eq!(check(&t).unwrap(), promised);
+        let sooner = t.replacen(&format!(".{}.", now * 1000 + 250), &format!(".{}.", now * 1000), 1);
+        assert_ne!(sooner, t);
+        assert_eq!(check(&sooner).unwrap_err().code, Code::BadTicket, "promise moved up");
+        let dropped = t.replacen(&format!(".{}", now * 1000 + 250), "", 1);
+        assert_eq!(dropped.split('.').count(), 6);
+        assert_eq!(check(&dropped).unwrap_err().code, Code::BadTicket, "promise taken out");
+        let junk = t.replacen(&format!(".{}.", now * 1000 + 250), ".25x.", 1);
+        assert_eq!(check(&junk).unwrap_err().code, Code::BadTicket, "not a number");
+    }
+
     fn ticket(place: RoomPlace, expires_at: i64) -> Ticket {
         Ticket {
             campaign: "c1".into(),
@@ -1338,6 +1493,7 @@ mod tests {
             place,
             issued_at: 1_700_000_000,
             expires_at,
+            promised_ms: None,
         }
     }
 

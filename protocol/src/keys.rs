@@ -118,6 +118,12 @@ impl CampaignKeys {
         format!("{}:arrivals:{second}", self.tag())
     }
 
+    /// STRING (expiring after 3 s): the first admissions of the campaign's waiting room in unix
+    /// second `second`, across every gateway (`lua/admit.lua`).
+    pub fn admitted(&self, second: i64) -> String {
+        format!("{}:admitted:{second}", self.tag())
+    }
+
     /// The hash-tagged prefix of every key (`sk:{campaign}`).
     fn tag(&self) -> &str {
         self.meta.strip_suffix(":meta").unwrap_or(&self.meta)

@@ -14,7 +14,7 @@ use crate::keys::{Bucket, REPLENISH_CHANNEL};
 
 mod room;
 mod transfer;
-pub use room::{Arrivals, Drawn, RoomAnswer, RoomEntry, RoomPlace};
+pub use room::{Admit, Arrivals, Drawn, RoomAnswer, RoomEntry, RoomPlace};
 pub use transfer::{home_or_fall_over, FallOver, TakeOutcome};
 
 /// Why the scripts could not be loaded or called.
@@ -50,6 +50,7 @@ pub struct Scripts {
     transfer: Script,
     room: Script,
     arrivals: Script,
+    admit: Script,
 }
 
 /// What `reserve.lua` decided.
@@ -331,11 +332,12 @@ impl Scripts {
             transfer: lua(include_str!("../../lua/transfer.lua")),
             room: lua(include_str!("../../lua/room.lua")),
             arrivals: lua(include_str!("../../lua/arrivals.lua")),
+            admit: lua(include_str!("../../lua/admit.lua")),
         }
     }
 
     /// Reads `reserve.lua`, `release.lua`, `publish.lua`, `transfer.lua`,
-    /// `room.lua` and `arrivals.lua` from `dir`.
+    /// `room.lua`, `arrivals.lua` and `admit.lua` from `dir`.
     pub fn load(dir: &Path) -> Result<Self, ScriptError> {
         Ok(Self {
             reserve: read(dir, "reserve.lua")?,
@@ -344,6 +346,7 @@ impl Scripts {
             transfer: read(dir, "transfer.lua")?,
             room: read(dir, "room.lua")?,
             arrivals: read(dir, "arrivals.lua")?,
+            admit: read(dir, "admit.lua")?,
         })
     }
 
@@ -354,7 +357,15 @@ impl Scripts {
 
     /// Loads every script into the server's script cache (optional: calls reload on NOSCRIPT).
     pub async fn preload(&self, client: &Client) -> Result<(), ScriptError> {
-        for s in [&self.reserve, &self.release, &self.publish, &self.transfer, &self.room, &self.arrivals] {
+        for s in [
+            &self.reserve,
+            &self.release,
+            &self.publish,
+            &self.transfer,
+            &self.room,
+            &self.arrivals,
+            &self.admit,
+        ] {
             s.load(client).await?;
         }
         Ok(())

@@ -112,7 +112,36 @@ pub struct Arrivals {
     pub last_second: u64,
 }
 
+/// A first admission for `admit.lua` to count (and, when late, to let through or not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admit<'a> {
+    /// The campaign.
+    pub campaign: &'a str,
+    /// The unix second it happens in, by the gateway's clock.
+    pub second: i64,
+    /// A backlog's admission (past its promise by a second or more): let through only while
+    /// the second's admissions are under `admit_per_sec`.
+    pub late: bool,
+    /// The campaign's rate.
+    pub admit_per_sec: u64,
+}
+
 impl Scripts {
+    /// `admit.lua`: counts a first admission across every gateway; `false` when a late one
+    /// must wait for the next second (not counted).
+    pub async fn admit(&self, client: &Client, admit: &Admit<'_>) -> Result<bool, ScriptError> {
+        const NAME: &str = "admit.lua";
+        let keys = CampaignKeys::new(admit.campaign);
+        let args = vec![u8::from(admit.late).to_string(), admit.admit_per_sec.to_string()];
+        let out: fred::types::Value =
+            self.admit.evalsha_with_retry(client, vec![keys.admitted(admit.second)], args).await?;
+        match int(NAME, &out)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            n => Err(ScriptError::Protocol { script: NAME, detail: format!("{n} is not 0 or 1") }),
+        }
+    }
+
     /// `room.lua`: the buyer's place (the same on every call, unless `renew` names it), the
     /// pre-queue's size and the start draw once closed (`None` while open).
     pub async fn room_enter(
