@@ -263,49 +263,45 @@ run_wrk() { # label url [connections] [script]
 echo "gateway bench: wrk -t$THREADS -c$CONNECTIONS -d$DURATION, gateway threads=$THREADS, nginx workers=$THREADS"
 # The buyers' signed orders (captcha and token each, through this gateway), then one order to
 # warm up (loads the script cache), and the sold-out flag of $SOLD.
-target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --users "$((BUYERS + 1))" \
-  --out "$WORK/orders.tsv" | tee "$WORK/presign.out"
-head -n 1 "$WORK/orders.tsv" >"$WORK/warm.tsv"
-sed -i 1d "$WORK/orders.tsv"
-wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$GW_PORT" -- good 1 "$WORK/warm.tsv" >/dev/null 2>&1
-# (a1)'s own buyers (other users, other nonces; the same keys sign them for either gateway).
-target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --users "$((BUYERS + 1))" \
-  --out "$WORK/orders1.tsv" >"$WORK/presign1.out"
-head -n 1 "$WORK/orders1.tsv" >"$WORK/warm1.tsv"
-sed -i 1d "$WORK/orders1.tsv"
-wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$GW1_PORT" -- good 1 "$WORK/warm1.tsv" >/dev/null 2>&1
+# Each reservation run has buyers of its own (other users, other nonces; the same keys sign them
+# for any gateway): $WORK/orders<suffix>.tsv, and one more sent first to PORT to warm it up.
+presign_for() { # suffix port
+  target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --users "$((BUYERS + 1))" \
+    --out "$WORK/orders$1.tsv" >"$WORK/presign$1.out"
+  head -n 1 "$WORK/orders$1.tsv" >"$WORK/warm$1.tsv"
+  sed -i 1d "$WORK/orders$1.tsv"
+  wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$2" -- good 1 "$WORK/warm$1.tsv" >/dev/null 2>&1
+}
+presign_for "" "$GW_PORT"
+cat "$WORK/presign.out"
+presign_for 1 "$GW1_PORT"
 # The sold-out flag of $SOLD (lib.sh), set again before each run that relies on it.
 mark_sold() { sold_out_flag "http://127.0.0.1:$GW_PORT" "$SOLD" "$WORK/sold1.tsv"; }
 mark_sold
 
 NGINX_PIDS="$NGINX_PID $(pgrep -P "$NGINX_PID" | tr '\n' ' ')"
-read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
-TA0=$(thread_ticks "$GW_PID")
-read -r A_RPS A_P50 A_P99 A_NON <<<"$(run_wrk a "http://127.0.0.1:$GW_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders.tsv")"
-TA=$(thread_cpu_per_request "$TA0" "$(thread_ticks "$GW_PID")" "$(awk '/requests in/ {print $1}' "$WORK/a.out")")
-read -r A_CPU_GW A_CPU_REDIS A_CPU_NGINX <<<"$(cpu_per_request a "$g" "$r" "$n")"
+# Run NAME (a, a1, a0): its buyers ($WORK/orders<suffix>.tsv) against the gateway PID on PORT.
+# Sets <VAR>_RPS, _P50, _P99, _NON (wrk), <VAR>_CPU_GW, _CPU_REDIS, _CPU_NGINX (per request) and
+# T<VAR> (the gateway's CPU per request by thread), VAR being NAME in capitals.
+reservations_run() { # name suffix pid port
+  local name=$1 var=${1^^} pid=$3 g r n t0 main=$GW_PID
+  GW_PID=$pid # cpu_per_request reads the gateway's ticks from GW_PID
+  read -r g r n <<<"$(cpu_ticks "$pid") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
+  t0=$(thread_ticks "$pid")
+  read -r "${var}_RPS" "${var}_P50" "${var}_P99" "${var}_NON" <<<"$(run_wrk "$name" "http://127.0.0.1:$4" \
+    "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders$2.tsv")"
+  printf -v "T$var" '%s' "$(thread_cpu_per_request "$t0" "$(thread_ticks "$pid")" \
+    "$(awk '/requests in/ {print $1}' "$WORK/$name.out")")"
+  read -r "${var}_CPU_GW" "${var}_CPU_REDIS" "${var}_CPU_NGINX" <<<"$(cpu_per_request "$name" "$g" "$r" "$n")"
+  GW_PID=$main
+}
+reservations_run a "" "$GW_PID" "$GW_PORT"
 reserved=$("${RCLI[@]}" hlen "sk:{$OPEN}:bought") # buyers holding a unit (limit 1)
-GW_MAIN_PID=$GW_PID
-GW_PID=$GW1_PID # cpu_per_request reads the gateway's ticks from GW_PID
-read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
-TA0=$(thread_ticks "$GW_PID")
-read -r A1_RPS A1_P50 A1_P99 A1_NON <<<"$(run_wrk a1 "http://127.0.0.1:$GW1_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders1.tsv")"
-TA1=$(thread_cpu_per_request "$TA0" "$(thread_ticks "$GW_PID")" "$(awk '/requests in/ {print $1}' "$WORK/a1.out")")
-read -r A1_CPU_GW A1_CPU_REDIS A1_CPU_NGINX <<<"$(cpu_per_request a1 "$g" "$r" "$n")"
+reservations_run a1 1 "$GW1_PID" "$GW1_PORT"
 if [[ -n "$GW0_PID" ]]; then
-  target/release/presign --base "http://127.0.0.1:$GW_PORT" --campaign "$OPEN" --users "$((BUYERS + 1))" \
-    --out "$WORK/orders0.tsv" >"$WORK/presign0.out"
-  head -n 1 "$WORK/orders0.tsv" >"$WORK/warm0.tsv"
-  sed -i 1d "$WORK/orders0.tsv"
-  wrk -t1 -c1 -d1s -s "$WORK/orders.lua" "http://127.0.0.1:$GW0_PORT" -- good 1 "$WORK/warm0.tsv" >/dev/null 2>&1
-  GW_PID=$GW0_PID
-  read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
-  TA0=$(thread_ticks "$GW_PID")
-  read -r A0_RPS A0_P50 A0_P99 A0_NON <<<"$(run_wrk a0 "http://127.0.0.1:$GW0_PORT" "$CONNECTIONS" "$WORK/orders.lua" good "$THREADS" "$WORK/orders0.tsv")"
-  TA00=$(thread_cpu_per_request "$TA0" "$(thread_ticks "$GW_PID")" "$(awk '/requests in/ {print $1}' "$WORK/a0.out")")
-  read -r A0_CPU_GW A0_CPU_REDIS _ <<<"$(cpu_per_request a0 "$g" "$r" "$n")"
+  presign_for 0 "$GW0_PORT"
+  reservations_run a0 0 "$GW0_PID" "$GW0_PORT"
 fi
-GW_PID=$GW_MAIN_PID
 read -r g r n <<<"$(cpu_ticks "$GW_PID") $(cpu_ticks "$REDIS_PID") $(cpu_ticks $NGINX_PIDS)"
 mark_sold
 TB0=$(thread_ticks "$GW_PID")
@@ -318,7 +314,7 @@ threads_report() {
   echo "gateway CPU us per request by thread:"
   echo "  (a)  $TA"
   echo "  (a1) $TA1"
-  [[ -z "$GW0_PID" ]] || echo "  (a0) $TA00"
+  [[ -z "$GW0_PID" ]] || echo "  (a0) $TA0"
   echo "  (b)  $TB"
 }
 if [[ -n "${QUICK:-}" ]]; then
