@@ -164,7 +164,7 @@ test('two pages join the pre-queue before the start: no place and no work before
   await Promise.all(pages.map((p) => p.context().close()));
 });
 
-test('two pages click in the start draw: when the places are drawn and why it is fair, no work before it, then a drawn place each and their orders', { timeout: 240000 }, async () => {
+test('two pages click in the start draw: when the places are drawn and why it is fair, no work before it, then a drawn place each and their orders; a third clicks after its window and is placed after them', { timeout: 240000 }, async () => {
   // The campaign opens at DRAW_AT_MS with a start draw of 10 s, at 1 buyer a second; the draw
   // closes 4 s after its end (every arrival in it seen: protocol::timing::ARRIVAL_CLAIM_MAX_MS).
   const drawMs = 10000;
@@ -191,6 +191,20 @@ test('two pages click in the start draw: when the places are drawn and why it is
   for (const page of pages) assert.equal(await page.$('#status [data-field="ahead"]'), null);
   await shot(pages[0], 'room-start-draw-en');
   await shot(pages[1], 'room-start-draw-zh');
+  // A third buyer clicks after the draw's window, before its close: told it comes right after
+  // the drawn, first come first served, its place known when the draw closes.
+  const late = await buyer(browser, { user: 'draw-3', campaign: CAMPAIGN.draw, locale: 'en-GB' });
+  const lateSeen = await watch(late);
+  await late.waitForFunction(() => document.body.dataset.state === 'open', null, { timeout: 30000 });
+  await new Promise((r) => setTimeout(r, Math.max(0, DRAW_AT_MS + drawMs + 300 - Date.now())));
+  assert.ok(Date.now() < DRAW_AT_MS + closeMs - 1000, `the third page clicks ${Date.now() - DRAW_AT_MS} ms after the start: too near the draw's close`);
+  await late.evaluate(() => document.getElementById('buy').click());
+  await late.waitForFunction(() => document.body.dataset.state === 'waiting', null, { timeout: 30000 });
+  assert.equal(await late.textContent('#status [data-field="position"]'), 'Right after those drawn at the start');
+  assert.match(await late.textContent('#status'), /you came after them/);
+  assert.equal(await late.$('#status [data-field="ahead"]'), null);
+  await shot(late, 'room-after-draw-en');
+  const lateResult = settled(late, DRAW_AT_MS + closeMs - Date.now() + 90000);
   const results = await Promise.all(pages.map((p) => settled(p, DRAW_AT_MS + closeMs - Date.now() + 90000)));
   const places = [];
   const backAt = [];
@@ -235,5 +249,21 @@ test('two pages click in the start draw: when the places are drawn and why it is
   // they arrived.
   assert.equal(Math.abs(places[0] - places[1]), 1, `two places of one draw: ${places}`);
   assert.deepEqual([...backAt].sort((a, b) => a - b), [DRAW_AT_MS + closeMs, DRAW_AT_MS + closeMs + 100], `asked back: ${backAt}`);
-  await Promise.all(pages.map((p) => p.context().close()));
+  // The third: told after_draw (no place yet, asked back after the close), then a place after
+  // both drawn ones, and its order.
+  const lateDone = await lateResult;
+  assert.equal(lateDone.code, 'SUCCESS', `draw-3: ${lateDone.text}`);
+  const lateFirst = lateSeen.tokens[0].answer;
+  assert.equal(lateFirst.code, 'WAITING', JSON.stringify(lateFirst));
+  assert.equal(lateFirst.after_draw, true, JSON.stringify(lateFirst));
+  assert.equal(lateFirst.position, null, JSON.stringify(lateFirst));
+  assert.ok(lateFirst.drawn_at_ms >= DRAW_AT_MS + closeMs, `draw-3: asked back at or after the close: ${JSON.stringify(lateFirst)}`);
+  assert.deepEqual(lateSeen.tokens[0].body, {}, 'draw-3: no work before its place is known');
+  const lateIssued = lateSeen.tokens[lateSeen.tokens.length - 1].answer;
+  assert.equal(lateIssued.code, 'TOKEN_ISSUED', JSON.stringify(lateIssued));
+  const latePlace = Number(String(lateIssued.ticket).split('.')[0].slice(1));
+  assert.ok(latePlace > Math.max(...places), `draw-3: place ${latePlace} after the drawn ${places}`);
+  assert.equal(sql(`SELECT id FROM orders WHERE user_id = 'draw-3' AND campaign_id = '${CAMPAIGN.draw}'`), await late.textContent('[data-field="orderId"]'));
+  console.log(`FIGURE after the draw draw-3: asked back ${lateFirst.drawn_at_ms - DRAW_AT_MS} ms after the start, place ${latePlace} after the drawn ${places}, token ${lateSeen.tokens[lateSeen.tokens.length - 1].at - DRAW_AT_MS} ms after the start`);
+  await Promise.all([...pages, late].map((p) => p.context().close()));
 });
