@@ -134,10 +134,10 @@ printf '\n[waiting_room]\nadmit_per_sec = 1\npre_queue_secs = 600\n' >>"$RUN/cam
 browser_campaign "$RUN/campaigns" "${RUN_ID}draw" 10 "$DRAW_AT" ""
 printf '\n[waiting_room]\nadmit_per_sec = 1\nstart_draw_ms = 10000\n' >>"$RUN/campaigns/${RUN_ID}draw.toml"
 for c in open sold crowd room preq draw; do
-  "$BIN/order-writer" --config "$RUN/order-writer.toml" campaign publish "$RUN_ID$c" >/dev/null
+  "$BIN/order-writer" --conf "$RUN/order-writer.toml" campaign publish "$RUN_ID$c" >/dev/null
 done
 
-"$BIN/order-writer" --config "$RUN/order-writer.toml" serve >"$RUN/order-writer.log" 2>&1 &
+"$BIN/order-writer" --conf "$RUN/order-writer.toml" serve >"$RUN/order-writer.log" 2>&1 &
 PIDS+=($!)
 "$BIN/demo-login" --listen "127.0.0.1:$LOGIN_PORT" >"$RUN/demo-login.log" 2>&1 &
 PIDS+=($!)

@@ -116,7 +116,7 @@ STARTS_AT=$(date -u -d "+$START_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
 sales_cleanup start sale "$ID"
 log "creating database, topic and campaign $ID (stock $STOCK, opens $STARTS_AT)"
 sale_create "$RUN" "$ID" "$STOCK" "$STARTS_AT" "$WRITER_PORT" "$BIN"
-OW=("$BIN/order-writer" --config "$RUN/order-writer.toml")
+OW=("$BIN/order-writer" --conf "$RUN/order-writer.toml")
 
 # The crowd's arguments for every process it watches and scrapes.
 CROWD=()
@@ -135,7 +135,7 @@ else
   "${OW[@]}" serve --partitions 0,1 >"$RUN/order-writer.log" 2>&1 &
   PIDS+=($!)
   CROWD+=(--process "order-writer=$!")
-  "$BIN/order-writer" --config "$RUN/order-writer-2.toml" serve --partitions 2,3 >"$RUN/order-writer-2.log" 2>&1 &
+  "$BIN/order-writer" --conf "$RUN/order-writer-2.toml" serve --partitions 2,3 >"$RUN/order-writer-2.log" 2>&1 &
   PIDS+=($!)
   CROWD+=(--process "order-writer-2=$!")
 fi

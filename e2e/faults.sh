@@ -126,7 +126,7 @@ sale() {
 }
 
 start_writer() {
-  "$BIN/order-writer" --config "$RUN/order-writer.toml" serve >>"$RUN/order-writer.log" 2>&1 &
+  "$BIN/order-writer" --conf "$RUN/order-writer.toml" serve >>"$RUN/order-writer.log" 2>&1 &
   WRITER_PID=$!
   PIDS+=("$WRITER_PID")
   wait_port order-writer "$WRITER_PORT" "$RUN/order-writer.log"
@@ -184,7 +184,7 @@ settle_and_reconcile() {
     sleep 0.5
   done
   [[ "$pending" == 0 ]] || log "closed, release pending: $pending orders (judged anyway)"
-  "$BIN/order-writer" --config "$RUN/order-writer.toml" reconcile "$ID" >"$RUN/reconcile.log" 2>&1 || true
+  "$BIN/order-writer" --conf "$RUN/order-writer.toml" reconcile "$ID" >"$RUN/reconcile.log" 2>&1 || true
   DIFFS=$(sed -n 's/^  differences: //p' "$RUN/reconcile.log" | tail -n 1)
   SETTLED=$([[ "$n" == 0 && "$pending" == 0 && "$DIFFS" == 0 ]] && echo 0 || echo 1)
 }
@@ -311,7 +311,7 @@ redis_fault() { # fault policy
   local allowed=0
   [[ $2 == always ]] || allowed=any
   crowd --gateway "http://127.0.0.1:$GW_PORT" --lost-allowed "$allowed" \
-    --after-drain "'$BIN/order-writer' --config '$RUN/order-writer.toml' reconcile '$ID' --repair > '$RUN/repair.log' 2>&1"
+    --after-drain "'$BIN/order-writer' --conf '$RUN/order-writer.toml' reconcile '$ID' --repair > '$RUN/repair.log' 2>&1"
   wait_crowd "burst started"
   sleep 0.1
   bash e2e/stack.sh kill redis >>"$RUN/fault.log" 2>&1

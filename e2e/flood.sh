@@ -87,7 +87,7 @@ flood_sale() {
     room=(--admit-per-sec "$admit")
     [[ ${ROOM_FIRST:-0} == 1 ]] && room+=(--flood-room-first)
   fi
-  "$BIN/order-writer" --config "$run/order-writer.toml" serve >"$run/order-writer.log" 2>&1 &
+  "$BIN/order-writer" --conf "$run/order-writer.toml" serve >"$run/order-writer.log" 2>&1 &
   PIDS+=($!)
   local writer=$!
   gateway_conf "$run" gateway "$GATEWAY_PORT" "$id" "$WRITER_PORT"
@@ -108,7 +108,7 @@ flood_sale() {
     --process "redis-server=$(stack_pid redis)" \
     --pg-url "$(sale_db_url "$id")" --redis-url "$SECKILL_REDIS_URL" \
     --json "$run/report.json" | tee "$run/report.txt" || rc=$?
-  "$BIN/order-writer" --config "$run/order-writer.toml" reconcile "$id" >"$run/reconcile.log" 2>&1 || rc=1
+  "$BIN/order-writer" --conf "$run/order-writer.toml" reconcile "$id" >"$run/reconcile.log" 2>&1 || rc=1
   sed -n 's/^  differences: /reconcile differences: /p' "$run/reconcile.log" | tail -n 1
   stop_all
   return "$rc"

@@ -74,7 +74,7 @@ trap cleanup EXIT
 log "sale $ID: database, topic $TOPIC, stock published"
 sale_create "$RUN" "$ID" 100 "$(date -u -d '-1 minute' +%Y-%m-%dT%H:%M:%SZ)" "$WRITER_PORT" "$BIN" >"$RUN/create.log" 2>&1 ||
   { cat "$RUN/create.log" >&2; die "could not create the sale"; }
-OW=("$BIN/order-writer" --config "$RUN/order-writer.toml")
+OW=("$BIN/order-writer" --conf "$RUN/order-writer.toml")
 PARTITIONS=$(sed -n 's/^partitions = \([0-9]*\).*/\1/p' "$RUN/order-writer.toml" | head -n 1)
 
 log "the project's records: order-writer produce --generate $GENERATED"

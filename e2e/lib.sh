@@ -250,7 +250,7 @@ TOML
     conf/order-writer.toml >"$run/order-writer.toml"
   printf '\n[admin]\nlisten = "127.0.0.1:%s"\n' "$((wport + 1000))" >>"$run/order-writer.toml"
   psql "$SECKILL_PG_ADMIN_URL" -qc "CREATE DATABASE sale_$id" >/dev/null
-  local ow=("$bin/order-writer" --config "$run/order-writer.toml")
+  local ow=("$bin/order-writer" --conf "$run/order-writer.toml")
   "${ow[@]}" migrate
   "${ow[@]}" topic create
   "${ow[@]}" campaign publish "$id"

@@ -6,7 +6,7 @@
 use fred::prelude::Client as RedisClient;
 use sqlx::PgPool;
 
-use crate::config::Config;
+use crate::conf::Conf;
 use crate::redis::RedisScripts;
 use crate::{db, kafka, redis};
 
@@ -16,17 +16,17 @@ pub const COMMAND_POOL: u32 = 2;
 /// Builds the connections of `cfg`, each when asked.
 #[derive(Debug, Clone, Copy)]
 pub struct Connections<'a> {
-    cfg: &'a Config,
+    cfg: &'a Conf,
 }
 
 impl<'a> Connections<'a> {
     /// The connections `cfg` names.
-    pub fn new(cfg: &'a Config) -> Self {
+    pub fn new(cfg: &'a Conf) -> Self {
         Self { cfg }
     }
 
     /// The configuration they are built from.
-    pub fn config(&self) -> &'a Config {
+    pub fn conf(&self) -> &'a Conf {
         self.cfg
     }
 

@@ -21,7 +21,7 @@ pub async fn connect(url: &str, max: u32) -> anyhow::Result<PgPool> {
 /// `order-writer migrate`: applies the migrations of `migrations_dir`.
 pub async fn run_migrate(conns: &Connections<'_>) -> anyhow::Result<()> {
     conns.migrated_postgres(COMMAND_POOL).await?;
-    println!("migrations applied from {}", conns.config().migrations_dir.display());
+    println!("migrations applied from {}", conns.conf().migrations_dir.display());
     Ok(())
 }
 

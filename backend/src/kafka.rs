@@ -30,7 +30,7 @@ pub async fn client(connection: &KafkaConnection, deadline: Duration) -> anyhow:
 /// `order-writer topic create`: creates the reservations topic (an existing one is fine, with
 /// the configured partition count).
 pub async fn run_topic_create(conns: &crate::app::Connections<'_>) -> anyhow::Result<()> {
-    let kafka = &conns.config().kafka;
+    let kafka = &conns.conf().kafka;
     let client = conns.kafka().await?;
     let created = ensure_topic(&client, kafka).await?;
     println!(
@@ -84,7 +84,7 @@ pub async fn create_topic(
 /// Creates the conf's topic if it is missing (`topic create`, and every start of `serve` and
 /// `produce`), then checks that it has the conf's partition count: a topic made elsewhere with
 /// another count would hash users over the wrong partitions. Returns whether it was created now.
-pub async fn ensure_topic(client: &Client, kafka: &crate::config::KafkaConfig) -> anyhow::Result<bool> {
+pub async fn ensure_topic(client: &Client, kafka: &crate::conf::KafkaConf) -> anyhow::Result<bool> {
     let created = create_topic(client, &kafka.topic, kafka.partitions, kafka.replication_factor).await?;
     let found = protocol::kafka::topic_partitions(client, &kafka.topic, kafka.produce_timeout)
         .await

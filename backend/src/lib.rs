@@ -19,13 +19,13 @@
 //! - [`metrics`]: what the process counts; [`admin`]: `/metrics`, `/healthz`, `/readyz` on the
 //!   admin listener;
 //! - [`serve`]: all of it in one process; [`app`]: the connections every subcommand takes, built
-//!   in one place from the validated [`config`].
+//!   in one place from the validated [`conf`].
 
 pub mod admin;
 pub mod app;
 pub mod buckets;
 pub mod closer;
-pub mod config;
+pub mod conf;
 pub mod db;
 pub mod http;
 pub mod kafka;

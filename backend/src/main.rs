@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use backend::app::Connections;
-use backend::config::Config;
+use backend::conf::Conf;
 use backend::produce::{self, generate};
 use backend::{db, kafka, publish, rebalance, reconcile, serve};
 use clap::{ArgGroup, Parser, Subcommand};
@@ -18,9 +18,16 @@ use clap::{ArgGroup, Parser, Subcommand};
     about = "Reservations through Kafka into PostgreSQL, exactly once."
 )]
 struct Cli {
-    /// Configuration file.
-    #[arg(long, short, global = true, default_value = "conf/order-writer.toml", env = "ORDER_WRITER_CONF")]
-    config: PathBuf,
+    /// The conf file (`--config`, its older name, is accepted too).
+    #[arg(
+        long,
+        short,
+        alias = "config",
+        global = true,
+        default_value = "conf/order-writer.toml",
+        env = "ORDER_WRITER_CONF"
+    )]
+    conf: PathBuf,
     #[command(subcommand)]
     command: Command,
 }
@@ -109,7 +116,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let cfg = Config::load(&cli.config)?;
+    let cfg = Conf::load(&cli.conf)?;
     let conns = Connections::new(&cfg);
     match cli.command {
         Command::Serve { partitions } => serve::run(cfg, partitions).await,

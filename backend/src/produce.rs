@@ -143,7 +143,7 @@ pub async fn run(conns: &Connections<'_>, source: Source) -> anyhow::Result<()> 
         }
     };
     let per = produce(conns, records).await?;
-    println!("{}", summary(&conns.config().kafka.topic, &per));
+    println!("{}", summary(&conns.conf().kafka.topic, &per));
     if let Some(why) = stopped {
         anyhow::bail!("stopped early: {why}");
     }
@@ -154,7 +154,7 @@ pub async fn run(conns: &Connections<'_>, source: Source) -> anyhow::Result<()> 
 /// user's records in their order on the user's partition), and waits for every ack. Returns how
 /// many went to each partition.
 pub async fn produce(conns: &Connections<'_>, records: Vec<Outgoing>) -> anyhow::Result<Vec<usize>> {
-    let cfg = conns.config();
+    let cfg = conns.conf();
     let kc = Arc::new(conns.kafka_with_topic().await?);
     let producer = Producer::start(
         kc,

@@ -72,7 +72,7 @@ pub async fn run(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
     let pool = conns.migrated_postgres(COMMAND_POOL).await?;
     let redis = conns.redis().await?;
     let scripts = conns.scripts()?;
-    let out = publish(&pool, &redis, &scripts, &conns.config().campaigns_dir, id).await?;
+    let out = publish(&pool, &redis, &scripts, &conns.conf().campaigns_dir, id).await?;
     println!("campaign {id}: {out}");
     Ok(())
 }

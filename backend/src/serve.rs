@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
 use crate::app::Connections;
-use crate::config::Config;
+use crate::conf::Conf;
 use crate::http::router;
 use crate::metrics::WriterMetrics;
 use crate::producer::Producer;
@@ -20,7 +20,7 @@ use crate::{closer, sweeper, writer};
 
 /// `order-writer serve [--partitions P,...]`: everything, until SIGTERM or ctrl-c.
 /// `partitions` (checked against the topic's count) replaces `kafka.assigned`.
-pub async fn run(mut cfg: Config, partitions: Option<Vec<i32>>) -> anyhow::Result<()> {
+pub async fn run(mut cfg: Conf, partitions: Option<Vec<i32>>) -> anyhow::Result<()> {
     if let Some(p) = partitions {
         if p.is_empty() || p.iter().any(|x| !(0..cfg.kafka.partitions).contains(x)) {
             anyhow::bail!("--partitions must list partitions between 0 and {}", cfg.kafka.partitions - 1);
@@ -32,7 +32,7 @@ pub async fn run(mut cfg: Config, partitions: Option<Vec<i32>>) -> anyhow::Resul
 }
 
 /// Runs everything until `shutdown` turns true (or a signal arrives when `signals`).
-pub async fn serve(cfg: Config, shutdown_tx: watch::Sender<bool>, signals: bool) -> anyhow::Result<()> {
+pub async fn serve(cfg: Conf, shutdown_tx: watch::Sender<bool>, signals: bool) -> anyhow::Result<()> {
     let conns = Connections::new(&cfg);
     let pool = conns.migrated_postgres(16 + cfg.kafka.assigned.len() as u32).await?;
     let redis = conns.redis().await?;

@@ -87,6 +87,18 @@ async fn bad_configuration_and_unknown_campaign_fail_with_clear_messages() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("order-writer.toml:10:") && err.contains("kafka.partitions"), "{err}");
+    // The flag's older name, `--config`, reads the same file (backend teams' scripts keep working).
+    let out = Command::new(common::bin::BIN)
+        .arg("--config")
+        .arg(&conf)
+        .arg("migrate")
+        .env("OW_TEST_GATEWAY_KEY", String::from_utf8_lossy(common::GATEWAY_KEY).to_string())
+        .env("OW_TEST_PAYMENT_KEY", String::from_utf8_lossy(common::PAYMENT_KEY).to_string())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("order-writer.toml:10:") && err.contains("kafka.partitions"), "{err}");
 
     let env = Env::new(1, 1, 1).await;
     let conf = write_conf(&env, 10);

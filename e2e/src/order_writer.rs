@@ -5,14 +5,14 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use backend::config::{Config, KafkaConfig, WriterConfig};
+use backend::conf::{Conf, KafkaConf, WriterConf};
 use protocol::conf::Millis;
 
 use crate::stack;
 
 /// The writer's batch and fetch settings of the tests: small batches, short waits.
-pub fn writer_config(batch_size: usize) -> WriterConfig {
-    WriterConfig {
+pub fn writer_conf(batch_size: usize) -> WriterConf {
+    WriterConf {
         batch_size,
         max_wait: Millis::new(20).expect("a wait"),
         fetch_max_bytes: 1 << 20,
@@ -41,9 +41,9 @@ pub struct Place<'a> {
 
 /// A configuration on the stack's servers, with the workspace's scripts and migrations, a
 /// sweeper of age 1 s every 200 ms and a closer every 100 ms (override fields as a test needs).
-pub fn config(place: Place<'_>) -> Config {
+pub fn conf(place: Place<'_>) -> Conf {
     let root = stack::workspace_root();
-    Config {
+    Conf {
         listen: place.listen,
         redis_url: stack::redis_url(),
         postgres_url: place.postgres_url.to_string(),
@@ -54,7 +54,7 @@ pub fn config(place: Place<'_>) -> Config {
         payment_key: place.payment_key.to_vec(),
         payment_max_skew_secs: 300,
         result_pool_size: 2,
-        kafka: KafkaConfig {
+        kafka: KafkaConf {
             connection: stack::kafka_connection(),
             replication_factor: 1,
             topic: place.topic.to_string(),
@@ -63,7 +63,7 @@ pub fn config(place: Place<'_>) -> Config {
             produce_timeout: Duration::from_secs(3),
             produce_batch: 200,
         },
-        writer: writer_config(100),
+        writer: writer_conf(100),
         sweep_age: Duration::from_secs(1),
         sweep_interval: Duration::from_millis(200),
         close_interval: Duration::from_millis(100),

@@ -104,7 +104,7 @@ pub struct Report {
 /// `order-writer reconcile CAMPAIGN [--repair]`: prints the report. Without Kafka, stale
 /// reservations are listed but not repaired (the report says so).
 pub async fn run(conns: &crate::app::Connections<'_>, campaign: &str, repair: bool) -> anyhow::Result<()> {
-    let cfg = conns.config();
+    let cfg = conns.conf();
     let pool = conns.postgres(crate::app::COMMAND_POOL).await?;
     let redis = conns.redis().await?;
     let scripts = conns.scripts()?;

@@ -7,13 +7,13 @@ use protocol::signing::RECORD_SIGNATURE_HEADER;
 use tokio::sync::watch;
 
 use super::{wait_or_shutdown, Incoming};
-use crate::config::WriterConfig;
+use crate::conf::WriterConf;
 use crate::metrics::PartitionMetrics;
 
 /// Reads a partition ahead of the writer, from `offset` on, into `tx`.
 pub(super) async fn fetch_ahead(
     pc: rskafka::client::partition::PartitionClient,
-    cfg: WriterConfig,
+    cfg: WriterConf,
     partition: i32,
     mut offset: i64,
     tx: tokio::sync::mpsc::Sender<Vec<Incoming>>,

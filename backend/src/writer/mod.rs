@@ -44,7 +44,7 @@ use rskafka::client::Client as KafkaClient;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
-use crate::config::WriterConfig;
+use crate::conf::WriterConf;
 use crate::kafka;
 use crate::metrics::WriterMetrics;
 use crate::redis::RedisScripts;
@@ -185,7 +185,7 @@ pub struct WriterCtx {
     /// Verifies each record's signature (the config's `gateway_key`).
     pub signer: Arc<Signer>,
     /// Batch and fetch settings.
-    pub cfg: WriterConfig,
+    pub cfg: WriterConf,
     /// Where the writers count their work.
     pub metrics: Arc<WriterMetrics>,
 }

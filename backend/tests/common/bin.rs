@@ -49,10 +49,10 @@ interval_ms = 200
     path
 }
 
-/// `order-writer --config <conf> <args>`, with the keys the conf refers to in its environment.
+/// `order-writer --conf <conf> <args>`, with the keys the conf refers to in its environment.
 pub fn command(conf: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
-    cmd.arg("--config")
+    cmd.arg("--conf")
         .arg(conf)
         .args(args)
         .env("OW_TEST_GATEWAY_KEY", String::from_utf8_lossy(super::GATEWAY_KEY).to_string())
@@ -60,7 +60,7 @@ pub fn command(conf: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-/// Starts `order-writer --config <conf> <args>` (warnings on stderr). The process is killed
+/// Starts `order-writer --conf <conf> <args>` (warnings on stderr). The process is killed
 /// when the handle is dropped, so a failing test leaves no writer behind.
 pub fn spawn(conf: &Path, args: &[&str]) -> Running {
     Running(

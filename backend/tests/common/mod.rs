@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend::config::Config;
+use backend::conf::Conf;
 use backend::redis::RedisScripts;
 use backend::writer::{run_partition, WriterCtx};
 use backend::{db, kafka, publish, redis};
@@ -99,8 +99,8 @@ impl Env {
     }
 
     /// A configuration pointing at this environment.
-    pub fn config(&self, listen: std::net::SocketAddr) -> Config {
-        e2e::order_writer::config(e2e::order_writer::Place {
+    pub fn conf(&self, listen: std::net::SocketAddr) -> Conf {
+        e2e::order_writer::conf(e2e::order_writer::Place {
             listen,
             postgres_url: &self.pg_url,
             campaigns_dir: &self.dir.join("campaigns"),
@@ -237,7 +237,7 @@ impl Env {
             kafka: self.kafka.clone(),
             topic: self.topic.clone(),
             signer: Arc::new(Signer::new(GATEWAY_KEY)),
-            cfg: e2e::order_writer::writer_config(batch),
+            cfg: e2e::order_writer::writer_conf(batch),
             metrics: Arc::new(backend::metrics::WriterMetrics::new()),
         };
         let tasks: Vec<_> = (0..self.partitions)

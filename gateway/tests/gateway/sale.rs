@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use backend::config::Config;
+use backend::conf::Conf;
 use backend::publish::Published;
 use backend::redis::RedisScripts;
 use fred::prelude::*;
@@ -117,7 +117,7 @@ impl Sale {
 
     /// The same, with its admin listener on `admin` when given.
     pub(crate) async fn start_writer_with(&self, sweep_age: Duration, admin: Option<u16>) -> Writer {
-        let base = e2e::order_writer::config(e2e::order_writer::Place {
+        let base = e2e::order_writer::conf(e2e::order_writer::Place {
             listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
             postgres_url: &self.pg_url,
             campaigns_dir: &self.dir.join("campaigns"),
@@ -127,7 +127,7 @@ impl Sale {
             payment_key: b"test-payment-key-0123456789",
         });
         let admin_listen = admin.map(|port| format!("127.0.0.1:{port}").parse().unwrap());
-        let cfg = Config {
+        let cfg = Conf {
             redis_url: self.redis_url.clone(),
             sweep_age,
             close_interval: Duration::from_secs(60),

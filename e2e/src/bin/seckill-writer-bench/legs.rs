@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use backend::config::WriterConfig;
+use backend::conf::WriterConf;
 use backend::kafka;
 use backend::redis::RedisScripts;
 use backend::writer::{run_partition, settle, write_batch, Incoming, WriterCtx};
@@ -147,7 +147,7 @@ pub async fn leg(
         kafka: kc.clone(),
         topic: name.to_string(),
         signer: Arc::new(signer()),
-        cfg: WriterConfig {
+        cfg: WriterConf {
             batch_size: batch,
             max_wait: protocol::conf::Millis::new(20).expect("a wait"),
             fetch_max_bytes: a.fetch_max_bytes,

@@ -174,7 +174,7 @@ impl Default for RawCloser {
 
 /// Kafka settings.
 #[derive(Debug, Clone)]
-pub struct KafkaConfig {
+pub struct KafkaConf {
     /// Brokers, TLS and SASL (checked as the gateway checks its own).
     pub connection: protocol::kafka::KafkaConnection,
     /// Replicas of each partition when `topic create` makes the topic; -1: the cluster's
@@ -194,7 +194,7 @@ pub struct KafkaConfig {
 
 /// Writer (consumer) settings.
 #[derive(Debug, Clone)]
-pub struct WriterConfig {
+pub struct WriterConf {
     /// Most records in one PostgreSQL transaction.
     pub batch_size: usize,
     /// Fetch max wait after a fetch that found records (Kafka answers as soon as one arrives).
@@ -212,7 +212,7 @@ pub struct WriterConfig {
 
 /// The validated configuration.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct Conf {
     /// HTTP listen address (result query, payment callback, health check).
     pub listen: SocketAddr,
     /// Redis URL: one Redis or a Redis Cluster (`protocol::cluster::URL_FORMS`).
@@ -235,9 +235,9 @@ pub struct Config {
     /// Connections of the result query's own PostgreSQL pool (apart from the writer's).
     pub result_pool_size: u32,
     /// Kafka settings.
-    pub kafka: KafkaConfig,
+    pub kafka: KafkaConf,
     /// Writer settings.
-    pub writer: WriterConfig,
+    pub writer: WriterConf,
     /// Age after which an outbox entry without an order is produced again.
     pub sweep_age: Duration,
     /// Sweeper period.
@@ -250,7 +250,7 @@ pub struct Config {
     pub admin_listen: Option<SocketAddr>,
 }
 
-impl Config {
+impl Conf {
     /// Reads and validates `file`.
     pub fn load(file: &Path) -> Result<Self, ConfError> {
         let text =
@@ -322,7 +322,7 @@ impl Config {
 
         let w = &raw.writer;
         let max_wait = c.millis(&w.max_wait_ms, "writer.max_wait_ms", 0, 500)?;
-        let writer = WriterConfig {
+        let writer = WriterConf {
             batch_size: c.int(&w.batch_size, "writer.batch_size", 1, 20_000)?,
             max_wait,
             // An idle partition is never polled more often than a busy one.
@@ -352,7 +352,7 @@ impl Config {
         let close_interval = c.ms(&cl.interval_ms, "closer.interval_ms", 10, INTERVAL_MAX_MS)?;
         let close_batch = c.bounded(&cl.batch_size, "closer.batch_size", 1, 10_000)?;
         let admin_listen = raw.admin.as_ref().map(|a| c.addr(&a.listen, "admin.listen")).transpose()?;
-        Ok(Config {
+        Ok(Conf {
             admin_listen,
             listen,
             redis_url: raw.redis_url.into_inner(),
@@ -364,7 +364,7 @@ impl Config {
             payment_key,
             payment_max_skew_secs,
             result_pool_size,
-            kafka: KafkaConfig {
+            kafka: KafkaConf {
                 connection,
                 replication_factor: replication_factor as i16,
                 topic,
@@ -409,8 +409,8 @@ partitions = 4
         .to_string()
     }
 
-    fn parse(text: &str) -> Result<Config, ConfError> {
-        Config::parse(Path::new("conf/order-writer.toml"), text)
+    fn parse(text: &str) -> Result<Conf, ConfError> {
+        Conf::parse(Path::new("conf/order-writer.toml"), text)
     }
 
     #[test]
