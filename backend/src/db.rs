@@ -6,8 +6,6 @@ use std::time::Duration;
 use anyhow::Context;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
-use crate::app::{Connections, COMMAND_POOL};
-
 /// Opens a pool of at most `max` connections, failing within a few seconds when the server is away.
 pub async fn connect(url: &str, max: u32) -> anyhow::Result<PgPool> {
     PgPoolOptions::new()
@@ -16,13 +14,6 @@ pub async fn connect(url: &str, max: u32) -> anyhow::Result<PgPool> {
         .connect(url)
         .await
         .with_context(|| format!("cannot connect to PostgreSQL at {}", redact(url)))
-}
-
-/// `order-writer migrate`: applies the migrations of `migrations_dir`.
-pub async fn run_migrate(conns: &Connections<'_>) -> anyhow::Result<()> {
-    conns.migrated_postgres(COMMAND_POOL).await?;
-    println!("migrations applied from {}", conns.conf().migrations_dir.display());
-    Ok(())
 }
 
 /// Applies every migration of `dir` (the `sql/` folder) that is not applied yet.

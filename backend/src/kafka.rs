@@ -27,21 +27,6 @@ pub async fn client(connection: &KafkaConnection, deadline: Duration) -> anyhow:
         .with_context(|| format!("cannot reach Kafka at {brokers:?}"))
 }
 
-/// `order-writer topic create`: creates the reservations topic (an existing one is fine, with
-/// the configured partition count).
-pub async fn run_topic_create(conns: &crate::app::Connections<'_>) -> anyhow::Result<()> {
-    let kafka = &conns.conf().kafka;
-    let client = conns.kafka().await?;
-    let created = ensure_topic(&client, kafka).await?;
-    println!(
-        "topic {} {} ({} partitions)",
-        kafka.topic,
-        if created { "created" } else { "already exists" },
-        kafka.partitions
-    );
-    Ok(())
-}
-
 /// A client for one partition of `topic`.
 pub async fn partition(
     client: &Client,

@@ -19,7 +19,7 @@
 //! - [`metrics`]: what the process counts; [`admin`]: `/metrics`, `/healthz`, `/readyz` on the
 //!   admin listener;
 //! - [`serve`]: all of it in one process; [`app`]: the connections every subcommand takes, built
-//!   in one place from the validated [`conf`].
+//!   in one place from the validated [`conf`]; [`setup`]: `migrate` and `topic create`.
 
 pub mod admin;
 pub mod app;
@@ -41,6 +41,7 @@ pub mod redis;
 pub mod reply;
 pub mod result;
 pub mod serve;
+pub mod setup;
 pub mod state;
 pub mod sweeper;
 pub mod writer;

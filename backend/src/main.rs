@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use backend::app::Connections;
 use backend::conf::Conf;
 use backend::produce::{self, generate};
-use backend::{db, kafka, publish, rebalance, reconcile, serve};
+use backend::{publish, rebalance, reconcile, serve, setup};
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -120,8 +120,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     let conns = Connections::new(&cfg);
     match cli.command {
         Command::Serve { partitions } => serve::run(cfg, partitions).await,
-        Command::Migrate => db::run_migrate(&conns).await,
-        Command::Topic { command: TopicCommand::Create } => kafka::run_topic_create(&conns).await,
+        Command::Migrate => setup::migrate(&conns).await,
+        Command::Topic { command: TopicCommand::Create } => setup::topic_create(&conns).await,
         Command::Campaign { command: CampaignCommand::Publish { id } } => publish::run(&conns, &id).await,
         Command::Campaign { command: CampaignCommand::Rebalance { id } } => rebalance::run(&conns, &id).await,
         Command::Produce { file, generate, campaign, users } => {
