@@ -25,7 +25,7 @@ pub fn writer_conf(batch_size: usize) -> WriterConf {
 pub struct Place<'a> {
     /// Where its HTTP server listens.
     pub listen: SocketAddr,
-    /// Its database (fresh, from [`stack::fresh_database`]).
+    /// Its database (fresh, from [`crate::cleanup::Database::create`]).
     pub postgres_url: &'a str,
     /// The folder of its campaign files.
     pub campaigns_dir: &'a Path,

@@ -38,12 +38,6 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
 
-/// Creates an empty database with a unique name; it is dropped when the returned owner is
-/// ([`cleanup::Database`](crate::cleanup::Database)).
-pub async fn fresh_database() -> anyhow::Result<crate::cleanup::Database> {
-    crate::cleanup::Database::create().await
-}
-
 /// The workspace's root folder (holds `lua/`, `sql/`, `conf/`).
 pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -9,7 +9,7 @@ use sqlx::Executor;
 /// A fresh database with the order writer's schema, one campaign, and one order in `status` with
 /// `redis_released`; dropped by [`drop_db`].
 async fn sale(status: &str, released: bool) -> (e2e::cleanup::Database, sqlx::PgPool) {
-    let url = stack::fresh_database().await.expect("PostgreSQL of the stack");
+    let url = e2e::cleanup::Database::create().await.expect("PostgreSQL of the stack");
     let pool = backend::db::connect(&url, 2).await.unwrap();
     backend::db::migrate(&pool, &stack::workspace_root().join("sql")).await.unwrap();
     sqlx::query(

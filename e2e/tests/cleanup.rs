@@ -78,7 +78,7 @@ async fn a_campaigns_keys_are_deleted_on_every_master_of_the_cluster() {
 #[tokio::test]
 async fn a_database_is_dropped_with_it() {
     let admin = stack::pg_admin_url();
-    let db = stack::fresh_database().await.expect("PostgreSQL of the stack");
+    let db = e2e::cleanup::Database::create().await.expect("PostgreSQL of the stack");
     let name = db.name.clone();
     // A connection still open does not keep it (WITH (FORCE)).
     let open = stack::pg_connect(&db.url).await.unwrap();
@@ -107,7 +107,7 @@ fn panicking_test() -> (String, String, String, bool) {
     let outcome = std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async move {
-            let db = stack::fresh_database().await.unwrap();
+            let db = e2e::cleanup::Database::create().await.unwrap();
             let client = stack::kafka_client(&stack::kafka_broker()).await.unwrap();
             let topic = Topic::create(&client, "cl-", 1).await.unwrap();
             let campaign = Campaign::new("cl");

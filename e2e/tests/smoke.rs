@@ -71,7 +71,7 @@ async fn redis_runs_the_reservation_scripts_by_sha() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn postgres_takes_the_migrations_of_sql_through_sqlx() -> anyhow::Result<()> {
-    let url = stack::fresh_database().await?;
+    let url = e2e::cleanup::Database::create().await?;
     let mut conn = stack::pg_connect(&url).await?;
     let dir = stack::workspace_root().join("sql");
     let files = std::fs::read_dir(&dir)

@@ -65,7 +65,7 @@ impl Env {
 
     /// As [`Env::new`], the campaign split over `buckets` hot-stock buckets.
     pub async fn with_buckets(stock: i64, limit: i64, partitions: i32, buckets: u32) -> Env {
-        let database = stack::fresh_database().await.expect("PostgreSQL of the stack");
+        let database = cleanup::Database::create().await.expect("PostgreSQL of the stack");
         let pg_url = database.url.clone();
         let pool = db::connect(&pg_url, 20).await.unwrap();
         db::migrate(&pool, &stack::workspace_root().join("sql")).await.unwrap();

@@ -68,7 +68,7 @@ impl Sale {
     /// The same on the Redis at `redis_url`.
     pub(crate) async fn on(redis_url: &str, stock: i64) -> Sale {
         let root = e2e::stack::workspace_root();
-        let database = e2e::stack::fresh_database().await.expect("PostgreSQL of the stack");
+        let database = e2e::cleanup::Database::create().await.expect("PostgreSQL of the stack");
         let pg_url = database.url.clone();
         let pool = backend::db::connect(&pg_url, 4).await.unwrap();
         backend::db::migrate(&pool, &root.join("sql")).await.unwrap();
