@@ -277,6 +277,14 @@ impl Batcher {
         self.inner.conf
     }
 
+    /// The runtime it sends on, if it was given one ([`Batcher::new`]'s `io`).
+    pub fn io(&self) -> Option<tokio::runtime::Handle> {
+        match &self.inner.dispatch {
+            Dispatch::On(handle) => Some(handle.clone()),
+            Dispatch::Own(_) => None,
+        }
+    }
+
     /// Runs `call` in `bucket`, alone or with others, answering by `deadline` at the latest; or
     /// at once [`Attempt::Overloaded`] when the bucket's orders in flight are at its adaptive
     /// limit ([`crate::admission`]).

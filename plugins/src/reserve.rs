@@ -41,8 +41,6 @@ pub struct Reserver {
     pool: Pool,
     scripts: Scripts,
     timeout: Duration,
-    /// Where the batcher sends (kept to build it again with other [`BatchConf`]).
-    io: Option<tokio::runtime::Handle>,
     batcher: Batcher,
 }
 
@@ -103,25 +101,27 @@ impl Reserver {
     /// [`BatchConf::default`] says.
     pub fn new(pool: Pool, scripts: Scripts, timeout: Duration) -> Self {
         let batcher = Batcher::new(pool.clone(), scripts.clone(), BatchConf::default(), timeout, None);
-        Self { pool, scripts, timeout, io: None, batcher }
+        Self { pool, scripts, timeout, batcher }
     }
 
     /// The same reserver collecting orders as `batch` says (`max = 1`: one call per order).
     pub fn with_batch(self, batch: BatchConf) -> Self {
-        self.rebuilt(batch)
+        let io = self.batcher.io();
+        self.rebuilt(batch, io)
     }
 
     /// The same reserver sending its batches on `io`, the runtime that runs `pool`'s
     /// connections (without: on a thread of its own).
     pub fn with_io(self, io: tokio::runtime::Handle) -> Self {
         let batch = self.batcher.conf();
-        Self { io: Some(io), ..self }.rebuilt(batch)
+        self.rebuilt(batch, Some(io))
     }
 
-    /// The same reserver with a batcher of `batch`, sending where this one's did.
-    fn rebuilt(self, batch: BatchConf) -> Self {
+    /// The same reserver with a batcher of `batch` sending on `io`; the batcher it had keeps
+    /// both, so the reserver keeps no copy of either.
+    fn rebuilt(self, batch: BatchConf, io: Option<tokio::runtime::Handle>) -> Self {
         let (pool, scripts) = (self.pool.clone(), self.scripts.clone());
-        let batcher = Batcher::new(pool, scripts, batch, self.timeout, self.io.clone());
+        let batcher = Batcher::new(pool, scripts, batch, self.timeout, io);
         Self { batcher, ..self }
     }
 
