@@ -319,11 +319,17 @@ threads_report() {
 }
 if [[ -n "${QUICK:-}" ]]; then
   # Only (a), (a1) and (b): the reservation's cost against the sold-out answer's, by thread.
+  # One row of run VAR (A, A1, A0, B): its figures as reservations_run and (b) set them.
+  quick_row() { # label var
+    local rps=${2}_RPS p99=${2}_P99 gw=${2}_CPU_GW redis=${2}_CPU_REDIS non=${2}_NON
+    printf '%-44s %12s %10.2f %10s %10s %10s\n' "$1" "${!rps}" "$(python3 -c "print(${!p99}/1000)")" \
+      "${!gw}" "${!redis}" "${!non}"
+  }
   printf '\n%-44s %12s %10s %10s %10s %10s\n' "" "requests/s" "p99 ms" "gw us/req" "redis us" "non-2xx"
-  printf '%-44s %12s %10.2f %10s %10s %10s\n' "(a) reservations" "$A_RPS" "$(python3 -c "print($A_P99/1000)")" "$A_CPU_GW" "$A_CPU_REDIS" "$A_NON"
-  printf '%-44s %12s %10.2f %10s %10s %10s\n' "(a1) the same, batch_max = 1" "$A1_RPS" "$(python3 -c "print($A1_P99/1000)")" "$A1_CPU_GW" "$A1_CPU_REDIS" "$A1_NON"
-  [[ -z "$GW0_PID" ]] || printf '%-44s %12s %10.2f %10s %10s %10s\n' "(a0) (a) through BASE_GATEWAY" "$A0_RPS" "$(python3 -c "print($A0_P99/1000)")" "$A0_CPU_GW" "$A0_CPU_REDIS" "$A0_NON"
-  printf '%-44s %12s %10.2f %10s %10s %10s\n' "(b) sold-out short circuit" "$B_RPS" "$(python3 -c "print($B_P99/1000)")" "$B_CPU_GW" "$B_CPU_REDIS" "$B_NON"
+  quick_row "(a) reservations" A
+  quick_row "(a1) the same, batch_max = 1" A1
+  [[ -z "$GW0_PID" ]] || quick_row "(a0) (a) through BASE_GATEWAY" A0
+  quick_row "(b) sold-out short circuit" B
   threads_report
   [[ -z "$GW0_PID" ]] || echo "gateway CPU per reservation (a)/(a0) = $(ratio "$A_CPU_GW" "$A0_CPU_GW"), (a0)/(b) = $(ratio "$A0_CPU_GW" "$B_CPU_GW"); reservations/s (a)/(a0) = $(ratio "$A_RPS" "$A0_RPS")"
   for log in gateway gateway1; do
