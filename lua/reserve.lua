@@ -68,11 +68,13 @@
 -- (release.lua "undo"), running after this retry, must leave a reservation the buyer was told
 -- is QUEUED. Nothing else is read or written for a retry or a replay.
 --
--- Global limits (a campaign's [[global_limit]] rules, counted across every gateway): checked
--- first for each order that carries them, before its nonce is spent, so in arrival order within
--- the call. Each rule is a sliding window over two fixed-window counters: the estimate is the
--- current window's count plus the previous window's count weighted by the share of it the
--- sliding window still covers (prev * (window - into) / window + cur). The order goes on when
+-- Global limits (a campaign's [[global_limit]] rules, counted across every gateway): checked for
+-- each order that carries them right after its nonce, in arrival order within the call. An
+-- order whose nonce is spent already (a safe retry, a replay) is answered from the nonce and
+-- counts in no rule: resending the same signed order after a lost answer is safe under every
+-- rule. A fresh nonce is taken back (DEL) when a rule refuses the order. Each rule is a sliding
+-- window over two fixed-window counters: the estimate is the current window's count plus the
+-- previous window's count weighted by the share of it the sliding window still covers (prev * (window - into) / window + cur). The order goes on when
 -- every rule's estimate + 1 stays within its max; then, and only then, each rule's current
 -- counter counts it (INCR, expiring after two windows), whatever the reservation then answers
 -- (a request is counted, not a sale). An order over a rule counts nowhere (-7). The caller
@@ -223,12 +225,20 @@ local function over_limit(r, k, a)
   return nil
 end
 
--- One order: its nonce (when it has one), then the reservation.
-local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_key)
+-- One order: its nonce (when it has one: a resent request or a replay is answered from it), its
+-- global limit rules (r rules, keys from KEYS[k], arguments from ARGV[a]), then the reservation.
+local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_key, r, k, a)
   if not nonce_key then
-    return reserve(request_id, user, qty, fall_over)
+    return r > 0 and over_limit(r, k, a) or reserve(request_id, user, qty, fall_over)
   end
   local first = redis.call('SET', nonce_key, fingerprint .. ' ' .. request_id, 'NX', 'GET', 'EX', ttl)
+  if not first and r > 0 then
+    local over = over_limit(r, k, a)
+    if over then
+      redis.call('DEL', nonce_key)
+      return over
+    end
+  end
   if first then
     local fp, rid, code, n = string.match(first, '^(%S+) (%S+) ?(%S*) ?(%S*)$')
     if fp ~= fingerprint then
@@ -258,7 +268,7 @@ end
 
 local answers = {}
 for _, o in ipairs(orders) do
-  local out = o[8] > 0 and over_limit(o[8], o[9], o[10]) or order(o[1], o[2], o[3], o[4], o[5], o[6], o[7])
+  local out = order(o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10])
   local at = #answers
   answers[at + 1], answers[at + 2], answers[at + 3] = out[1], out[2], out[3]
 end

@@ -89,17 +89,29 @@ impl Sale {
             order("r2", "ann", 2),                                    // passes the rule, limit reached
             order("r3", "ann", 1).with_nonce(self.nonce("n3", "s3")), // over the user rule: nonce kept
             order("r4", "bob", 1).with_nonce(self.nonce("n4", "s4")), // reserved
-            order("r5", "bob", 1).with_nonce(self.nonce("n4", "s4")), // safe retry of r4, counted
-            order("r6", "cat", 1),                                    // the campaign rule's last
-            order("r7", "dan", 0),                                    // over the campaign rule
+            order("r5", "bob", 1).with_nonce(self.nonce("n4", "s4")), // safe retry of r4, not counted
+            order("r6", "cat", 1),                                    // counted
+            order("r7", "dan", 0),                                    // the campaign rule's last
+            order("r8", "dan", 1),                                    // over the campaign rule
         ]
     }
 
     /// Today's path: per order one call of the limit script, then (when it passed) a
-    /// reservation call without the rules.
+    /// reservation call without the rules. An order whose nonce is spent already (a resent
+    /// request, or a replay) skips the limit call: it gets its answer from the nonce and counts
+    /// in no rule.
     async fn two_calls(&self, orders: &[ReserveCall]) -> Vec<ReserveOutcome> {
         let mut out = Vec::new();
         for order in orders {
+            let spent = match &order.nonce {
+                Some(n) => self.redis.exists::<i64, _>(&n.key).await.unwrap() == 1,
+                None => false,
+            };
+            if spent {
+                let alone = ReserveCall { limits: Vec::new(), ..order.clone() };
+                out.push(self.scripts.reserve(&self.redis, &self.bucket, &alone).await.unwrap());
+                continue;
+            }
             let keys: Vec<String> =
                 order.limits.iter().flat_map(|r| [r.current.clone(), r.previous.clone()]).collect();
             let args: Vec<String> = order
@@ -179,8 +191,8 @@ async fn batch_answers_as_two_calls(url: &str, buckets: u32) {
     for s in [&two_calls, &batched] {
         s.seed_previous(2).await;
     }
-    // With 6 per campaign (one bucket): the previous window's 1 and 5 counted pass, the next
-    // is over.
+    // With 6 per campaign (one bucket): the previous window's 1 and 5 counted pass (the safe
+    // retry r5 is not counted), the next is over.
     let (expected, batch) = (
         two_calls.two_calls(&two_calls.orders()).await,
         batched.scripts.reserve_batch(&batched.redis, &batched.bucket, &batched.orders()).await.unwrap(),
@@ -204,6 +216,7 @@ async fn batch_answers_as_two_calls(url: &str, buckets: u32) {
             "Reserved 8".to_string(),
             format!("{:?}", Retry { request_id: "r4".into() }),
             "Reserved 7".to_string(),
+            format!("{:?}", BadQuantity { limit: 2 }),
             over(1),
         ];
         assert_eq!(stripped(&batch), want, "each answer is what it should be");
@@ -229,4 +242,41 @@ async fn a_batch_with_global_limits_answers_as_the_two_call_path() {
 async fn global_limits_on_a_bucket_of_the_cluster_count_in_its_slot() {
     let url = stack::cluster_or_single_redis_url();
     batch_answers_as_two_calls(&url, 3).await;
+}
+
+/// A resent order (the same signed bytes after a lost answer: the same nonce and fingerprint)
+/// is the documented safe retry: it gets the first answer, QUEUED with the first request id,
+/// even under a user rule of `max = 1` that the first order used up, and counts in no rule.
+/// A replay (the nonce under another signature) is refused as one and counts nowhere either.
+#[tokio::test]
+async fn a_safe_retry_gets_the_first_answer_and_counts_in_no_rule() {
+    let sale = Sale::new(&stack::redis_url(), 1).await;
+    let one = GlobalLimit { by: LimitBy::User, max: 1, window_secs: 60, on_error: OnError::Closed };
+    let rules = limit_rules(&sale.bucket, &[one], Subject { ip: None, device: None, user: "ann" }, NOW_MS);
+    let order = |id: &str, fingerprint: &str| {
+        ReserveCall::new(id, "ann", 1).with_limits(rules.clone()).with_nonce(sale.nonce("n1", fingerprint))
+    };
+    let first = sale.scripts.reserve(&sale.redis, &sale.bucket, &order("r1", "s1")).await.unwrap();
+    assert!(matches!(first, ReserveOutcome::Reserved { remaining: 9, .. }), "{first:?}");
+    let counted = || async {
+        let n: Option<i64> = sale.redis.get(&rules[0].current).await.unwrap();
+        n
+    };
+    assert_eq!(counted().await, Some(1), "the first order is counted");
+    // Sent again, alone and inside a batch: the first answer each time, counted nowhere.
+    let again = sale.scripts.reserve(&sale.redis, &sale.bucket, &order("r1-resent", "s1")).await.unwrap();
+    assert_eq!(again, ReserveOutcome::Retry { request_id: "r1".into() }, "the resend is QUEUED as r1");
+    let batch = [order("r1-resent", "s1"), order("r1-replayed", "evil")];
+    let batch = sale.scripts.reserve_batch(&sale.redis, &sale.bucket, &batch).await.unwrap();
+    assert_eq!(batch[0], ReserveOutcome::Retry { request_id: "r1".into() }, "in a batch too: {batch:?}");
+    assert_eq!(batch[1], ReserveOutcome::Replay, "another signature is a replay: {batch:?}");
+    assert_eq!(counted().await, Some(1), "neither the resends nor the replay counted in the rule");
+    // A new order of the same buyer is over the rule, and spends no nonce.
+    let fresh =
+        ReserveCall::new("r2", "ann", 1).with_limits(rules.clone()).with_nonce(sale.nonce("n3", "s3"));
+    let over = sale.scripts.reserve(&sale.redis, &sale.bucket, &fresh).await.unwrap();
+    assert!(matches!(over, ReserveOutcome::Limited { rule: 0, .. }), "{over:?}");
+    let n3: Option<String> = sale.redis.get(sale.bucket.keys.nonce("jti", "n3")).await.unwrap();
+    assert_eq!(n3, None, "an order over a rule spends no nonce");
+    sale.clean().await;
 }

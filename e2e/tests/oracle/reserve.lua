@@ -70,8 +70,9 @@
 -- is QUEUED. Nothing else is read or written for a retry or a replay.
 --
 -- Global limits (a campaign's [[global_limit]] rules, counted across every gateway): checked
--- first for each order that carries them, before its nonce is spent, so in arrival order within
--- the call. Each rule is a sliding window over two fixed-window counters: the estimate is the
+-- for each order that carries them right after its nonce (a safe retry or a replay, answered
+-- from the nonce, counts in no rule; a fresh nonce is taken back when a rule refuses the order),
+-- in arrival order within the call. Each rule is a sliding window over two fixed-window counters: the estimate is the
 -- current window's count plus the previous window's count weighted by the share of it the
 -- sliding window still covers (prev * (window - into) / window + cur). The order goes on when
 -- every rule's estimate + 1 stays within its max; then, and only then, each rule's current
@@ -167,12 +168,19 @@ local function over_limit(r, k, a)
   return nil
 end
 
--- One order: its nonce (when it has one), then the reservation.
-local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_key)
+-- One order: its nonce (when it has one), its global limit rules, then the reservation.
+local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_key, r, k, a)
   if not nonce_key then
-    return reserve(request_id, user, qty, fall_over)
+    return r > 0 and over_limit(r, k, a) or reserve(request_id, user, qty, fall_over)
   end
   local first = redis.call('SET', nonce_key, fingerprint .. ' ' .. request_id, 'NX', 'GET', 'EX', ttl)
+  if not first and r > 0 then
+    local over = over_limit(r, k, a)
+    if over then
+      redis.call('DEL', nonce_key)
+      return over
+    end
+  end
   if first then
     local fp, rid, code, n = string.match(first, '^(%S+) (%S+) ?(%S*) ?(%S*)$')
     if fp ~= fingerprint then
@@ -210,8 +218,7 @@ while i + 6 <= #ARGV do
     k = k + 1
   end
   local r = tonumber(ARGV[i + 6]) or 0
-  local out = r > 0 and over_limit(r, k, i + 7)
-    or order(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], nonce_key)
+  local out = order(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], nonce_key, r, k, i + 7)
   k = k + 2 * r
   i = i + 7 + 3 * r
   local at = #answers
