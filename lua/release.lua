@@ -21,7 +21,7 @@
 -- in a call of its own, in order; one replenish message for the call when any unit went back
 -- into the stock. Reads and writes once per call, not once per request (as reserve.lua): the
 -- ledger and the buyers' holdings (one HMGET each), meta's pause switch, the stock; then one
--- HSET of the ledger, one HSET and one HDEL of holdings, one HDEL of the outbox and of the
+-- HSET of the ledger (also for an undo that found nothing), one HSET and one HDEL of holdings, one HDEL of the outbox and of the
 -- claims, one ZREM, the stats and the stock once each. Only an undo reads per request (its
 -- outbox record, its claim, its nonce). e2e/tests/script_oracle.rs holds this script to the
 -- one-command-per-write script it replaced.
@@ -35,7 +35,9 @@
 --    1  released into the stock: remaining stock after the increment
 --    3  released aside (pause_replenish is on): current remaining stock
 --    0  already released: current remaining stock
---    2  "undo" and the outbox holds nothing for this request id: current remaining stock
+--    2  "undo" and the outbox holds nothing for this request id: current remaining stock; the
+--       request id is finished (in the ledger with 0 units, unless there already), so that its
+--       reservation call, should Redis run it after this undo, reserves nothing (reserve.lua)
 --    5  "undo" refused: the entry is claimed; nothing changed
 --   -4  bad quantity
 
@@ -114,12 +116,24 @@ local function forget_nonce(nonce, request_id)
   end
 end
 
+-- Marks a request id finished in the ledger with 0 units, when it is not there yet: an undo
+-- that found nothing to release. reserve.lua reserves nothing for a request id in the ledger,
+-- so the order's call, when Redis runs it after its undo (sent again after NOSCRIPT, TRYAGAIN
+-- or MOVED), is a no-op.
+local function finish(request_id)
+  if not done[request_id] then
+    done[request_id] = true
+    ledger[#ledger + 1], ledger[#ledger + 2] = request_id, 0
+  end
+end
+
 local function release(request_id, user, qty, mode, nonce)
   qty = tonumber(qty)
   if mode == 'undo' then
     local record = not gone[request_id] and redis.call('HGET', outbox, request_id)
     if not record then
       forget_nonce(nonce, request_id)
+      finish(request_id)
       return {2, current()}
     end
     if redis.call('HEXISTS', claims, request_id) == 1 then
@@ -172,6 +186,7 @@ local function write(command, key, args)
     redis.call(command, key, unpack(args, from, math.min(from + 999, #args)))
   end
 end
+write('HSET', released, ledger)
 if count > 0 then
   local holding, empty = {}, {}
   for _, user in ipairs(touched) do
@@ -181,7 +196,6 @@ if count > 0 then
       holding[#holding + 1], holding[#holding + 2] = user, held[user]
     end
   end
-  write('HSET', released, ledger)
   write('HSET', bought, holding)
   write('HDEL', bought, empty)
   write('HDEL', outbox, dropped)

@@ -11,11 +11,12 @@
 --   9.. per order, in the orders' order: its nonce key when it has one (see "Nonce" below), then
 --       2 keys per global limit rule it carries (see "Global limits" below): the rule's counter
 --       of the current window, then that of the previous window
---   (6 and 7 are not touched here, 8 only by a safe retry; every script takes the same eight
---   keys first)
+--   (6 is only read, 7 not touched here, 8 only by a safe retry; every script takes the same
+--   eight keys first)
 --
 -- Reads and writes once per call, not once per order: what the call's buyers hold and whether
--- the outbox has its request ids (one HMGET each), the stock (GET), meta and TIME; then, for all
+-- the outbox and the `released` ledger have its request ids (one HMGET each), the stock (GET),
+-- meta and TIME; then, for all
 -- the call's reservations together, one DECRBY of the stock, one HSET of the buyers' holdings,
 -- one HSET of the records, one ZADD to `pending` (the sweeper's index by age). In between the
 -- call's state lives in Lua tables. Per order there remains its nonce (one SET) and its record's
@@ -45,7 +46,7 @@
 --    1  reserved: remaining stock after the decrement, record = the outbox JSON
 --    0  sold out: remaining (0, or less than the quantity asked for)
 --   -1  limit reached: the quantity this user already holds
---   -2  duplicate request id: 0
+--   -2  duplicate request id (in the outbox, or finished: in the `released` ledger): 0
 --   -3  campaign not published (or not READY/LIVE): 0
 --   -4  bad quantity (below 1 or above the per-user limit): the limit
 --   -5  replay: the nonce was used by another request (another fingerprint): 0
@@ -68,6 +69,13 @@
 -- (release.lua "undo"), running after this retry, must leave a reservation the buyer was told
 -- is QUEUED. Nothing else is read or written for a retry or a replay.
 --
+-- Finished request ids: a request id in the `released` ledger was released or undone
+-- (release.lua; an undo that found nothing leaves it there with 0 units). A call that runs it
+-- again (sent again by the Redis client after `NOSCRIPT`, `TRYAGAIN` or `MOVED`, after its order
+-- gave up and was undone) reserves nothing: -2 before anything else of the order is read or
+-- written, its nonce untouched, so the buyer told "nothing was reserved" holds nothing and may
+-- send the same signed request again as a new attempt (it gets a new request id).
+--
 -- Global limits (a campaign's [[global_limit]] rules, counted across every gateway): checked for
 -- each order that carries them right after its nonce, in arrival order within the call. An
 -- order whose nonce is spent already (a safe retry, a replay) is answered from the nonce and
@@ -82,7 +90,8 @@
 -- carry the bucket's hash tag (protocol::global_limit: a rule by user counts in the buyer's home
 -- bucket with its whole max, the other rules with the bucket's share of it).
 
-local meta, stock_key, bought, outbox, pending, claims = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[8]
+local meta, stock_key, bought, outbox, pending, released, claims =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8]
 local campaign = ARGV[1]
 
 -- Read once per call: only this script changes meta during it (READY -> LIVE, kept in `state`).
@@ -116,7 +125,7 @@ end
 
 -- The call's state of the bucket, read once and written once at its end (one write per key, not
 -- one per order): what each buyer holds, which request ids the outbox has, the stock.
-local held, known = {}, {}
+local held, known, finished = {}, {}, {}
 local stock -- read at the first stock check
 local taken = 0 -- units this call reserved
 local holders, records, scored = {}, {}, {} -- HSET bought, HSET outbox, ZADD pending arguments
@@ -144,11 +153,14 @@ if not closed and #orders > 0 then
   for n, o in ipairs(orders) do
     users[n], ids[n] = o[2], o[1]
   end
-  local h, e = hmget(bought, users), hmget(outbox, ids)
+  local h, e, f = hmget(bought, users), hmget(outbox, ids), hmget(released, ids)
   for n, o in ipairs(orders) do
     held[o[2]] = tonumber(h[n] or '0')
     if e[n] then
       known[o[1]] = true
+    end
+    if f[n] then
+      finished[o[1]] = true
     end
   end
 end
@@ -225,9 +237,13 @@ local function over_limit(r, k, a)
   return nil
 end
 
--- One order: its nonce (when it has one: a resent request or a replay is answered from it), its
--- global limit rules (r rules, keys from KEYS[k], arguments from ARGV[a]), then the reservation.
+-- One order: its request id finished already (a call sent again after its undo: nothing), its
+-- nonce (when it has one: a resent request or a replay is answered from it), its global limit
+-- rules (r rules, keys from KEYS[k], arguments from ARGV[a]), then the reservation.
 local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_key, r, k, a)
+  if finished[request_id] then
+    return {-2, 0, ''}
+  end
   if not nonce_key then
     return r > 0 and over_limit(r, k, a) or reserve(request_id, user, qty, fall_over)
   end

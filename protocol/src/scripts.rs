@@ -73,7 +73,9 @@ pub enum ReserveOutcome {
         /// Quantity the user holds.
         held: i64,
     },
-    /// The request id was already used.
+    /// The request id was already used: its reservation is in the outbox, or the request is
+    /// finished (in the `released` ledger: released, or undone with nothing to release, so that
+    /// a late run of its call after the undo reserves nothing).
     Duplicate,
     /// The campaign's stock is not published, or it is not READY/LIVE.
     NotReady,
@@ -227,7 +229,9 @@ pub enum ReleaseOutcome {
     SetAside,
     /// This request id was released before; nothing changed.
     AlreadyReleased,
-    /// [`Scripts::undo`] only: the outbox holds nothing for this request id; nothing changed.
+    /// [`Scripts::undo`] only: the outbox holds nothing for this request id; nothing was
+    /// released, and the request id is marked finished (0 units in the `released` ledger), so
+    /// that its reservation call, should Redis run it after the undo, reserves nothing.
     NothingHeld,
     /// [`Scripts::undo`] only: the sweeper or a repair has claimed the entry (`lua/claim.lua`),
     /// so it may already be on its way to an order; nothing changed, the reservation stands.

@@ -59,6 +59,7 @@ local function release(request_id, user, qty, mode, nonce)
     local record = redis.call('HGET', outbox, request_id)
     if not record then
       forget_nonce(nonce, request_id)
+      redis.call('HSETNX', released, request_id, 0) -- finished: its reservation call is a no-op
       return {2, current()}
     end
     if redis.call('HEXISTS', claims, request_id) == 1 then

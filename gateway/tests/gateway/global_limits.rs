@@ -128,3 +128,69 @@ async fn the_rules_are_counted_in_the_reservation_call_not_one_of_their_own() {
     // One script call per order, sent alone (nothing else in flight): the rules rode in it.
     assert_eq!(evalsha_calls(&redis).await - before, 4, "one call per order, none for the limits");
 }
+
+/// An order under a `closed` rule gives up after `global_timeout_ms` and is undone ("nothing was
+/// reserved"), while its reservation call is still waiting in Redis. When that call then comes
+/// back `NOSCRIPT` (Redis lost its script cache: a restart, `SCRIPT FLUSH`) the client loads the
+/// script and sends the call again, after the undo: that late run must reserve nothing, or the
+/// buyer told "nothing was reserved" holds a unit (a phantom reservation the sweeper would turn
+/// into an order). Forced here: the scripts flushed but the undo's own, Redis stalled past the
+/// orders' 20 ms and within the reservation's bound, four orders at once so that some ride in a
+/// batch (a call sent alone is bounded by its order's own deadline; a batch by the bound), so
+/// the undos run between the two sends.
+#[tokio::test]
+async fn a_reservation_sent_again_after_noscript_cannot_reserve_an_order_already_undone() {
+    let private = RedisServer::start().await;
+    let redis = client(&private.url()).await.unwrap();
+    let c = "phantom";
+    publish(&redis, c, 10, 1).await;
+    let rule = "[limits]\nglobal_timeout_ms = 20\n\n[[global_limit]]\nby = \"campaign\"\nmax = 1000\n\
+                window_secs = 10\non_error = \"closed\"\n";
+    let nowhere = format!("127.0.0.1:{}", free_port());
+    let mut conf = GatewayConf::new(&private.url(), &nowhere, c, "");
+    conf.campaigns = vec![(c.into(), campaign_toml(c, rule))];
+    conf.redis_timeout_ms = 1000;
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let base = gw.url("");
+    assert_eq!(code(&order(&http, &gw, c, "carol").await), (202, "QUEUED"));
+
+    let buyers = ["late-1", "late-2", "late-3", "late-4"];
+    let mut signed = Vec::new();
+    for b in buyers {
+        let t = ticket(&http, &gw, c, b).await.unwrap();
+        let s = t.sign(1, now(), &e2e::client::nonce());
+        signed.push((t, s));
+    }
+    // Redis forgets every script; the undo's (release.lua) is loaded again, the reservation's not.
+    let _: () = redis.script_flush(false).await.unwrap();
+    let release = std::fs::read_to_string(protocol::scripts::default_dir().join("release.lua")).unwrap();
+    let _: String = redis.script_load(release).await.unwrap();
+    let stall = stall_redis(&private.url(), 300).await;
+    let sends = signed.iter().map(|(t, s)| t.send(&http, &base, s));
+    let answers = futures::future::join_all(sends).await;
+    stall.await.unwrap().unwrap();
+    // Given up and undone (or, queued behind a call in flight, never sent: TRY_LATER): either
+    // way told nothing was reserved.
+    let undone = |a: &(u16, serde_json::Value)| {
+        code(a) == (503, "SERVICE_DEGRADED")
+            && a.1["message"].as_str().unwrap_or("").contains("nothing was reserved")
+    };
+    assert!(answers.iter().all(|a| undone(a) || code(a) == (429, "TRY_LATER")), "{answers:?}");
+    assert!(answers.iter().any(undone), "some calls were sent and undone: {answers:?}");
+
+    // The reservations' calls, loaded and sent again, have had their time (the bound is 1 s).
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let keys = CampaignKeys::new(c);
+    for b in buyers {
+        let held: Option<i64> = redis.hget(&keys.bought, b).await.unwrap();
+        assert_eq!(held, None, "{b}, told nothing was reserved, holds nothing");
+    }
+    let stock: i64 = redis.get(&keys.stock).await.unwrap();
+    assert_eq!(stock, 9, "only carol's reservation holds a unit");
+    let outbox: Vec<String> = redis.hkeys(&keys.outbox).await.unwrap();
+    assert_eq!(outbox.len(), 1, "only carol's reservation waits for an order: {outbox:?}");
+    // A buyer's own resend of the same signed order is a new attempt, and it sells.
+    let (t, s) = &signed[0];
+    assert_eq!(code(&t.send(&http, &base, s).await), (202, "QUEUED"));
+}
