@@ -40,8 +40,10 @@
 -- close goes to the next way in).
 --
 -- A buyer keeps their place: asking again answers the same one (no re-roll of a shuffled place, no
--- second position from one account), unless ARGV[5] names that very place (its session is over):
--- then the buyer joins again at the back.
+-- second position from one account), unless ARGV[5] names that very place as this script keeps
+-- it (its session is over): then the buyer joins again at the back. A lottery's place stays in
+-- its lottery's form ("a<n>", "d<n>", "q<n>") after the draw, so its renewal names it so; its
+-- position ("p<n>", as the gateway computes it and a renewed ticket holds it) replaces nothing.
 --
 -- KEYS[1]  HASH  sk:{c}:room        fields: pre (pre-queue arrivals so far), size (the pre-queue's
 --                                    size, once closed), drawn (start draw arrivals so far),
@@ -54,7 +56,8 @@
 --          clamped as above; not a number: TIME - CLAIM_MAX_MS)
 -- ARGV[3]  the campaign's start, unix ms
 -- ARGV[4]  the serving position now (positions up to it are admitted or were)
--- ARGV[5]  a place to replace ("p<n>": the buyer's session there is over), or ""
+-- ARGV[5]  a place to replace, as KEYS[2] keeps it ("a<n>", "d<n>", "q<n>" or "p<n>": the buyer's
+--          session there is over), or ""
 -- ARGV[6]  unix ms at which both keys expire (the campaign's end plus a ticket's life)
 -- ARGV[7]  the start draw's end, unix ms (the start plus start_draw_ms)
 -- ARGV[8]  the room's admit_per_sec

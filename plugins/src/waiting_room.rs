@@ -888,8 +888,7 @@ impl WaitingRoom {
         let mut now_ms = now_ms;
         let mut turn = kept_turn(&schedule, position, now_ms - start, kept);
         if turn == Turn::Passed {
-            let (again, _) = self.enter(campaign, who, now_ms, Some(RoomPlace::Position(position))).await?;
-            if let RoomPlace::Position(p) = again {
+            if let Some(p) = self.rejoin(key, campaign, who, now_ms, place, position).await? {
                 (position, kept) = (p, None);
                 turn = self::turn(&schedule, p, now_ms - start);
             }
@@ -964,6 +963,34 @@ impl WaitingRoom {
                 "ticket": Value::Null,
                 "retry_after": 1,
             })),
+        })
+    }
+
+    /// A new position at the back for `who`, whose session at `position` is over, held as `place`
+    /// (the ticket's form or `room.lua`'s), if `room.lua` gives one. The script replaces the place
+    /// it keeps only when named as it keeps it, and it keeps a lottery's place in its lottery's
+    /// form (`a<n>`, `d<n>`, `q<n>`) after the draw, while the ticket renewed at the admission
+    /// holds the position: when the script answers a lottery's place that stands at `position`,
+    /// it is named so in a second call.
+    async fn rejoin(
+        &self,
+        key: &hmac::Key,
+        campaign: &Campaign,
+        who: Asker<'_>,
+        now_ms: i64,
+        place: RoomPlace,
+        position: u64,
+    ) -> Result<Option<u64>, Denial> {
+        let (mut again, closed) = self.enter(campaign, who, now_ms, Some(place)).await?;
+        if again != place && Lottery::of(again).is_some() {
+            let at = place_position(key, &campaign.id, again, closed, now_ms, Lotteries::of(campaign));
+            if at == Placed::Position(position) {
+                (again, _) = self.enter(campaign, who, now_ms, Some(again)).await?;
+            }
+        }
+        Ok(match again {
+            RoomPlace::Position(p) => Some(p),
+            _ => None,
         })
     }
 

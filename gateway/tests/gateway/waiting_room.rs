@@ -404,6 +404,74 @@ async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it
 }
 
 #[tokio::test]
+async fn a_pre_queue_place_whose_session_is_over_joins_again_at_the_back() {
+    let c = e2e::cleanup::Campaign::new("wr");
+    // Starts in 5 s (the gateway starts first), a pre-queue from a minute before, no start draw,
+    // 10 a second, sessions of 10 s (the shortest a conf may have).
+    let start = chrono::Utc::now() + chrono::Duration::seconds(5);
+    let room = "admit_per_sec = 10\npre_queue_secs = 60\nstart_draw_ms = 0\nsession_secs = 10";
+    let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, room))]).await;
+    let gw = &gws[0];
+    let schedule = Schedule { rate: 10, max_active: None, session_ms: 10_000 };
+    let start_ms = start.timestamp_millis();
+    let now_ms = || chrono::Utc::now().timestamp_millis();
+    // Two in the pre-queue: Redis keeps their places as arrivals ("a1", "a2").
+    let mut pre = Vec::new();
+    for (i, user) in ["pa", "pb"].into_iter().enumerate() {
+        let body = enter(&http, gw, &c, user).await;
+        assert_eq!(ticket_place(&body, &c, user), RoomPlace::PreQueue(i as u64 + 1), "{body}");
+        pre.push(body["ticket"].as_str().unwrap().to_string());
+    }
+    assert!(now_ms() < start_ms, "the machine was too slow to queue before the start (raise the 5 s)");
+    // Both served once the pre-queue is drawn (positions 1 and 2 at 10 a second).
+    while now_ms() < start_ms + schedule.served_at(2) + 20 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // pa is admitted on its pre-queue ticket (let through to the captcha, refused there: no
+    // answer sent); pb gets its token, and with it the ticket of its position ("p<n>").
+    assert!(admitted(&http, gw, &c, "pa", &pre[0]).await, "pa is admitted at its turn");
+    let work = solved(&http, gw, &c, "pb").await;
+    let token = ask(&http, gw, &c, "pb", "dev-pb", Some(&pre[1]), work).await;
+    assert_eq!(code(&token), (200, "TOKEN_ISSUED"), "{}", token.1);
+    let RoomPlace::Position(pb_first) = ticket_place(&token.1, &c, "pb") else { panic!("{}", token.1) };
+    let pb_ticket = token.1["ticket"].as_str().unwrap().to_string();
+    // Both sessions over (bounded: 10 s after the last turn).
+    while now_ms() < start_ms + schedule.served_at(2) + schedule.session_ms + 50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let k = CampaignKeys::new(&c);
+    let stored = |user: &'static str| {
+        let redis = redis.clone();
+        let key = k.room_users();
+        async move { redis.hget::<Option<String>, _, _>(key, user).await.unwrap() }
+    };
+    assert_eq!(stored("pa").await.as_deref(), Some("a1"), "Redis keeps the pre-queue's form");
+    // pa presents its pre-queue ticket again: a new ticket, at the back (above the serving line).
+    let serving = schedule.serving(now_ms() - start_ms);
+    let again = ask(&http, gw, &c, "pa", "dev-pa", Some(&pre[0]), json!({})).await;
+    assert_eq!(code(&again), (200, "WAITING"), "{}", again.1);
+    assert!(again.1["ticket"].is_string(), "a new ticket, not another 'your turn has passed': {}", again.1);
+    let pa_new = position(&again.1);
+    assert!(pa_new > serving.max(2), "at the back: {}", again.1);
+    assert_eq!(ticket_place(&again.1, &c, "pa"), RoomPlace::Position(pa_new), "{}", again.1);
+    assert_eq!(stored("pa").await, Some(format!("p{pa_new}")), "Redis holds the new place");
+    // Asked again without the ticket: the same new place (one place per account).
+    let same = ask(&http, gw, &c, "pa", "dev-pa", None, json!({})).await;
+    assert_eq!(code(&same), (200, "WAITING"), "{}", same.1);
+    assert_eq!(position(&same.1), pa_new, "{}", same.1);
+    // pb presents the ticket of its position, which Redis keeps as the pre-queue's "a2": at the
+    // back too, after pa.
+    assert_eq!(stored("pb").await.as_deref(), Some("a2"));
+    let pb = ask(&http, gw, &c, "pb", "dev-pb", Some(&pb_ticket), json!({})).await;
+    assert_eq!(code(&pb), (200, "WAITING"), "{}", pb.1);
+    assert!(pb.1["ticket"].is_string(), "a new ticket: {}", pb.1);
+    let pb_new = position(&pb.1);
+    assert!(pb_new > pa_new, "pb (first at {pb_first}) joins after pa: {}", pb.1);
+    assert_eq!(stored("pb").await, Some(format!("p{pb_new}")));
+    cleanup(&redis, &c).await;
+}
+
+#[tokio::test]
 async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
     let c = e2e::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
@@ -927,9 +995,20 @@ async fn room_call(
     campaign: &str,
     user: &str,
     arrived_ms: i64,
-    (start_ms, draw_end_ms): (i64, i64),
+    windows: (i64, i64),
 ) -> protocol::scripts::RoomAnswer {
-    let entry = protocol::scripts::RoomEntry {
+    let entry = room_entry(campaign, user, arrived_ms, windows);
+    protocol::scripts::Scripts::builtin().room_enter(redis, &entry).await.unwrap()
+}
+
+/// The `room.lua` call of [`room_call`]: serving line 0, nothing to renew.
+fn room_entry<'a>(
+    campaign: &'a str,
+    user: &'a str,
+    arrived_ms: i64,
+    (start_ms, draw_end_ms): (i64, i64),
+) -> protocol::scripts::RoomEntry<'a> {
+    protocol::scripts::RoomEntry {
         campaign,
         user,
         arrived_ms,
@@ -939,8 +1018,43 @@ async fn room_call(
         expire_at_ms: chrono::Utc::now().timestamp_millis() + 60_000,
         draw_ends_at_ms: draw_end_ms,
         rates: (1, 10),
+    }
+}
+
+#[tokio::test]
+async fn room_lua_replaces_a_place_named_as_it_keeps_it_a_lotterys_too() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let scripts = protocol::scripts::Scripts::builtin();
+    let c = e2e::cleanup::Campaign::new("wr");
+    let now = chrono::Utc::now().timestamp_millis();
+    // Started a second ago, no start draw: an arrival claimed before the start joins the
+    // pre-queue, the next call (an arrival now) closes it.
+    let windows = (now - 1000, now - 1000);
+    let out = room_call(&redis, &c, "early", now - 2000, windows).await;
+    assert_eq!(out.place, RoomPlace::PreQueue(1), "{out:?}");
+    let out = room_call(&redis, &c, "next", now, windows).await;
+    assert_eq!((out.place, out.size), (RoomPlace::Position(2), Some(1)), "{out:?}");
+    // The pre-queue of one: "early" is at position 1, kept as "a1". Its session over, the
+    // gateway names the place to replace as the script keeps it; a name of another form (the
+    // position) or of another place replaces nothing.
+    let renewing = |renew| protocol::scripts::RoomEntry {
+        serving: 40,
+        renew: Some(renew),
+        ..room_entry(&c, "early", now, windows)
     };
-    protocol::scripts::Scripts::builtin().room_enter(redis, &entry).await.unwrap()
+    for other in [RoomPlace::Position(1), RoomPlace::PreQueue(2), RoomPlace::Draw(1)] {
+        let out = scripts.room_enter(&redis, &renewing(other)).await.unwrap();
+        assert_eq!(out.place, RoomPlace::PreQueue(1), "{other:?} replaces nothing: {out:?}");
+    }
+    let out = scripts.room_enter(&redis, &renewing(RoomPlace::PreQueue(1))).await.unwrap();
+    assert_eq!(out.place, RoomPlace::Position(41), "at the back, above the serving line: {out:?}");
+    // Named again (a stale ticket): the new place stays.
+    let out = scripts.room_enter(&redis, &renewing(RoomPlace::PreQueue(1))).await.unwrap();
+    assert_eq!(out.place, RoomPlace::Position(41), "{out:?}");
+    let k = CampaignKeys::new(&c);
+    let kept: Option<String> = redis.hget(k.room_users(), "early").await.unwrap();
+    assert_eq!(kept.as_deref(), Some("p41"));
+    cleanup(&redis, &c).await;
 }
 
 #[tokio::test]

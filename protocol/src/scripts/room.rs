@@ -68,7 +68,9 @@ pub struct RoomEntry<'a> {
     pub starts_at_ms: i64,
     /// The serving position now: a new position is always above it.
     pub serving: u64,
-    /// The buyer's place whose session is over, to be replaced by a new one at the back.
+    /// The buyer's place whose session is over, to be replaced by a new one at the back: named
+    /// as the script keeps it (a lottery's place in its lottery's form, never its position),
+    /// else nothing is replaced.
     pub renew: Option<RoomPlace>,
     /// When the room's keys expire, unix ms.
     pub expire_at_ms: i64,
