@@ -37,6 +37,9 @@ const ROOM_PAST_ETA_MS = 20;
 // A challenge or token request answered TRY_LATER (or NOT_STARTED) is sent again this many times
 // at most, after its Retry-After.
 const SHED_TRIES = 5;
+// Fresh challenges a token request refused CAPTCHA_FAILED (the work's level rose) is solved on
+// and sent again, at most.
+const FRESH_WORK_TRIES = 2;
 const TICKET_HEADER = 'X-Queue-Ticket';
 
 // Words for every answer code of the README's table, and the page's own states.
@@ -82,6 +85,7 @@ const WORDS = {
   INTERNAL: { kind: 'bad', retry: true, en: 'Something went wrong on our side. You may try again.', zh: '系统内部错误，可以重试。' },
   // The page's own.
   NETWORK: { kind: 'bad', retry: true, en: 'The connection failed. You may try again.', zh: '网络连接失败，可以重试。' },
+  MAY_HOLD: { kind: 'wait', en: 'Our system is busy: checking whether your order went through…', zh: '系统繁忙：正在确认您的订单是否成功…' },
   POLL_TIMEOUT: { kind: 'wait', en: 'Your order is still being written. Check “My orders” in a few minutes; your reservation is kept.', zh: '订单仍在生成中，请几分钟后在“我的订单”中查看，您的预订不会丢失。' },
   UNKNOWN: { kind: 'bad', retry: true, en: 'Unexpected answer. You may try again.', zh: '未知的响应，可以重试。' },
   ROOM_TIMEOUT: { kind: 'bad', retry: true, en: 'You waited in the queue longer than this page waits. You may try again.', zh: '排队时间过长，本页面已停止等待，可以重试。' },
@@ -463,12 +467,30 @@ async function ask(path, headers, body) {
 async function challengeSolved(device) {
   const ch = await ask(`${BASE}/captcha`, { 'X-Device-Id': device });
   if (ch.status !== 200) throw new Refused(ch.body, ch.retryAfter);
+  return solvedFrom(ch.body);
+}
+
+// The challenge of an answer (`challenge`, `bits`, `expires_in`), solved.
+async function solvedFrom(ch) {
   const asked = performance.now();
-  const solved = await solve(ch.body.challenge, ch.body.bits);
+  const solved = await solve(ch.challenge, ch.bits);
   return {
-    body: { challenge: ch.body.challenge, answer: solved.answer },
-    until: asked + (Number(ch.body.expires_in) || 0) * 1000,
+    body: { challenge: ch.challenge, answer: solved.answer },
+    until: asked + (Number(ch.expires_in) || 0) * 1000,
   };
+}
+
+// The token asked with `solved` work. The work is judged at the level in force when it arrives:
+// a CAPTCHA_FAILED answer brings a fresh challenge at that level (the crowd grew while this
+// page solved, or the challenge expired); it is solved and the token asked again, at most
+// FRESH_WORK_TRIES times. Returns the last answer and the work it was asked with.
+async function askTokenWithWork(jwt, device, solved, ticket) {
+  let answer = await askToken(jwt, device, solved.body, ticket);
+  for (let n = 0; n < FRESH_WORK_TRIES && answer.body.code === 'CAPTCHA_FAILED' && answer.body.challenge; n++) {
+    solved = await solvedFrom(answer.body);
+    answer = await askToken(jwt, device, solved.body, ticket);
+  }
+  return { answer, solved };
 }
 
 const fresh = (solved) => solved !== null && performance.now() + 1000 < solved.until;
@@ -542,13 +564,14 @@ async function throughRoom(jwt, device) {
     if (Number.isFinite(body.eta_ms) && next.pause >= body.eta_ms) late += 1;
     if (next.solve && ticket) {
       if (!fresh(solved)) solved = await challengeSolved(device);
-      answer = await askToken(jwt, device, solved.body, ticket);
+      ({ answer, solved } = await askTokenWithWork(jwt, device, solved, ticket));
     } else {
       answer = await askToken(jwt, device, {}, ticket);
       if (answer.body.code === 'CAPTCHA_FAILED' && ticket) {
-        // Let in sooner than its ETA said (another gateway's clock): now with the work.
-        solved = await challengeSolved(device);
-        answer = await askToken(jwt, device, solved.body, ticket);
+        // Let in sooner than its ETA said (another gateway's clock): now with the work, on the
+        // fresh challenge the answer brings.
+        solved = answer.body.challenge ? await solvedFrom(answer.body) : await challengeSolved(device);
+        ({ answer, solved } = await askTokenWithWork(jwt, device, solved, ticket));
       }
     }
   }
@@ -560,7 +583,7 @@ async function throughRoom(jwt, device) {
 async function ticket(jwt, device) {
   if (info && info.waiting_room) return throughRoom(jwt, device);
   const solved = await challengeSolved(device);
-  const tok = await askToken(jwt, device, solved.body, null);
+  const { answer: tok } = await askTokenWithWork(jwt, device, solved, null);
   if (tok.body.code === 'WAITING') {
     // The room was turned on since /info was read: queue as it says.
     return throughRoom(jwt, device);
@@ -622,9 +645,10 @@ async function sendOrder(signed) {
 }
 
 // Polls the result: exponential backoff with full jitter, never sooner than the server's
-// Retry-After, for at most POLL_MAX_TOTAL_MS in all. Each poll carries the request's result token
-// (given with its QUEUED answer): only the buyer whose reservation it is reads its result.
-async function poll(pollUrl, requestId, resultToken) {
+// Retry-After, for at most POLL_MAX_TOTAL_MS in all, showing `waiting` meanwhile. Each poll
+// carries the request's result token (given with its QUEUED answer, or a SERVICE_DEGRADED one
+// that may hold a reservation): only the buyer whose reservation it is reads its result.
+async function poll(pollUrl, requestId, resultToken, waiting) {
   const started = performance.now();
   let delay = POLL_FIRST_MS;
   for (let n = 1; ; n++) {
@@ -641,7 +665,7 @@ async function poll(pollUrl, requestId, resultToken) {
     }
     const wait = Math.max(delay / 2 + (Math.random() * delay) / 2, ((r && r.retryAfter) || 0) * 1000);
     if (performance.now() - started + wait > POLL_MAX_TOTAL_MS) return { code: 'POLL_TIMEOUT', request_id: requestId };
-    show('QUEUED', { requestId, note: t('checking', n) });
+    show(waiting, { requestId, note: t('checking', n) });
     await sleep(wait);
     delay = Math.min(delay * 2, POLL_CAP_MS);
   }
@@ -695,10 +719,13 @@ async function attempt() {
     const signed = await signOrder(tok, device);
     note(t('sending'));
     const r = await sendOrder(signed);
-    if (r.body.code !== 'QUEUED') return finish(r.body);
+    // QUEUED, or SERVICE_DEGRADED for a request that may hold a reservation: both say where
+    // to poll and with which result token.
+    if (r.body.code !== 'QUEUED' && !r.body.result_token) return finish(r.body);
+    const waiting = r.body.code === 'QUEUED' ? 'QUEUED' : 'MAY_HOLD';
     setState('queued');
-    show('QUEUED', { requestId: r.body.request_id });
-    finish(await poll(r.body.poll_url, r.body.request_id, r.body.result_token));
+    show(waiting, { requestId: r.body.request_id });
+    finish(await poll(r.body.poll_url, r.body.request_id, r.body.result_token, waiting));
   } catch (e) {
     finish(e instanceof Refused ? e.body : { code: 'NETWORK' });
   }

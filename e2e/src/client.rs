@@ -212,7 +212,21 @@ impl Solved {
     fn fresh(&self) -> bool {
         Instant::now() + Duration::from_secs(1) < self.until
     }
+
+    /// The challenge of an answer (`challenge`, `bits`, `expires_in`) asked at `asked`, solved;
+    /// `None` when the answer brings none.
+    fn of(challenge: &Value, asked: Instant) -> Option<Self> {
+        let c = challenge["challenge"].as_str()?.to_string();
+        let bits = challenge["bits"].as_u64().unwrap_or(0) as u32;
+        let answer = protocol::pow::solve(&c, bits, 1 << 32).unwrap_or_default();
+        let until = asked + Duration::from_secs(challenge["expires_in"].as_u64().unwrap_or(0));
+        Some(Solved { body: json!({"challenge": c, "answer": answer}), until })
+    }
 }
+
+/// Fresh challenges a token request refused `CAPTCHA_FAILED` (the work's level rose while it was
+/// solved) is solved on and sent again, at most.
+pub const FRESH_WORK_TRIES: usize = 2;
 
 /// An answer: status and JSON body (`Null` when the body is not JSON).
 pub type Reply = (u16, Value);
@@ -347,14 +361,24 @@ impl Buyer<'_> {
         if status != 200 {
             return Err((status, challenge));
         }
-        let c = challenge["challenge"].as_str().unwrap_or_default().to_string();
-        let bits = challenge["bits"].as_u64().unwrap_or(0) as u32;
-        let answer = protocol::pow::solve(&c, bits, 1 << 32).unwrap_or_default();
-        let until = asked + Duration::from_secs(challenge["expires_in"].as_u64().unwrap_or(0));
-        Ok(Solved { body: json!({"challenge": c, "answer": answer}), until })
+        Solved::of(&challenge, asked).ok_or((status, challenge))
     }
 
+    /// The token asked with `body`; work refused `CAPTCHA_FAILED` with a fresh challenge (judged
+    /// at the level in force when presented) is done again on it, [`FRESH_WORK_TRIES`] at most.
     async fn token(&self, body: &Value, ticket: Option<&str>) -> Result<Reply, Reply> {
+        let mut answer = self.token_once(body, ticket).await?;
+        for _ in 0..FRESH_WORK_TRIES {
+            if answer.1["code"] != "CAPTCHA_FAILED" || body.get("answer").is_none() {
+                break;
+            }
+            let Some(fresh) = Solved::of(&answer.1, Instant::now()) else { break };
+            answer = self.token_once(&fresh.body, ticket).await?;
+        }
+        Ok(answer)
+    }
+
+    async fn token_once(&self, body: &Value, ticket: Option<&str>) -> Result<Reply, Reply> {
         let url = format!("{}/seckill/{}/token", self.base, self.campaign);
         let mut r = self.with(self.http.post(url)).bearer_auth(self.login_jwt).json(body);
         if let Some(t) = ticket {

@@ -3,9 +3,13 @@
 //! - **Proof of work** ([`CaptchaKind::Pow`]): `POST /seckill/{c}/captcha` hands out a
 //!   challenge `{campaign}.{expires}.{id}.{bits}.{mac}`, authenticated by an HMAC under a key
 //!   derived from the server's master key, so it needs no storage until it is spent. The answer
-//!   must give the challenge the bits it carries (those in force when it was handed out, which
-//!   grow with the crowd: [`crate::waiting_room`]), and never fewer than the campaign's
-//!   `pow_bits`, leading zero bits ([`protocol::pow`]).
+//!   is judged when it is presented: it must give the challenge the bits in force then (they grow
+//!   with the crowd, `[[pow_level]]`: [`crate::waiting_room`]), and never fewer than the
+//!   campaign's `pow_bits`, leading zero bits ([`protocol::pow`]). So a challenge fetched cheap
+//!   before the crowd is worth nothing once the crowd is there. Only within [`POW_GRACE_SECS`]
+//!   of its handing out is the work judged at the bits the challenge carries, when those are
+//!   fewer: a buyer who solved it as the level rose is not sent back (and one who is, past the
+//!   grace, is answered with a fresh challenge at the level in force: [`crate::edge::Edge::token`]).
 //! - **Provider** ([`CaptchaKind::Provider`]): the client solved a third-party captcha and
 //!   brings its signed token (a JWT checked with the provider's public key, with `jti`).
 //!
@@ -33,6 +37,11 @@ fn failed(message: &'static str) -> Denial {
 
 /// Hex characters of a challenge's MAC.
 const MAC_HEX: usize = 32;
+
+/// Seconds after a challenge was handed out during which its work is judged at the bits it
+/// carries when the level rose since (a buyer's solving time at the highest levels); past it,
+/// at the level in force.
+pub const POW_GRACE_SECS: i64 = 10;
 
 /// A fresh proof-of-work challenge for `campaign` asking `bits`, valid `ttl_secs` from `now`.
 pub fn challenge(
@@ -86,25 +95,30 @@ struct ProviderClaims {
     jti: String,
 }
 
-/// Checks a solution for `campaign` under its `defense` at `now`; returns the id to spend
-/// (single use) or `CAPTCHA_FAILED`.
+/// Checks a solution for `campaign` under its `defense` at `now`, a proof of work at the
+/// `level` in force (the bits a challenge handed out now asks); returns the id to spend (single
+/// use) or `CAPTCHA_FAILED`.
 pub fn check(
     key: &hmac::Key,
     provider: Option<&JwtCheck>,
     campaign: &str,
     defense: &Defense,
     solution: &Solution,
-    now: i64,
+    (now, level): (i64, u32),
 ) -> Result<String, Denial> {
     match defense.captcha {
         CaptchaKind::Pow => {
             let (Some(challenge), Some(answer)) = (&solution.challenge, &solution.answer) else {
                 return Err(failed("this campaign takes a proof of work: challenge and answer"));
             };
-            let (id, carried) = check_challenge(key, campaign, challenge, now)?;
-            let bits = carried.unwrap_or(0).max(defense.pow_bits);
-            if answer.len() > 32 || !protocol::pow::solves(challenge, answer, bits) {
-                return Err(failed("the answer does not solve the challenge"));
+            let (id, expires, carried) = check_challenge(key, campaign, challenge, now)?;
+            let handed_out = expires - i64::from(defense.challenge_ttl_secs);
+            let judged = match now - handed_out <= POW_GRACE_SECS {
+                true => carried.unwrap_or(0).min(level),
+                false => level,
+            };
+            if answer.len() > 32 || !protocol::pow::solves(challenge, answer, judged.max(defense.pow_bits)) {
+                return Err(failed("the answer does not solve the challenge at the level in force"));
             }
             Ok(id.to_string())
         }
@@ -127,14 +141,14 @@ pub fn check(
     }
 }
 
-/// The id of a genuine, unexpired challenge of `campaign`, and the bits it asks (`None` for a
-/// challenge of the format before the bits were carried).
+/// The id of a genuine, unexpired challenge of `campaign`, its expiry and the bits it asks
+/// (`None` for a challenge of the format before the bits were carried).
 fn check_challenge<'a>(
     key: &hmac::Key,
     campaign: &str,
     challenge: &'a str,
     now: i64,
-) -> Result<(&'a str, Option<u32>), Denial> {
+) -> Result<(&'a str, i64, Option<u32>), Denial> {
     let bad = || failed("the challenge is not one of ours");
     let (body, mac) = challenge.rsplit_once('.').ok_or_else(bad)?;
     let expected = hmac::sign(key, body.as_bytes());
@@ -147,14 +161,13 @@ fn check_challenge<'a>(
     if c != Some(campaign) {
         return Err(failed("the challenge is for another campaign"));
     }
-    if expires.and_then(|e| e.parse::<i64>().ok()).is_none_or(|e| e < now) {
-        return Err(failed("the challenge has expired: ask for a new one"));
-    }
+    let expires = expires.and_then(|e| e.parse::<i64>().ok()).filter(|e| *e >= now);
+    let expires = expires.ok_or_else(|| failed("the challenge has expired: ask for a new one"))?;
     let bits = match bits {
         None => None,
         Some(b) => Some(b.parse::<u32>().map_err(|_| bad())?),
     };
-    Ok((id.ok_or_else(bad)?, bits))
+    Ok((id.ok_or_else(bad)?, expires, bits))
 }
 
 /// Spent challenges, in Redis, shared by every gateway process.
@@ -221,40 +234,49 @@ mod tests {
     fn a_solved_challenge_passes_and_names_its_id() {
         let now = 1_700_000_000;
         let c = challenge(&key(), "c1", 60, 8, now).unwrap();
-        let id = check(&key(), None, "c1", &pow(8), &solved(&c, 8), now + 59).unwrap();
+        let id = check(&key(), None, "c1", &pow(8), &solved(&c, 8), (now + 59, 8)).unwrap();
         assert_eq!(id.len(), 24);
         assert!(c.contains(&id));
     }
 
-    #[test]
-    fn a_challenge_asks_the_bits_it_carries_and_never_fewer_than_the_campaigns() {
-        let now = 1_700_000_000;
-        // Handed out at 12 bits (a crowd): an answer with fewer does not pass, even if the
-        // campaign's base is 4.
-        let hard = challenge(&key(), "c1", 60, 12, now).unwrap();
-        let weak = (0..1_000_000u32)
+    /// An answer to `challenge` with between `min` and `max` (excluded) leading zero bits.
+    fn with_zeros(challenge: &str, min: u32, max: u32) -> Solution {
+        let answer = (0..1_000_000u32)
             .map(|n| n.to_string())
-            .find(|a| {
-                let z = protocol::pow::leading_zero_bits(&hard, a);
-                (4..12).contains(&z)
-            })
+            .find(|a| (min..max).contains(&protocol::pow::leading_zero_bits(challenge, a)))
             .unwrap();
-        let s = Solution { challenge: Some(hard.clone()), answer: Some(weak), captcha_token: None };
-        assert_eq!(check(&key(), None, "c1", &pow(4), &s, now).unwrap_err().code, Code::CaptchaFailed);
-        assert!(check(&key(), None, "c1", &pow(4), &solved(&hard, 12), now).is_ok());
+        Solution { challenge: Some(challenge.into()), answer: Some(answer), captcha_token: None }
+    }
+
+    #[test]
+    fn work_is_judged_at_the_level_in_force_when_it_is_presented() {
+        let now = 1_700_000_000;
+        let check = |d: &Defense, s: &Solution, at: i64, level: u32| {
+            check(&key(), None, "c1", d, s, (at, level)).map_err(|d| d.code)
+        };
+        // Handed out cheap (4 bits), solved at 4: good while the level is 4, and within the grace
+        // after the level rose to 12 (solved as it rose); past the grace, only at 12.
+        let cheap = challenge(&key(), "c1", 60, 4, now).unwrap();
+        let weak = with_zeros(&cheap, 4, 12);
+        assert!(check(&pow(4), &weak, now + 30, 4).is_ok());
+        assert!(check(&pow(4), &weak, now + POW_GRACE_SECS, 12).is_ok(), "within the grace");
+        assert_eq!(check(&pow(4), &weak, now + POW_GRACE_SECS + 1, 12), Err(Code::CaptchaFailed));
+        assert!(check(&pow(4), &solved(&cheap, 12), now + 30, 12).is_ok(), "the work of the level in force");
+        // Handed out at 12 bits (a crowd): fewer do not pass while the crowd is there, and do once
+        // it has gone (the level fell back to the base).
+        let hard = challenge(&key(), "c1", 60, 12, now).unwrap();
+        let weak = with_zeros(&hard, 4, 12);
+        assert_eq!(check(&pow(4), &weak, now, 12), Err(Code::CaptchaFailed));
+        assert!(check(&pow(4), &weak, now + 30, 4).is_ok());
+        assert!(check(&pow(4), &solved(&hard, 12), now, 12).is_ok());
         // The bits are signed: lowering them in the challenge breaks its MAC.
         let (body, mac) = hard.rsplit_once('.').unwrap();
         let lowered = format!("{}.4.{mac}", body.rsplit_once('.').unwrap().0);
         let s = Solution { challenge: Some(lowered.clone()), ..solved(&hard, 12) };
-        assert_eq!(check(&key(), None, "c1", &pow(4), &s, now).unwrap_err().code, Code::CaptchaFailed);
-        // A challenge asking fewer than the campaign's bits (the base was raised) asks the base.
+        assert_eq!(check(&pow(4), &s, now, 4), Err(Code::CaptchaFailed));
+        // Never fewer than the campaign's bits (the base was raised since).
         let easy = challenge(&key(), "c1", 60, 2, now).unwrap();
-        let two = (0..1_000_000u32)
-            .map(|n| n.to_string())
-            .find(|a| protocol::pow::leading_zero_bits(&easy, a) == 2)
-            .unwrap();
-        let s = Solution { challenge: Some(easy), answer: Some(two), captcha_token: None };
-        assert_eq!(check(&key(), None, "c1", &pow(8), &s, now).unwrap_err().code, Code::CaptchaFailed);
+        assert_eq!(check(&pow(8), &with_zeros(&easy, 2, 3), now, 2), Err(Code::CaptchaFailed));
     }
 
     #[test]
@@ -262,7 +284,7 @@ mod tests {
         let now = 1_700_000_000;
         let c = challenge(&key(), "c1", 60, 8, now).unwrap();
         let fails = |s: &Solution, campaign: &str, at: i64| {
-            check(&key(), None, campaign, &pow(8), s, at).map_err(|d| d.code)
+            check(&key(), None, campaign, &pow(8), s, (at, 8)).map_err(|d| d.code)
         };
         let good = solved(&c, 8);
         assert_eq!(fails(&good, "c2", now), Err(Code::CaptchaFailed), "another campaign");
@@ -276,7 +298,10 @@ mod tests {
         assert_eq!(fails(&forged, "c1", now), Err(Code::CaptchaFailed), "edited expiry");
         assert_eq!(fails(&Solution::default(), "c1", now), Err(Code::CaptchaFailed));
         let provider = Defense { captcha: CaptchaKind::Provider, ..Defense::default() };
-        assert_eq!(check(&key(), None, "c1", &provider, &good, now).unwrap_err().code, Code::CaptchaFailed);
+        assert_eq!(
+            check(&key(), None, "c1", &provider, &good, (now, 8)).unwrap_err().code,
+            Code::CaptchaFailed
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! let admitted = edge.admit(&conf, &campaign, &head, hidden_path)?;   // the request line and headers
 //! let body = /* at most a few KB */;
 //! let order = edge.verify(&conf, &campaign, admitted, &head, &body).await?;  // signature, eligibility, global limits
+//! let permit = edge.hold(&campaign, &order)?;                                 // a place in the budget, until answered
 //! let queued = edge.reserve(&conf, &campaign, &order, request_id).await?;    // reserve.lua, then Kafka
 //! let result_token = edge.result_token(&conf, &campaign, &order, answered_id);  // with the QUEUED answer
 //! ```
@@ -37,7 +38,7 @@ use protocol::scripts::{Nonce, Scripts};
 use protocol::signing::{Signer, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 use crate::auth::{JwtCheck, LoginVerifier};
-use crate::budget::{Budget, Permit};
+use crate::budget::{Budget, Holder, Permit};
 use crate::captcha::SpentChallenges;
 #[cfg(doc)]
 use crate::client_ip;
@@ -127,8 +128,6 @@ pub struct Admitted {
     timestamp: String,
     nonce: String,
     signature: String,
-    /// The campaign's concurrency budget place: hold it until the answer is written.
-    pub permit: Option<Permit>,
 }
 
 /// An order that passed every check ([`Edge::verify`]): ready for [`Edge::reserve`].
@@ -136,6 +135,8 @@ pub struct Admitted {
 pub struct Verified {
     /// The verified campaign token.
     pub claims: CampaignClaims,
+    /// The client's address.
+    pub ip: Option<IpAddr>,
     /// The quantity asked.
     pub qty: i64,
     nonce: String,
@@ -198,8 +199,9 @@ impl Edge {
     }
 
     /// Every check of an order's request line and headers, cheapest first: method → window →
-    /// switches → budget → sold-out flag → the proxy's lag → device and quantity → rates per IP, device and
-    /// campaign → campaign token → the account's rate → hidden `path` → timestamp.
+    /// switches → sold-out flag → the proxy's lag → device and quantity → rates per IP, device and
+    /// campaign → campaign token → the account's rate → hidden `path` → timestamp. No place of
+    /// the campaign's budget is taken yet: the body may be slow to come ([`Edge::hold`]).
     pub fn admit(
         &self,
         conf: &Conf<'_>,
@@ -215,7 +217,6 @@ impl Edge {
         let now = Utc::now();
         window::check(campaign, now)?;
         switches::check(&campaign.switches)?;
-        let permit = c.budget.try_acquire()?;
         c.sold_out.check(now_ms())?;
         self.pressure.check(conf.shed_at_lag)?;
 
@@ -239,7 +240,6 @@ impl Edge {
             nonce: signed.nonce.to_string(),
             signature: signed.signature.to_ascii_lowercase(),
             claims,
-            permit: Some(permit),
         })
     }
 
@@ -272,7 +272,15 @@ impl Edge {
         let who = Subject { ip, device: Some(&claims.dev), user: &claims.sub };
         let home = Bucket::of_user(&c.campaign.id, &claims.sub, c.campaign.buckets);
         let global = GlobalCheck::new(c.campaign, &home, who, now_ms());
-        Ok(Verified { claims, qty, nonce, signature, home, global })
+        Ok(Verified { claims, ip, qty, nonce, signature, home, global })
+    }
+
+    /// The place of a verified `order` in the campaign's concurrency budget, held until its answer
+    /// is written: taken only now, its body read and checked, so that orders whose bodies are
+    /// slow to come hold none; at most `max_inflight_per_buyer` per account and per device and
+    /// `max_inflight_per_ip` per address. Past any, `TRY_LATER`.
+    pub fn hold(&self, c: &CampaignRef<'_>, order: &Verified) -> Result<Permit, Denial> {
+        c.budget.try_acquire(Holder { user: &order.claims.sub, device: &order.claims.dev, ip: order.ip })
     }
 
     /// The reservation of a verified order: one bounded `reserve.lua` call, which also counts

@@ -270,7 +270,10 @@ impl FlashSale {
                         let id = notes.answered_as.as_deref().unwrap_or(request_id);
                         Reply::queued(&route.campaign, id, &token)
                     }
-                    Err(d) => Reply::denied(&d, request_id),
+                    Err(d) => match notes.result_token.take() {
+                        Some(token) => Reply::may_hold(&d, &route.campaign, request_id, &token),
+                        None => Reply::denied(&d, request_id),
+                    },
                 };
                 reply.answered_as = notes.answered_as;
                 reply.permit = notes.permit;
@@ -296,7 +299,7 @@ impl FlashSale {
 
     /// An order, every check in the order of `crate::edge`'s list; `Ok` is QUEUED with its
     /// result token. What the answer carries besides (a safe retry's first id, the budget place,
-    /// timings) goes into `notes`.
+    /// timings, the result token of a request that may hold a reservation) goes into `notes`.
     async fn order<R: SaleRequest>(
         &self,
         registry: &Registry,
@@ -307,19 +310,25 @@ impl FlashSale {
         notes: &mut OrderNotes,
     ) -> Result<String, Denial> {
         let (conf, c) = (registry.edge_conf(), entry.as_ref());
-        let mut admitted = self.edge.admit(&conf, &c, &req.head(), hidden_path)?;
-        // Held until the answer is written (the proxy drops the reply's permit then).
-        notes.permit = admitted.permit.take();
+        let admitted = self.edge.admit(&conf, &c, &req.head(), hidden_path)?;
         let body = read_body(req).await?;
         let order = self.edge.verify(&conf, &c, admitted, &req.head(), &body).await?;
+        // Held until the answer is written (the proxy drops the reply's permit then).
+        notes.permit = Some(self.edge.hold(&c, &order)?);
         let asked = Instant::now();
         let queued = self.edge.reserve(&conf, &c, &order, request_id).await;
         let took = asked.elapsed();
         notes.reserve_took = Some(took);
         notes.global_limits_failed_open = order.global.waited_open(took);
-        let first = match queued? {
-            Queued::New => None,
-            Queued::Retry(first) => Some(first),
+        let first = match queued {
+            Ok(Queued::New) => None,
+            Ok(Queued::Retry(first)) => Some(first),
+            Err(d) => {
+                if d.may_hold {
+                    notes.result_token = Some(self.edge.result_token(&conf, &c, &order, request_id));
+                }
+                return Err(d);
+            }
         };
         let token = self.edge.result_token(&conf, &c, &order, first.as_deref().unwrap_or(request_id));
         notes.answered_as = first;
@@ -334,6 +343,8 @@ struct OrderNotes {
     permit: Option<crate::budget::Permit>,
     reserve_took: Option<Duration>,
     global_limits_failed_open: bool,
+    /// The request's result token when its denial says it may hold a reservation.
+    result_token: Option<String>,
 }
 
 /// A request for the buyer's page: GET or HEAD (`Ok(true)` for HEAD).

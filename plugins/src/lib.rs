@@ -3,21 +3,22 @@
 //!
 //! 1. [`window`]: is the campaign's sale window open, by server time;
 //! 2. [`switches`]: the campaign's kill switches (`closed`, `queue_only`);
-//! 3. [`budget`]: the campaign's concurrency budget in this process;
-//! 4. [`sold_out`]: the per-process sold-out flag (cleared by pub/sub and by a short TTL);
+//! 3. [`sold_out`]: the per-process sold-out flag (cleared by pub/sub and by a short TTL);
 //!    then [`pressure`]: while the proxy's threads run late, the costly endpoints (challenge,
 //!    token, order) answer `TRY_LATER` so that the rest of the shop keeps its latency;
-//! 5. [`input`]: the device id and the quantity (`?qty=`);
-//! 6. [`rate_limit`]: per IP / device (or "no device") / campaign request rates, the IP by
+//! 4. [`input`]: the device id and the quantity (`?qty=`);
+//! 5. [`rate_limit`]: per IP / device (or "no device") / campaign request rates, the IP by
 //!    [`client_ip`];
-//! 7. [`token`]: the campaign token (bound to user, campaign, device), then the account's rate;
-//! 8. [`token`] again: the hidden order path of that token;
-//! 9. [`signature`]: the timestamp within the campaign's window, then the request's HMAC under
-//!    the token's signing key (`ring::hmac::verify`, constant time);
-//! 10. [`eligibility`]: blacklist, eligible set, account rules;
-//! 11. [`global_limit`]: the campaign's limits across every gateway process, decided here and
+//! 6. [`token`]: the campaign token (bound to user, campaign, device), then the account's rate;
+//! 7. [`token`] again: the hidden order path of that token;
+//! 8. [`signature`]: the timestamp within the campaign's window, then (the body read) the
+//!    request's HMAC under the token's signing key (`ring::hmac::verify`, constant time);
+//! 9. [`eligibility`]: blacklist, eligible set, account rules;
+//! 10. [`global_limit`]: the campaign's limits across every gateway process, decided here and
 //!     counted in the reservation's own call (only when the campaign has `[[global_limit]]`
 //!     rules), fail-open or fail-closed per rule;
+//! 11. [`budget`]: a place in the campaign's concurrency budget in this process, taken only now
+//!     (a slow body holds none), a few at most per account, device and address;
 //! 12. [`reserve`]: the one Redis round trip of `lua/reserve.lua` (nonce uniqueness and safe
 //!     retry in the same call), with a bounded timeout, the orders of one bucket sent together
 //!     while a call of it is in flight ([`batch`]), and no more at once than the bucket's
@@ -86,12 +87,16 @@ pub struct Denial {
     pub message: Cow<'static, str>,
     /// Seconds for a `Retry-After` header, when the client should come back.
     pub retry_after_secs: Option<u32>,
+    /// The request may hold a reservation (its outcome is unknown at the edge): the answer
+    /// carries the request's `poll_url` and `result_token`, as `QUEUED` does, so that its buyer
+    /// can learn the outcome.
+    pub may_hold: bool,
 }
 
 impl Denial {
     /// A denial with `code` and `message`.
     pub fn new(code: Code, message: impl Into<Cow<'static, str>>) -> Self {
-        Self { code, message: message.into(), retry_after_secs: None }
+        Self { code, message: message.into(), retry_after_secs: None, may_hold: false }
     }
 
     /// Adds a `Retry-After` hint.

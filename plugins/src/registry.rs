@@ -139,7 +139,7 @@ fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<R
             })?;
             let entry = CampaignEntry {
                 sold_out: sold_out.get(&c.id),
-                budget: budgets.get(&c.id, c.limits.max_inflight),
+                budget: budgets.get(&c.id, &c.limits),
                 eligibility,
                 campaign: c,
             };

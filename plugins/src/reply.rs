@@ -67,11 +67,28 @@ impl Reply {
     /// A denial: `{code, message, request_id}` with the code's status and `Retry-After`.
     pub fn denied(d: &Denial, request_id: &str) -> Self {
         let body = Answer { code: d.code, message: &d.message, request_id }.to_json();
-        let mut reply = Self::json(d.code.status(), d.code, body, "no-store");
-        if let Some(secs) = d.retry_after_secs {
-            reply.headers.push((header::RETRY_AFTER, HeaderValue::from(secs)));
+        Self::json(d.code.status(), d.code, body, "no-store").with_retry_after(d.retry_after_secs)
+    }
+
+    /// A denial of a request that may hold a reservation ([`Denial::may_hold`]): as
+    /// [`Reply::denied`], with where to poll and the result token to poll with, as `QUEUED`.
+    pub fn may_hold(d: &Denial, campaign: &str, request_id: &str, result_token: &str) -> Self {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "code": d.code,
+            "message": d.message,
+            "request_id": request_id,
+            "poll_url": poll_url(campaign, request_id),
+            "result_token": result_token,
+        }))
+        .unwrap_or_default();
+        Self::json(d.code.status(), d.code, body, "no-store").with_retry_after(d.retry_after_secs)
+    }
+
+    fn with_retry_after(mut self, secs: Option<u32>) -> Self {
+        if let Some(secs) = secs {
+            self.headers.push((header::RETRY_AFTER, HeaderValue::from(secs)));
         }
-        reply
+        self
     }
 
     /// `202 QUEUED`: where to poll, and the result token to poll with (sent back as
@@ -81,7 +98,7 @@ impl Reply {
             "code": Code::Queued,
             "message": "reserved; your order is being written",
             "request_id": request_id,
-            "poll_url": format!("{PREFIX}{campaign}/result/{request_id}"),
+            "poll_url": poll_url(campaign, request_id),
             "result_token": result_token,
         }))
         .unwrap_or_default();
@@ -176,6 +193,11 @@ impl Reply {
     }
 }
 
+/// Where a request's result is polled.
+fn poll_url(campaign: &str, request_id: &str) -> String {
+    format!("{PREFIX}{campaign}/result/{request_id}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +226,23 @@ mod tests {
         assert_eq!(body["poll_url"], "/seckill/c1/result/r-1");
         assert_eq!(body["result_token"], "tok");
         assert_eq!(header(&r, &header::CACHE_CONTROL), Some("no-store"));
+    }
+
+    #[test]
+    fn a_request_that_may_hold_a_reservation_says_where_to_poll() {
+        let d = Denial::new(Code::ServiceDegraded, "may hold").retry_after(1);
+        let r = Reply::may_hold(&d, "c1", "r-1", "tok");
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!((r.status, r.code), (503, Some(Code::ServiceDegraded)));
+        assert_eq!(
+            (body["code"].as_str(), body["message"].as_str()),
+            (Some("SERVICE_DEGRADED"), Some("may hold"))
+        );
+        assert_eq!(
+            (body["poll_url"].as_str(), body["result_token"].as_str()),
+            (Some("/seckill/c1/result/r-1"), Some("tok"))
+        );
+        assert_eq!(header(&r, &header::RETRY_AFTER), Some("1"));
     }
 
     #[test]

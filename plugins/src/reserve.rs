@@ -280,12 +280,13 @@ pub fn denial(outcome: &ReserveOutcome) -> Option<Denial> {
     })
 }
 
-/// The answer when Redis gave no decision for `request_id` of `campaign`: `TRY_LATER` when the
-/// order was not sent (the bucket's limit, or Redis behind the bucket's crowd), `SERVICE_DEGRADED`
-/// otherwise. Not for
-/// [`ReserveError::Claimed`], which is a reservation (the caller answers QUEUED).
-pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial {
-    let message = match err {
+/// The answer when Redis gave no decision for `request_id`: `TRY_LATER` when the order was not
+/// sent (the bucket's limit, or Redis behind the bucket's crowd), `SERVICE_DEGRADED` otherwise;
+/// when the request may hold a reservation, one that carries its poll URL and result token
+/// ([`Denial::may_hold`]). Not for [`ReserveError::Claimed`], which is a reservation (the caller
+/// answers QUEUED).
+pub fn degraded(err: &ReserveError, request_id: &str) -> Denial {
+    let (message, may_hold) = match err {
         ReserveError::Overloaded { .. } | ReserveError::Behind(_) => {
             let message = "too many orders at once: nothing was reserved, try again";
             return Denial::new(Code::TryLater, message).retry_after(1);
@@ -295,15 +296,17 @@ pub fn degraded(err: &ReserveError, campaign: &str, request_id: &str) -> Denial 
             return global_limit::unchecked();
         }
         ReserveError::Undone(_) => {
-            "the reservation service is unavailable: nothing was reserved, try again".to_string()
+            ("the reservation service is unavailable: nothing was reserved, try again", false)
         }
-        ReserveError::Unknown { .. } | ReserveError::Claimed(_) => format!(
-            "the reservation service is unavailable and this request may hold a reservation: \
-             GET /seckill/{campaign}/result/{request_id} tells (a new request stays within the per-user limit)"
+        ReserveError::Unknown { .. } | ReserveError::Claimed(_) => (
+            "the reservation service is unavailable and this request may hold a reservation: poll \
+             its poll_url with X-Result-Token: its result_token to learn the outcome (a new request \
+             stays within the per-user limit)",
+            true,
         ),
     };
     tracing::warn!(request_id, error = %err, "reservation failed: answering SERVICE_DEGRADED");
-    Denial::new(Code::ServiceDegraded, message).retry_after(1)
+    Denial { may_hold, ..Denial::new(Code::ServiceDegraded, message).retry_after(1) }
 }
 
 #[cfg(test)]
@@ -331,14 +334,22 @@ mod tests {
 
     #[test]
     fn an_order_over_the_limit_is_told_to_try_later_not_degraded() {
-        let behind = degraded(&ReserveError::Behind(Duration::from_millis(100)), "c", "r");
+        let behind = degraded(&ReserveError::Behind(Duration::from_millis(100)), "r");
         assert_eq!((behind.code, behind.retry_after_secs), (Code::TryLater, Some(1)));
-        let over = degraded(&ReserveError::Overloaded { limit: 16 }, "c", "r");
+        let over = degraded(&ReserveError::Overloaded { limit: 16 }, "r");
         assert_eq!((over.code, over.retry_after_secs), (Code::TryLater, Some(1)));
-        let down = degraded(&ReserveError::Undone("no answer".into()), "c", "r");
+        let down = degraded(&ReserveError::Undone("no answer".into()), "r");
         assert_eq!(down.code, Code::ServiceDegraded);
-        let unchecked = degraded(&ReserveError::LimitsUnchecked("no answer".into()), "c", "r");
+        let unchecked = degraded(&ReserveError::LimitsUnchecked("no answer".into()), "r");
         assert_eq!(unchecked.code, Code::ServiceDegraded);
         assert!(unchecked.message.contains("global limits"), "{}", unchecked.message);
+        assert!(!down.may_hold && !unchecked.may_hold, "undone: nothing held");
+        let unknown = ReserveError::Unknown { cause: "no answer".into(), undo: "no answer".into() };
+        let unknown = degraded(&unknown, "r");
+        assert_eq!(
+            (unknown.code, unknown.may_hold),
+            (Code::ServiceDegraded, true),
+            "its answer says where to poll"
+        );
     }
 }

@@ -53,7 +53,7 @@ impl Seller {
     /// and on its way to Kafka, or, for a safe retry, was before. Never retried (a timeout may
     /// hide a reservation; see [`Reserver::reserve`]).
     pub async fn sell(&self, order: Order<'_>, effects: Effects<'_>) -> Result<Queued, Denial> {
-        let Order { campaign, request_id, user, .. } = order;
+        let Order { request_id, user, .. } = order;
         let asked = now_ms();
         let decision = match self.reserver.decide(&order).await {
             Ok(decision) => decision,
@@ -61,7 +61,7 @@ impl Seller {
                 tracing::info!(request_id, cause, "late reservation already swept: QUEUED");
                 return Ok(Queued::New);
             }
-            Err(e) => return Err(reserve::degraded(&e, campaign, request_id)),
+            Err(e) => return Err(reserve::degraded(&e, request_id)),
         };
         if decision.sold_out_everywhere {
             effects.sold_out.mark(asked, now_ms(), effects.sold_out_ttl);

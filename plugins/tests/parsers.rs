@@ -126,7 +126,7 @@ proptest! {
     ]) {
         match Solution::parse(&body) {
             Ok(solution) => {
-                let d = captcha::check(keys().challenge_key(), None, "c1", &Defense::default(), &solution, 0)
+                let d = captcha::check(keys().challenge_key(), None, "c1", &Defense::default(), &solution, (0, 16))
                     .unwrap_err();
                 prop_assert!(is_4xx(&d));
             }

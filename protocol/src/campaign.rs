@@ -65,6 +65,14 @@ pub struct Limits {
     /// `TRY_LATER`. Keeps a hammered campaign from starving the rest of the shop.
     #[serde(default = "default_max_inflight")]
     pub max_inflight: u32,
+    /// Of those, how many one account, and one device, may hold at once (at least 1); past it,
+    /// `TRY_LATER`. A place is taken once the order's body is read, so a slow body holds none.
+    #[serde(default = "default_max_inflight_per_buyer")]
+    pub max_inflight_per_buyer: u32,
+    /// Of those, how many one client IP may hold at once; 0 is off (the default: many buyers
+    /// may share one address, whose rate `ip_per_sec` bounds).
+    #[serde(default)]
+    pub max_inflight_per_ip: u32,
     /// Result queries (`GET /seckill/{c}/result/{id}`) per client IP per second; past it,
     /// `RATE_LIMITED` at the gateway, so a polling storm never reaches the order writer. 0 is off.
     #[serde(default = "default_result_per_sec")]
@@ -83,6 +91,10 @@ fn default_max_inflight() -> u32 {
     256
 }
 
+fn default_max_inflight_per_buyer() -> u32 {
+    4
+}
+
 fn default_result_per_sec() -> u32 {
     20
 }
@@ -95,6 +107,8 @@ impl Default for Limits {
             user_per_sec: 0,
             campaign_per_sec: 0,
             max_inflight: default_max_inflight(),
+            max_inflight_per_buyer: default_max_inflight_per_buyer(),
+            max_inflight_per_ip: 0,
             result_per_sec: default_result_per_sec(),
             global_timeout_ms: default_global_timeout_ms(),
         }
@@ -257,6 +271,8 @@ impl Campaign {
             (l.user_per_sec, "user_per_sec", 0),
             (l.campaign_per_sec, "campaign_per_sec", 0),
             (l.max_inflight, "max_inflight", 1),
+            (l.max_inflight_per_buyer, "max_inflight_per_buyer", 1),
+            (l.max_inflight_per_ip, "max_inflight_per_ip", 0),
             (l.result_per_sec, "result_per_sec", 0),
         ] {
             conf::within(v, min, MAX_LIMIT_RATE)
@@ -390,6 +406,8 @@ ip_per_sec = 20
             ),
             ("ip_per_sec = 20", "ip_per_sec = 1000001", "limits.ip_per_sec"),
             ("ip_per_sec = 20", "max_inflight = 1000001", "limits.max_inflight"),
+            ("ip_per_sec = 20", "max_inflight_per_buyer = 1000001", "limits.max_inflight_per_buyer"),
+            ("ip_per_sec = 20", "max_inflight_per_ip = 1000001", "limits.max_inflight_per_ip"),
             ("ip_per_sec = 20", "result_per_sec = 1000001", "limits.result_per_sec"),
         ] {
             let text = GOOD.replace(from, to);

@@ -1,5 +1,6 @@
 //! The edge defenses, one refusal at a time, each asserting its code; replay and safe retry
-//! across two gateway processes on one Redis; refused requests never touch the stock.
+//! across two gateway processes on one Redis; refused requests never touch the stock; the
+//! proof of work judged at the level in force when it is presented.
 
 use std::process::Command;
 
@@ -412,4 +413,87 @@ async fn each_limit_dimension_refuses_with_rate_limited() {
     }
     let stock: i64 = redis.get(CampaignKeys::new(&c).stock).await.unwrap();
     assert_eq!(stock, stock_before, "nothing was reserved");
+}
+
+/// A solved challenge of `campaign` asked now by `device`: the token request's body, solved at
+/// the challenge's own bits and short of `short_of` (the work of a level that rose since).
+async fn cheap_work(
+    http: &reqwest::Client,
+    base: &str,
+    campaign: &str,
+    device: &str,
+    short_of: u32,
+) -> Value {
+    let ch: Value = http
+        .post(format!("{base}/seckill/{campaign}/captcha"))
+        .header("x-device-id", device)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let (challenge, bits) = (ch["challenge"].as_str().unwrap(), ch["bits"].as_u64().unwrap() as u32);
+    assert!(bits < short_of, "asked before the crowd: {ch}");
+    let answer = (0..1_000_000u32)
+        .map(|n| n.to_string())
+        .find(|a| (bits..short_of).contains(&protocol::pow::leading_zero_bits(challenge, a)))
+        .unwrap();
+    json!({"challenge": challenge, "answer": answer})
+}
+
+/// The level of the proof of work is judged when the work is presented, not when its challenge
+/// was asked: a script that asked its challenges before the crowd (cheap, 4 bits) and presents
+/// them once the level rose (12 bits) is refused `CAPTCHA_FAILED`, with a fresh challenge at the
+/// level in force; solving that one gets its token. A buyer who asked just before the level rose
+/// and presents at once (within the grace) gets its token with the work it did.
+#[tokio::test]
+async fn work_is_judged_at_the_level_in_force_when_it_is_presented() {
+    let c = e2e::cleanup::Campaign::new("df");
+    let levels = "[defense]\npow_bits = 4\n\n[[pow_level]]\narrivals_per_sec = 3\nbits = 12\n";
+    let (gw, _redis, http) = gateway(&[(&c, levels)], 10).await;
+    let base = gw.url("");
+    let token = |body: Value, user: &str| {
+        let login = auth().login(user, json!({}));
+        let r = http
+            .post(format!("{base}/seckill/{c}/token"))
+            .bearer_auth(login)
+            .header("x-device-id", format!("dev-{user}"))
+            .json(&body)
+            .send();
+        async move {
+            let r = r.await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap_or_default())
+        }
+    };
+    // The crowd: token requests (each one arrival, whatever its body) in one second.
+    let crowd = || futures::future::join_all((0..4).map(|i| token(json!({}), &format!("crowd-{i}"))));
+
+    let stale = cheap_work(&http, &base, &c, "dev-script", 12).await;
+    tokio::time::sleep(std::time::Duration::from_secs(11)).await;
+    let fresh = cheap_work(&http, &base, &c, "dev-buyer", 12).await;
+    crowd().await;
+    let (_, ch) = token(json!({}), "probe").await;
+    let now: Value =
+        http.post(format!("{base}/seckill/{c}/captcha")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(now["bits"], 12, "the level rose with the crowd: {now} {ch}");
+
+    let bought = token(fresh, "buyer").await;
+    assert_eq!(code(&bought), (200, "TOKEN_ISSUED"), "the buyer's work, just done: {}", bought.1);
+
+    crowd().await;
+    let refused = token(stale, "script").await;
+    assert_eq!(
+        code(&refused),
+        (403, "CAPTCHA_FAILED"),
+        "a cheap challenge of before the crowd: {}",
+        refused.1
+    );
+    let (challenge, bits) = (refused.1["challenge"].as_str(), refused.1["bits"].as_u64());
+    assert_eq!(bits, Some(12), "a fresh challenge at the level in force: {}", refused.1);
+    let challenge = challenge.unwrap();
+    let answer = protocol::pow::solve(challenge, 12, 1 << 24).unwrap();
+    crowd().await;
+    let again = token(json!({"challenge": challenge, "answer": answer}), "script").await;
+    assert_eq!(code(&again), (200, "TOKEN_ISSUED"), "the fresh challenge, solved: {}", again.1);
 }

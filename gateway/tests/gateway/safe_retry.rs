@@ -4,7 +4,8 @@
 //! tell), so it times out and sends its undo, which the relay holds too. The buyer sends the same
 //! signed request to gateway 2 and is answered QUEUED with the first request id, from the nonce.
 //! Only then does the relay let the undo reach Redis: it must leave the reservation, which the
-//! order writer turns into an order.
+//! order writer turns into an order. With the undo held past its bound, the answer is
+//! `SERVICE_DEGRADED` "may hold a reservation", and what it gives is enough to poll the outcome.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -246,4 +247,69 @@ async fn a_safe_retry_answered_queued_on_another_gateway_survives_the_late_gatew
     let released: bool = sale.redis.hexists(&keys.released, &first_id).await.unwrap();
     let stock: i64 = sale.redis.get(&keys.stock).await.unwrap();
     assert_eq!((released, stock), (false, 4), "the order holds the unit");
+}
+
+/// The answer that says a request may hold a reservation (its call and its undo both went
+/// unanswered) gives the buyer what to learn the outcome with: polling its `poll_url` with its
+/// `result_token` reaches the order writer and tells the real outcome, here the order the
+/// sweeper made of the reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_may_hold_answer_lets_its_buyer_poll_the_outcome() {
+    let sale = Sale::new(5).await;
+    let relay = Relay::start(&sale.redis_url, scripts().reserve_sha()).await;
+    let writer_port = free_port();
+    let mut conf = sale.gateway_conf(&e2e::stack::kafka_broker(), "");
+    (conf.redis_url, conf.redis_timeout_ms) = (relay.url.clone(), 100);
+    conf.order_writer = vec![format!("127.0.0.1:{writer_port}")];
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let buyer = ticket(&http, &gw, &sale.campaign, "buyer").await.unwrap();
+    let signed = buyer.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    let idle = eventually(Duration::from_secs(10), || async { relay.quiet() }).await;
+    assert!(idle, "the gateway settled on its Redis connections: {:?}", relay.seen.lock().unwrap());
+
+    // The reservation runs in Redis; neither its answer nor the undo's comes back in time.
+    relay.set(Mode::Armed);
+    let (status, body) = buyer.send(&http, &gw.url(""), &signed).await;
+    assert_eq!((status, body["code"].as_str()), (503, Some("SERVICE_DEGRADED")), "{body}");
+    assert!(body["message"].as_str().unwrap_or_default().contains("may hold a reservation"), "{body}");
+    let id = body["request_id"].as_str().expect("the answer names its request").to_string();
+    assert_eq!(sale.outbox().await, HashSet::from([id.clone()]), "the reservation ran in Redis");
+
+    // The order writer's sweeper claims it and makes the order.
+    let writer = sale.start_writer_at(Duration::from_secs(1), None, writer_port).await;
+    let expected = HashSet::from([id.clone()]);
+    assert_eq!(sale.wait_orders(&expected).await, expected, "the reservation became an order");
+
+    // The buyer polls with what the answer gave (its poll URL, else the one its message names),
+    // and learns it.
+    let message = body["message"].as_str().unwrap_or_default();
+    let named = message.split_whitespace().find(|w| w.starts_with("/seckill/"));
+    let path = body["poll_url"].as_str().or(named).expect("the answer says where to poll");
+    let (url, token) = (gw.url(path), body["result_token"].as_str().unwrap_or_default());
+    let mut polled = (0, serde_json::Value::Null);
+    for _ in 0..50 {
+        let resp = http.get(&url).header("x-result-token", token).send().await.unwrap();
+        polled = (resp.status().as_u16(), resp.json().await.unwrap_or_default());
+        if polled.1["code"] == "SUCCESS" || polled.1["code"] == "BAD_RESULT_TOKEN" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, result) = polled;
+    assert_eq!(
+        (status, result["code"].as_str()),
+        (200, Some("SUCCESS")),
+        "poll {url}: {result}\nanswer: {body}"
+    );
+    assert_eq!(result["request_id"].as_str(), Some(id.as_str()), "{result}");
+
+    // The undo, let through now, finds the reservation claimed and leaves it.
+    relay.set(Mode::Released);
+    let answered = eventually(Duration::from_secs(10), || async { relay.quiet() }).await;
+    assert!(answered, "the undo reached Redis and was answered: {:?}", relay.seen.lock().unwrap());
+    writer.stop().await;
+    let keys = CampaignKeys::new(&sale.campaign);
+    let released: bool = sale.redis.hexists(&keys.released, &id).await.unwrap();
+    assert!(!released, "the undo released a reservation that is an order");
 }

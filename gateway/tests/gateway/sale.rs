@@ -117,8 +117,13 @@ impl Sale {
 
     /// The same, with its admin listener on `admin` when given.
     pub(crate) async fn start_writer_with(&self, sweep_age: Duration, admin: Option<u16>) -> Writer {
+        self.start_writer_at(sweep_age, admin, free_port()).await
+    }
+
+    /// The same, answering result queries on `port` (a gateway's `[order_writer]` upstream).
+    pub(crate) async fn start_writer_at(&self, sweep_age: Duration, admin: Option<u16>, port: u16) -> Writer {
         let base = e2e::order_writer::conf(e2e::order_writer::Place {
-            listen: format!("127.0.0.1:{}", free_port()).parse().unwrap(),
+            listen: format!("127.0.0.1:{port}").parse().unwrap(),
             postgres_url: &self.pg_url,
             campaigns_dir: &self.dir.join("campaigns"),
             topic: &self.topic,

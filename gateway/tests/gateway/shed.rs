@@ -3,10 +3,16 @@
 //! `TRY_LATER` with `Retry-After`, and the shop's routes and `/info` are still served. The
 //! lateness is made for real: the whole gateway process is stopped (`SIGSTOP`) for 300 ms with
 //! requests waiting on its sockets, then continued, so its timers wake 300 ms late.
+//!
+//! The campaign's in-flight budget (`[limits] max_inflight`) is shared by every buyer, so a
+//! place is taken only once an order's body is read: one buyer's orders whose bodies never come
+//! hold none of it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 use wiremock::matchers::any;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
@@ -95,4 +101,46 @@ async fn a_late_gateway_sheds_the_sale_first_and_serves_the_shop() {
     }
     let lag = sample(&scrape(&http, &never_metrics).await, "seckill_gateway_lag_peak_us", &[]);
     assert_eq!(lag, 0.0, "without the knob nothing probes the lag");
+}
+
+/// `max_inflight = 4`: one buyer opens 4 orders with valid heads and a body that never comes;
+/// another buyer's complete order, sent while they wait, is QUEUED within 500 ms (the slow
+/// bodies hold no place of the budget).
+#[tokio::test]
+async fn orders_waiting_for_their_bodies_hold_no_place_of_the_budget() {
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let campaign = e2e::cleanup::Campaign::new("shed");
+    publish(&redis, &campaign, 10, 1).await;
+    let conf =
+        GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "[limits]\nmax_inflight = 4");
+    let gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let slow = ticket(&http, &gw, &campaign, "slow").await.unwrap();
+    let other = ticket(&http, &gw, &campaign, "other").await.unwrap();
+
+    let mut waiting = Vec::new();
+    for _ in 0..4 {
+        let o = slow.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+        let head = format!(
+            "POST {}?{} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nX-Device-Id: {}\r\n\
+             X-Timestamp: {}\r\nX-Nonce: {}\r\nX-Signature: {}\r\nContent-Length: 10\r\n\r\n",
+            o.path, o.query, slow.token, slow.device, o.timestamp, o.nonce, o.signature
+        );
+        let mut conn = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+        conn.write_all(head.as_bytes()).await.unwrap();
+        waiting.push(conn);
+    }
+    // The gateway has read the four heads and waits for their bodies.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let sent = Instant::now();
+    let (status, body) = other.order(&http, &gw.url(""), 1).await;
+    let took = sent.elapsed();
+    assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
+    assert!(took < Duration::from_millis(500), "answered in {took:?}");
+    // The slow orders were still waiting for their bodies all along.
+    for conn in &waiting {
+        let mut b = [0u8; 1];
+        assert!(conn.try_read(&mut b).is_err(), "a slow order was answered before its body came");
+    }
 }

@@ -16,12 +16,15 @@
 //! limits per IP, device and campaign → the login JWT → the account's rate), then
 //! [`Edge::token`] (the campaign's waiting room, when on: `WAITING` with a queue ticket until
 //! the buyer's turn, or held until it when it is under 100 ms away and the body brings the
-//! captcha's answer, [`crate::waiting_room`] → the body → the captcha →
+//! captcha's answer, [`crate::waiting_room`] → the body → the captcha (a proof of work judged at
+//! the bits in force now, [`crate::captcha`]; refused `CAPTCHA_FAILED` with a fresh challenge at
+//! those bits, so the buyer solves that one and asks again) →
 //! eligibility → the captcha spent: single use, Redis `SET NX` → `TOKEN_ISSUED` with the
 //! campaign token, its hidden order path and URL, its signing key and expiry).
 
 use chrono::Utc;
 use http::Method;
+use protocol::campaign::Campaign;
 use protocol::codes::Code;
 use protocol::defense::CaptchaKind;
 use serde_json::{json, Value};
@@ -40,8 +43,9 @@ fn limit_key(endpoint: &str, campaign: &str) -> String {
     format!("{endpoint}:{campaign}")
 }
 
-/// An answer of the captcha or token endpoint: its code (`CHALLENGE`, `TOKEN_ISSUED` or
-/// `WAITING`) and its JSON body; a `WAITING` one says when to come back.
+/// An answer of the captcha or token endpoint: its code (`CHALLENGE`, `TOKEN_ISSUED`,
+/// `WAITING`, or `CAPTCHA_FAILED` with a fresh challenge) and its JSON body; a `WAITING` one says
+/// when to come back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Issued {
     /// The answer code (also in the body).
@@ -91,19 +95,14 @@ impl Edge {
         let device = input::device_id(head.header(DEVICE_HEADER))?;
         let ip = head.client;
         self.limiter.check_request(&limit_key("captcha", &campaign.id), &campaign.limits, ip, device)?;
-        let d = &campaign.defense;
-        let bits = self.room.rates().bits(campaign, now.timestamp());
         Ok(Issued::new(
             Code::Challenge,
-            match d.captcha {
-                CaptchaKind::Pow => json!({
-                    "code": Code::Challenge,
-                    "message": "find an answer whose SHA-256(challenge \":\" answer) has `bits` leading zero bits",
-                    "captcha": "pow",
-                    "challenge": captcha::challenge(conf.keys.challenge_key(), &campaign.id, d.challenge_ttl_secs, bits, now.timestamp())?,
-                    "bits": bits,
-                    "expires_in": d.challenge_ttl_secs,
-                }),
+            match campaign.defense.captcha {
+                CaptchaKind::Pow => {
+                    let message =
+                        "find an answer whose SHA-256(challenge \":\" answer) has `bits` leading zero bits";
+                    self.pow_challenge(conf, campaign, Code::Challenge, message, now.timestamp())?
+                }
                 CaptchaKind::Provider => json!({
                     "code": Code::Challenge,
                     "message": "solve the captcha provider's challenge and bring its token as captcha_token",
@@ -111,6 +110,52 @@ impl Edge {
                 }),
             },
         ))
+    }
+
+    /// The id to spend of the captcha `solution` brings for `campaign`, judged at `now` (a proof
+    /// of work at the bits in force then). A proof of work that fails (short of those bits,
+    /// wrong, expired) is answered `CAPTCHA_FAILED` with a fresh challenge at the bits in force
+    /// (`Ok(Err(answer))`), so that the buyer's next try is the right work, not a guess.
+    fn judge(
+        &self,
+        conf: &Conf<'_>,
+        campaign: &Campaign,
+        solution: &Solution,
+        now: i64,
+    ) -> Result<Result<String, Issued>, Denial> {
+        let (d, key) = (&campaign.defense, conf.keys.challenge_key());
+        let level = self.room.rates().bits(campaign, now);
+        match captcha::check(key, conf.provider, &campaign.id, d, solution, (now, level)) {
+            Ok(id) => Ok(Ok(id)),
+            Err(f) if f.code == Code::CaptchaFailed && d.captcha == CaptchaKind::Pow => {
+                let message = format!("{}: solve this fresh challenge and ask again", f.message);
+                let answer = self.pow_challenge(conf, campaign, Code::CaptchaFailed, &message, now)?;
+                Ok(Err(Issued::new(Code::CaptchaFailed, answer)))
+            }
+            Err(f) => Err(f),
+        }
+    }
+
+    /// A fresh proof-of-work challenge of `campaign` at the bits in force at `now`, answered as
+    /// `code` with `message`: `captcha`, `challenge`, `bits`, `expires_in`.
+    fn pow_challenge(
+        &self,
+        conf: &Conf<'_>,
+        campaign: &Campaign,
+        code: Code,
+        message: &str,
+        now: i64,
+    ) -> Result<serde_json::Value, Denial> {
+        let ttl = campaign.defense.challenge_ttl_secs;
+        let bits = self.room.rates().bits(campaign, now);
+        Ok(json!({
+            "code": code,
+            "message": message,
+            "captcha": "pow",
+            "challenge": captcha::challenge(conf.keys.challenge_key(), &campaign.id, ttl, bits, now)?,
+            "bits": bits,
+            "expires_in": ttl,
+        }))
     }
 
     /// Every check of a token request's line and headers, before its body is read.
@@ -172,7 +217,10 @@ impl Edge {
         };
         let now = at.timestamp();
         let solution = solution?;
-        let id = captcha::check(conf.keys.challenge_key(), conf.provider, campaign, d, &solution, now)?;
+        let id = match self.judge(conf, c.campaign, &solution, now)? {
+            Ok(id) => id,
+            Err(fresh) => return Ok(fresh),
+        };
         c.eligibility.check(&asked.login, now)?;
         self.spent.spend(campaign, &id, d.challenge_ttl_secs.max(d.token_ttl_secs) * 2).await?;
         let issued = conf.keys.issue(&asked.login, campaign, &asked.device, d.token_ttl_secs, now)?;
