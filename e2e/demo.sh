@@ -177,7 +177,7 @@ else
 fi
 wait_port demo-login "$LOGIN_PORT" "$RUN/demo-login.log"
 log "the buyer's page: http://127.0.0.1:$GATEWAY_PORT/seckill/$ID/  (sign in first with the demo's stand-in login: http://127.0.0.1:$GATEWAY_PORT/login?next=/seckill/$ID/)"
-log "redis $SECKILL_REDIS_URL  postgres $(sale_db_url "$ID")  kafka $SECKILL_KAFKA_BROKER"
+log "redis $(redacted_url "$SECKILL_REDIS_URL")  postgres $(redacted_url "$(sale_db_url "$ID")")  kafka $SECKILL_KAFKA_BROKER"
 
 log "the sale: $USERS users x $REQUESTS_PER_USER requests, $CONCURRENCY in flight, stock $STOCK"
 status=0

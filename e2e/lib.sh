@@ -102,7 +102,7 @@ bench_redis() {
   REDIS_HOST=${hostport%:*}
   REDIS_PORT=${hostport##*:}
   RCLI=(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT")
-  "${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $REDIS_URL (e2e/stack.sh up)" >&2; exit 1; }
+  "${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $(redacted_url "$REDIS_URL") (e2e/stack.sh up)" >&2; exit 1; }
 }
 
 # A free TCP port on loopback.
@@ -182,6 +182,12 @@ CAMPAIGN
 brokers_toml() {
   local list=${SECKILL_KAFKA_BROKERS:-$SECKILL_KAFKA_BROKER}
   printf '["%s"]' "${list//,/\", \"}"
+}
+
+# URL with any password in it shown as *** (its user info's, a password= parameter's), for log
+# lines; the Rust side's is protocol::secret::redact_url.
+redacted_url() { # url
+  sed -E 's#^([a-z+-]+://[^/?#@:]*):[^/?#]*@#\1:***@#; s#([?&][Pp][Aa][Ss][Ss][Ww][Oo][Rr][Dd]=)[^&#]*#\1***#' <<<"$1"
 }
 
 # The database URL of campaign ID's sale.

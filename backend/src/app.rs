@@ -32,7 +32,7 @@ impl<'a> Connections<'a> {
 
     /// A PostgreSQL pool of at most `max` connections.
     pub async fn postgres(&self, max: u32) -> anyhow::Result<PgPool> {
-        db::connect(&self.cfg.postgres_url, max).await
+        db::connect_as(&self.cfg.postgres_url, self.cfg.postgres_password.as_ref(), max).await
     }
 
     /// A PostgreSQL pool of at most `max` connections, with every migration of
@@ -45,7 +45,7 @@ impl<'a> Connections<'a> {
 
     /// A Redis client (one Redis or a Redis Cluster).
     pub async fn redis(&self) -> anyhow::Result<RedisClient> {
-        redis::connect(&self.cfg.redis_url).await
+        redis::connect_as(&self.cfg.redis_url, self.cfg.redis_password.as_ref()).await
     }
 
     /// The Lua scripts of `lua_dir`: the order writer's own and the shared ones.

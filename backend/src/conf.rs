@@ -3,13 +3,15 @@
 //! Every value is checked by a [`protocol::conf::Checker`], as the gateway's and the campaign
 //! files' are: an error names the file, the line, the column and the field. Secrets are
 //! references (`env:NAME` or `file:PATH`), resolved at load so that a missing key stops the
-//! process at start, not at the first request.
+//! process at start, not at the first request: a Redis or PostgreSQL URL with a password in it
+//! is refused, the password goes in `redis_password` / `postgres_password`.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use protocol::conf::{self, Checker, ConfError, Millis};
+use protocol::secret::Password;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -18,7 +20,11 @@ use toml::Spanned;
 struct Raw {
     listen: Spanned<String>,
     redis_url: Spanned<String>,
+    #[serde(default)]
+    redis_password: Option<Spanned<String>>,
     postgres_url: Spanned<String>,
+    #[serde(default)]
+    postgres_password: Option<Spanned<String>>,
     #[serde(default = "default_campaigns_dir")]
     campaigns_dir: String,
     #[serde(default = "default_lua_dir")]
@@ -217,8 +223,12 @@ pub struct Conf {
     pub listen: SocketAddr,
     /// Redis URL: one Redis or a Redis Cluster (`protocol::cluster::URL_FORMS`).
     pub redis_url: String,
+    /// Redis' password (`redis_password`, by reference; never in the URL).
+    pub redis_password: Option<Password>,
     /// PostgreSQL URL.
     pub postgres_url: String,
+    /// PostgreSQL's password (`postgres_password`, by reference; never in the URL).
+    pub postgres_password: Option<Password>,
     /// Folder of the campaign files.
     pub campaigns_dir: PathBuf,
     /// Folder of the Lua scripts.
@@ -264,17 +274,7 @@ impl Conf {
         let c = Checker::new(file, text);
         let base = c.base().to_path_buf();
         let listen = c.addr(&raw.listen, "listen")?;
-        if !protocol::cluster::accepted_url(raw.redis_url.get_ref()) {
-            return Err(c.err(
-                raw.redis_url.span(),
-                "redis_url",
-                format!("must be {}", protocol::cluster::URL_FORMS),
-            ));
-        }
-        let pg = raw.postgres_url.get_ref();
-        if !(pg.starts_with("postgres://") || pg.starts_with("postgresql://")) {
-            return Err(c.err(raw.postgres_url.span(), "postgres_url", "must start with postgres://"));
-        }
+        let (redis_password, postgres_password) = servers(&c, &raw)?;
         let gateway_key = c.secret(&raw.gateway_key, "gateway_key")?;
         let payment_key = c.secret(&raw.payment_key, "payment_key")?;
         let payment_max_skew_secs =
@@ -356,7 +356,9 @@ impl Conf {
             admin_listen,
             listen,
             redis_url: raw.redis_url.into_inner(),
+            redis_password,
             postgres_url: raw.postgres_url.into_inner(),
+            postgres_password,
             campaigns_dir: base.join(raw.campaigns_dir),
             lua_dir: base.join(raw.lua_dir),
             migrations_dir: base.join(raw.migrations_dir),
@@ -380,6 +382,25 @@ impl Conf {
             close_batch,
         })
     }
+}
+
+/// Checks the Redis and PostgreSQL URLs, neither with a password in it, and reads their
+/// passwords (`redis_password`, `postgres_password`) by reference.
+fn servers(c: &Checker<'_>, raw: &Raw) -> Result<(Option<Password>, Option<Password>), ConfError> {
+    protocol::cluster::check_url(raw.redis_url.get_ref())
+        .map_err(|m| c.err(raw.redis_url.span(), "redis_url", m))?;
+    c.url_without_password(&raw.redis_url, "redis_url", "redis_password")?;
+    let pg = raw.postgres_url.get_ref();
+    if !(pg.starts_with("postgres://") || pg.starts_with("postgresql://")) {
+        return Err(c.err(raw.postgres_url.span(), "postgres_url", "must start with postgres://"));
+    }
+    c.url_without_password(&raw.postgres_url, "postgres_url", "postgres_password")?;
+    let password =
+        |v: &Option<Spanned<String>>, field: &str| v.as_ref().map(|p| c.password(p, field)).transpose();
+    Ok((
+        password(&raw.redis_password, "redis_password")?,
+        password(&raw.postgres_password, "postgres_password")?,
+    ))
 }
 
 /// The longest `kafka.produce_timeout_ms`: a minute.
@@ -502,6 +523,33 @@ partitions = 4
         assert_eq!(admin.admin_listen, Some("127.0.0.1:9181".parse().unwrap()));
         expect(&format!("{}\n[admin]\nlisten = \"localhost\"\n", good()), 13, "admin.listen", "IP:port");
         expect(&format!("{}\n[admin]\nport = 1\n", good()), 13, "port", "unknown field");
+    }
+
+    #[test]
+    fn a_url_with_a_password_is_refused() {
+        for (from, to, line, field, words) in [
+            (
+                "redis://127.0.0.1",
+                "redis://:hunter2@127.0.0.1",
+                2,
+                "redis_url",
+                "redis_password = \"env:NAME\"",
+            ),
+            ("redis://127.0.0.1", "redis://u:hunter2@127.0.0.1", 2, "redis_url", "redis_password"),
+            ("postgres://postgres@", "postgres://postgres:hunter2@", 3, "postgres_url", "postgres_password"),
+            (
+                "seckill\"",
+                "seckill?sslmode=disable&password=hunter2\"",
+                3,
+                "postgres_url",
+                "postgres_password",
+            ),
+            ("redis://", "rediss://", 2, "redis_url", "no TLS"),
+        ] {
+            let text = good().replacen(from, to, 1);
+            expect(&text, line, field, words);
+            assert!(!parse(&text).unwrap_err().to_string().contains("hunter2"), "{to}: not echoed");
+        }
     }
 
     #[test]

@@ -11,12 +11,23 @@ use fred::types::scripts::Script;
 use protocol::cluster::EvalRetry;
 use protocol::keys::{Bucket, REPLENISH_CHANNEL};
 use protocol::scripts::{self, Scripts};
+use protocol::secret::{redact_url, Password};
 
 /// Connects with bounded timeouts: a Redis that is down fails calls quickly instead of hanging.
 /// `url` is one Redis or a Redis Cluster (`redis-cluster://`; redirections are then not followed
 /// by the client, and the scripts' own retry sends a refused call again: `protocol::cluster`).
 pub async fn connect(url: &str) -> anyhow::Result<Client> {
-    let config = Config::from_url(url).with_context(|| format!("bad Redis URL {url}"))?;
+    connect_as(url, None).await
+}
+
+/// [`connect`] with `password` (the conf's `redis_password`; the URL holds none). Messages show
+/// the URL redacted.
+pub async fn connect_as(url: &str, password: Option<&Password>) -> anyhow::Result<Client> {
+    let shown = redact_url(url);
+    let mut config = Config::from_url(url).with_context(|| format!("bad Redis URL {shown}"))?;
+    if let Some(p) = password {
+        config.password = Some(p.expose().to_string());
+    }
     let clustered = config.server.is_clustered();
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
@@ -33,7 +44,7 @@ pub async fn connect(url: &str) -> anyhow::Result<Client> {
         .set_policy(ReconnectPolicy::new_constant(0, 200))
         .build()
         .context("building the Redis client")?;
-    client.init().await.with_context(|| format!("cannot connect to Redis at {url}"))?;
+    client.init().await.with_context(|| format!("cannot connect to Redis at {shown}"))?;
     Ok(client)
 }
 

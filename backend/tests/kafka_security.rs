@@ -2,8 +2,10 @@
 //! stack's broker has a SASL_PLAINTEXT listener and a SASL_SSL one (its own CA), with PLAIN and
 //! SCRAM-SHA-256/512 for one user. The `order-writer` binary, given `[kafka.tls]` and
 //! `[kafka.sasl]` with the password by `file:` reference, creates and checks the topic and
-//! produces signed records through each; a wrong password, a CA that did not sign the broker and a
-//! plaintext client on the TLS port fail with an error that says so, and produce nothing.
+//! produces signed records through each (PLAIN on the SASL_PLAINTEXT listener with the test
+//! stack's `allow_plaintext = true`); a wrong password, a CA that did not sign the broker, a
+//! plaintext client on the TLS port and PLAIN in the clear without the opt-in fail with an error
+//! that says so, and produce nothing.
 
 mod common;
 
@@ -26,9 +28,12 @@ fn secured_conf(env: &Env, broker: &str, extra: &str) -> std::path::PathBuf {
     conf
 }
 
-fn sasl(mechanism: &str, password_file: &str) -> String {
+/// `[kafka.sasl]` for the stack's user; PLAIN on the SASL_PLAINTEXT listener (no `tls`) opts in
+/// with `allow_plaintext = true`, as a test stack must.
+fn sasl(mechanism: &str, password_file: &str, tls: bool) -> String {
+    let opt_in = if mechanism == "PLAIN" && !tls { "allow_plaintext = true\n" } else { "" };
     format!(
-        "[kafka.sasl]\nmechanism = \"{mechanism}\"\nusername = \"{}\"\npassword = \"file:{password_file}\"\n",
+        "[kafka.sasl]\nmechanism = \"{mechanism}\"\nusername = \"{}\"\npassword = \"file:{password_file}\"\n{opt_in}",
         stack_var("SECKILL_KAFKA_SASL_USER")
     )
 }
@@ -56,7 +61,8 @@ async fn the_order_writer_produces_through_sasl_and_tls_with_every_mechanism() {
     ];
     for (broker, mechanism, tls) in cases {
         let env = Env::new(10, 1, 2).await;
-        let conf = secured_conf(&env, &broker, &format!("{tls}{}", sasl(mechanism, &password)));
+        let conf =
+            secured_conf(&env, &broker, &format!("{tls}{}", sasl(mechanism, &password, !tls.is_empty())));
         let (ok, out) = run(&conf, &["topic", "create"]);
         assert!(ok && out.contains("already exists (2 partitions)"), "{broker} {mechanism}: {out}");
         let (ok, out) = run(&conf, &["produce", "--generate", "3", "--campaign", &env.campaign]);
@@ -76,7 +82,7 @@ async fn a_wrong_password_or_certificate_is_refused_with_a_clear_error() {
     let tls_broker = stack_var("SECKILL_KAFKA_TLS_BROKER");
 
     for mechanism in ["PLAIN", "SCRAM-SHA-256"] {
-        let conf = secured_conf(&env, &sasl_broker, &sasl(mechanism, &wrong));
+        let conf = secured_conf(&env, &sasl_broker, &sasl(mechanism, &wrong, false));
         let (ok, out) = run(&conf, &["topic", "create"]);
         assert!(!ok, "{mechanism}: a wrong password must not connect: {out}");
         assert!(out.contains(&sasl_broker) && out.to_lowercase().contains("auth"), "{mechanism}: {out}");
@@ -95,7 +101,7 @@ async fn a_wrong_password_or_certificate_is_refused_with_a_clear_error() {
         .unwrap();
     assert!(status.success());
     let tls = format!("[kafka.tls]\nca_file = \"{}\"\n", other_ca.display());
-    let conf = secured_conf(&env, &tls_broker, &format!("{tls}{}", sasl("SCRAM-SHA-512", &good)));
+    let conf = secured_conf(&env, &tls_broker, &format!("{tls}{}", sasl("SCRAM-SHA-512", &good, true)));
     let (ok, out) = run(&conf, &["topic", "create"]);
     assert!(!ok && out.contains(&tls_broker), "an unknown CA must not connect: {out}");
     assert!(out.contains("certificate") || out.contains("Certificate"), "{out}");
@@ -106,5 +112,12 @@ async fn a_wrong_password_or_certificate_is_refused_with_a_clear_error() {
     let conf = secured_conf(&env, &tls_broker, &tls);
     let (ok, out) = run(&conf, &["topic", "create"]);
     assert!(!ok && out.contains("order-writer.toml:") && out.contains("kafka.tls.ca_file"), "{out}");
+
+    // PLAIN on the SASL_PLAINTEXT listener without the test stack's opt-in (`tls` true only to
+    // leave `allow_plaintext` out): a conf error with its place, before any connection.
+    let conf = secured_conf(&env, &sasl_broker, &sasl("PLAIN", &good, true));
+    let (ok, out) = run(&conf, &["topic", "create"]);
+    assert!(!ok && out.contains("order-writer.toml:") && out.contains("kafka.sasl.mechanism"), "{out}");
+    assert!(out.contains("in the clear"), "{out}");
     assert_eq!(records_in_topic(&env).await, 0, "nothing was produced");
 }

@@ -46,7 +46,9 @@ pub fn conf(place: Place<'_>) -> Conf {
     Conf {
         listen: place.listen,
         redis_url: stack::redis_url(),
+        redis_password: None,
         postgres_url: place.postgres_url.to_string(),
+        postgres_password: None,
         campaigns_dir: place.campaigns_dir.to_path_buf(),
         lua_dir: root.join("lua"),
         migrations_dir: root.join("sql"),

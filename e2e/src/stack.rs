@@ -50,7 +50,7 @@ pub const STACK_HINT: &str = "is the stack up? (bash e2e/stack.sh up)";
 pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs `fut` for at most [`CONNECT_TIMEOUT`]; a failure or a timeout becomes an error that
-/// names `what` and `addr` and ends with [`STACK_HINT`].
+/// names `what` and `addr` (any password in it shown as `***`) and ends with [`STACK_HINT`].
 async fn reach<T, E>(
     what: &str,
     addr: &str,
@@ -59,6 +59,7 @@ async fn reach<T, E>(
 where
     E: std::fmt::Display,
 {
+    let addr = protocol::secret::redact_url(addr);
     match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(anyhow::anyhow!("{what} is not reachable at {addr} ({e}): {STACK_HINT}")),
@@ -72,7 +73,8 @@ where
 /// reconnection loop, so a test against a stopped server fails fast with a clear message.
 pub async fn redis_client(url: &str) -> anyhow::Result<fred::prelude::Client> {
     use fred::prelude::{Builder, ClientLike, Config};
-    let config = Config::from_url(url).with_context(|| format!("bad Redis URL {url}"))?;
+    let shown = protocol::secret::redact_url(url);
+    let config = Config::from_url(url).with_context(|| format!("bad Redis URL {shown}"))?;
     let client = Builder::from_config(config)
         .with_connection_config(|c| {
             c.connection_timeout = CONNECT_TIMEOUT;
@@ -108,7 +110,11 @@ pub async fn check_postgres(url: &str) -> anyhow::Result<()> {
     use sqlx::Connection;
     let mut conn = pg_connect(url).await?;
     let one: i32 = sqlx::query_scalar("SELECT 1").fetch_one(&mut conn).await?;
-    anyhow::ensure!(one == 1, "PostgreSQL at {url} answered {one} to SELECT 1");
+    anyhow::ensure!(
+        one == 1,
+        "PostgreSQL at {} answered {one} to SELECT 1",
+        protocol::secret::redact_url(url)
+    );
     conn.close().await?;
     Ok(())
 }

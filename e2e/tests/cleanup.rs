@@ -130,3 +130,21 @@ async fn a_failing_test_cleans_up_too() {
     assert_eq!(cleanup::topics_like(&stack::kafka_broker(), &topic).await.unwrap(), Vec::<String>::new());
     assert_eq!(cleanup::campaign_key_count(&stack::redis_url(), &campaign).await.unwrap(), 0);
 }
+
+/// `sale-cleanup --prefix ""` would match every sale of the stack: it is refused with a clear
+/// error and a non-zero exit before anything is connected to (the servers given are closed
+/// ports, so a run that went on would fail with a connection error instead).
+#[test]
+fn sale_cleanup_refuses_an_empty_prefix() {
+    for prefix in ["", " ", "sale%"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_sale-cleanup"))
+            .args(["--prefix", prefix, "--pg-admin-url", "postgres://postgres@127.0.0.1:1/postgres"])
+            .args(["--broker", "127.0.0.1:1", "--redis", "redis://127.0.0.1:1"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{prefix:?}: {err}");
+        assert!(err.contains("--prefix") && err.contains("a-z0-9_"), "{prefix:?}: {err}");
+        assert!(out.stdout.is_empty(), "{prefix:?}: nothing deleted, nothing printed");
+    }
+}

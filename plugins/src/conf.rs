@@ -8,7 +8,8 @@
 //! - `[sale]`: `campaigns_dir` (one `<id>.toml` per campaign), `sold_out_ttl_ms` (how long a
 //!   local sold-out flag lives without a replenish message), `signing_key` (the
 //!   gateway↔order-writer HMAC key, a secret reference);
-//! - `[redis]`: `url`, `timeout_ms` (bound on one reservation), `pool_size`;
+//! - `[redis]`: `url` (without a password), `password` (a secret reference, when Redis asks
+//!   for one), `timeout_ms` (bound on one reservation), `pool_size`;
 //! - `[kafka]` ([`kafka`]): where reserved records are produced;
 //! - `[defense]` ([`defense`]): the keys of the edge defenses.
 
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use protocol::campaign::Campaign;
 use protocol::conf::{Checker, ConfError};
+use protocol::secret::Password;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -76,6 +78,8 @@ pub const DEFAULT_SHED_AT_LAG_MS: i64 = 0;
 #[serde(deny_unknown_fields)]
 struct RawRedis {
     url: S<String>,
+    #[serde(default)]
+    password: Option<S<String>>,
     #[serde(default = "d_redis_timeout")]
     timeout_ms: S<i64>,
     #[serde(default = "d_pool_size")]
@@ -105,6 +109,8 @@ pub struct RedisConf {
     /// `redis://host:port[/db]`, or a Redis Cluster's
     /// `redis-cluster://host:port?node=host:port&node=host:port` (`protocol::cluster::URL_FORMS`).
     pub url: String,
+    /// Redis' password (`[redis] password`, by reference; never in the URL).
+    pub password: Option<Password>,
     /// Bound on one reservation round trip; past it the answer is `SERVICE_DEGRADED`. At most
     /// the timing rule with the order writer's sweeper (`protocol::timing`).
     pub timeout: Duration,
@@ -113,6 +119,17 @@ pub struct RedisConf {
     /// How the reservations of one bucket are collected into one call (`batch_max`,
     /// `batch_wait_us`; [`crate::batch`]).
     pub batch: BatchConf,
+}
+
+impl RedisConf {
+    /// fred's configuration of this Redis: the URL's, with the password.
+    pub fn config(&self) -> Result<fred::types::config::Config, fred::prelude::Error> {
+        let mut config = fred::types::config::Config::from_url(&self.url)?;
+        if let Some(p) = &self.password {
+            config.password = Some(p.expose().to_string());
+        }
+        Ok(config)
+    }
 }
 
 /// The sale's settings, checked.
@@ -179,17 +196,13 @@ impl SaleConf {
         }
 
         let r = &raw.redis;
-        if !protocol::cluster::accepted_url(r.url.get_ref()) {
-            return Err(c.err(
-                r.url.span(),
-                "redis.url",
-                format!("must be {}", protocol::cluster::URL_FORMS),
-            ));
-        }
+        protocol::cluster::check_url(r.url.get_ref()).map_err(|m| c.err(r.url.span(), "redis.url", m))?;
+        c.url_without_password(&r.url, "redis.url", "password")?;
         fred::types::config::Config::from_url(r.url.get_ref())
             .map_err(|e| c.err(r.url.span(), "redis.url", format!("not a Redis URL: {e}")))?;
         let redis = RedisConf {
             url: r.url.get_ref().clone(),
+            password: r.password.as_ref().map(|p| c.password(p, "redis.password")).transpose()?,
             // The upper bound is the timing rule with the order writer's sweeper (protocol::timing).
             timeout: c.ms(&r.timeout_ms, "redis.timeout_ms", 5, protocol::timing::RESERVE_TIMEOUT_MAX_MS)?,
             pool_size: c.int(&r.pool_size, "redis.pool_size", 1, 64)?,
@@ -353,6 +366,41 @@ login_audience = "seckill"
             "sale.signing_key",
             "SALE_CONF_SURELY_UNSET",
         );
+    }
+
+    #[test]
+    fn a_redis_url_with_a_password_is_refused() {
+        for url in [
+            "redis://:hunter2@127.0.0.1:6390",
+            "redis://seckill:hunter2@127.0.0.1:6390/0",
+            "redis-cluster://:hunter2@127.0.0.1:7390?node=127.0.0.1:7391",
+        ] {
+            let text = GOOD.replace("redis://127.0.0.1:6390", url);
+            expect_err(&text, 6, "redis.url", "password = \"env:NAME\" or \"file:PATH\"");
+            assert!(!parse(&text).unwrap_err().to_string().contains("hunter2"), "{url}: not echoed");
+        }
+    }
+
+    #[test]
+    fn a_redis_password_is_given_by_reference() {
+        let with =
+            |password: &str| GOOD.replace("timeout_ms = 100", &format!("timeout_ms = 100\n{password}"));
+        let c = parse(&with("password = \"env:SALE_CONF_TEST_KEY\"")).unwrap();
+        let password = c.redis.password.as_ref().expect("the password, resolved");
+        assert_eq!(password.expose(), "0123456789abcdef0123");
+        assert_eq!(c.redis.config().unwrap().password.as_deref(), Some("0123456789abcdef0123"));
+        assert!(!format!("{c:?}").contains("0123456789abcdef"), "the password is not printed");
+        let user = parse(&GOOD.replace("redis://", "redis://seckill@")).unwrap();
+        assert_eq!((user.redis.config().unwrap().password, user.redis.password), (None, None));
+        expect_err(&with("password = \"hunter2\""), 8, "redis.password", "env:NAME or file:PATH");
+        expect_err(&with("password = \"env:SALE_CONF_SURELY_UNSET\""), 8, "redis.password", "unset");
+    }
+
+    #[test]
+    fn rediss_is_refused_as_the_client_has_no_tls() {
+        for url in ["rediss://127.0.0.1:6390", "rediss-cluster://127.0.0.1:7390?node=127.0.0.1:7391"] {
+            expect_err(&GOOD.replace("redis://127.0.0.1:6390", url), 6, "redis.url", "no TLS");
+        }
     }
 
     #[test]

@@ -138,7 +138,7 @@ impl FlashSale {
             Err(e) => Err(format!("the connecting task ended: {e}")),
         }
         .map_err(|error| StartError::Redis { file: shown.clone(), error })?;
-        tokio::spawn(crate::replenish::run(conf.redis.url.clone(), Arc::clone(&registrar)));
+        tokio::spawn(crate::replenish::run(conf.redis.clone(), Arc::clone(&registrar)));
         match queue::check_topic(&conf.kafka).await {
             Ok(TopicAtStart::Matches) => {}
             Ok(TopicAtStart::Unknown(why)) => tracing::warn!(

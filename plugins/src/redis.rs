@@ -17,7 +17,8 @@ use crate::reserve;
 /// `redis-cluster://` URL makes it a cluster client: every command goes to the master of its
 /// first key's slot, and a script is loaded on every master.
 pub async fn connect(conf: &RedisConf, scripts: &Scripts) -> Result<Pool, Error> {
-    let config = Config::from_url(&conf.url)?;
+    let config = conf.config()?;
+    let url = protocol::secret::redact_url(&conf.url);
     let clustered = config.server.is_clustered();
     let pool = Builder::from_config(config)
         .with_connection_config(|c| {
@@ -36,12 +37,12 @@ pub async fn connect(conf: &RedisConf, scripts: &Scripts) -> Result<Pool, Error>
     match tokio::time::timeout(Duration::from_secs(2), pool.wait_for_connect()).await {
         Ok(Ok(())) => {
             match tokio::time::timeout(Duration::from_secs(2), scripts.preload(pool.next())).await {
-                Ok(Ok(())) => tracing::info!(url = %conf.url, "redis connected, scripts loaded"),
+                Ok(Ok(())) => tracing::info!(%url, "redis connected, scripts loaded"),
                 _ => tracing::warn!("could not preload the scripts; they load on first use"),
             }
         }
         _ => {
-            tracing::warn!(url = %conf.url, "redis is not reachable yet: orders answer SERVICE_DEGRADED until it is")
+            tracing::warn!(%url, "redis is not reachable yet: orders answer SERVICE_DEGRADED until it is")
         }
     }
     Ok(pool)

@@ -7,20 +7,22 @@ use std::time::Duration;
 use fred::prelude::*;
 use protocol::keys::REPLENISH_CHANNEL;
 
+use crate::conf::RedisConf;
 use crate::registry::Registrar;
 
-/// Subscribes and clears flags, forever; reconnects (and resubscribes) after errors.
-pub async fn run(redis_url: String, registrar: Arc<Registrar>) {
+/// Subscribes to the Redis of `redis` and clears flags, forever; reconnects (and resubscribes)
+/// after errors.
+pub async fn run(redis: RedisConf, registrar: Arc<Registrar>) {
     loop {
-        if let Err(e) = subscribe_once(&redis_url, &registrar).await {
+        if let Err(e) = subscribe_once(&redis, &registrar).await {
             tracing::warn!(error = %e, "replenish subscription failed; retrying in 1s");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 
-async fn subscribe_once(redis_url: &str, registrar: &Registrar) -> Result<(), Error> {
-    let config = Config::from_url(redis_url)?;
+async fn subscribe_once(redis: &RedisConf, registrar: &Registrar) -> Result<(), Error> {
+    let config = redis.config()?;
     let subscriber = Builder::from_config(config)
         .with_connection_config(|c| c.connection_timeout = Duration::from_secs(2))
         .set_policy(ReconnectPolicy::new_constant(0, 500))

@@ -24,12 +24,27 @@ use fred::types::{FromValue, MultipleKeys, MultipleValues};
 
 /// The Redis URL forms both binaries accept (for conf error messages and docs).
 pub const URL_FORMS: &str = "redis://host:port (one Redis) or \
-     redis-cluster://host:port?node=host:port&node=host:port (a Redis Cluster; rediss:// and \
-     rediss-cluster:// for TLS)";
+     redis-cluster://host:port?node=host:port&node=host:port (a Redis Cluster)";
 
 /// Whether `url` has one of the schemes of [`URL_FORMS`] (the rest is fred's to parse).
 pub fn accepted_url(url: &str) -> bool {
-    ["redis://", "rediss://", "redis-cluster://", "rediss-cluster://"].iter().any(|s| url.starts_with(s))
+    ["redis://", "redis-cluster://"].iter().any(|s| url.starts_with(s))
+}
+
+/// `url` as a conf field's Redis URL, or why not: a scheme of [`URL_FORMS`]; `rediss://` and
+/// `rediss-cluster://` are refused with their reason (fred is built without TLS here: such a
+/// client would connect in plaintext or fail).
+pub fn check_url(url: &str) -> Result<(), String> {
+    if url.starts_with("rediss://") || url.starts_with("rediss-cluster://") {
+        return Err("rediss:// is refused: this build's Redis client has no TLS (it would connect in \
+                    plaintext or fail); reach Redis over a private network or a TLS tunnel on \
+                    loopback, as redis://"
+            .into());
+    }
+    if !accepted_url(url) {
+        return Err(format!("must be {URL_FORMS}"));
+    }
+    Ok(())
 }
 
 /// fred's `max_redirections` for a cluster client: none followed (see the module's doc); the
@@ -185,6 +200,10 @@ mod tests {
         }
         for bad in ["127.0.0.1:6390", "redis-sentinel://127.0.0.1:26379", "http://x", "redis+unix:///s"] {
             assert!(!accepted_url(bad), "{bad}");
+            assert!(check_url(bad).unwrap_err().contains("redis-cluster://"), "{bad}");
+        }
+        for tls in ["rediss://127.0.0.1:6390", "rediss-cluster://127.0.0.1:7390"] {
+            assert!(check_url(tls).unwrap_err().contains("no TLS"), "{tls}");
         }
     }
 }

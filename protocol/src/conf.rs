@@ -5,7 +5,8 @@
 //! parsed through [`parse`] into raw values kept with their place ([`toml::Spanned`]), then
 //! turned into checked, typed values by a [`Checker`] of that file: bounded durations
 //! ([`Checker::ms`], [`Checker::millis`], [`Checker::secs`]), bounded numbers ([`Checker::int`],
-//! [`Checker::bounded`]), addresses ([`Checker::addr`]) and secrets ([`Checker::secret`]).
+//! [`Checker::bounded`]), addresses ([`Checker::addr`]), secrets ([`Checker::secret`], [`Checker::password`]) and
+//! servers' URLs without a password in them ([`Checker::url_without_password`]).
 //! A platform engineer always reads
 //! `conf/campaigns/phone.toml:7:9: field `stock`: must be between 0 and 1000000000, found -5`.
 
@@ -16,6 +17,8 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use toml::Spanned;
+
+use crate::secret::Password;
 
 /// A configuration error with its place.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -273,6 +276,35 @@ impl<'a> Checker<'a> {
     /// resolved now ([`crate::secret`]), so a missing key stops the process at start.
     pub fn secret(&self, v: &Spanned<String>, field: &str) -> Result<Vec<u8>, ConfError> {
         crate::secret::resolve(v.get_ref(), self.base()).map_err(|e| self.err(v.span(), field, e.to_string()))
+    }
+
+    /// A password another system chose (Redis', PostgreSQL's), referenced as `env:NAME` or
+    /// `file:PATH`: any length, UTF-8, resolved now.
+    pub fn password(&self, v: &Spanned<String>, field: &str) -> Result<Password, ConfError> {
+        Password::read(v.get_ref(), self.base()).map_err(|e| self.err(v.span(), field, e.to_string()))
+    }
+
+    /// A server's URL that holds no password: one written in it would be a secret inline (and in
+    /// every message that shows the URL), so it is refused, the error naming `password_key`,
+    /// the field that takes it by reference. The URL in the error is redacted.
+    pub fn url_without_password(
+        &self,
+        v: &Spanned<String>,
+        field: &str,
+        password_key: &str,
+    ) -> Result<(), ConfError> {
+        if !crate::secret::url_has_password(v.get_ref()) {
+            return Ok(());
+        }
+        Err(self.err(
+            v.span(),
+            field,
+            format!(
+                "{} holds a password: give it by reference in its own field, {password_key} = \
+                 \"env:NAME\" or \"file:PATH\" (secrets are never written inline)",
+                crate::secret::redact_url(v.get_ref())
+            ),
+        ))
     }
 }
 

@@ -5,7 +5,8 @@
 //! The gateway produces reserved records and the order writer consumes them (and produces the
 //! sweeper's), so both read the same fields the same way: brokers as `host:port` (a name is
 //! resolved when connecting, as a company's Kafka is named), TLS with the system's roots or a CA
-//! file, SASL PLAIN or SCRAM-SHA-256/512 with the password only by `env:`/`file:` reference.
+//! file, SASL PLAIN or SCRAM-SHA-256/512 with the password only by `env:`/`file:` reference
+//! (PLAIN over TLS only, unless a test stack opts in with `[kafka.sasl] allow_plaintext = true`).
 //! rskafka always produces with `acks = -1` (all in-sync replicas), so a record the broker
 //! acknowledged is on `min.insync.replicas` brokers.
 
@@ -40,6 +41,10 @@ pub struct RawSasl {
     username: Spanned<String>,
     /// `env:NAME` or `file:PATH`, never the password itself.
     password: Spanned<String>,
+    /// `true` lets PLAIN go without `[kafka.tls]` (its password in the clear): a test stack's
+    /// SASL_PLAINTEXT listener only ([`check_plaintext`]).
+    #[serde(default)]
+    allow_plaintext: Option<Spanned<bool>>,
 }
 
 /// The connection fields of a `[kafka]` table, as written.
@@ -195,7 +200,40 @@ pub fn check_connection(
     }
     let tls = raw.tls.map(|t| tls_config(t.get_ref(), err, base_dir)).transpose()?;
     let sasl = raw.sasl.map(|s| sasl(s.get_ref(), err, base_dir)).transpose()?;
+    if let (Some(raw_sasl), Some(checked)) = (raw.sasl, &sasl) {
+        check_plaintext(raw_sasl.get_ref(), checked.mechanism, tls.is_some(), err)?;
+    }
     Ok(KafkaConnection { brokers, tls, sasl })
+}
+
+/// PLAIN sends the password as it is: over TLS only, unless a test stack opts in with
+/// `allow_plaintext = true`. The opt-in is refused where it does not apply (SCRAM, or with
+/// `[kafka.tls]`), so one left behind cannot let PLAIN go in the clear once TLS is removed.
+fn check_plaintext(
+    s: &RawSasl,
+    mechanism: SaslMechanism,
+    tls: bool,
+    err: ErrAt<'_>,
+) -> Result<(), ConfError> {
+    let in_clear = mechanism == SaslMechanism::Plain && !tls;
+    match &s.allow_plaintext {
+        Some(a) if !in_clear => Err(err(
+            a.span(),
+            "kafka.sasl.allow_plaintext",
+            "applies only to PLAIN without [kafka.tls] (a test stack's SASL_PLAINTEXT listener): remove it"
+                .into(),
+        )),
+        Some(a) if *a.get_ref() => Ok(()),
+        _ if in_clear => Err(err(
+            s.mechanism.span(),
+            "kafka.sasl.mechanism",
+            "PLAIN without [kafka.tls] sends the password in the clear: add [kafka.tls] or use \
+             SCRAM-SHA-256/512 (a test stack's SASL_PLAINTEXT listener opts in with \
+             allow_plaintext = true)"
+                .into(),
+        )),
+        _ => Ok(()),
+    }
 }
 
 fn tls_config(t: &RawTls, err: ErrAt<'_>, base_dir: &Path) -> Result<Arc<rustls::ClientConfig>, ConfError> {
@@ -405,6 +443,28 @@ mod tests {
         assert!(e.message.contains("env:NAME or file:PATH"), "{e}");
         let e = check("brokers = [\"k:1\"]\n[sasl]\nmechanism = \"PLAIN\"\nusername = \"u\"\n").unwrap_err();
         assert!(e.message.contains("password"), "{e}");
+    }
+
+    #[test]
+    fn plain_without_tls_is_refused_unless_a_test_stack_opts_in() {
+        std::env::set_var("SECKILL_TEST_KAFKA_PW", "pw");
+        let sasl = |mechanism: &str, extra: &str| {
+            format!(
+                "brokers = [\"k:1\"]\n[sasl]\nmechanism = \"{mechanism}\"\nusername = \"u\"\n\
+                 password = \"env:SECKILL_TEST_KAFKA_PW\"\n{extra}"
+            )
+        };
+        let e = check(&sasl("PLAIN", "")).unwrap_err();
+        assert_eq!((e.line, e.field.as_deref()), (3, Some("kafka.sasl.mechanism")), "{e}");
+        assert!(e.message.contains("[kafka.tls]") && e.message.contains("allow_plaintext = true"), "{e}");
+        let test_stack = check(&sasl("PLAIN", "allow_plaintext = true\n")).unwrap();
+        assert_eq!(test_stack.sasl().map(|s| s.mechanism), Some(SaslMechanism::Plain));
+        assert!(check(&sasl("SCRAM-SHA-256", "")).is_ok(), "SCRAM sends no password");
+        // The opt-in only where it applies: a stale one cannot wait for [kafka.tls] to go.
+        let e = check(&sasl("SCRAM-SHA-512", "allow_plaintext = true\n")).unwrap_err();
+        assert_eq!((e.line, e.field.as_deref()), (6, Some("kafka.sasl.allow_plaintext")), "{e}");
+        let e = check(&sasl("PLAIN", "allow_plaintext = false\n")).unwrap_err();
+        assert_eq!((e.line, e.field.as_deref()), (3, Some("kafka.sasl.mechanism")), "{e}");
     }
 
     #[test]

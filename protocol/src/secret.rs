@@ -2,8 +2,11 @@
 //!
 //! A secret is written as `env:NAME` (read from the environment variable `NAME`) or
 //! `file:PATH` (read from a file; a relative path is taken from the directory of the
-//! configuration file that names it; one trailing newline is dropped).
+//! configuration file that names it; one trailing newline is dropped). A server's URL holds no
+//! password ([`url_has_password`]): Redis' and PostgreSQL's come by reference too, as a
+//! [`Password`], and a URL in a message or a log is [`redact_url`]'s.
 
+use std::ops::Range;
 use std::path::Path;
 
 /// Why a secret reference could not be resolved.
@@ -26,6 +29,75 @@ pub enum SecretError {
     /// The secret is shorter than 16 bytes.
     #[error("secret from {0} is shorter than 16 bytes")]
     TooShort(String),
+    /// A password that is not UTF-8 (a client sends it as text).
+    #[error("secret from {0} is not UTF-8")]
+    NotUtf8(String),
+}
+
+/// A password another system chose (Redis', PostgreSQL's), read from its reference; `Debug`
+/// never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    /// Reads `reference` (`env:NAME` or `file:PATH`, relative to `base_dir`): any length, UTF-8.
+    pub fn read(reference: &str, base_dir: &Path) -> Result<Self, SecretError> {
+        let bytes = read(reference, base_dir)?;
+        String::from_utf8(bytes).map(Self).map_err(|_| SecretError::NotUtf8(reference.to_string()))
+    }
+
+    /// The password, for the client that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
+}
+
+/// Where `url` writes a password: its user info's after the first `:`
+/// (`scheme://user:PASSWORD@host`) and the value of a `password=` query parameter (PostgreSQL
+/// reads one), as byte ranges.
+fn password_spans(url: &str) -> Vec<Range<usize>> {
+    let mut spans = Vec::new();
+    let Some(scheme_end) = url.find("://") else { return spans };
+    let start = scheme_end + 3;
+    let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    if let Some(at) = url[start..authority_end].rfind('@') {
+        if let Some(colon) = url[start..start + at].find(':') {
+            spans.push(start + colon + 1..start + at);
+        }
+    }
+    if let Some(q) = url[authority_end..].find('?').map(|i| authority_end + i + 1) {
+        let query_end = url[q..].find('#').map_or(url.len(), |i| q + i);
+        let mut at = q;
+        for param in url[q..query_end].split('&') {
+            if let Some((key, _)) = param.split_once('=') {
+                if key.eq_ignore_ascii_case("password") {
+                    spans.push(at + key.len() + 1..at + param.len());
+                }
+            }
+            at += param.len() + 1;
+        }
+    }
+    spans
+}
+
+/// Whether `url` holds a password (in its user info or a `password=` parameter).
+pub fn url_has_password(url: &str) -> bool {
+    !password_spans(url).is_empty()
+}
+
+/// `url` with each password it holds shown as `***`, for messages and logs.
+pub fn redact_url(url: &str) -> String {
+    let mut out = url.to_string();
+    for span in password_spans(url).into_iter().rev() {
+        out.replace_range(span, "***");
+    }
+    out
 }
 
 /// Resolves a reference to a key: the secret bytes, at least 16 of them. `base_dir` anchors
@@ -80,6 +152,42 @@ mod tests {
         assert!(matches!(resolve("file:short", &dir), Err(SecretError::TooShort(_))));
         assert!(matches!(resolve("file:absent", &dir), Err(SecretError::File { .. })));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn redact_hides_every_password_of_a_url() {
+        for (url, shown) in [
+            ("postgres://u:p%40ss@h/db?application_name=a@b", "postgres://u:***@h/db?application_name=a@b"),
+            (
+                "postgres://u@h/db?password=pw&sslmode=disable",
+                "postgres://u@h/db?password=***&sslmode=disable",
+            ),
+            ("postgres://u:pw@h/db?PASSWORD=pw2#x", "postgres://u:***@h/db?PASSWORD=***#x"),
+            ("postgres://u:pw@h/db", "postgres://u:***@h/db"),
+            ("redis://:pw@127.0.0.1:6390", "redis://:***@127.0.0.1:6390"),
+            ("redis-cluster://:pw@h:1?node=h:2&node=h:3", "redis-cluster://:***@h:1?node=h:2&node=h:3"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(url_has_password(url), "{url}");
+        }
+        for plain in [
+            "postgres://u@h/db",
+            "redis://127.0.0.1:6390/0",
+            "redis://u@h:1",
+            "h:1",
+            "postgres://h/db?x=a:b@c",
+        ] {
+            assert_eq!(redact_url(plain), plain);
+            assert!(!url_has_password(plain), "{plain}");
+        }
+    }
+
+    #[test]
+    fn a_password_is_read_by_reference_and_never_printed() {
+        std::env::set_var("SECKILL_TEST_PASSWORD_PW", "pw");
+        let p = Password::read("env:SECKILL_TEST_PASSWORD_PW", Path::new(".")).unwrap();
+        assert_eq!((p.expose(), format!("{p:?}")), ("pw", "Password(<redacted>)".to_string()));
+        assert!(matches!(Password::read("pw", Path::new(".")), Err(SecretError::BadReference(_))));
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! tests have no shop, so this small server plays it: `GET /login` shows a form;
 //! `GET /login?user=NAME&next=/seckill/ID/` signs a login JWT for NAME (HS256, with the demo's
 //! own key from `SECKILL_LOGIN_KEY`, the key the demo's gateway verifies with; claim
-//! `level` 1), sets the cookie and sends the browser back to `next`. The demo's gateway reaches
+//! `level` 1), sets the cookie and sends the browser back to `next`
+//! (a path of this host only, else `/`). The demo's gateway reaches
 //! it through a shop route (`[[route]] path_prefix = "/login"`) only in the demo's own server
 //! file; the gateway itself has no login code. It also plays the rest of the shop: `GET /shop`
 //! (and below) answers a small page, the demo's shop route that a client reads every 10 ms
@@ -76,12 +77,57 @@ fn valid_user(user: &str) -> bool {
     (1..=64).contains(&user.len()) && user.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
 }
 
-/// Where to go after signing in: a path of this host only (no `//host`, no scheme).
+/// Where to go after signing in: a path of this host only, else `/`.
 fn safe_next(next: Option<&str>) -> &str {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') => n,
+        Some(n) if same_origin_path(n) => n,
         _ => "/",
     }
+}
+
+/// Whether `n` (the query's `next`, already decoded once) is a path of this host: visible ASCII
+/// (it becomes the `Location` header as it is), one leading `/` and no `\`, no control character
+/// and no whitespace, and so again each time it is percent-decoded (a few times, bounded).
+/// Browsers drop tabs and newlines from a URL and read `\` as `/`, so `/\t/evil.example` (the
+/// query `next=/%09/evil.example`) or `/%2F/evil.example` would lead to another host.
+fn same_origin_path(n: &str) -> bool {
+    if !n.bytes().all(|b| b.is_ascii_graphic()) {
+        return false;
+    }
+    let mut path = n.to_string();
+    for _ in 0..4 {
+        let plain = path.starts_with('/')
+            && !path.starts_with("//")
+            && !path.contains('\\')
+            && !path.chars().any(|c| c.is_control() || c.is_whitespace());
+        let decoded = percent_decoded(&path);
+        if !plain || decoded == path {
+            return plain;
+        }
+        path = decoded;
+    }
+    false
+}
+
+/// `s` with each `%XX` replaced by its byte (invalid UTF-8 as U+FFFD).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b.get(i + 1..i + 3).filter(|h| b[i] == b'%' && h.iter().all(u8::is_ascii_hexdigit));
+        match hex.and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok()) {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 async fn login(State(auth): State<Auth>, Query(q): Query<LoginQuery>) -> Response {
@@ -127,5 +173,57 @@ mod tests {
         }
         assert!(valid_user("buyer-1.a_b"));
         assert!(!valid_user("") && !valid_user("a b") && !valid_user(&"x".repeat(65)));
+    }
+
+    #[test]
+    fn next_refuses_every_way_off_this_host() {
+        // As the query arrives decoded (axum's Query): `next=/%09/evil.example` is "/\t/evil.example",
+        // which a browser reads as `//evil.example` (it drops tabs and newlines in a URL).
+        let nasty = [
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r\n/evil.example",
+            "\t//evil.example",
+            "/ /evil.example",
+            "/\u{0}/evil.example",
+            "/\u{7f}/evil.example",
+            "/\u{a0}/evil.example",
+            "/\u{3000}/evil.example",
+            "//evil.example",
+            "///evil.example",
+            "/\\evil.example",
+            "\\/evil.example",
+            "/%2F/evil.example",
+            "/%2f%2fevil.example",
+            "/%5Cevil.example",
+            "/%09/evil.example",
+            "/%0a/evil.example",
+            "/%252F/evil.example",
+            "/%25252525252F/evil.example",
+            "https://evil.example/",
+            "javascript:alert(1)",
+            "evil.example",
+            "",
+            " /seckill/c/",
+            "/seckill/c/\u{2028}",
+        ];
+        for bad in nasty {
+            assert_eq!(safe_next(Some(bad)), "/", "{bad:?}");
+        }
+        let good = ["/", "/seckill/c/", "/seckill/c/?a=1&b=x#top", "/shop/a-b_c.d~e", "/seckill/%E6%BC%94/"];
+        for ok in good {
+            assert_eq!(safe_next(Some(ok)), ok, "{ok:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_login_with_the_reported_next_goes_home() {
+        let auth = Auth::hs256(b"0123456789abcdef0123456789abcdef").unwrap();
+        for (query, to) in [("next=/%09/evil.example", "/"), ("next=/seckill/c/", "/seckill/c/")] {
+            let uri = format!("http://127.0.0.1/login?user=buyer&{query}").parse().unwrap();
+            let r = login(State(auth.clone()), Query::try_from_uri(&uri).unwrap()).await;
+            assert_eq!(r.status(), StatusCode::SEE_OTHER, "{query}");
+            assert_eq!(r.headers()[header::LOCATION], to, "{query}");
+        }
     }
 }

@@ -6,7 +6,8 @@
 //! its topic) is deleted, but `--keep`'s, one begun less than `--min-age-secs` ago
 //! (an id of P and a UTC `YYYYMMDDHHMMSS` stamp, as the demo's), and one whose database something
 //! is still connected to (PostgreSQL refuses to drop it: a run in progress, on this stack from
-//! another checkout). With `--only ID`, that sale alone, its connections ended. Prints one line
+//! another checkout). An empty prefix (or one with a character no id has) is refused, exit 2,
+//! nothing deleted. With `--only ID`, that sale alone, its connections ended. Prints one line
 //! per sale; exits non-zero when one could not be deleted for another reason than its use.
 
 use std::collections::BTreeSet;
@@ -17,8 +18,8 @@ use e2e::cleanup;
 #[derive(Parser)]
 #[command(about = "Deletes earlier sales (database, topic, Redis keys) of the demo or the fault runs")]
 struct Args {
-    /// Delete the sales whose id starts with this.
-    #[arg(long, conflicts_with = "only", required_unless_present = "only")]
+    /// Delete the sales whose id starts with this (1 or more of `a-z0-9_`).
+    #[arg(long, conflicts_with = "only", required_unless_present = "only", value_parser = sale_prefix)]
     prefix: Option<String>,
     /// This sale alone (its database's connections are ended).
     #[arg(long)]
@@ -38,6 +39,19 @@ struct Args {
     /// A Redis (or Redis Cluster) the sales may have keys on; repeat for several.
     #[arg(long)]
     redis: Vec<String>,
+}
+
+/// A `--prefix`: at least one character, all of them ones a sale's id has (`[a-z0-9_]`). An
+/// empty prefix would match every sale on the stack (and `%`, a `LIKE` pattern's wildcard,
+/// matches nothing an id has): refused before anything is connected to.
+fn sale_prefix(p: &str) -> Result<String, String> {
+    if p.is_empty() || !p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_') {
+        return Err(format!(
+            "{p:?}: a prefix is 1 or more of a-z0-9_ (an empty one would delete every idle sale; \
+             --only ID deletes one)"
+        ));
+    }
+    Ok(p.to_string())
 }
 
 /// The database of sale `id`.
