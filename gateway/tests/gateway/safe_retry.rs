@@ -310,6 +310,10 @@ async fn a_may_hold_answer_lets_its_buyer_poll_the_outcome() {
     assert!(answered, "the undo reached Redis and was answered: {:?}", relay.seen.lock().unwrap());
     writer.stop().await;
     let keys = CampaignKeys::new(&sale.campaign);
-    let released: bool = sale.redis.hexists(&keys.released, &id).await.unwrap();
-    assert!(!released, "the undo released a reservation that is an order");
+    // An undo that finds the outbox entry gone (the order made) releases nothing: the ledger
+    // holds the request as finished with 0 units, or nothing; the stock stays sold.
+    let released: Option<i64> = sale.redis.hget(&keys.released, &id).await.unwrap();
+    assert_eq!(released.unwrap_or(0), 0, "the undo released a reservation that is an order");
+    let stock: i64 = sale.redis.get(&keys.stock).await.unwrap();
+    assert_eq!(stock, 4, "the order's unit stays sold");
 }
