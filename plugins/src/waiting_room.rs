@@ -58,7 +58,7 @@ use chrono::{DateTime, Utc};
 use fred::clients::Pool;
 use protocol::campaign::Campaign;
 use protocol::codes::Code;
-use protocol::scripts::{Admit, Drawn, RoomEntry, RoomPlace, Scripts};
+use protocol::scripts::{Admit, Admitted, Drawn, RoomEntry, RoomPlace, Scripts};
 use protocol::waiting_room::{self as conf, pow_bits};
 use ring::hmac;
 use serde_json::{json, Value};
@@ -549,8 +549,10 @@ pub const LATE_ADMISSION_MS: i64 = 1000;
 /// once, above the rate the sale is sized for. A late first admission goes through only while
 /// this second's first admissions are under `admit_per_sec`; the others are told to present
 /// their ticket again in the next second. `lua/admit.lua` keeps the same count across every
-/// gateway and decides; this one, per process, decides when Redis does not answer in time (N
-/// gateways that stall together may then admit up to N times the rate in that second).
+/// gateway, once per place, and decides; this one, per process, decides when Redis does not
+/// answer in time, and counts only the admissions it decided (every one, a place admitted before
+/// too: it keeps no places; N gateways that stall together may then admit up to N times the rate
+/// in that second).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Pace {
     second: i64,
@@ -616,8 +618,9 @@ pub enum Pass {
         ticket: String,
         /// Until the session ends, in seconds.
         session_left_secs: u64,
-        /// The first admission of a wait (the ticket presented was a waiting one, or the request
-        /// was held until its turn), if it is.
+        /// The first admission of a place (the ticket presented was a waiting one, the request
+        /// was held until its turn, or came without a ticket; not a place admitted before), if
+        /// it is.
         first: Option<Admission>,
         /// How long the request was held until its turn (admitted in place), ms, if it was.
         held_ms: Option<i64>,
@@ -664,6 +667,43 @@ impl Told {
             "retry_after": retry_after_secs(self.eta_ms),
             "expires_in": ttl_secs,
         })
+    }
+}
+
+/// The `WAITING` answer of a late first admission at `position` in a second whose admissions are
+/// full (at `now_ms`; `promised_ms` its promise): come back in the next second with the ticket
+/// presented (its wait is still the first; its session counts from its turn), or, asked without
+/// one, with a waiting ticket for the place, dated before its promise, so that presenting it is a
+/// first admission, paced as this one.
+fn full_second(
+    key: &hmac::Key,
+    campaign: &Campaign,
+    who: Asker<'_>,
+    position: u64,
+    now_ms: i64,
+    promised_ms: i64,
+) -> Told {
+    let ticket = match who.ticket {
+        Some(t) => String::from_utf8_lossy(t).into_owned(),
+        None => Ticket {
+            campaign: campaign.id.clone(),
+            user: who.user.to_string(),
+            device: who.device.to_string(),
+            place: RoomPlace::Position(position),
+            issued_at: (promised_ms - 1).div_euclid(1000),
+            expires_at: now_ms.div_euclid(1000) + i64::from(campaign.waiting_room.ticket_ttl_secs),
+            promised_ms: None,
+        }
+        .sign(key),
+    };
+    let start = campaign.starts_at.timestamp_millis();
+    Told {
+        message: "this second's admissions are full: present the ticket again after retry_after seconds",
+        ticket: ticket.into(),
+        position,
+        serving: Schedule::of(&campaign.waiting_room).serving(now_ms - start),
+        ahead: 0,
+        eta_ms: 1000 - now_ms.rem_euclid(1000),
     }
 }
 
@@ -785,34 +825,48 @@ impl WaitingRoom {
         Ok((out.place, closed))
     }
 
-    /// Whether the first admissions of `campaign` this second, on every gateway, leave room for
-    /// one at `now_ms` promised at `promised_ms` (`lua/admit.lua`, which counts it); this
-    /// process's own count ([`Pace`]) decides when Redis does not answer in time.
-    async fn paced(&self, campaign: &Campaign, now_ms: i64, promised_ms: i64) -> bool {
-        let (late_ms, rate) = (now_ms - promised_ms, campaign.waiting_room.admit_per_sec);
-        let here = {
-            let mut paces = self.paces.lock().unwrap_or_else(|e| e.into_inner());
-            let pace = match paces.get_mut(&campaign.id) {
-                Some(pace) => pace,
-                None => paces.entry(campaign.id.clone()).or_default(),
-            };
-            pace.admits(now_ms, late_ms, rate)
-        };
+    /// Whether `user`'s admission at `position`, at `now_ms`, promised at `promised_ms`, goes
+    /// through (`lua/admit.lua`, across every gateway): the place's first admission is counted
+    /// in this second, and a late one waits when the second's are full; the same place admitted
+    /// again is not counted again. When Redis does not answer in time, this process's own count
+    /// ([`Pace`]) decides, counting every admission it lets through.
+    async fn paced(
+        &self,
+        campaign: &Campaign,
+        user: &str,
+        position: u64,
+        now_ms: i64,
+        promised_ms: i64,
+    ) -> Admitted {
+        let room = &campaign.waiting_room;
+        let (late_ms, rate) = (now_ms - promised_ms, room.admit_per_sec);
         let admit = Admit {
             campaign: &campaign.id,
             second: now_ms.div_euclid(1000),
             late: late_ms >= LATE_ADMISSION_MS,
             admit_per_sec: rate,
+            user,
+            position,
+            expire_at_ms: campaign.ends_at.timestamp_millis() + i64::from(room.ticket_ttl_secs) * 1000,
         };
         let call = self.scripts.admit(self.pool.next_connected(), &admit);
         match tokio::time::timeout(self.timeout, call).await {
             // Every gateway's admissions of the second: the bound across N gateways.
-            Ok(Ok(across)) => across,
+            Ok(Ok(across)) => return across,
             Ok(Err(e)) => {
                 tracing::warn!(campaign = %campaign.id, error = %e, "admit.lua failed: this process's pace decides");
-                here
             }
-            Err(_) => here,
+            Err(_) => {}
+        }
+        let mut paces = self.paces.lock().unwrap_or_else(|e| e.into_inner());
+        let pace = match paces.get_mut(&campaign.id) {
+            Some(pace) => pace,
+            None => paces.entry(campaign.id.clone()).or_default(),
+        };
+        if pace.admits(now_ms, late_ms, rate) {
+            Admitted::First
+        } else {
+            Admitted::Wait
         }
     }
 
@@ -906,26 +960,22 @@ impl WaitingRoom {
             // No promise shorter than the round trip to keep it.
             (turn, kept) = padded(turn, now_ms - start);
         }
-        let first = match held {
+        let mut first = match held {
+            // Asked without a ticket: its place may be admitted for the first time (paced as a
+            // waiting ticket's would be), or again (then not counted again).
             Some(_) => Some(Admission { promised_ms }),
+            None if who.ticket.is_none() => Some(Admission { promised_ms }),
             None => first_admission(presented, promised_ms),
         };
-        if matches!(turn, Turn::Admitted { .. })
-            && first.is_some()
-            && !self.paced(campaign, now_ms, promised_ms).await
-        {
-            // A late presentation in a second whose admissions are full: the same ticket again
-            // in the next second (its wait is still the first; its session counts from its turn).
-            let told = Told {
-                message:
-                    "this second's admissions are full: present the ticket again after retry_after seconds",
-                ticket: who.ticket.map(String::from_utf8_lossy).into(),
-                position,
-                serving: schedule.serving(now_ms - start),
-                ahead: 0,
-                eta_ms: 1000 - now_ms.rem_euclid(1000),
-            };
-            return Ok(Pass::Waiting(told.answer(now_ms, room.ticket_ttl_secs)));
+        if matches!(turn, Turn::Admitted { .. }) && first.is_some() {
+            match self.paced(campaign, who.user, position, now_ms, promised_ms).await {
+                Admitted::First => {}
+                Admitted::Again => first = None,
+                Admitted::Wait => {
+                    let told = full_second(key, campaign, who, position, now_ms, promised_ms);
+                    return Ok(Pass::Waiting(told.answer(now_ms, room.ticket_ttl_secs)));
+                }
+            }
         }
         let issued_at = issued_at(turn, now_ms);
         let ticket = Ticket {

@@ -112,6 +112,12 @@ impl CampaignKeys {
         format!("{}:room:users", self.tag())
     }
 
+    /// HASH: user -> the place of theirs the waiting room admitted, `p<n>` (`lua/admit.lua`:
+    /// a place's first admission is counted once).
+    pub fn room_admitted(&self) -> String {
+        format!("{}:room:admitted", self.tag())
+    }
+
     /// STRING (expiring after 3 s): the campaign's arrivals (token requests) in unix second
     /// `second`, across every gateway (`lua/arrivals.lua`).
     pub fn arrivals(&self, second: i64) -> String {

@@ -14,7 +14,7 @@ use crate::keys::{Bucket, REPLENISH_CHANNEL};
 
 mod room;
 mod transfer;
-pub use room::{Admit, Arrivals, Drawn, RoomAnswer, RoomEntry, RoomPlace};
+pub use room::{Admit, Admitted, Arrivals, Drawn, RoomAnswer, RoomEntry, RoomPlace};
 pub use transfer::{home_or_fall_over, FallOver, TakeOutcome};
 
 /// Why the scripts could not be loaded or called.

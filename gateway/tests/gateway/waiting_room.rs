@@ -55,7 +55,7 @@ async fn gateways_on(
 
 async fn cleanup(redis: &Client, campaign: &str) {
     let k = CampaignKeys::new(campaign);
-    let _: i64 = redis.del(vec![k.room(), k.room_users()]).await.unwrap();
+    let _: i64 = redis.del(vec![k.room(), k.room_users(), k.room_admitted()]).await.unwrap();
 }
 
 /// A token request of `user` from `device` on `gw`, with `ticket` if any, body `body`.
@@ -1195,5 +1195,150 @@ async fn late_presentations_paced(n: usize) {
         waiting = still;
     }
     assert!(waiting.is_empty(), "every late buyer is admitted in the end: {waiting:?}");
+    cleanup(&redis, &c).await;
+}
+
+/// Sleeps until 20 ms into the next second (by the clock the gateways share): a few requests
+/// sent then fit in one second of `admit.lua`'s count.
+async fn next_second() {
+    let into = chrono::Utc::now().timestamp_millis().rem_euclid(1000);
+    tokio::time::sleep(Duration::from_millis((1020 - into) as u64)).await;
+}
+
+/// Whether the room let a token request without a captcha through (`CAPTCHA_FAILED`), or told it
+/// `WAITING`.
+fn let_through(reply: &(u16, Value)) -> bool {
+    match code(reply) {
+        (403, "CAPTCHA_FAILED") => true,
+        (200, "WAITING") => false,
+        other => panic!("{other:?}: {}", reply.1),
+    }
+}
+
+/// The late pace counts a place's first admission once, and no request goes around it: at 2 a
+/// second on two gateways, three buyers whose turns passed more than a second ago ask in one
+/// second. The first presents its waiting ticket (admitted, counted), then the same ticket to the
+/// other gateway (admitted again, not counted again), and once more without it (the same); the
+/// second is then admitted with its ticket (counted: the second's two admissions); the third,
+/// asking without its ticket, is told to wait for the next second as its ticket would be, and
+/// given a waiting ticket, whose presentation is paced.
+#[tokio::test]
+async fn a_first_admission_is_counted_once_and_paced_with_or_without_its_ticket_on_two_gateways() {
+    let c = e2e::cleanup::Campaign::new("wp");
+    let start = chrono::Utc::now() - chrono::Duration::minutes(1);
+    let room = "admit_per_sec = 2\nsession_secs = 60";
+    let (gws, redis, http) = gateways(2, &[(&c, campaign(&c, start, room))]).await;
+    let schedule = Schedule { rate: 2, max_active: None, session_ms: 60_000 };
+    // Three rounds of three buyers, in case a round is cut by a second's end on a slow machine.
+    let mut rounds = Vec::new();
+    let mut last_eta_at = 0;
+    for r in 0..3 {
+        let mut round = Vec::new();
+        for who in ["a", "b", "c"] {
+            let user = format!("{who}{r}");
+            let body = enter(&http, &gws[0], &c, &user).await;
+            last_eta_at = last_eta_at.max(body["eta_at_ms"].as_i64().unwrap());
+            round.push((user, body["ticket"].as_str().unwrap().to_string()));
+        }
+        rounds.push(round);
+    }
+    // Every turn passed by more than a second (the last at most 4.5 s away at 2 a second).
+    let wait = last_eta_at + 1_500 - chrono::Utc::now().timestamp_millis();
+    tokio::time::sleep(Duration::from_millis(wait.clamp(0, 7_000) as u64)).await;
+    let mut checked = None;
+    for round in &rounds {
+        next_second().await;
+        let second = chrono::Utc::now().timestamp();
+        let [(a, a_ticket), (b, b_ticket), (c_user, _)] = round.as_slice() else { unreachable!() };
+        let (dev_a, dev_b, dev_c) = (format!("dev-{a}"), format!("dev-{b}"), format!("dev-{c_user}"));
+        let replies = [
+            ask(&http, &gws[0], &c, a, &dev_a, Some(a_ticket), json!({})).await,
+            ask(&http, &gws[1], &c, a, &dev_a, Some(a_ticket), json!({})).await,
+            ask(&http, &gws[0], &c, a, &dev_a, None, json!({})).await,
+            ask(&http, &gws[1], &c, b, &dev_b, Some(b_ticket), json!({})).await,
+            ask(&http, &gws[0], &c, c_user, &dev_c, None, json!({})).await,
+        ];
+        if chrono::Utc::now().timestamp() != second {
+            eprintln!("a round was cut by the second's end; the next one");
+            continue;
+        }
+        let through: Vec<bool> = replies.iter().map(let_through).collect();
+        assert_eq!(
+            through,
+            [true, true, true, true, false],
+            "a, a again on the other gateway, a without its ticket, b, c without its ticket: {:?}",
+            replies.iter().map(|r| &r.1).collect::<Vec<_>>()
+        );
+        checked = Some((c_user.clone(), replies[4].1.clone()));
+        break;
+    }
+    let (c_user, told) = checked.expect("every round was cut by a second's end: the machine is too slow");
+    // The third was told to come back in the next second, with a waiting ticket for its place:
+    // dated before its position's promise, so that presenting it is a first admission, paced.
+    assert_eq!(told["retry_after"].as_u64(), Some(1), "{told}");
+    let RoomPlace::Position(p) = ticket_place(&told, &c, &c_user) else { panic!("{told}") };
+    assert_eq!(position(&told), p, "{told}");
+    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let now = chrono::Utc::now().timestamp();
+    let t = told["ticket"].as_str().unwrap();
+    let issued = Ticket::verify(keys.room_key(), t.as_bytes(), &c, &c_user, &format!("dev-{c_user}"), now)
+        .unwrap()
+        .issued_at;
+    let promised = start.timestamp_millis() + schedule.served_at(p);
+    assert!(issued * 1000 < promised, "a waiting ticket: issued {issued} s, promised {promised} ms");
+    // Presented in a later second, it is admitted (bounded).
+    let began = Instant::now();
+    while !admitted(&http, &gws[1], &c, &c_user, t).await {
+        assert!(began.elapsed() < Duration::from_secs(10), "the waiting ticket is admitted in the end");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cleanup(&redis, &c).await;
+}
+
+/// `admit.lua`'s contract, called directly: a place's first admission is counted in its second;
+/// the same place again is let through and not counted (however late, whatever the count); a late
+/// first admission waits once the second's are full, counted nowhere; an on-time one always goes
+/// and is counted; another place of the same buyer (joined again at the back) is a first admission.
+#[tokio::test]
+async fn admit_lua_counts_a_places_first_admission_once() {
+    use protocol::scripts::{Admit, Admitted};
+    let c = e2e::cleanup::Campaign::new("wa");
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let second = chrono::Utc::now().timestamp() + 1_000;
+    let expire_at_ms = (second + 60) * 1000;
+    let id: &str = &c;
+    let admit = |user: &'static str, position: u64, late: bool| Admit {
+        campaign: id,
+        second,
+        late,
+        admit_per_sec: 2,
+        user,
+        position,
+        expire_at_ms,
+    };
+    let s = scripts();
+    let mut answers = Vec::new();
+    for (user, position, late) in [
+        ("a", 1, true),
+        ("a", 1, true),
+        ("b", 2, true),
+        ("a", 1, true),
+        ("c", 3, true),
+        ("c", 3, false),
+        ("c", 3, true),
+        ("a", 9, true),
+    ] {
+        answers.push(s.admit(&redis, &admit(user, position, late)).await.unwrap());
+    }
+    use Admitted::*;
+    assert_eq!(answers, [First, Again, First, Again, Wait, First, Again, Wait]);
+    let k = CampaignKeys::new(&c);
+    let counted: Option<i64> = redis.get(k.admitted(second)).await.unwrap();
+    assert_eq!(counted, Some(3), "a, b and c's on-time admission");
+    let places: std::collections::HashMap<String, String> = redis.hgetall(k.room_admitted()).await.unwrap();
+    let want = [("a", "p1"), ("b", "p2"), ("c", "p3")].map(|(u, p)| (u.to_string(), p.to_string()));
+    assert_eq!(places, want.into_iter().collect());
+    let ttl: i64 = redis.pttl(k.room_admitted()).await.unwrap();
+    assert!(ttl > 0, "the record of admitted places expires: {ttl}");
     cleanup(&redis, &c).await;
 }

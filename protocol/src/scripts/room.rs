@@ -114,7 +114,8 @@ pub struct Arrivals {
     pub last_second: u64,
 }
 
-/// A first admission for `admit.lua` to count (and, when late, to let through or not).
+/// A first admission for `admit.lua` to count (and, when late, to let through or not), once per
+/// place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admit<'a> {
     /// The campaign.
@@ -126,21 +127,47 @@ pub struct Admit<'a> {
     pub late: bool,
     /// The campaign's rate.
     pub admit_per_sec: u64,
+    /// The buyer.
+    pub user: &'a str,
+    /// The position admitted: the same one admitted again is not counted again.
+    pub position: u64,
+    /// When the record of admitted places may go (unix ms: the campaign's end plus a ticket's
+    /// life).
+    pub expire_at_ms: i64,
+}
+
+/// What `admit.lua` answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// A first admission of this place: let through, counted in the second.
+    First,
+    /// This place was admitted before (its ticket presented again, or asked without it): let
+    /// through, not counted again.
+    Again,
+    /// A late first admission in a second whose admissions are full: not now (not counted).
+    Wait,
 }
 
 impl Scripts {
-    /// `admit.lua`: counts a first admission across every gateway; `false` when a late one
-    /// must wait for the next second (not counted).
-    pub async fn admit(&self, client: &Client, admit: &Admit<'_>) -> Result<bool, ScriptError> {
+    /// `admit.lua`: counts a first admission of a place across every gateway, once; a late one
+    /// waits for the next second when this second's are full.
+    pub async fn admit(&self, client: &Client, admit: &Admit<'_>) -> Result<Admitted, ScriptError> {
         const NAME: &str = "admit.lua";
         let keys = CampaignKeys::new(admit.campaign);
-        let args = vec![u8::from(admit.late).to_string(), admit.admit_per_sec.to_string()];
-        let out: fred::types::Value =
-            self.admit.evalsha_with_retry(client, vec![keys.admitted(admit.second)], args).await?;
+        let args = vec![
+            u8::from(admit.late).to_string(),
+            admit.admit_per_sec.to_string(),
+            admit.user.to_string(),
+            RoomPlace::Position(admit.position).as_stored(),
+            admit.expire_at_ms.to_string(),
+        ];
+        let keys = vec![keys.admitted(admit.second), keys.room_admitted()];
+        let out: fred::types::Value = self.admit.evalsha_with_retry(client, keys, args).await?;
         match int(NAME, &out)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            n => Err(ScriptError::Protocol { script: NAME, detail: format!("{n} is not 0 or 1") }),
+            0 => Ok(Admitted::Wait),
+            1 => Ok(Admitted::First),
+            2 => Ok(Admitted::Again),
+            n => Err(ScriptError::Protocol { script: NAME, detail: format!("{n} is not 0, 1 or 2") }),
         }
     }
 
