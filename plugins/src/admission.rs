@@ -1,15 +1,27 @@
 //! How many orders of one bucket may be at the script step at once: an adaptive concurrency
-//! limit (AIMD on the observed wait), so that an overload is answered `TRY_LATER` at once
-//! instead of by a timeout, and `SERVICE_DEGRADED` keeps meaning that Redis is down or stalled.
+//! limit (AIMD on the Redis step's own time), so that an overload of Redis is answered
+//! `TRY_LATER` at once instead of by a timeout, and `SERVICE_DEGRADED` keeps meaning that Redis
+//! is down or stalled.
 //!
-//! The pure decision only: [`Aimd`] is told each order's time from the step's entry to its answer
-//! and decides the limit; [`crate::batch`] counts the orders in flight and asks it.
+//! The pure decision only: [`Aimd`] is told each order's time at the Redis step and decides the
+//! limit; [`crate::batch`] counts the orders at the step and asks it. The time it is told is the
+//! Redis step's own: from the order's entry to its call's answer as the I/O thread reads it (the
+//! wait in its bucket's lane and the call's round trip), never the time the order's request then
+//! waits for a busy proxy thread to resume it. So a gateway late on its own threads (what `[sale]
+//! shed_at_lag_ms` measures) does not read as Redis overload.
 //!
-//! - An answer within the target (half the reservation timeout) raises the
-//!   limit by 1/limit (one more order per limit's worth of answers: additive increase).
-//! - An answer past the target cuts the limit by [`CUT`], and a call without an answer by half;
-//!   at most one cut per target's span, so that one backlog's slow answers cut once.
-//! - The limit stays within [`MIN_LIMIT`] and [`MAX_LIMIT`]; it starts at [`INITIAL_LIMIT`].
+//! - An answer within the target (half the reservation timeout) raises the limit: by 1 while it
+//!   is below its ceiling (the limit comes back, doubling per round, to where Redis last kept
+//!   up), by 1/limit above it (one more order per limit's worth of answers: additive increase).
+//! - An answer past the target cuts the limit by [`CUT`]; near its ceiling (within a cut of it,
+//!   or above) it cuts the ceiling with it (Redis did not keep up there). A call without an answer halves the limit and
+//!   leaves the ceiling (a stall says nothing of how much Redis serves once it answers). At most
+//!   one cut per target's span, so that one backlog's slow answers cut once.
+//! - The limit stays within [`MIN_LIMIT`] and [`MAX_LIMIT`]; it starts at [`INITIAL_LIMIT`], its
+//!   ceiling too.
+//!
+//! So after a stall the limit is back at its ceiling within about log2(ceiling / floor) rounds
+//! of answers (a round: the limit's worth of orders), not after the ceiling's square of answers.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +43,8 @@ pub fn target(timeout: Duration) -> Duration {
 #[derive(Debug, Clone)]
 pub struct Aimd {
     limit: f64,
+    /// Where Redis last kept up: below it the limit comes back fast.
+    ceiling: f64,
     target: Duration,
     last_cut: Option<Instant>,
 }
@@ -38,7 +52,7 @@ pub struct Aimd {
 impl Aimd {
     /// A limit aiming at answers within `target`.
     pub fn new(target: Duration) -> Self {
-        Self { limit: INITIAL_LIMIT, target, last_cut: None }
+        Self { limit: INITIAL_LIMIT, ceiling: INITIAL_LIMIT, target, last_cut: None }
     }
 
     /// Orders allowed in flight now.
@@ -51,13 +65,18 @@ impl Aimd {
         in_flight < self.limit()
     }
 
-    /// An order was answered `waited` after it entered, at `now`.
+    /// An order's call was answered `waited` after the order entered the step (as the I/O
+    /// thread read the answer), at `now`.
     pub fn answered(&mut self, waited: Duration, now: Instant) {
-        if waited <= self.target {
-            self.limit = (self.limit + 1.0 / self.limit).min(MAX_LIMIT);
-        } else {
-            self.cut(CUT, now);
+        if waited > self.target {
+            let near_ceiling = self.limit >= self.ceiling * CUT;
+            if self.cut(CUT, now) && near_ceiling {
+                self.ceiling = self.limit;
+            }
+            return;
         }
+        let step = if self.limit < self.ceiling { 1.0 } else { 1.0 / self.limit };
+        self.limit = (self.limit + step).min(MAX_LIMIT);
     }
 
     /// An order's call gave no answer by its deadline (or failed), at `now`.
@@ -65,12 +84,14 @@ impl Aimd {
         self.cut(0.5, now);
     }
 
-    fn cut(&mut self, factor: f64, now: Instant) {
+    /// Cuts the limit by `factor` unless it was cut within the target's span; whether it did.
+    fn cut(&mut self, factor: f64, now: Instant) -> bool {
         if self.last_cut.is_some_and(|at| now.duration_since(at) < self.target) {
-            return;
+            return false;
         }
         self.last_cut = Some(now);
         self.limit = (self.limit * factor).max(MIN_LIMIT);
+        true
     }
 }
 
@@ -101,6 +122,44 @@ mod tests {
         assert_eq!(a.limit(), 3317);
         a.unanswered(now + T * 2);
         assert_eq!(a.limit(), 1658);
+    }
+
+    #[test]
+    fn after_a_stall_the_limit_is_back_at_its_ceiling_within_a_round_of_answers() {
+        let (mut a, now) = (Aimd::new(T), Instant::now());
+        for k in 0..20 {
+            a.unanswered(now + T * k);
+        }
+        assert_eq!(a.limit(), MIN_LIMIT as usize, "a stall: down to the floor");
+        // The stall's backlog comes back late once: one more cut, not a lower ceiling.
+        a.answered(Duration::from_millis(400), now + T * 21);
+        let after = now + T * 22;
+        let answers = (0..).take_while(|_| {
+            a.answered(Duration::from_millis(2), after);
+            a.limit() < INITIAL_LIMIT as usize
+        });
+        let n = answers.count() + 1;
+        assert!(n <= INITIAL_LIMIT as usize, "back to 4096 within {n} answers, one per order in flight");
+        // Above its ceiling the limit grows by one per limit's worth of answers again.
+        for _ in 0..4100 {
+            a.answered(Duration::from_millis(2), after);
+        }
+        assert_eq!(a.limit(), INITIAL_LIMIT as usize + 1);
+    }
+
+    #[test]
+    fn redis_behind_at_the_ceiling_lowers_it() {
+        let (mut a, now) = (Aimd::new(T), Instant::now());
+        for k in 0..10 {
+            a.answered(Duration::from_millis(40), now + T * k);
+        }
+        let cut = a.limit();
+        assert_eq!(cut, 1428, "ten cuts of 0.9 from 4096");
+        // On time again: only additive increase from there (Redis did not keep up above it).
+        for _ in 0..1428 {
+            a.answered(Duration::from_millis(2), now + T * 11);
+        }
+        assert_eq!(a.limit(), cut + 1);
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! one script at a time, and most of a single reservation's cost is the call, not the order
 //! (`reserve-ceiling`: about 3.7× the reservations per second at 32 orders per call).
 //!
-//! - A lone order on an idle bucket (no call in flight, nobody waiting) is sent at once, alone:
-//!   never delayed by the wait.
+//! - A lone order on an idle bucket (no call in flight, nobody waiting) is sent at once, alone
+//!   (by the sending runtime, as every batch): never delayed by the wait.
 //! - Otherwise the order waits in its bucket's lane. The lane is sent when it holds
 //!   [`BatchConf::max`] orders, when a call of the bucket comes back, or [`BatchConf::wait`] after
 //!   its first order, whichever comes first, with at most [`CALLS_PER_BUCKET`] calls in flight
@@ -20,6 +20,12 @@
 //!   anything else can happen to it, so that its undo, sent on that client, runs in Redis after
 //!   the batch, exactly as the undo of a call of its own does ([`crate::reserve`]).
 //! - `max = 1` is the path of one call per order, with nothing collected.
+//! - The orders at the step (waiting in the lane or in a call) are bounded by the bucket's
+//!   adaptive limit ([`crate::admission`]). An order leaves the step when its call's answer is
+//!   read on the sending runtime, or when it leaves the lane unsent; the time it spent there is
+//!   what the limit is told, so a proxy thread that resumes the order's request late neither
+//!   keeps it counted nor makes Redis look slow. (`max = 1`, a measurement path, still counts
+//!   and times an order until its request has the answer.)
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -176,7 +182,8 @@ struct Lane {
 }
 
 struct LaneState {
-    /// Orders at the script step (waiting, or in a call), bounded by `admission`.
+    /// Orders at the script step (waiting in the lane, or in a call whose answer was not read
+    /// yet), bounded by `admission`.
     orders: usize,
     admission: Aimd,
     in_flight: usize,
@@ -187,7 +194,8 @@ struct LaneState {
     answered_at: Option<std::time::Instant>,
 }
 
-/// An order counted in its lane's `orders` until dropped (also when its request is).
+/// An order of the one-call-per-order path (`max = 1`) counted in its lane's `orders` until
+/// dropped (also when its request is).
 struct Entered<'a>(&'a Lane);
 
 impl Drop for Entered<'_> {
@@ -196,27 +204,9 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// A lone order's call in flight: when it ends, the lane's waiting orders go out.
-struct Flight<'a>(&'a Batcher, &'a Arc<Lane>);
-
-impl Drop for Flight<'_> {
-    fn drop(&mut self) {
-        let more = {
-            let mut st = lock(&self.1.state);
-            st.in_flight -= 1;
-            !st.queue.is_empty()
-        };
-        if more {
-            self.0.inner.dispatch.spawn(self.0.clone().send(self.1.clone()));
-        }
-    }
-}
-
 /// What an order's arrival starts.
 enum Trigger {
-    /// The bucket is idle: the order is sent alone, at once.
-    Alone,
-    /// The lane is full: send it now.
+    /// The bucket is idle (the order is sent alone), or the lane is full: send it now.
     Now,
     /// The lane's first order: send it after the wait.
     Timer,
@@ -228,6 +218,8 @@ enum Trigger {
 struct Waiting {
     id: u64,
     call: ReserveCall,
+    /// When it entered the step.
+    entered: std::time::Instant,
     sent: oneshot::Sender<Client>,
     answer: oneshot::Sender<Result<ReserveOutcome, String>>,
 }
@@ -286,10 +278,24 @@ impl Batcher {
     }
 
     /// Runs `call` in `bucket`, alone or with others, answering by `deadline` at the latest; or
-    /// at once [`Attempt::Overloaded`] when the bucket's orders in flight are at its adaptive
+    /// at once [`Attempt::Overloaded`] when the bucket's orders at the step are at its adaptive
     /// limit ([`crate::admission`]).
     pub async fn call(&self, bucket: &Bucket, call: ReserveCall, deadline: Instant) -> Attempt {
         let lane = self.lane(bucket);
+        if self.inner.conf.max <= 1 {
+            return self.one_by_one(&lane, bucket, &call, deadline).await;
+        }
+        self.collected(&lane, call, deadline).await
+    }
+
+    /// The path of one call per order (`max = 1`), on the request's own task.
+    async fn one_by_one(
+        &self,
+        lane: &Lane,
+        bucket: &Bucket,
+        call: &ReserveCall,
+        deadline: Instant,
+    ) -> Attempt {
         let started = std::time::Instant::now();
         {
             let mut st = lock(&lane.state);
@@ -298,65 +304,50 @@ impl Batcher {
             }
             st.orders += 1;
         }
-        let entered = Entered(&lane);
-        let attempt = self.collected(&lane, bucket, call, deadline, started).await;
+        let entered = Entered(lane);
+        let attempt = self.alone(bucket, call, deadline).await;
         let now = std::time::Instant::now();
         {
             let mut st = lock(&lane.state);
-            match &attempt {
-                Attempt::Answered(_) => {
-                    st.answered_at = Some(now);
-                    st.admission.answered(now - started, now)
-                }
-                Attempt::Behind { .. } => st.admission.answered(now - started, now),
-                _ => st.admission.unanswered(now),
+            if let Attempt::Answered(_) = &attempt {
+                st.answered_at = Some(now);
+                st.admission.answered(now - started, now);
+            } else {
+                st.admission.unanswered(now);
             }
         }
         drop(entered);
         attempt
     }
 
-    async fn collected(
-        &self,
-        lane: &Arc<Lane>,
-        bucket: &Bucket,
-        call: ReserveCall,
-        deadline: Instant,
-        started: std::time::Instant,
-    ) -> Attempt {
-        if self.inner.conf.max <= 1 {
-            return self.alone(bucket, &call, deadline).await;
-        }
-        let lane = lane.clone();
-        let (id, mut sent_rx, answer_rx, trigger) = {
+    /// Queues `call` in its bucket's lane (admitted, or refused at the limit) and waits for its
+    /// batch to be sent and answered.
+    async fn collected(&self, lane: &Arc<Lane>, call: ReserveCall, deadline: Instant) -> Attempt {
+        let started = std::time::Instant::now();
+        let (sent, mut sent_rx) = oneshot::channel();
+        let (answer, answer_rx) = oneshot::channel();
+        let (id, trigger) = {
             let mut st = lock(&lane.state);
-            if st.in_flight == 0 && st.queue.is_empty() {
-                st.in_flight += 1;
-                None
+            if !st.admission.admits(st.orders) {
+                return Attempt::Overloaded { limit: st.admission.limit() };
+            }
+            st.orders += 1;
+            let id = st.next_id;
+            st.next_id += 1;
+            st.queue.push_back(Waiting { id, call, entered: started, sent, answer });
+            let idle = st.in_flight == 0 && st.queue.len() == 1;
+            let full = st.queue.len() >= self.inner.conf.max;
+            let trigger = if (idle || full) && st.in_flight < CALLS_PER_BUCKET {
+                Trigger::Now
+            } else if !st.timer {
+                st.timer = true;
+                Trigger::Timer
             } else {
-                let id = st.next_id;
-                st.next_id += 1;
-                let (sent, sent_rx) = oneshot::channel();
-                let (answer, answer_rx) = oneshot::channel();
-                st.queue.push_back(Waiting { id, call: call.clone(), sent, answer });
-                let trigger = if st.queue.len() >= self.inner.conf.max && st.in_flight < CALLS_PER_BUCKET {
-                    Trigger::Now
-                } else if !st.timer {
-                    st.timer = true;
-                    Trigger::Timer
-                } else {
-                    Trigger::None
-                };
-                Some((id, sent_rx, answer_rx, trigger))
-            }
-        }
-        .map_or((0, None, None, Trigger::Alone), |(id, s, a, t)| (id, Some(s), Some(a), t));
+                Trigger::None
+            };
+            (id, trigger)
+        };
         match trigger {
-            Trigger::Alone => {
-                // Counted in flight until it ends, also when the request is dropped meanwhile.
-                let _flight = Flight(self, &lane);
-                return self.alone(bucket, &call, deadline).await;
-            }
             Trigger::Now => {
                 self.inner.dispatch.spawn(self.clone().send(lane.clone()));
             }
@@ -370,28 +361,20 @@ impl Batcher {
             }
             Trigger::None => {}
         }
-        let (Some(sent_rx), Some(answer_rx)) = (sent_rx.as_mut(), answer_rx) else {
-            unreachable!("a queued order has its channels")
-        };
 
         let late = || format!("redis did not answer within {:?}", self.inner.bound);
-        let client = match tokio::time::timeout_at(deadline, &mut *sent_rx).await {
+        let client = match tokio::time::timeout_at(deadline, &mut sent_rx).await {
             Ok(Ok(client)) => client,
             Ok(Err(_)) => {
                 return Attempt::NoAnswer { cause: "the batch was dropped unsent".into(), sent_on: None }
             }
             Err(_) => {
-                let (removed, answering) = {
-                    let mut st = lock(&lane.state);
-                    let at = st.queue.iter().position(|w| w.id == id);
-                    let removed = at.and_then(|at| st.queue.remove(at)).is_some();
-                    (removed, st.answered_at.is_some_and(|at| at.elapsed() < self.inner.bound))
-                };
-                if removed && answering {
-                    return Attempt::Behind { waited: started.elapsed() };
-                }
-                if removed {
-                    return Attempt::NoAnswer { cause: format!("{}, never sent", late()), sent_on: None };
+                match self.unsent(lane, id, started) {
+                    Some(true) => return Attempt::Behind { waited: started.elapsed() },
+                    Some(false) => {
+                        return Attempt::NoAnswer { cause: format!("{}, never sent", late()), sent_on: None }
+                    }
+                    None => {}
                 }
                 // Taken by a sender that is writing it now: the client comes at once (no await
                 // between taking the batch and writing it).
@@ -417,6 +400,25 @@ impl Batcher {
             Err(_) => late(),
         };
         Attempt::NoAnswer { cause, sent_on: Some(client) }
+    }
+
+    /// Takes order `id`, past its deadline, out of `lane` if no sender took it: `None` when one
+    /// did; else whether the bucket's calls are still being answered (one came back within the
+    /// bound: Redis is behind, not down). Either way the order leaves the step, and the limit
+    /// learns of it: a wait as long as the order's, or no answer.
+    fn unsent(&self, lane: &Lane, id: u64, started: std::time::Instant) -> Option<bool> {
+        let mut st = lock(&lane.state);
+        let at = st.queue.iter().position(|w| w.id == id)?;
+        st.queue.remove(at);
+        st.orders -= 1;
+        let now = std::time::Instant::now();
+        let answering = st.answered_at.is_some_and(|at| now.duration_since(at) < self.inner.bound);
+        if answering {
+            st.admission.answered(now - started, now);
+        } else {
+            st.admission.unanswered(now);
+        }
+        Some(answering)
     }
 
     /// One call of `call` alone, on a client of its own choosing.
@@ -469,9 +471,11 @@ impl Batcher {
             self.count(batch.len());
             let mut calls = Vec::with_capacity(batch.len());
             let mut waiting = Vec::with_capacity(batch.len());
+            let mut entered = Vec::with_capacity(batch.len());
             for w in batch {
                 calls.push(w.call);
                 waiting.push((w.sent, w.answer));
+                entered.push(w.entered);
             }
             let call = tokio::time::timeout(
                 self.inner.bound,
@@ -490,6 +494,7 @@ impl Batcher {
                 Poll::Ready(r) => r,
                 Poll::Pending => call.await,
             };
+            step_done(&lane, &entered, matches!(result, Ok(Ok(_))));
             match result {
                 Ok(Ok(outcomes)) => {
                     for (answer, outcome) in answers.into_iter().zip(outcomes) {
@@ -509,7 +514,25 @@ impl Batcher {
                     }
                 }
             }
-            lock(&lane.state).in_flight -= 1;
         }
+    }
+}
+
+/// A call of `lane` ended now, as its sender read it: its orders (entered the step at
+/// `entered`) leave the step, each answered after its own wait there when the call was
+/// `answered` (the lane's wait and the call's round trip; not the time a proxy thread takes to
+/// resume the order's request), or none of them was.
+fn step_done(lane: &Lane, entered: &[std::time::Instant], answered: bool) {
+    let now = std::time::Instant::now();
+    let mut st = lock(&lane.state);
+    st.in_flight -= 1;
+    st.orders -= entered.len();
+    if !answered {
+        st.admission.unanswered(now);
+        return;
+    }
+    st.answered_at = Some(now);
+    for &at in entered {
+        st.admission.answered(now.saturating_duration_since(at), now);
     }
 }

@@ -7,6 +7,7 @@
 
 mod support;
 
+mod admission;
 mod cluster;
 mod conf;
 mod defense;

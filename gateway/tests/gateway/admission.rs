@@ -1,0 +1,200 @@
+//! The reservation step's adaptive limit (`plugins::admission`) answers `TRY_LATER` only when
+//! the Redis step is the bottleneck: not for a gateway whose own threads are starved by its
+//! crowd while Redis is healthy; still for a Redis too slow for the crowd, before any
+//! `SERVICE_DEGRADED`; and after a Redis stall the limit is back within a bounded time.
+//!
+//! Each test runs a steady crowd of buyers against the real gateway binary: every buyer sends
+//! signed orders one after the other (its first is reserved, the next ones answered
+//! `LIMIT_REACHED` by `reserve.lua`: every order goes through the step), and every answer is
+//! kept with the time it came.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use fred::interfaces::LuaInterface;
+
+use crate::support::*;
+
+/// The admission's `TRY_LATER` says this (the lag shedding and the campaign's budget say
+/// otherwise).
+const REDIS_BEHIND: &str = "too many orders at once";
+
+/// One answer of the crowd.
+struct Answer {
+    at: Instant,
+    took: Duration,
+    code: String,
+    message: String,
+}
+
+/// A gateway (`workers`, `timeout_ms` for Redis) on `redis_url` selling a fresh campaign of
+/// 1,000,000 units, one per buyer, with the campaign's in-flight budget out of the way.
+async fn gateway(redis_url: &str, workers: usize, timeout_ms: u64) -> (Gateway, e2e::cleanup::Campaign) {
+    let redis = client(redis_url).await.unwrap();
+    let campaign = e2e::cleanup::Campaign::on("adm", redis_url);
+    publish(&redis, &campaign, 1_000_000, 1).await;
+    let mut conf = GatewayConf::new(redis_url, "127.0.0.1:1", &campaign, "[limits]\nmax_inflight = 100000");
+    conf.workers = workers;
+    conf.redis_timeout_ms = timeout_ms;
+    (Gateway::start(&conf).await, campaign)
+}
+
+/// `n` buyers' campaign tokens.
+async fn tickets(http: &reqwest::Client, gw: &Gateway, campaign: &str, n: usize) -> Vec<e2e::client::Ticket> {
+    let all =
+        futures::future::join_all((0..n).map(|i| async move {
+            ticket(http, gw, campaign, &format!("buyer-{i}")).await.expect("a token")
+        }));
+    all.await
+}
+
+/// Every buyer sends orders back to back until `until`; every answer, in the order they came.
+async fn crowd(gw: &Gateway, buyers: &[e2e::client::Ticket], until: Instant) -> Vec<Answer> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(buyers.len())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let base = gw.url("");
+    let each = buyers.iter().map(|t| {
+        let (http, base) = (&http, &base);
+        async move {
+            let mut answers = Vec::new();
+            while Instant::now() < until {
+                let sent = Instant::now();
+                let (_, body) = t.order(http, base, 1).await;
+                answers.push(Answer {
+                    at: Instant::now(),
+                    took: sent.elapsed(),
+                    code: body["code"].as_str().unwrap_or("ERROR").to_string(),
+                    message: body["message"].as_str().unwrap_or_default().to_string(),
+                });
+            }
+            answers
+        }
+    });
+    let mut all: Vec<Answer> = futures::future::join_all(each).await.into_iter().flatten().collect();
+    all.sort_by_key(|a| a.at);
+    all
+}
+
+fn codes<'a>(answers: impl IntoIterator<Item = &'a Answer>) -> BTreeMap<&'a str, usize> {
+    let mut out = BTreeMap::new();
+    for a in answers {
+        *out.entry(a.code.as_str()).or_default() += 1;
+    }
+    out
+}
+
+/// The median round trip of `answers`.
+fn median(answers: &[Answer]) -> Duration {
+    let mut took: Vec<Duration> = answers.iter().map(|a| a.took).collect();
+    took.sort();
+    took.get(took.len() / 2).copied().unwrap_or_default()
+}
+
+/// One proxy thread and 400 buyers ordering back to back for 4 s: the thread is the bottleneck
+/// (an order's answer waits far longer for the thread than the admission's target, half the
+/// 100 ms timeout of the shipped conf), while Redis answers each call in a millisecond or two.
+/// The limit is told the Redis step's own time, so no order is refused for Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_starved_by_its_crowd_answers_no_try_later_for_redis() {
+    let (gw, campaign) = gateway(&e2e::stack::redis_url(), 1, 100).await;
+    let http = reqwest::Client::new();
+    let buyers = tickets(&http, &gw, &campaign, 400).await;
+    let answers = crowd(&gw, &buyers, Instant::now() + Duration::from_secs(4)).await;
+
+    let seen = codes(&answers);
+    let median = median(&answers);
+    eprintln!("starved gateway: {seen:?}, median round trip {median:?}");
+    assert!(
+        median > Duration::from_millis(50),
+        "the gateway's thread was the bottleneck (median {median:?} past the 50 ms target): {seen:?}"
+    );
+    let for_redis: Vec<&Answer> =
+        answers.iter().filter(|a| a.code == "TRY_LATER" && a.message.contains(REDIS_BEHIND)).collect();
+    assert!(
+        for_redis.is_empty(),
+        "{} orders were told TRY_LATER for Redis while Redis kept up (e.g. {:?}): {seen:?}",
+        for_redis.len(),
+        for_redis.first().map(|a| &a.message)
+    );
+    assert!(seen.get("QUEUED").copied().unwrap_or(0) >= 300, "the buyers bought: {seen:?}");
+}
+
+/// Keeps the Redis at `url` busy with back-to-back scripts of `busy_ms` each for `total`
+/// (bounded), leaving it a moment between them: a Redis that answers, slowly.
+fn slow_redis(url: String, busy_ms: u64, total: Duration) -> tokio::task::JoinHandle<u32> {
+    tokio::spawn(async move {
+        let staller = client(&url).await.unwrap();
+        let script = format!(
+            "local t = redis.call('TIME') local t0 = t[1] * 1000000 + t[2] \
+             repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - t0 > {} return 1",
+            busy_ms * 1000
+        );
+        let (until, mut runs) = (Instant::now() + total, 0);
+        while Instant::now() < until && runs < 1000 {
+            let _: i64 =
+                staller.eval(script.as_str(), Vec::<String>::new(), Vec::<String>::new()).await.unwrap();
+            runs += 1;
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        runs
+    })
+}
+
+/// A private Redis kept busy by 150 ms scripts back to back for 3.5 s: every call is answered
+/// within the 300 ms timeout, but Redis serves two calls per script (64 orders per 150 ms),
+/// fewer than 400 buyers send. Orders wait in their lane past what Redis answers in time:
+/// `TRY_LATER` (nothing reserved) first and for nearly all, `SERVICE_DEGRADED` at most rarely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_gets_try_later_before_service_degraded() {
+    let private = RedisServer::start().await;
+    let (gw, campaign) = gateway(&private.url(), workers(), 300).await;
+    let http = reqwest::Client::new();
+    let buyers = tickets(&http, &gw, &campaign, 400).await;
+    let slow = slow_redis(private.url(), 150, Duration::from_millis(3500));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answers = crowd(&gw, &buyers, Instant::now() + Duration::from_secs(3)).await;
+    assert!(slow.await.unwrap() > 10, "Redis was kept busy");
+
+    let seen = codes(&answers);
+    eprintln!("slow Redis: {seen:?}");
+    let behind = answers.iter().filter(|a| a.code == "TRY_LATER" && a.message.contains(REDIS_BEHIND)).count();
+    assert!(behind > 0, "Redis behind the crowd is told TRY_LATER: {seen:?}");
+    // A call written just as a script starts may wait out two of them: a rare SERVICE_DEGRADED
+    // on a loaded machine, never the answer Redis's slowness gets.
+    let degraded = seen.get("SERVICE_DEGRADED").copied().unwrap_or(0);
+    assert!(degraded * 20 < behind, "TRY_LATER, not SERVICE_DEGRADED, for a Redis that answers: {seen:?}");
+    let first_refusal = answers.iter().find(|a| matches!(a.code.as_str(), "TRY_LATER" | "SERVICE_DEGRADED"));
+    assert_eq!(first_refusal.map(|a| a.code.as_str()), Some("TRY_LATER"));
+}
+
+/// Redis stalled for 1.5 s under 100 buyers ordering back to back: the limit falls to its floor
+/// (orders are told `SERVICE_DEGRADED`, then `TRY_LATER` at once). Once Redis answers again,
+/// the last refusal comes within 1 s: the limit is back where the crowd fits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_redis_stall_the_limit_is_back_within_a_second() {
+    let private = RedisServer::start().await;
+    let (gw, campaign) = gateway(&private.url(), workers(), 100).await;
+    let http = reqwest::Client::new();
+    let buyers = tickets(&http, &gw, &campaign, 100).await;
+    let until = Instant::now() + Duration::from_millis(5500);
+    let stall = async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let stall = stall_redis(&private.url(), 1500).await;
+        stall.await.unwrap().unwrap();
+        Instant::now()
+    };
+    let (answers, resumed) = tokio::join!(crowd(&gw, &buyers, until), stall);
+
+    let seen = codes(&answers);
+    let refused = |a: &&Answer| matches!(a.code.as_str(), "TRY_LATER" | "SERVICE_DEGRADED" | "ERROR");
+    let during = answers.iter().filter(|a| a.at < resumed).filter(refused).count();
+    assert!(during > 0, "the stall was felt: {seen:?}");
+    let last = answers.iter().filter(refused).map(|a| a.at).max().unwrap();
+    let recovery = last.saturating_duration_since(resumed);
+    let after = codes(answers.iter().filter(|a| a.at > resumed));
+    eprintln!("after the stall: {after:?}; last refusal {recovery:?} after Redis answered again");
+    assert!(recovery < Duration::from_secs(1), "the limit came back within 1 s: {recovery:?}, {after:?}");
+}
