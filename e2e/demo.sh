@@ -38,6 +38,8 @@
 #              beside the first, the floor of the same run
 #   GATEWAY_NICE  the gateways' nice value (0; -10 as root runs them before the crowd and the stack
 #              when the cores are short: a measurement of what the shop waits for)
+#   GIVE_UP_PERCENT  the share of buyers who give up on a TRY_LATER or SERVICE_DEGRADED answer (0);
+#              the others resend their signed order as the buyer's page does (web/app.js)
 #   BATCH_MAX  the gateways' [redis] batch_max (conf/server.toml's; 1: a reserve.lua call per
 #              order, for a run before/after batching)
 # FLOOD=1: the flood instead (e2e/flood.sh, its own knobs): ten times the crowd the sale is sized
@@ -183,6 +185,7 @@ log "the sale: $USERS users x $REQUESTS_PER_USER requests, $CONCURRENCY in fligh
 status=0
 "$BIN/seckill-load" "${CROWD[@]}" --campaign "$ID" \
   --users "$USERS" --requests-per-user "$REQUESTS_PER_USER" --concurrency "$CONCURRENCY" \
+  --give-up-percent "${GIVE_UP_PERCENT:-0}" \
   --writer "http://127.0.0.1:$WRITER_PORT" --close-wait-secs "$((PAY_WINDOW_SECS + 60))" \
   --process "postgres=$(stack_pid postgres)" --process "kafka=$(stack_pid kafka)" \
   --pg-url "$(sale_db_url "$ID")" --redis-url "$SECKILL_REDIS_URL" \

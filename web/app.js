@@ -18,10 +18,17 @@ const BASE = `/seckill/${encodeURIComponent(CAMPAIGN)}`;
 const LOGIN_COOKIE = 'seckill_login';
 // Re-take the server's time this long before the start.
 const RESYNC_BEFORE_MS = 10000;
-// Resends of one signed request (network error, 429, 503) stay within this much of its
-// X-Timestamp, well inside any campaign's timestamp window of the demo's 30 s.
+// The resend rule of one signed order (sendOrder): the same signed bytes are sent again after a
+// network error, an answer of a status in RESEND_STATUSES or NOT_STARTED, MAX_SENDS times in all
+// at most, each after the answer's Retry-After, else a backoff of RESEND_BACKOFF_MS doubling per
+// send up to RESEND_BACKOFF_CAP_MS, times a jitter of 0.5 to 1; never past RESEND_WITHIN_MS of
+// its X-Timestamp, well inside any campaign's timestamp window of the demo's 30 s. The e2e crowd
+// reads these five constants from this file (e2e/src/resend.rs): one rule for both.
 const RESEND_WITHIN_MS = 20000;
 const MAX_SENDS = 6;
+const RESEND_STATUSES = [429, 503];
+const RESEND_BACKOFF_MS = 250;
+const RESEND_BACKOFF_CAP_MS = 4000;
 // Result polling: first wait, cap of one wait, and the whole polling's bound.
 const POLL_FIRST_MS = 500;
 const POLL_CAP_MS = 8000;
@@ -623,7 +630,7 @@ function hexBytes(s) {
 
 // Sends the signed order; on a network error, a 429 or a 503 sends the SAME request again (a
 // safe retry: the gateway answers a resent request with its first answer, never a second
-// reservation), after the server's Retry-After or a backoff with jitter.
+// reservation), after the server's Retry-After or a backoff with jitter (the resend rule above).
 async function sendOrder(signed) {
   for (let n = 1; ; n++) {
     let r = null;
@@ -632,8 +639,9 @@ async function sendOrder(signed) {
     } catch {
       r = null;
     }
-    const again = r === null || r.status === 429 || r.status === 503 || r.body.code === 'NOT_STARTED';
-    const wait = Math.max((r && r.retryAfter) || 0, 0) * 1000 || Math.min(250 * 2 ** n, 4000);
+    const again = r === null || RESEND_STATUSES.includes(r.status) || r.body.code === 'NOT_STARTED';
+    const wait = Math.max((r && r.retryAfter) || 0, 0) * 1000
+      || Math.min(RESEND_BACKOFF_MS * 2 ** n, RESEND_BACKOFF_CAP_MS);
     const late = serverNow() + wait - signed.sentAt > RESEND_WITHIN_MS;
     if (!again || n >= MAX_SENDS || late) {
       if (r === null) throw new Refused({ code: 'NETWORK' }, 0);

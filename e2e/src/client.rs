@@ -535,6 +535,17 @@ impl Ticket {
         order: &SignedOrder,
         headers: &[(&str, &str)],
     ) -> Reply {
+        self.send_answer(http, base, order, headers).await.0
+    }
+
+    /// [`Self::send_with`], with the answer's `Retry-After` in seconds (if any).
+    pub async fn send_answer(
+        &self,
+        http: &reqwest::Client,
+        base: &str,
+        order: &SignedOrder,
+        headers: &[(&str, &str)],
+    ) -> (Reply, Option<u64>) {
         let url = format!("{base}{}?{}", order.path, order.query);
         let mut req = http.post(url);
         for (k, v) in headers {
@@ -550,8 +561,12 @@ impl Ticket {
             .send()
             .await;
         match sent {
-            Ok(r) => reply(r).await,
-            Err(e) => (0, json!({"code": "ERROR", "message": e.to_string()})),
+            Ok(r) => {
+                let retry_after = r.headers().get(reqwest::header::RETRY_AFTER);
+                let retry_after = retry_after.and_then(|v| v.to_str().ok()?.trim().parse().ok());
+                (reply(r).await, retry_after)
+            }
+            Err(e) => ((0, json!({"code": "ERROR", "message": e.to_string()})), None),
         }
     }
 

@@ -16,6 +16,9 @@ pub struct Mix {
     pub early_birds: u32,
     /// Percentage of winners who pay (the others let their order close).
     pub pay_percent: u32,
+    /// Percentage of buyers who give up on an answer the buyer's page resends (`TRY_LATER`,
+    /// `SERVICE_DEGRADED`) instead of resending it ([`crate::resend`]); the others resend.
+    pub give_up_percent: u32,
 }
 
 /// What the crowd looks like.
@@ -39,4 +42,7 @@ pub struct Crowd {
     pub mix: Mix,
     /// The order writer's base URL and the payment provider's key (payments), if any.
     pub payments: Option<(String, Vec<u8>)>,
+    /// The sale's Redis URL and the order writer's database URL, to read the stock left at the
+    /// burst's end (the undersell judge, [`crate::undersell`]); none: not judged.
+    pub stock_at: Option<(String, String)>,
 }

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::client::{get_ticket, get_ticket_room_first, RoomWait, Ticket};
 use crate::crowd::Crowd;
 use crate::load::Outcome;
-use crate::mix::{arrival_ms, attempt, fires_at_t0, Job, Kind, Sent};
+use crate::mix::{arrival_ms, attempt, fires_at_t0, Job, Kind, Pace, Sent};
 
 /// How often the sale's Redis is sampled.
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(100);
@@ -566,7 +566,8 @@ async fn account(
     let mut sent = Vec::new();
     for n in 0..crowd.requests_per_user {
         let job = Job { user: user.clone(), kind, gateway: (i + n) as usize };
-        sent.extend(attempt(&http, &crowd.gateways, &job, &ticket).await);
+        let mut pace = Pace { give_up_percent: crowd.mix.give_up_percent, ..Pace::default() };
+        sent.extend(attempt(&http, &crowd.gateways, &job, &ticket, &mut pace).await);
     }
     Account { user, room: Some(ticket.room), refused: None, sent, token_at }
 }
@@ -648,6 +649,7 @@ pub async fn run(crowd: &Crowd, flood: &Flood) -> anyhow::Result<Run> {
     }
     out.tokens = last_token.saturating_duration_since(start);
     out.burst = last_answer.saturating_duration_since(start);
+    out.left_after_burst = crate::load::stock_left(crowd).await;
     eprintln!("seckill-load: the flood is through, draining");
     crate::load::settle(&http, crowd, &mut out).await;
     Ok(Run { outcome: out, accounts: rooms.into_values().collect(), start, offset_ms })

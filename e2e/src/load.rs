@@ -5,6 +5,7 @@
 //! is polled (backoff, `Retry-After`) until it settles, and a share of the winners pay.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -12,7 +13,7 @@ use hdrhistogram::Histogram;
 
 use crate::client::{get_ticket, Queued, Ticket};
 pub use crate::crowd::{Crowd, Mix};
-use crate::mix::{attempt, bot_user, Job, Kind, Sent};
+use crate::mix::{attempt, bot_user, Job, Kind, Pace, Sent};
 use crate::progress::Progress;
 
 /// What the crowd saw.
@@ -56,14 +57,37 @@ pub struct Outcome {
     pub first_sold_out: Option<Instant>,
     /// Latency of the burst's order requests per second of the burst, every code, microseconds.
     pub latency_by_sec: Vec<Histogram<u64>>,
+    /// Every answer by code, each request counted (a resent order's earlier answers too).
+    pub sends: BTreeMap<String, u64>,
+    /// Each account that wants the stock (buyers, hot users, scripts): whether every attempt of
+    /// theirs ended with a retryable refusal only ([`crate::undersell::retryable`]).
+    pub wanting: HashMap<String, bool>,
+    /// Units left in Redis at the burst's end, its resends done (every bucket), when read.
+    pub left_after_burst: Option<i64>,
+    /// When the burst's last `QUEUED` answer came.
+    pub last_queued: Option<Instant>,
 }
 
 impl Outcome {
     /// Counts an answer; the burst's (not the early birds' token answers, nor the resale wave's)
     /// also in the latency and the timeline.
     pub(crate) fn record(&mut self, s: Sent, burst_start: Instant) {
-        if !matches!(s.kind, Kind::Early | Kind::Resale) {
-            self.in_burst(&s, burst_start);
+        let burst = !matches!(s.kind, Kind::Early | Kind::Resale);
+        for t in &s.earlier {
+            *self.sends.entry(t.code.clone()).or_default() += 1;
+            if burst {
+                self.in_burst(&t.code, t.took, t.at, burst_start);
+            }
+        }
+        *self.sends.entry(s.code.clone()).or_default() += 1;
+        if burst {
+            self.in_burst(&s.code, s.took, s.at, burst_start);
+        }
+        if matches!(s.kind, Kind::Buyer | Kind::Hot | Kind::Script) {
+            *self.wanting.entry(s.user.clone()).or_insert(true) &= crate::undersell::retryable(&s.code);
+        }
+        if burst && s.code == "QUEUED" && self.last_queued.is_none_or(|t| t < s.at) {
+            self.last_queued = Some(s.at);
         }
         if let (true, Some(q)) = (s.code.starts_with("QUEUED"), s.queued) {
             self.queued.insert(q.request_id, (s.user, s.kind, q.result_token));
@@ -71,26 +95,28 @@ impl Outcome {
         *self.answers.entry(s.kind).or_default().entry(s.code).or_default() += 1;
     }
 
-    fn in_burst(&mut self, s: &Sent, burst_start: Instant) {
+    /// One answer of the burst (`code` after `took`, at `at`): its latency and its place on
+    /// the timeline.
+    fn in_burst(&mut self, code: &str, took: Duration, at: Instant, burst_start: Instant) {
         self.latency_us
-            .entry(s.code.clone())
+            .entry(code.to_string())
             .or_insert_with(|| Histogram::new_with_bounds(1, 120_000_000, 3).expect("static bounds"))
-            .saturating_record(s.took.as_micros() as u64);
-        let sec = s.at.saturating_duration_since(burst_start).as_secs() as usize;
+            .saturating_record(took.as_micros() as u64);
+        let sec = at.saturating_duration_since(burst_start).as_secs() as usize;
         if self.latency_by_sec.len() <= sec {
             self.latency_by_sec.resize_with(sec + 1, || {
                 Histogram::new_with_bounds(1, 120_000_000, 3).expect("static bounds")
             });
         }
-        self.latency_by_sec[sec].saturating_record(s.took.as_micros() as u64);
-        if s.code == "SOLD_OUT" && self.first_sold_out.is_none_or(|t| s.at < t) {
-            self.first_sold_out = Some(s.at);
+        self.latency_by_sec[sec].saturating_record(took.as_micros() as u64);
+        if code == "SOLD_OUT" && self.first_sold_out.is_none_or(|t| at < t) {
+            self.first_sold_out = Some(at);
         }
-        let bucket = (s.at.saturating_duration_since(burst_start).as_millis() / 250) as usize;
+        let bucket = (at.saturating_duration_since(burst_start).as_millis() / 250) as usize;
         if self.timeline.len() <= bucket {
             self.timeline.resize(bucket + 1, BTreeMap::new());
         }
-        *self.timeline[bucket].entry(s.code.clone()).or_default() += 1;
+        *self.timeline[bucket].entry(code.to_string()).or_default() += 1;
     }
 
     /// Order attempts sent.
@@ -210,7 +236,11 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
                 Ok(_) => "TOKEN_ISSUED".to_string(),
                 Err(code) => code,
             };
-            out.record(Sent { user, kind: Kind::Early, code, queued: None, took, at: Instant::now() }, now);
+            let at = Instant::now();
+            out.record(
+                Sent { user, kind: Kind::Early, code, queued: None, took, at, earlier: Vec::new() },
+                now,
+            );
         }
     }
     let wait = starts_ms - server_now();
@@ -250,6 +280,7 @@ pub async fn run(crowd: &Crowd) -> anyhow::Result<Outcome> {
     }
     bar.finish();
     out.burst = started.elapsed();
+    out.left_after_burst = stock_left(crowd).await;
     eprintln!("seckill-load: burst done, draining");
 
     settle(&client, crowd, &mut out).await;
@@ -301,7 +332,22 @@ async fn tickets(
         .await
 }
 
-/// Sends `jobs` with the crowd's concurrency and returns every answer.
+/// Units left in Redis now (every bucket of the campaign), if the crowd knows where its Redis
+/// and its database are and they answer within 5 s.
+pub(crate) async fn stock_left(crowd: &Crowd) -> Option<i64> {
+    let (redis_url, pg_url) = crowd.stock_at.as_ref()?;
+    let read = async {
+        let keys = crate::sampler::stock_keys(&crowd.campaign, pg_url).await.ok()?;
+        let redis = crate::stack::redis_client(redis_url).await.ok()?;
+        let left = crate::sampler::stock_left(&redis, &keys, Duration::from_secs(2)).await;
+        let _ = fred::prelude::ClientLike::quit(&redis).await;
+        left
+    };
+    tokio::time::timeout(Duration::from_secs(5), read).await.ok().flatten()
+}
+
+/// Sends `jobs` in order, at most the crowd's concurrency of requests in flight at once (a
+/// buyer waiting to resend holds no place), and returns every answer.
 async fn send_all(
     client: &reqwest::Client,
     crowd: &Crowd,
@@ -309,23 +355,31 @@ async fn send_all(
     jobs: Vec<Job>,
     bar: Option<&Progress>,
 ) -> Vec<Sent> {
-    let sent: Vec<Vec<Sent>> =
-        futures::stream::iter(jobs.into_iter().filter(|j| tickets.contains_key(&j.user)))
-            .map(|job| {
-                let client = client.clone();
-                let ticket = &tickets[&job.user];
-                async move {
-                    let s = attempt(&client, &crowd.gateways, &job, ticket).await;
-                    if let Some(b) = bar {
-                        b.add(1);
-                    }
-                    s
-                }
-            })
-            .buffer_unordered(crowd.concurrency)
-            .collect()
-            .await;
-    sent.into_iter().flatten().collect()
+    let gate = Arc::new(tokio::sync::Semaphore::new(crowd.concurrency.max(1)));
+    let gateways: Arc<[String]> = crowd.gateways.clone().into();
+    let mut set = tokio::task::JoinSet::new();
+    let mut sent = Vec::new();
+    let mut keep = |done: Result<Vec<Sent>, tokio::task::JoinError>| {
+        sent.extend(done.expect("an attempt does not panic"));
+        if let Some(b) = bar {
+            b.add(1);
+        }
+    };
+    for job in jobs {
+        let Some(ticket) = tickets.get(&job.user).cloned() else { continue };
+        let Ok(first) = gate.clone().acquire_owned().await else { break };
+        let give_up_percent = crowd.mix.give_up_percent;
+        let mut pace = Pace { gate: Some(gate.clone()), first: Some(first), give_up_percent };
+        let (client, gateways) = (client.clone(), gateways.clone());
+        set.spawn(async move { attempt(&client, &gateways, &job, &ticket, &mut pace).await });
+        while let Some(done) = set.try_join_next() {
+            keep(done);
+        }
+    }
+    while let Some(done) = set.join_next().await {
+        keep(done);
+    }
+    sent
 }
 
 /// The resale wave: after unpaid orders closed and their stock went back on sale, `users`
@@ -388,8 +442,16 @@ mod tests {
             concurrency: 1,
             settle: Duration::ZERO,
             auth: crate::client::Auth::hs256(b"k").unwrap(),
-            mix: Mix { hot_users: 3, hot_attempts: 5, bots_per_kind: 2, early_birds: 0, pay_percent: 0 },
+            mix: Mix {
+                hot_users: 3,
+                hot_attempts: 5,
+                bots_per_kind: 2,
+                early_birds: 0,
+                pay_percent: 0,
+                give_up_percent: 0,
+            },
             payments: None,
+            stock_at: None,
         };
         let jobs = burst_jobs(&crowd);
         let count = |k: Kind| jobs.iter().filter(|j| j.kind == k).count();

@@ -50,6 +50,11 @@ struct Args {
     /// Percentage of winners who pay (the others let their order close).
     #[arg(long, default_value_t = 50)]
     pay_percent: u32,
+    /// Percentage of buyers who give up on a `TRY_LATER` or `SERVICE_DEGRADED` answer; the
+    /// others resend their signed order as the buyer's page does (`web/app.js`: after
+    /// `Retry-After` with jitter, within 20 s, 6 sends at most).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    give_up_percent: u32,
     /// The order writer's base URL, for payments (none without it).
     #[arg(long)]
     writer: Option<String>,
@@ -166,8 +171,10 @@ async fn main() -> anyhow::Result<()> {
             bots_per_kind: args.bots_per_kind,
             early_birds: args.early_birds,
             pay_percent: if payments.is_some() { args.pay_percent } else { 0 },
+            give_up_percent: args.give_up_percent,
         },
         payments,
+        stock_at: Some((args.redis_url.clone(), args.pg_url.clone())),
     };
     let metrics_urls: Vec<String> =
         args.metrics.iter().filter_map(|m| pair(m).ok()).map(|(_, url)| url).collect();

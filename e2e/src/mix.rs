@@ -3,11 +3,14 @@
 //! replayed nonce, a stale timestamp, a rotated device id) and the resale wave (after unpaid
 //! orders closed).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::client::{nonce, Queued, Reply, SignedOrder, Ticket};
+use crate::resend::{jittered, uniform, Rule};
 
 /// The kind of an attempt: who sends it and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -81,9 +84,44 @@ pub fn bot_user(kind: Kind, i: u32) -> String {
 }
 
 /// Whether the flood's user `i` is one of the scripts that fire at T−0: `percent` of the crowd,
-/// spread evenly through it (user `i` is one when `i · percent mod 100 < percent`).
+/// spread evenly through it ([`spread`]).
 pub fn fires_at_t0(i: u32, percent: u32) -> bool {
+    spread(i, percent)
+}
+
+/// Whether user `i` is one of `percent` of a crowd, spread evenly through it (user `i` is one
+/// when `i · percent mod 100 < percent`).
+pub fn spread(i: u32, percent: u32) -> bool {
     (u64::from(i) * u64::from(percent.min(100))) % 100 < u64::from(percent.min(100))
+}
+
+/// Whether buyer `user` (`user-<i>`) is one of the `percent` who give up on an answer the page
+/// would resend (`TRY_LATER`, `SERVICE_DEGRADED`), spread evenly through the crowd.
+pub fn gives_up(user: &str, percent: u32) -> bool {
+    let i = user.rsplit('-').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    spread(i, percent)
+}
+
+/// How an attempt's requests go out: within the crowd's requests in flight (a place taken per
+/// request, none while a buyer waits to resend), and whether its buyer resends as the page does.
+#[derive(Debug, Default)]
+pub struct Pace {
+    /// The crowd's places for requests in flight (none: unbounded, as the flood's accounts).
+    pub gate: Option<Arc<Semaphore>>,
+    /// A place already taken for the attempt's first request.
+    pub first: Option<OwnedSemaphorePermit>,
+    /// Percentage of buyers who give up on an answer the page would resend ([`gives_up`]).
+    pub give_up_percent: u32,
+}
+
+impl Pace {
+    /// A place for one request (the one taken for the first, else a new one).
+    async fn place(&mut self) -> Option<OwnedSemaphorePermit> {
+        if let Some(p) = self.first.take() {
+            return Some(p);
+        }
+        self.gate.clone()?.acquire_owned().await.ok()
+    }
 }
 
 /// When the flood's user `i` of `users` sends its first token request, in ms from the start
@@ -119,9 +157,22 @@ pub struct Sent {
     pub code: String,
     /// The request id and result token of a QUEUED answer.
     pub queued: Option<Queued>,
-    /// Round trip.
+    /// Round trip (of the last request).
     pub took: Duration,
     /// When the answer came.
+    pub at: Instant,
+    /// The answers before the last, each of which the buyer resent as the page does.
+    pub earlier: Vec<Try>,
+}
+
+/// One answer the buyer resent its order after.
+#[derive(Debug, Clone)]
+pub struct Try {
+    /// Its code (`ERROR`: no answer).
+    pub code: String,
+    /// Its round trip.
+    pub took: Duration,
+    /// When it came.
     pub at: Instant,
 }
 
@@ -136,30 +187,41 @@ fn code_of(reply: &Reply) -> (String, Option<Queued>) {
     }
 }
 
-/// Sends `order`; a buyer whose connection failed (the gateway gone, say) sends the same signed
-/// request again, as a real client would: a safe retry, 3 tries in all, 300 ms apart.
+/// Sends `order` and resends the same signed bytes as the buyer's page does ([`Rule::page`]):
+/// after a network error (the gateway gone, say), `TRY_LATER` or `SERVICE_DEGRADED`, after the
+/// answer's `Retry-After` with jitter, within the page's bounds. A bot sends once; a buyer who
+/// gives up ([`gives_up`]) resends only when it got no answer at all.
 async fn send_one(
     http: &reqwest::Client,
     base: &str,
     ticket: &Ticket,
     order: &SignedOrder,
-    user: &str,
-    kind: Kind,
+    (user, kind): (&str, Kind),
+    pace: &mut Pace,
 ) -> Sent {
-    let t = Instant::now();
-    let tries = if kind.is_bot() { 1 } else { 3 };
-    let mut reply = ticket.send(http, base, order).await;
+    let signed = Instant::now();
+    let gives_up = gives_up(user, pace.give_up_percent);
+    let mut earlier = Vec::new();
     let mut lost = false;
-    for _ in 1..tries {
-        if reply.0 != 0 {
-            break;
-        }
-        lost = true;
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        reply = ticket.send(http, base, order).await;
+    loop {
+        let t = Instant::now();
+        let place = pace.place().await;
+        let (reply, retry_after) = ticket.send_answer(http, base, order, &[]).await;
+        drop(place);
+        let took = t.elapsed();
+        let code = code_of(&reply).0;
+        let n = earlier.len() as u32 + 1;
+        let resend = !kind.is_bot() && (reply.0 == 0 || !gives_up);
+        let pause =
+            resend.then(|| Rule::page().pause(n, signed.elapsed(), reply.0, &code, retry_after)).flatten();
+        let Some(pause) = pause else {
+            let (code, queued) = after_retries(lost, code_of(&reply));
+            return Sent { user: user.to_string(), kind, code, queued, took, at: Instant::now(), earlier };
+        };
+        lost |= reply.0 == 0;
+        earlier.push(Try { code, took, at: Instant::now() });
+        tokio::time::sleep(jittered(pause, uniform())).await;
     }
-    let (code, queued) = after_retries(lost, code_of(&reply));
-    Sent { user: user.to_string(), kind, code, queued, took: t.elapsed(), at: Instant::now() }
 }
 
 /// The code recorded for a request whose answer was `last`, after `lost`: whether an earlier
@@ -173,39 +235,47 @@ fn after_retries(lost: bool, last: (String, Option<Queued>)) -> (String, Option<
     }
 }
 
-/// Sends one job: one request, or two for a replay (the buyer's, then the bot's copy of it).
-pub async fn attempt(http: &reqwest::Client, gateways: &[String], job: &Job, ticket: &Ticket) -> Vec<Sent> {
+/// Sends one job: one request (with the page's resends), or two for a replay (the buyer's,
+/// then the bot's copy of it), each within `pace`.
+pub async fn attempt(
+    http: &reqwest::Client,
+    gateways: &[String],
+    job: &Job,
+    ticket: &Ticket,
+    pace: &mut Pace,
+) -> Vec<Sent> {
     let base = &gateways[job.gateway % gateways.len()];
     let now = chrono::Utc::now().timestamp();
+    let who = (job.user.as_str(), job.kind);
     match job.kind {
         Kind::Buyer | Kind::Hot | Kind::Early | Kind::Resale | Kind::Script => {
             let order = ticket.sign(1, now, &nonce());
-            vec![send_one(http, base, ticket, &order, &job.user, job.kind).await]
+            vec![send_one(http, base, ticket, &order, who, pace).await]
         }
         Kind::BotBadSignature => {
             let mut order = ticket.sign(1, now, &nonce());
             order.signature = tamper(&order.signature);
-            vec![send_one(http, base, ticket, &order, &job.user, job.kind).await]
+            vec![send_one(http, base, ticket, &order, who, pace).await]
         }
         Kind::BotStale => {
             let order = ticket.sign(1, now - 600, &nonce());
-            vec![send_one(http, base, ticket, &order, &job.user, job.kind).await]
+            vec![send_one(http, base, ticket, &order, who, pace).await]
         }
         Kind::BotDevice => {
             let mut rotated = ticket.clone();
             rotated.device = format!("rotated-{}", nonce());
             let order = ticket.sign(1, now, &nonce());
-            vec![send_one(http, base, &rotated, &order, &job.user, job.kind).await]
+            vec![send_one(http, base, &rotated, &order, who, pace).await]
         }
         Kind::BotResend | Kind::BotReplay => {
             let order = ticket.sign(1, now, &nonce());
-            let first = send_one(http, base, ticket, &order, &job.user, Kind::Buyer).await;
+            let first = send_one(http, base, ticket, &order, (&job.user, Kind::Buyer), pace).await;
             let other = &gateways[(job.gateway + 1) % gateways.len()];
             let mut again = if job.kind == Kind::BotResend {
-                send_one(http, other, ticket, &order, &job.user, job.kind).await
+                send_one(http, other, ticket, &order, who, pace).await
             } else {
                 let reused = ticket.sign(1, now + 1, &order.nonce);
-                send_one(http, other, ticket, &reused, &job.user, job.kind).await
+                send_one(http, other, ticket, &reused, who, pace).await
             };
             let id = |s: &Sent| s.queued.as_ref().map(|q| q.request_id.clone());
             if again.code == "QUEUED" && again.queued.is_some() && id(&again) == id(&first) {

@@ -329,7 +329,10 @@ pub fn html(r: &Report) -> String {
         ("sold (database)", format!("{}", c.db_sold)),
         ("window open → sold out", sold_out),
         ("order attempts", format!("{}", r.attempts)),
-        ("attempts / s at the gateway", format!("{:.0}", r.attempts_per_sec)),
+        ("requests / s at the gateway", format!("{:.0}", r.requests_per_sec)),
+        ("sell-through (units / s)", r.sell_through_per_sec.map_or("-".into(), |v| format!("{v:.0}"))),
+        ("TRY_LATER share of requests", format!("{:.1} %", r.try_later_share * 100.0)),
+        ("undersold", crate::undersell::shown(r.undersell)),
         ("users", format!("{}", r.users)),
         ("queued → settled", format!("{:.2} s", r.drain_secs)),
         (

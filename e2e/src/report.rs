@@ -121,8 +121,21 @@ pub struct Report {
     pub room_waited_secs: f64,
     /// Answers by kind of attempt, then code.
     pub answers: BTreeMap<String, BTreeMap<String, u64>>,
-    /// Answers by code, every kind.
+    /// Answers by code, every kind, each request counted (a resent order's earlier answers too).
     pub codes: BTreeMap<String, u64>,
+    /// Order requests sent, every kind, the page's resends included.
+    pub requests: u64,
+    /// Order requests per second at the gateway during the burst.
+    pub requests_per_sec: f64,
+    /// Units reserved in the burst (its `QUEUED` answers).
+    pub burst_queued: u64,
+    /// Units reserved per second during the burst: from its start to its last `QUEUED` answer.
+    pub sell_through_per_sec: Option<f64>,
+    /// The share of the burst's requests answered `TRY_LATER`.
+    pub try_later_share: f64,
+    /// Units left unsold at the burst's end (`None`: not read) and buyers turned away with only
+    /// retryable refusals ([`crate::undersell`]).
+    pub undersell: (Option<i64>, u64),
     /// Whether the early birds went before the window opened.
     pub early_before_open: bool,
     /// Burst wall time, seconds.
@@ -196,12 +209,14 @@ impl Report {
     /// end without an order or a refusal (0 but for a measured durability window).
     pub fn new(crowd: &Crowd, out: &Outcome, checks: Checks, lost_allowed: u64) -> Self {
         let attempts = out.attempts();
-        let mut codes = BTreeMap::new();
-        for m in out.answers.values() {
-            for (c, n) in m {
-                *codes.entry(c.clone()).or_default() += n;
-            }
+        let codes = out.sends.clone();
+        let mut burst = BTreeMap::<&str, u64>::new();
+        for (code, n) in out.timeline.iter().flatten() {
+            *burst.entry(code).or_default() += n;
         }
+        let burst_requests: u64 = burst.values().sum();
+        let burst_queued = burst.get("QUEUED").copied().unwrap_or(0);
+        let turned_away = crate::undersell::turned_away(out.wanting.values());
         let queued = out.queued.len() as i64;
         let c = &checks;
         let bot_queued: u64 =
@@ -278,7 +293,9 @@ impl Report {
                 },
             },
             refusal_verdict(c),
+            crate::undersell::verdict(out.left_after_burst, turned_away),
         ];
+        let requests: u64 = codes.values().sum();
         Report {
             users: crowd.users,
             attempts,
@@ -288,6 +305,15 @@ impl Report {
             room_waited_secs: out.room_waited.as_secs_f64(),
             answers: out.answers.iter().map(|(k, m)| (k.name().to_string(), m.clone())).collect(),
             codes,
+            requests,
+            requests_per_sec: requests as f64 / out.burst.as_secs_f64().max(1e-9),
+            burst_queued,
+            sell_through_per_sec: since(out.burst_started, out.last_queued)
+                .filter(|&secs| secs > 0.0)
+                .map(|secs| burst_queued as f64 / secs),
+            try_later_share: burst.get("TRY_LATER").copied().unwrap_or(0) as f64
+                / burst_requests.max(1) as f64,
+            undersell: (out.left_after_burst, turned_away),
             early_before_open: out.early_before_open,
             burst_secs: out.burst.as_secs_f64(),
             attempts_per_sec: attempts as f64 / out.burst.as_secs_f64().max(1e-9),
@@ -330,6 +356,18 @@ impl Report {
         self
     }
 
+    /// The sale's selling figures: sell-through, the `TRY_LATER` share, what was left.
+    fn selling(&self) -> String {
+        let rate = self.sell_through_per_sec.map_or("-".into(), |r| format!("{r:.0}"));
+        let left = self.undersell.0.map_or("?".into(), |n| n.to_string());
+        format!(
+            "selling: {} units reserved in the burst, {rate} per second (sell-through, to its last QUEUED);              TRY_LATER {:.1} % of the burst's requests; {left} units left at the burst's end, {} buyers turned away\n",
+            self.burst_queued,
+            self.try_later_share * 100.0,
+            self.undersell.1
+        )
+    }
+
     /// Whether every invariant held.
     pub fn passed(&self) -> bool {
         self.verdicts.iter().all(|v| v.ok)
@@ -352,8 +390,8 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "burst: {} users, {} order attempts in {:.2} s ({:.0} attempts/s at the gateway)",
-            self.users, self.attempts, self.burst_secs, self.attempts_per_sec
+            "burst: {} users, {} order attempts, {} requests with the page's resends, in {:.2} s ({:.0} requests/s at the gateway)",
+            self.users, self.attempts, self.requests, self.burst_secs, self.requests_per_sec
         );
         if let Some(t) = self.sold_out_secs {
             let _ = writeln!(
@@ -362,6 +400,7 @@ impl Report {
                 self.burst_start_secs
             );
         }
+        s += &self.selling();
         let _ = writeln!(s, "answers by kind:");
         for (kind, m) in &self.answers {
             let list: Vec<String> = m.iter().map(|(c, n)| format!("{c} {n}")).collect();
@@ -475,6 +514,87 @@ mod tests {
         // The database's counter is not its live orders.
         let c = Checks { db_sold: 6, ..agreeing() };
         assert!(!oversold_verdict(&c, 0).ok);
+    }
+
+    /// A crowd of `users` buyers; what the judge needs of it.
+    fn crowd(users: u32) -> Crowd {
+        Crowd {
+            gateways: vec!["http://127.0.0.1:1".into()],
+            campaign: "c".into(),
+            users,
+            requests_per_user: 1,
+            concurrency: 1,
+            settle: std::time::Duration::ZERO,
+            auth: crate::client::Auth::hs256(b"k").unwrap(),
+            mix: crate::crowd::Mix {
+                hot_users: 0,
+                hot_attempts: 0,
+                bots_per_kind: 0,
+                early_birds: 0,
+                pay_percent: 0,
+                give_up_percent: 0,
+            },
+            payments: None,
+            stock_at: None,
+        }
+    }
+
+    /// One buyer's attempt: `code` last, after resending the page's way on each of `earlier`.
+    fn sent(user: &str, code: &str, earlier: &[&str]) -> crate::mix::Sent {
+        let (took, at) = (std::time::Duration::from_millis(5), std::time::Instant::now());
+        let earlier = earlier.iter().map(|c| crate::mix::Try { code: c.to_string(), took, at }).collect();
+        crate::mix::Sent {
+            user: user.into(),
+            kind: Kind::Buyer,
+            code: code.into(),
+            queued: None,
+            took,
+            at,
+            earlier,
+        }
+    }
+
+    #[test]
+    fn the_judge_fails_a_sale_that_left_stock_while_resending_buyers_went_home_empty() {
+        let mut out = Outcome::default();
+        let start = std::time::Instant::now();
+        out.record(sent("user-0", "QUEUED", &["TRY_LATER"]), start);
+        for u in 1..4 {
+            let tries = ["TRY_LATER", "SERVICE_DEGRADED", "TRY_LATER", "ERROR", "TRY_LATER"];
+            out.record(sent(&format!("user-{u}"), "TRY_LATER", &tries), start);
+        }
+        out.record(sent("user-4", "SOLD_OUT", &[]), start);
+        out.left_after_burst = Some(2);
+        let checks = Checks {
+            total_stock: 3,
+            redis_initial: 3,
+            db_sold: 1,
+            units_held: 1,
+            held_qty: 1,
+            crowd_queued: 1,
+            ..Default::default()
+        };
+        let report = Report::new(&crowd(5), &out, checks, 0);
+        let v = report.verdicts.last().unwrap();
+        assert!(v.name.starts_with("undersold = 0"), "{}", v.name);
+        assert!(!v.ok, "2 units left, 3 resending buyers home empty: {}", v.detail);
+        assert!(v.detail.starts_with("undersold 2:"), "{}", v.detail);
+        assert!(!report.passed());
+        // Every request counted: 1 + 3 x 6 + 1 sends, TRY_LATER 1 + 3 x 4 of them.
+        assert_eq!(report.requests, 21);
+        assert!((report.try_later_share - 13.0 / 21.0).abs() < 1e-9, "{}", report.try_later_share);
+        // The same sale sold out by the burst's end: nothing undersold.
+        out.left_after_burst = Some(0);
+        let checks = Checks {
+            total_stock: 3,
+            redis_initial: 3,
+            db_sold: 1,
+            units_held: 1,
+            held_qty: 1,
+            crowd_queued: 1,
+            ..Default::default()
+        };
+        assert!(Report::new(&crowd(5), &out, checks, 0).verdicts.last().unwrap().ok);
     }
 
     #[test]
