@@ -40,6 +40,8 @@
 #              when the cores are short: a measurement of what the shop waits for)
 #   GIVE_UP_PERCENT  the share of buyers who give up on a TRY_LATER or SERVICE_DEGRADED answer (0);
 #              the others resend their signed order as the buyer's page does (web/app.js)
+#   ADMISSION  off: the gateways' [redis] admission = false (no adaptive limit at the reservation
+#              step; for a measurement beside the default only)
 #   BATCH_MAX  the gateways' [redis] batch_max (conf/server.toml's; 1: a reserve.lua call per
 #              order, for a run before/after batching)
 # FLOOD=1: the flood instead (e2e/flood.sh, its own knobs): ten times the crowd the sale is sized
@@ -160,6 +162,7 @@ for n in $(seq 1 "$GATEWAYS"); do
   sed -i "s#^upstreams = .*#upstreams = [$UPSTREAMS]#" "$RUN/$name.toml"
   # The first batch_max is [redis]'s ([kafka] has one too).
   [[ -z "${BATCH_MAX:-}" ]] || sed -i "0,/^batch_max = /s#^batch_max = .*#batch_max = $BATCH_MAX#" "$RUN/$name.toml"
+  [[ ${ADMISSION:-on} != off ]] || sed -i "0,/^batch_wait_us = /s#^\(batch_wait_us = .*\)#\1\nadmission = false#" "$RUN/$name.toml"
   [[ -z "${SHED_AT_LAG_MS:-}" ]] || sed -i "s#^shed_at_lag_ms = .*#shed_at_lag_ms = $SHED_AT_LAG_MS#" "$RUN/$name.toml"
   demo_login_route "$RUN/$name.toml" "$LOGIN_PORT"
   # -- the rest of the shop during the sale --

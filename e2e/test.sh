@@ -80,7 +80,10 @@ PROFILE=debug STOCK=100 USERS=2000 REQUESTS_PER_USER=2 CONCURRENCY=64 START_IN=8
 
 # A reservation-heavy sale: about as many buyers as units, one order each, a short pay window, so
 # that most of the stock is reserved, left unpaid, closed and released, and the judge must wait
-# for the closer's releases (seckill-load's wait_closed) before the report and reconcile.
+# for the closer's releases (seckill-load's wait_closed) before the report and reconcile. The
+# buyers resend as the buyer's page does, and the report's `undersold = 0` invariant fails the
+# phase when units were left at the burst's end while buyers went home with only TRY_LATER,
+# SERVICE_DEGRADED or no answer.
 phase "end-to-end sale, reservation-heavy"
 PROFILE=debug STOCK=3000 USERS=3500 REQUESTS_PER_USER=1 CONCURRENCY=64 START_IN=8 PAY_WINDOW_SECS=5 \
   GATEWAY_PORT=18380 WRITER_PORT=18381 bash e2e/demo.sh

@@ -361,7 +361,7 @@ impl Report {
         let rate = self.sell_through_per_sec.map_or("-".into(), |r| format!("{r:.0}"));
         let left = self.undersell.0.map_or("?".into(), |n| n.to_string());
         format!(
-            "selling: {} units reserved in the burst, {rate} per second (sell-through, to its last QUEUED);              TRY_LATER {:.1} % of the burst's requests; {left} units left at the burst's end, {} buyers turned away\n",
+            "selling: {} units reserved in the burst, {rate} per second (sell-through, to its last QUEUED); TRY_LATER {:.1} % of the burst's requests; {left} units left at the burst's end, {} buyers turned away\n",
             self.burst_queued,
             self.try_later_share * 100.0,
             self.undersell.1

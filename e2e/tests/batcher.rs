@@ -87,7 +87,7 @@ async fn a_crowd_is_served_in_batches_within_the_stock() {
         let campaign = e2e::cleanup::Campaign::on("batcher-", &url);
         publish(&redis, &scripts, &campaign, 100).await;
         let bucket = Bucket::single(&campaign);
-        let conf = BatchConf { max, wait: Duration::from_micros(500) };
+        let conf = BatchConf { max, wait: Duration::from_micros(500), ..BatchConf::default() };
         let reserver =
             Reserver::new(pool(&url).await, scripts.clone(), Duration::from_secs(2)).with_batch(conf);
         let out = crowd(&reserver, &bucket, 300).await;
@@ -163,8 +163,11 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
     publish(&redis, &scripts, &campaign, 100).await;
     let bucket = Bucket::single(&campaign);
     let timeout = Duration::from_millis(200);
-    let reserver = Reserver::new(pool(&url).await, scripts.clone(), timeout)
-        .with_batch(BatchConf { max: 32, wait: Duration::from_micros(200) });
+    let reserver = Reserver::new(pool(&url).await, scripts.clone(), timeout).with_batch(BatchConf {
+        max: 32,
+        wait: Duration::from_micros(200),
+        ..BatchConf::default()
+    });
     scripts.preload(&redis).await.unwrap();
 
     // Redis busy for 600 ms (past every order's 200 ms, within the undo's 1 s): the orders' calls
@@ -219,7 +222,7 @@ async fn orders_unsent_while_redis_is_behind_are_told_to_try_later() {
     publish(&redis, &scripts, &campaign, 1000).await;
     let bucket = Bucket::single(&campaign);
     let reserver = Reserver::new(pool(&url).await, scripts.clone(), Duration::from_millis(100))
-        .with_batch(BatchConf { max: 4, wait: Duration::from_micros(200) });
+        .with_batch(BatchConf { max: 4, wait: Duration::from_micros(200), ..BatchConf::default() });
     scripts.preload(&redis).await.unwrap();
 
     let staller = stack::redis_client(&url).await.unwrap();

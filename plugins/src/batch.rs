@@ -51,6 +51,9 @@ pub struct BatchConf {
     pub max: usize,
     /// The longest an order waits for others before its call goes out.
     pub wait: Duration,
+    /// Whether the bucket's adaptive limit refuses orders past it ([`crate::admission`]);
+    /// off only to measure a sale without it (`[redis] admission = false`).
+    pub admission: bool,
 }
 
 /// The default orders per call: `reserve-ceiling` peaked at 32 (42,292 reservations/s against
@@ -72,7 +75,7 @@ pub const CALLS_PER_BUCKET: usize = 2;
 
 impl Default for BatchConf {
     fn default() -> Self {
-        Self { max: DEFAULT_BATCH_MAX, wait: DEFAULT_BATCH_WAIT }
+        Self { max: DEFAULT_BATCH_MAX, wait: DEFAULT_BATCH_WAIT, admission: true }
     }
 }
 
@@ -244,7 +247,7 @@ impl Batcher {
         bound: Duration,
         io: Option<tokio::runtime::Handle>,
     ) -> Self {
-        let conf = BatchConf { max: conf.max.clamp(1, BATCH_MAX_LIMIT), wait: conf.wait };
+        let conf = BatchConf { max: conf.max.clamp(1, BATCH_MAX_LIMIT), ..conf };
         let lanes = Mutex::new(HashMap::new());
         let (calls, orders) = (AtomicU64::new(0), AtomicU64::new(0));
         let dispatch = io.map_or_else(|| Dispatch::Own(std::sync::OnceLock::new()), Dispatch::On);
@@ -299,7 +302,7 @@ impl Batcher {
         let started = std::time::Instant::now();
         {
             let mut st = lock(&lane.state);
-            if !st.admission.admits(st.orders) {
+            if self.inner.conf.admission && !st.admission.admits(st.orders) {
                 return Attempt::Overloaded { limit: st.admission.limit() };
             }
             st.orders += 1;
@@ -328,7 +331,7 @@ impl Batcher {
         let (answer, answer_rx) = oneshot::channel();
         let (id, trigger) = {
             let mut st = lock(&lane.state);
-            if !st.admission.admits(st.orders) {
+            if self.inner.conf.admission && !st.admission.admits(st.orders) {
                 return Attempt::Overloaded { limit: st.admission.limit() };
             }
             st.orders += 1;

@@ -88,6 +88,8 @@ struct RawRedis {
     batch_max: S<i64>,
     #[serde(default = "d_batch_wait_us")]
     batch_wait_us: S<i64>,
+    #[serde(default = "d_admission")]
+    admission: S<bool>,
 }
 
 fn d_redis_timeout() -> S<i64> {
@@ -98,6 +100,9 @@ fn d_pool_size() -> S<i64> {
 }
 fn d_batch_max() -> S<i64> {
     spanned(crate::batch::DEFAULT_BATCH_MAX as i64)
+}
+fn d_admission() -> S<bool> {
+    spanned(true)
 }
 fn d_batch_wait_us() -> S<i64> {
     spanned(crate::batch::DEFAULT_BATCH_WAIT.as_micros() as i64)
@@ -214,6 +219,7 @@ impl SaleConf {
                     0,
                     BATCH_WAIT_LIMIT_US as i64,
                 )? as u64),
+                admission: *r.admission.get_ref(),
             },
         };
 
@@ -289,7 +295,9 @@ login_audience = "seckill"
         assert_eq!(c.redis.batch, BatchConf::default(), "measured defaults");
         let one =
             parse(&GOOD.replace("timeout_ms = 100", "timeout_ms = 100\nbatch_max = 1\nbatch_wait_us = 0"));
-        assert_eq!(one.unwrap().redis.batch, BatchConf { max: 1, wait: Duration::ZERO });
+        assert_eq!(one.unwrap().redis.batch, BatchConf { max: 1, wait: Duration::ZERO, admission: true });
+        let off = parse(&GOOD.replace("timeout_ms = 100", "timeout_ms = 100\nadmission = false"));
+        assert!(!off.unwrap().redis.batch.admission, "admission off, for a measurement");
         assert_eq!(c.signing_key, b"0123456789abcdef0123");
         let k = &c.kafka;
         assert_eq!(
