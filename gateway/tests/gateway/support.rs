@@ -183,6 +183,8 @@ pub struct GatewayConf {
     pub server_extra: String,
     /// `redis.timeout_ms`.
     pub redis_timeout_ms: u64,
+    /// Extra `[redis]` lines (e.g. `batch_max`).
+    pub redis_extra: String,
     /// `kafka.brokers`.
     pub kafka_brokers: Vec<String>,
     /// Extra `[kafka]` lines (topic, partitions, batching).
@@ -212,6 +214,7 @@ impl GatewayConf {
             shed_at_lag_ms: 0,
             server_extra: String::new(),
             redis_timeout_ms: 200,
+            redis_extra: String::new(),
             kafka_brokers: vec![format!("127.0.0.1:{}", free_port())],
             kafka_extra: String::new(),
             tables: String::new(),
@@ -249,7 +252,7 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     let server = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = {}\n{}\n\
          [sale]\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}{}\n\
-         [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n\n\
+         [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n{}\n\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
          [kafka]\nbrokers = [{}]\n{}\n\n\
          [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"{}\"\nlogin_key = \"file:login_key\"\n\
@@ -263,6 +266,7 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         },
         conf.redis_url,
         conf.redis_timeout_ms,
+        conf.redis_extra,
         upstreams.join(", "),
         conf.order_writer_extra,
         brokers.join(", "),
