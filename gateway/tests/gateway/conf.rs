@@ -17,6 +17,7 @@ fn check(conf: &GatewayConf) -> (bool, String) {
         .arg("--check")
         .output()
         .unwrap();
+    remove_unless_failed(&dir);
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

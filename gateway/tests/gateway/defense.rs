@@ -273,6 +273,7 @@ async fn token_endpoint_refusals_captcha_reuse_and_eligibility() {
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "CAPTCHA_FAILED");
     let r = token(json!({"nonsense": 1}), "hal").await.unwrap();
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "BAD_REQUEST");
+    remove_unless_failed(&dir);
 }
 
 fn b64url_enc(bytes: &[u8]) -> String {
@@ -363,6 +364,8 @@ async fn rs256_login_refuses_algorithm_confusion_and_a_provider_token_is_single_
             .unwrap();
     let r = ask(rs, json!({"captcha_token": fake})).await.unwrap();
     assert_eq!(r.json::<Value>().await.unwrap()["code"], "CAPTCHA_FAILED");
+    remove_unless_failed(&dir);
+    remove_unless_failed(&provider_file);
 }
 
 /// Writes `text` to a fresh file and returns its absolute path.

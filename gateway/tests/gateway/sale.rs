@@ -39,6 +39,12 @@ pub(crate) struct Sale {
     _owned: (e2e::cleanup::Database, e2e::cleanup::Topic, e2e::cleanup::Campaign),
 }
 
+impl Drop for Sale {
+    fn drop(&mut self) {
+        remove_unless_failed(&self.dir);
+    }
+}
+
 /// The order writer running in this process, stopped when dropped.
 pub(crate) struct Writer {
     shutdown: watch::Sender<bool>,
@@ -417,6 +423,7 @@ async fn a_topic_with_another_partition_count_stops_the_gateway_at_start() {
     assert!(exited && !out.status.success(), "the gateway must not start: {err}");
     let want = format!("has {PARTITIONS} partitions but kafka.partitions = {}", PARTITIONS * 2);
     assert!(err.contains(&want) && err.contains("server.toml"), "{err}");
+    remove_unless_failed(&dir);
 }
 
 /// The stack's SASL_SSL listener (its own CA, SCRAM-SHA-512, the password by `file:`), as a

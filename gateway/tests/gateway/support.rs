@@ -36,6 +36,15 @@ pub fn temp_dir(prefix: &str) -> PathBuf {
     dir
 }
 
+/// Removes a test's folder (or file) once the test is done with it, but keeps it when the test
+/// failed (its logs are what tells why).
+pub fn remove_unless_failed(path: &Path) {
+    if std::thread::panicking() {
+        return;
+    }
+    let _ = if path.is_dir() { std::fs::remove_dir_all(path) } else { std::fs::remove_file(path) };
+}
+
 /// Polls `f` every 20 ms for at most `limit`; returns whether it became true.
 pub async fn eventually<F, Fut>(limit: Duration, mut f: F) -> bool
 where
@@ -52,11 +61,12 @@ where
     false
 }
 
-/// A private `redis-server` on a free port, killed (by PID) when dropped.
+/// A private `redis-server` on a free port, killed (by PID) when dropped, its folder removed.
 pub struct RedisServer {
     child: Child,
     /// Its port.
     pub port: u16,
+    dir: PathBuf,
 }
 
 impl RedisServer {
@@ -72,7 +82,7 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server is installed");
-        let server = Self { child, port };
+        let server = Self { child, port, dir };
         let url = server.url();
         let up = eventually(Duration::from_secs(10), || async { client(&url).await.is_ok() }).await;
         assert!(up, "private redis-server did not start on port {port}");
@@ -94,6 +104,7 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        remove_unless_failed(&self.dir);
     }
 }
 
@@ -373,6 +384,7 @@ impl Drop for Gateway {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        remove_unless_failed(&self.dir);
     }
 }
 
