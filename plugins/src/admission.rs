@@ -8,7 +8,10 @@
 //! Redis step's own: from the order's entry to its call's answer as the I/O thread reads it (the
 //! wait in its bucket's lane and the call's round trip), never the time the order's request then
 //! waits for a busy proxy thread to resume it. So a gateway late on its own threads (what `[sale]
-//! shed_at_lag_ms` measures) does not read as Redis overload.
+//! shed_at_lag_ms` measures) does not read as Redis overload. Nor does the I/O thread's own
+//! lateness: the batcher probes that thread and takes twice its smoothed lag off each wait
+//! ([`redis_share`]), since on cores too short for the whole machine the thread that writes
+//! the batches and reads their answers is late too, and that is not Redis behind.
 //!
 //! - An answer within the target (half the reservation timeout) raises the limit: by 1 while it
 //!   is below its ceiling (the limit comes back, doubling per round, to where Redis last kept
@@ -37,6 +40,16 @@ pub const CUT: f64 = 0.9;
 /// The target wait for a reservation bounded by `timeout`: half of it.
 pub fn target(timeout: Duration) -> Duration {
     timeout / 2
+}
+
+/// The share of an order's `waited` at the step that is Redis's, when the thread that writes the
+/// batches and reads their answers runs `io_lag` late (its smoothed lag, [`crate::pressure`]):
+/// that lateness is in the wait twice, before the batch is written (the send waits for the
+/// thread) and before its answer is read. A machine whose cores are short runs the I/O thread
+/// late; that is not Redis being behind, and refusing orders for it only brings them back
+/// (each resent `TRY_LATER` costs the busy cores a request more).
+pub fn redis_share(waited: Duration, io_lag: Duration) -> Duration {
+    waited.saturating_sub(io_lag * 2)
 }
 
 /// One bucket's adaptive limit.
@@ -160,6 +173,19 @@ mod tests {
             a.answered(Duration::from_millis(2), now + T * 11);
         }
         assert_eq!(a.limit(), cut + 1);
+    }
+
+    #[test]
+    fn a_late_io_thread_is_not_redis_behind() {
+        let (mut a, now) = (Aimd::new(T), Instant::now());
+        // 40 ms at the step, 10 ms of it twice the I/O thread's lateness: 20 ms is Redis's.
+        let waited = Duration::from_millis(40);
+        a.answered(redis_share(waited, Duration::from_millis(10)), now);
+        assert_eq!(a.limit(), INITIAL_LIMIT as usize, "not cut: within the 25 ms target");
+        // The same wait with the thread on time is Redis's own: cut.
+        a.answered(redis_share(waited, Duration::ZERO), now);
+        assert_eq!(a.limit(), 3686);
+        assert_eq!(redis_share(Duration::from_millis(5), Duration::from_millis(10)), Duration::ZERO);
     }
 
     #[test]

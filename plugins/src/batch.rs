@@ -42,6 +42,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::admission::{self, Aimd};
+use crate::pressure::Pressure;
 
 /// How reservations are collected: at most `max` orders per call, sent at the latest `wait` after
 /// the first one waiting.
@@ -123,6 +124,8 @@ struct Inner {
     dispatch: Dispatch,
     calls: AtomicU64,
     orders: AtomicU64,
+    /// How late the I/O runtime's thread runs (probed on it when the batcher is given one).
+    io_lag: Arc<Pressure>,
 }
 
 /// How many calls this batcher wrote, and how many orders they carried.
@@ -250,8 +253,13 @@ impl Batcher {
         let conf = BatchConf { max: conf.max.clamp(1, BATCH_MAX_LIMIT), ..conf };
         let lanes = Mutex::new(HashMap::new());
         let (calls, orders) = (AtomicU64::new(0), AtomicU64::new(0));
+        let io_lag = Arc::new(Pressure::default());
+        if let Some(io) = &io {
+            io_lag.watch_runtime(io);
+        }
         let dispatch = io.map_or_else(|| Dispatch::Own(std::sync::OnceLock::new()), Dispatch::On);
-        Self { inner: Arc::new(Inner { pool, scripts, conf, bound, lanes, dispatch, calls, orders }) }
+        let inner = Inner { pool, scripts, conf, bound, lanes, dispatch, calls, orders, io_lag };
+        Self { inner: Arc::new(inner) }
     }
 
     /// The calls written so far, and their orders.
@@ -417,7 +425,7 @@ impl Batcher {
         let now = std::time::Instant::now();
         let answering = st.answered_at.is_some_and(|at| now.duration_since(at) < self.inner.bound);
         if answering {
-            st.admission.answered(now - started, now);
+            st.admission.answered(admission::redis_share(now - started, self.inner.io_lag.lag()), now);
         } else {
             st.admission.unanswered(now);
         }
@@ -497,7 +505,7 @@ impl Batcher {
                 Poll::Ready(r) => r,
                 Poll::Pending => call.await,
             };
-            step_done(&lane, &entered, matches!(result, Ok(Ok(_))));
+            step_done(&lane, &entered, matches!(result, Ok(Ok(_))), self.inner.io_lag.lag());
             match result {
                 Ok(Ok(outcomes)) => {
                     for (answer, outcome) in answers.into_iter().zip(outcomes) {
@@ -524,8 +532,8 @@ impl Batcher {
 /// A call of `lane` ended now, as its sender read it: its orders (entered the step at
 /// `entered`) leave the step, each answered after its own wait there when the call was
 /// `answered` (the lane's wait and the call's round trip; not the time a proxy thread takes to
-/// resume the order's request), or none of them was.
-fn step_done(lane: &Lane, entered: &[std::time::Instant], answered: bool) {
+/// resume the order's request, nor twice the I/O thread's `io_lag`), or none of them was.
+fn step_done(lane: &Lane, entered: &[std::time::Instant], answered: bool, io_lag: Duration) {
     let now = std::time::Instant::now();
     let mut st = lock(&lane.state);
     st.in_flight -= 1;
@@ -536,6 +544,6 @@ fn step_done(lane: &Lane, entered: &[std::time::Instant], answered: bool) {
     }
     st.answered_at = Some(now);
     for &at in entered {
-        st.admission.answered(now.saturating_duration_since(at), now);
+        st.admission.answered(admission::redis_share(now.saturating_duration_since(at), io_lag), now);
     }
 }

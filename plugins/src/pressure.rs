@@ -68,6 +68,13 @@ impl Pressure {
         runtime.spawn(probe(Arc::downgrade(self), slot));
     }
 
+    /// Starts a probe on `runtime` (one of its threads: a runtime of one thread, like the sale's
+    /// I/O runtime, is watched whole), in a slot of its own.
+    pub fn watch_runtime(self: &Arc<Self>, runtime: &tokio::runtime::Handle) {
+        let slot = self.watched.fetch_add(1, Ordering::Relaxed).min(SLOTS - 1);
+        runtime.spawn(probe(Arc::downgrade(self), slot));
+    }
+
     /// The largest smoothed lag of the watched threads.
     pub fn lag(&self) -> Duration {
         let n = self.watched.load(Ordering::Relaxed).min(SLOTS);
