@@ -263,7 +263,7 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     let server = format!(
         "[server]\nlisten = \"127.0.0.1:{port}\"\nworkers = {}\n{}\n\
          [sale]\nsigning_key = \"file:key\"\nsold_out_ttl_ms = {}{}\n\
-         [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n{}\n\n\
+         [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n{}\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
          [kafka]\nbrokers = [{}]\n{}\n\n\
          [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"{}\"\nlogin_key = \"file:login_key\"\n\
