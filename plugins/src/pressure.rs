@@ -64,8 +64,7 @@ impl Pressure {
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
         WATCHED.with(|w| w.set(me));
-        let slot = self.watched.fetch_add(1, Ordering::Relaxed).min(SLOTS - 1);
-        runtime.spawn(probe(Arc::downgrade(self), slot));
+        self.watch_runtime(&runtime);
     }
 
     /// Starts a probe on `runtime` (one of its threads: a runtime of one thread, like the sale's
