@@ -32,7 +32,7 @@ async fn metrics_readiness_and_request_ids_in_the_log() {
         env.produce(backend::kafka::partition_for(&r.user, env.partitions), vec![record]).await;
     }
     let conf = write_conf(&env, 50);
-    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let admin = e2e::stack::free_port();
     let mut text = std::fs::read_to_string(&conf).unwrap();
     text.push_str(&format!("\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n"));
     std::fs::write(&conf, text).unwrap();

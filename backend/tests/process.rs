@@ -125,7 +125,7 @@ async fn two_instances_split_the_partitions() {
     let conf_a = write_conf(&env, 50);
     let mut a = spawn(&conf_a, &["serve", "--partitions", "0"]);
     let conf_b = env.dir.join("b.toml");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = e2e::stack::free_port();
     let text = std::fs::read_to_string(&conf_a).unwrap();
     let first_line = text.lines().next().unwrap().to_string();
     std::fs::write(&conf_b, text.replacen(&first_line, &format!("listen = \"127.0.0.1:{port}\""), 1))

@@ -38,6 +38,29 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}{}", &uuid::Uuid::new_v4().simple().to_string()[..12])
 }
 
+/// A loopback port that nothing else in this test process will be given, for a server a test
+/// is about to start there (or for an address that must refuse connections).
+///
+/// Binding port 0 and closing the socket again (the usual trick) lets the kernel hand the same
+/// port to the next `bind(0)` before the server has bound it: another test's mock server then
+/// answers this test's requests, or two gateways (both `SO_REUSEPORT`) share one address. Here
+/// the socket stays bound (not listening) until the process exits, with `SO_REUSEADDR` and
+/// `SO_REUSEPORT`: connects to it are refused until a server listens on it; the gateway,
+/// `redis-server` and the order writer (all `SO_REUSEADDR`) can still listen there; no other
+/// `bind(0)` gets it.
+pub fn free_port() -> u16 {
+    use socket2::{Domain, Socket, Type};
+    static HELD: std::sync::Mutex<Vec<Socket>> = std::sync::Mutex::new(Vec::new());
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a TCP socket");
+    socket.set_reuse_address(true).expect("SO_REUSEADDR");
+    socket.set_reuse_port(true).expect("SO_REUSEPORT");
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    socket.bind(&any.into()).expect("bind 127.0.0.1:0");
+    let port = socket.local_addr().unwrap().as_socket().expect("an IP address").port();
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).push(socket);
+    port
+}
+
 /// The workspace's root folder (holds `lua/`, `sql/`, `conf/`).
 pub fn workspace_root() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -158,4 +181,29 @@ pub async fn create_topic(
         .await
         .with_context(|| format!("creating topic {topic}: no answer within {:?}", CONNECT_TIMEOUT * 2))??;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{TcpListener, TcpStream};
+
+    /// The port stays ours: no `bind(0)` of this process is given it (the kernel reissues a
+    /// just-released port within a few thousand binds on loopback), a connect to it is refused
+    /// until a server listens there, and a server that sets `SO_REUSEADDR` (as the gateway,
+    /// `redis-server` and tokio's listeners do) can listen there.
+    #[test]
+    fn a_free_port_is_held_refuses_connects_and_takes_a_server() {
+        let port = super::free_port();
+        for _ in 0..20_000 {
+            let other = TcpListener::bind("127.0.0.1:0").unwrap();
+            assert_ne!(other.local_addr().unwrap().port(), port, "bind(0) was given the held port");
+        }
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_err(), "nothing listens yet");
+        let server = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        server.set_reuse_address(true).unwrap();
+        let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        server.bind(&addr.into()).unwrap();
+        server.listen(16).unwrap();
+        assert!(TcpStream::connect(("127.0.0.1", port)).is_ok(), "the server answers");
+    }
 }

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use e2e::client::{self, Auth};
-use e2e::stack;
+use e2e::stack::{self, free_port};
 use fred::prelude::{KeysInterface, PubsubInterface};
 use protocol::keys::CampaignKeys;
 use protocol::scripts::{self, PublishSpec, Scripts};
@@ -30,10 +30,6 @@ fn example() -> std::path::PathBuf {
         assert!(built.success(), "the example builds");
     }
     bin
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A one-answer HTTP upstream on loopback: every request gets `200 {body}`.

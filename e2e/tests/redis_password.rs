@@ -14,7 +14,7 @@ struct PrivateRedis(Child, u16);
 
 impl PrivateRedis {
     async fn start(password: &str) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = e2e::stack::free_port();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--requirepass", password])

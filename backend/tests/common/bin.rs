@@ -12,7 +12,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_order-writer");
 /// Writes an `order-writer.toml` for `env` (a free listen port, writer batches of `batch`)
 /// and returns its path.
 pub fn write_conf(env: &Env, batch: usize) -> std::path::PathBuf {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = e2e::stack::free_port();
     let root = e2e::stack::workspace_root();
     let text = format!(
         r#"listen = "127.0.0.1:{port}"

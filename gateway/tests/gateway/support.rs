@@ -1,6 +1,5 @@
 //! Starting gateways and private Redis servers for tests, and talking to them.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,10 +24,7 @@ pub fn result_token(campaign: &str, user: &str, request_id: &str) -> String {
     keys.result_token(campaign, user, request_id, chrono::Utc::now().timestamp() + 3600)
 }
 
-/// A free loopback port (bound, then released).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+pub use e2e::stack::free_port;
 
 pub fn temp_dir(prefix: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(e2e::stack::unique(prefix));
