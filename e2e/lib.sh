@@ -250,8 +250,6 @@ TOML
     -e "s#^postgres_url = .*#postgres_url = \"$(sale_db_url "$id")\"#" \
     -e "s#^brokers = .*#brokers = $(brokers_toml)#" \
     -e "s#^topic = .*#topic = \"reservations.$id\"#" \
-    -e "s#^lua_dir = .*#lua_dir = \"$ROOT/lua\"#" \
-    -e "s#^migrations_dir = .*#migrations_dir = \"$ROOT/sql\"#" \
     -e "s#^age_secs = .*#age_secs = ${SWEEP_AGE_SECS:-10}#" \
     conf/order-writer.toml >"$run/order-writer.toml"
   printf '\n[admin]\nlisten = "127.0.0.1:%s"\n' "$((wport + 1000))" >>"$run/order-writer.toml"

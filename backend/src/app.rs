@@ -1,14 +1,14 @@
 //! The order writer's connections, built in one place from the validated configuration: the
-//! PostgreSQL pool (with the migrations applied, when the subcommand writes), Redis and the
-//! Lua scripts, the Kafka client and the topic. Every subcommand and `serve` take what they
-//! need from [`Connections`]; none connects on its own.
+//! PostgreSQL pool in the conf's schema (with the migrations applied, or checked, when the
+//! subcommand writes), Redis and the Lua scripts, the Kafka client and the topic. Every
+//! subcommand and `serve` take what they need from [`Connections`]; none connects on its own.
 
 use fred::prelude::Client as RedisClient;
 use sqlx::PgPool;
 
-use crate::conf::Conf;
+use crate::conf::{Conf, PostgresConf};
 use crate::redis::RedisScripts;
-use crate::{db, kafka, redis};
+use crate::{db, kafka, redis, schema};
 
 /// PostgreSQL connections of a one-shot subcommand (migrate, publish, rebalance, reconcile).
 pub const COMMAND_POOL: u32 = 2;
@@ -30,16 +30,28 @@ impl<'a> Connections<'a> {
         self.cfg
     }
 
-    /// A PostgreSQL pool of at most `max` connections.
+    /// A PostgreSQL pool of at most `max` connections, in the conf's schema.
     pub async fn postgres(&self, max: u32) -> anyhow::Result<PgPool> {
-        db::connect_as(&self.cfg.postgres_url, self.cfg.postgres_password.as_ref(), max).await
+        postgres(&self.cfg.postgres, max).await
     }
 
-    /// A PostgreSQL pool of at most `max` connections, with every migration of
-    /// `migrations_dir` applied.
+    /// A PostgreSQL pool of at most `max` connections, with every migration of the binary
+    /// applied.
     pub async fn migrated_postgres(&self, max: u32) -> anyhow::Result<PgPool> {
-        let pool = self.postgres(max).await?;
-        db::migrate(&pool, &self.cfg.migrations_dir).await?;
+        migrated_postgres(&self.cfg.postgres, max).await
+    }
+
+    /// A PostgreSQL pool of at most `max` connections, once its schema is known to be at least
+    /// the binary's (`serve --no-migrate`): an older one is refused, saying so.
+    pub async fn checked_postgres(&self, max: u32) -> anyhow::Result<PgPool> {
+        let pg = &self.cfg.postgres;
+        let pool = postgres(pg, max).await?;
+        let migrations = schema::migrations(pg.migrations_dir.as_deref(), pg.schema.as_ref()).await?;
+        if let schema::State::Newer { version, binary } =
+            schema::verify(&pool, pg.schema.as_ref(), &migrations).await?
+        {
+            tracing::warn!(version, binary, "the schema has migrations this order-writer does not know");
+        }
         Ok(pool)
     }
 
@@ -48,9 +60,13 @@ impl<'a> Connections<'a> {
         redis::connect_as(&self.cfg.redis_url, self.cfg.redis_password.as_ref()).await
     }
 
-    /// The Lua scripts of `lua_dir`: the order writer's own and the shared ones.
+    /// The Lua scripts, the order writer's own and the shared ones: compiled in, or read from
+    /// `lua_dir` when the conf names one.
     pub fn scripts(&self) -> anyhow::Result<RedisScripts> {
-        RedisScripts::load(&self.cfg.lua_dir)
+        match &self.cfg.lua_dir {
+            Some(dir) => RedisScripts::load(dir),
+            None => Ok(RedisScripts::builtin()),
+        }
     }
 
     /// A Kafka client whose calls stop after the produce timeout.
@@ -65,4 +81,18 @@ impl<'a> Connections<'a> {
         kafka::ensure_topic(&client, &self.cfg.kafka).await?;
         Ok(client)
     }
+}
+
+/// A PostgreSQL pool of at most `max` connections, in `pg`'s schema.
+pub async fn postgres(pg: &PostgresConf, max: u32) -> anyhow::Result<PgPool> {
+    db::connect_in(&pg.url, pg.password.as_ref(), pg.schema.as_ref(), max).await
+}
+
+/// [`postgres`], with every migration of the binary (or of `pg.migrations_dir`) applied in
+/// `pg`'s schema, the schema created when missing (`order-writer migrate`, `serve`).
+pub async fn migrated_postgres(pg: &PostgresConf, max: u32) -> anyhow::Result<PgPool> {
+    let pool = postgres(pg, max).await?;
+    let migrations = schema::migrations(pg.migrations_dir.as_deref(), pg.schema.as_ref()).await?;
+    schema::migrate(&pool, pg.schema.as_ref(), &migrations).await?;
+    Ok(pool)
 }

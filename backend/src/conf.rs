@@ -5,6 +5,9 @@
 //! references (`env:NAME` or `file:PATH`), resolved at load so that a missing key stops the
 //! process at start, not at the first request: a Redis or PostgreSQL URL with a password in it
 //! is refused, the password goes in `redis_password` / `postgres_password`.
+//!
+//! `order-writer migrate` reads only the PostgreSQL part ([`PostgresConf::load`]): a conf whose
+//! Redis, Kafka or keys are not there yet (or not in this environment) still migrates.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,6 +17,8 @@ use protocol::conf::{self, Checker, ConfError, Millis};
 use protocol::secret::Password;
 use serde::Deserialize;
 use toml::Spanned;
+
+use crate::schema::Schema;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -27,10 +32,12 @@ struct Raw {
     postgres_password: Option<Spanned<String>>,
     #[serde(default = "default_campaigns_dir")]
     campaigns_dir: String,
-    #[serde(default = "default_lua_dir")]
-    lua_dir: String,
-    #[serde(default = "default_migrations_dir")]
-    migrations_dir: String,
+    #[serde(default)]
+    lua_dir: Option<String>,
+    #[serde(default)]
+    migrations_dir: Option<String>,
+    #[serde(default)]
+    postgres: Option<RawPostgres>,
     gateway_key: Spanned<String>,
     payment_key: Spanned<String>,
     #[serde(default = "d_payment_skew")]
@@ -63,11 +70,26 @@ fn d_result_pool() -> Spanned<i64> {
 fn default_campaigns_dir() -> String {
     "campaigns".into()
 }
-fn default_lua_dir() -> String {
-    "../lua".into()
+
+/// `[postgres]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPostgres {
+    #[serde(default)]
+    schema: Option<Spanned<String>>,
 }
-fn default_migrations_dir() -> String {
-    "../sql".into()
+
+/// What `migrate` reads of the file: the PostgreSQL keys, every other key ignored (not checked,
+/// its secrets not read).
+#[derive(Debug, Deserialize)]
+struct RawPostgresOnly {
+    postgres_url: Spanned<String>,
+    #[serde(default)]
+    postgres_password: Option<Spanned<String>>,
+    #[serde(default)]
+    migrations_dir: Option<String>,
+    #[serde(default)]
+    postgres: Option<RawPostgres>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -216,6 +238,68 @@ pub struct WriterConf {
     pub batch_retries: u32,
 }
 
+/// PostgreSQL: where the orders are written.
+#[derive(Debug, Clone)]
+pub struct PostgresConf {
+    /// The URL (`postgres_url`).
+    pub url: String,
+    /// The password (`postgres_password`, by reference; never in the URL).
+    pub password: Option<Password>,
+    /// The schema every table is in (`[postgres] schema`); `None`: the server's `search_path`,
+    /// normally `public` (as before the setting existed).
+    pub schema: Option<Schema>,
+    /// A folder to read the migrations from instead of the ones compiled in (development).
+    pub migrations_dir: Option<PathBuf>,
+}
+
+impl PostgresConf {
+    /// Reads and validates the PostgreSQL part of `file` alone (`order-writer migrate`).
+    pub fn load(file: &Path) -> Result<Self, ConfError> {
+        let text =
+            std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+        Self::parse(file, &text)
+    }
+
+    /// Parses the PostgreSQL part of the text of `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<Self, ConfError> {
+        let raw: RawPostgresOnly = conf::parse(file, text)?;
+        let c = Checker::new(file, text);
+        postgres(
+            &c,
+            &raw.postgres_url,
+            raw.postgres_password.as_ref(),
+            raw.postgres.as_ref(),
+            raw.migrations_dir,
+        )
+    }
+}
+
+/// Checks the PostgreSQL URL (no password in it), reads its password by reference and checks
+/// the schema's name.
+fn postgres(
+    c: &Checker<'_>,
+    url: &Spanned<String>,
+    password: Option<&Spanned<String>>,
+    table: Option<&RawPostgres>,
+    migrations_dir: Option<String>,
+) -> Result<PostgresConf, ConfError> {
+    let pg = url.get_ref();
+    if !(pg.starts_with("postgres://") || pg.starts_with("postgresql://")) {
+        return Err(c.err(url.span(), "postgres_url", "must start with postgres://"));
+    }
+    c.url_without_password(url, "postgres_url", "postgres_password")?;
+    let schema = match table.and_then(|t| t.schema.as_ref()) {
+        Some(s) => Some(Schema::new(s.get_ref()).map_err(|m| c.err(s.span(), "postgres.schema", m))?),
+        None => None,
+    };
+    Ok(PostgresConf {
+        url: pg.clone(),
+        password: password.map(|p| c.password(p, "postgres_password")).transpose()?,
+        schema,
+        migrations_dir: migrations_dir.map(|d| c.base().join(d)),
+    })
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Conf {
@@ -225,16 +309,12 @@ pub struct Conf {
     pub redis_url: String,
     /// Redis' password (`redis_password`, by reference; never in the URL).
     pub redis_password: Option<Password>,
-    /// PostgreSQL URL.
-    pub postgres_url: String,
-    /// PostgreSQL's password (`postgres_password`, by reference; never in the URL).
-    pub postgres_password: Option<Password>,
+    /// PostgreSQL: URL, password, schema.
+    pub postgres: PostgresConf,
     /// Folder of the campaign files.
     pub campaigns_dir: PathBuf,
-    /// Folder of the Lua scripts.
-    pub lua_dir: PathBuf,
-    /// Folder of the SQL migrations.
-    pub migrations_dir: PathBuf,
+    /// A folder to read the Lua scripts from instead of the ones compiled in (development).
+    pub lua_dir: Option<PathBuf>,
     /// The gateway's HMAC key: every record on the topic carries its signature (checked by the
     /// writer, made by the gateway, the sweeper and `order-writer produce`).
     pub gateway_key: Vec<u8>,
@@ -274,7 +354,14 @@ impl Conf {
         let c = Checker::new(file, text);
         let base = c.base().to_path_buf();
         let listen = c.addr(&raw.listen, "listen")?;
-        let (redis_password, postgres_password) = servers(&c, &raw)?;
+        let redis_password = redis(&c, &raw)?;
+        let postgres = postgres(
+            &c,
+            &raw.postgres_url,
+            raw.postgres_password.as_ref(),
+            raw.postgres.as_ref(),
+            raw.migrations_dir.clone(),
+        )?;
         let gateway_key = c.secret(&raw.gateway_key, "gateway_key")?;
         let payment_key = c.secret(&raw.payment_key, "payment_key")?;
         let payment_max_skew_secs =
@@ -357,11 +444,9 @@ impl Conf {
             listen,
             redis_url: raw.redis_url.into_inner(),
             redis_password,
-            postgres_url: raw.postgres_url.into_inner(),
-            postgres_password,
+            postgres,
             campaigns_dir: base.join(raw.campaigns_dir),
-            lua_dir: base.join(raw.lua_dir),
-            migrations_dir: base.join(raw.migrations_dir),
+            lua_dir: raw.lua_dir.map(|d| base.join(d)),
             gateway_key,
             payment_key,
             payment_max_skew_secs,
@@ -384,23 +469,13 @@ impl Conf {
     }
 }
 
-/// Checks the Redis and PostgreSQL URLs, neither with a password in it, and reads their
-/// passwords (`redis_password`, `postgres_password`) by reference.
-fn servers(c: &Checker<'_>, raw: &Raw) -> Result<(Option<Password>, Option<Password>), ConfError> {
+/// Checks the Redis URL, without a password in it, and reads its password (`redis_password`)
+/// by reference.
+fn redis(c: &Checker<'_>, raw: &Raw) -> Result<Option<Password>, ConfError> {
     protocol::cluster::check_url(raw.redis_url.get_ref())
         .map_err(|m| c.err(raw.redis_url.span(), "redis_url", m))?;
     c.url_without_password(&raw.redis_url, "redis_url", "redis_password")?;
-    let pg = raw.postgres_url.get_ref();
-    if !(pg.starts_with("postgres://") || pg.starts_with("postgresql://")) {
-        return Err(c.err(raw.postgres_url.span(), "postgres_url", "must start with postgres://"));
-    }
-    c.url_without_password(&raw.postgres_url, "postgres_url", "postgres_password")?;
-    let password =
-        |v: &Option<Spanned<String>>, field: &str| v.as_ref().map(|p| c.password(p, field)).transpose();
-    Ok((
-        password(&raw.redis_password, "redis_password")?,
-        password(&raw.postgres_password, "postgres_password")?,
-    ))
+    raw.redis_password.as_ref().map(|p| c.password(p, "redis_password")).transpose()
 }
 
 /// The longest `kafka.produce_timeout_ms`: a minute.
@@ -550,6 +625,64 @@ partitions = 4
             expect(&text, line, field, words);
             assert!(!parse(&text).unwrap_err().to_string().contains("hunter2"), "{to}: not echoed");
         }
+    }
+
+    #[test]
+    fn the_schema_is_a_plain_name_and_absent_by_default() {
+        let c = parse(&good()).unwrap();
+        assert_eq!(c.postgres.schema, None, "no schema: the server's search_path, as before");
+        assert_eq!((c.lua_dir, c.postgres.migrations_dir), (None, None), "compiled in");
+        let with = |t: &str| format!("{}\n[postgres]\n{t}\n", good());
+        let c = parse(&with("schema = \"seckill\"")).unwrap();
+        assert_eq!(c.postgres.schema.unwrap().name(), "seckill");
+        let bad = with("schema = \"Sec-kill\"");
+        expect(&bad, 13, "postgres.schema", "a-z, 0-9 and _");
+        let e = parse(&bad).unwrap_err();
+        assert_eq!(e.column, 10, "{e}");
+        assert!(e.to_string().starts_with("conf/order-writer.toml:13:10: field `postgres.schema`"), "{e}");
+        expect(&with("schema = \"pg_x\""), 13, "postgres.schema", "not starting with a digit or pg_");
+        expect(&with("scheme = \"x\""), 13, "scheme", "unknown field");
+        let dirs =
+            good().replace("\n\n[kafka]", "\nlua_dir = \"../lua\"\nmigrations_dir = \"../sql\"\n\n[kafka]");
+        let c = parse(&dirs).unwrap();
+        assert_eq!(
+            c.lua_dir.as_deref(),
+            Some(Path::new("conf/../lua")),
+            "an older conf's folders still read"
+        );
+        assert_eq!(c.postgres.migrations_dir.as_deref(), Some(Path::new("conf/../sql")));
+    }
+
+    #[test]
+    fn the_shipped_conf_parses_and_its_schema_line_is_where_the_docs_say() {
+        std::env::set_var("SECKILL_GATEWAY_KEY", "0123456789abcdef0123");
+        std::env::set_var("SECKILL_PAYMENT_KEY", "0123456789abcdef0123");
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/order-writer.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let c = Conf::parse(&file, &text).unwrap();
+        assert_eq!((c.postgres.schema, c.lua_dir, c.postgres.migrations_dir), (None, None, None));
+        let on = text.replace("# schema = \"seckill\"", "schema = \"seckill\"");
+        assert_eq!(Conf::parse(&file, &on).unwrap().postgres.schema.unwrap().name(), "seckill");
+        let e = Conf::parse(&file, &on.replace("\"seckill\"", "\"Seckill\"")).unwrap_err();
+        // docs/operations.md quotes this place.
+        assert_eq!((e.line, e.column, e.field.as_deref()), (62, 10, Some("postgres.schema")), "{e}");
+    }
+
+    #[test]
+    fn migrate_reads_the_postgres_part_alone() {
+        // No keys in the environment, no Redis or Kafka checked: only PostgreSQL's.
+        let text =
+            "postgres_url = \"postgres://u@127.0.0.1/db\"\ngateway_key = \"env:OW_NOT_SET_ANYWHERE\"\n\
+                    redis_url = \"nonsense\"\n[postgres]\nschema = \"shop\"\n";
+        let file = Path::new("conf/order-writer.toml");
+        let c = PostgresConf::parse(file, text).unwrap();
+        assert_eq!((c.url.as_str(), c.schema.unwrap().name()), ("postgres://u@127.0.0.1/db", "shop"));
+        let e = PostgresConf::parse(file, &text.replace("\"shop\"", "\"1shop\"")).unwrap_err();
+        assert_eq!((e.line, e.field.as_deref()), (5, Some("postgres.schema")), "{e}");
+        let e = PostgresConf::parse(file, &text.replace("u@", "u:hunter2@")).unwrap_err();
+        assert_eq!((e.line, e.field.as_deref()), (1, Some("postgres_url")), "{e}");
+        let e = PostgresConf::parse(file, "listen = \"x\"\n").unwrap_err();
+        assert!(e.to_string().contains("postgres_url"), "{e}");
     }
 
     #[test]

@@ -19,11 +19,14 @@
 //! - [`metrics`]: what the process counts; [`admin`]: `/metrics`, `/healthz`, `/readyz` on the
 //!   admin listener;
 //! - [`serve`]: all of it in one process; [`app`]: the connections every subcommand takes, built
-//!   in one place from the validated [`conf`]; [`setup`]: `migrate` and `topic create`.
+//!   in one place from the validated [`conf`]; [`setup`]: `migrate` and `topic create`;
+//!   [`schema`]: the PostgreSQL schema the tables are in, the migrations compiled in and the
+//!   version check; [`check`]: `order-writer check`, each server reachable.
 
 pub mod admin;
 pub mod app;
 pub mod buckets;
+pub mod check;
 pub mod closer;
 pub mod conf;
 pub mod db;
@@ -40,6 +43,7 @@ pub mod reconcile;
 pub mod redis;
 pub mod reply;
 pub mod result;
+pub mod schema;
 pub mod serve;
 pub mod setup;
 pub mod state;

@@ -2,13 +2,15 @@
 //! arguments and the configuration, then runs the subcommand's one function in its module; the
 //! connections come from [`backend::app::Connections`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use backend::app::Connections;
-use backend::conf::Conf;
+use backend::conf::{Conf, PostgresConf};
 use backend::produce::{self, generate};
-use backend::{publish, rebalance, reconcile, serve, setup};
+use backend::schema::Schema;
+use backend::serve::AtStart;
+use backend::{check, publish, rebalance, reconcile, serve, setup};
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -35,14 +37,32 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// HTTP (result query, payment callback, health), sweeper, writers and close worker
-    /// (applies migrations first).
+    /// (applies the migrations first, unless --no-migrate).
     Serve {
         /// Partitions this instance consumes, e.g. `0,1` (default: all, or `kafka.assigned`).
         #[arg(long, value_delimiter = ',')]
         partitions: Option<Vec<i32>>,
+        /// Applies no migration: refuses to start on a schema older than this binary (run
+        /// `order-writer migrate` apart, e.g. as a deploy step with a DDL role).
+        #[arg(long)]
+        no_migrate: bool,
     },
-    /// Applies the migrations under `sql/`.
-    Migrate,
+    /// Creates the schema when missing and applies the migrations compiled into this binary.
+    /// Needs PostgreSQL only: of the conf, only `postgres_url`, `postgres_password` and
+    /// `[postgres]` are read.
+    Migrate {
+        /// This PostgreSQL URL instead of the conf's (the conf is then not read; the password
+        /// may be in the URL or in PGPASSWORD).
+        #[arg(long, value_name = "URL")]
+        postgres_url: Option<String>,
+        /// The schema, with --postgres-url (default: the server's search_path, as with no
+        /// `[postgres] schema` in a conf).
+        #[arg(long, requires = "postgres_url")]
+        schema: Option<String>,
+    },
+    /// Checks the conf (secrets included) and each server: PostgreSQL and its schema version,
+    /// Redis, Kafka and the topic's partitions. Changes nothing; fails when anything is wrong.
+    Check,
     /// Kafka topic administration.
     Topic {
         #[command(subcommand)]
@@ -116,11 +136,29 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let cfg = Conf::load(&cli.conf)?;
-    let conns = Connections::new(&cfg);
     match cli.command {
-        Command::Serve { partitions } => serve::run(cfg, partitions).await,
-        Command::Migrate => setup::migrate(&conns).await,
+        // PostgreSQL alone: the rest of the conf (Redis, Kafka, keys) is not read.
+        Command::Migrate { postgres_url: Some(url), schema } => {
+            let schema = schema.as_deref().map(Schema::new).transpose().map_err(anyhow::Error::msg)?;
+            let pg = PostgresConf { url, password: None, schema, migrations_dir: None };
+            setup::migrate(&pg).await
+        }
+        Command::Migrate { postgres_url: None, .. } => setup::migrate(&PostgresConf::load(&cli.conf)?).await,
+        command => with_conf(&cli.conf, command).await,
+    }
+}
+
+/// The subcommands that read the whole conf.
+async fn with_conf(file: &Path, command: Command) -> anyhow::Result<()> {
+    let cfg = Conf::load(file)?;
+    let conns = Connections::new(&cfg);
+    match command {
+        Command::Serve { partitions, no_migrate } => {
+            let at_start = if no_migrate { AtStart::Verify } else { AtStart::Migrate };
+            serve::run(cfg, partitions, at_start).await
+        }
+        Command::Migrate { .. } => setup::migrate(&cfg.postgres).await,
+        Command::Check => check::run(&cfg, file).await,
         Command::Topic { command: TopicCommand::Create } => setup::topic_create(&conns).await,
         Command::Campaign { command: CampaignCommand::Publish { id } } => publish::run(&conns, &id).await,
         Command::Campaign { command: CampaignCommand::Rebalance { id } } => rebalance::run(&conns, &id).await,

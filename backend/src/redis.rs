@@ -85,7 +85,20 @@ pub enum AdoptOutcome {
 }
 
 impl RedisScripts {
-    /// Reads the scripts from the `lua/` folder.
+    /// The scripts of the repository's `lua/` folder, compiled into the binary (what the order
+    /// writer runs unless its conf names a `lua_dir`).
+    pub fn builtin() -> Self {
+        let lua = |body: &str| Script::from_lua(body.to_string());
+        Self {
+            shared: Scripts::builtin(),
+            ack: lua(include_str!("../../lua/ack.lua")),
+            adopt: lua(include_str!("../../lua/adopt.lua")),
+            claim: lua(include_str!("../../lua/claim.lua")),
+            pause: lua(include_str!("../../lua/pause.lua")),
+        }
+    }
+
+    /// Reads the scripts from a folder laid out as `lua/` (a developer's changed copy).
     pub fn load(dir: &Path) -> anyhow::Result<Self> {
         Ok(Self {
             shared: Scripts::load(dir)?,

@@ -18,9 +18,19 @@ use crate::state::{AppState, ResultStore};
 use crate::writer::WriterCtx;
 use crate::{closer, sweeper, writer};
 
-/// `order-writer serve [--partitions P,...]`: everything, until SIGTERM or ctrl-c.
-/// `partitions` (checked against the topic's count) replaces `kafka.assigned`.
-pub async fn run(mut cfg: Conf, partitions: Option<Vec<i32>>) -> anyhow::Result<()> {
+/// What `serve` does with the PostgreSQL schema before it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtStart {
+    /// Applies the migrations not applied yet (the default).
+    Migrate,
+    /// Applies nothing, and refuses to serve on a schema older than the binary
+    /// (`--no-migrate`: the schema is migrated apart, by `order-writer migrate`).
+    Verify,
+}
+
+/// `order-writer serve [--partitions P,...] [--no-migrate]`: everything, until SIGTERM or
+/// ctrl-c. `partitions` (checked against the topic's count) replaces `kafka.assigned`.
+pub async fn run(mut cfg: Conf, partitions: Option<Vec<i32>>, at_start: AtStart) -> anyhow::Result<()> {
     if let Some(p) = partitions {
         if p.is_empty() || p.iter().any(|x| !(0..cfg.kafka.partitions).contains(x)) {
             anyhow::bail!("--partitions must list partitions between 0 and {}", cfg.kafka.partitions - 1);
@@ -28,13 +38,28 @@ pub async fn run(mut cfg: Conf, partitions: Option<Vec<i32>>) -> anyhow::Result<
         cfg.kafka.assigned = p;
     }
     let (tx, _rx) = watch::channel(false);
-    serve(cfg, tx, true).await
+    serve_as(cfg, tx, true, at_start).await
 }
 
-/// Runs everything until `shutdown` turns true (or a signal arrives when `signals`).
+/// Runs everything until `shutdown` turns true (or a signal arrives when `signals`), the
+/// migrations applied first.
 pub async fn serve(cfg: Conf, shutdown_tx: watch::Sender<bool>, signals: bool) -> anyhow::Result<()> {
+    serve_as(cfg, shutdown_tx, signals, AtStart::Migrate).await
+}
+
+/// [`serve`], the schema migrated or verified as `at_start` says.
+pub async fn serve_as(
+    cfg: Conf,
+    shutdown_tx: watch::Sender<bool>,
+    signals: bool,
+    at_start: AtStart,
+) -> anyhow::Result<()> {
     let conns = Connections::new(&cfg);
-    let pool = conns.migrated_postgres(16 + cfg.kafka.assigned.len() as u32).await?;
+    let size = 16 + cfg.kafka.assigned.len() as u32;
+    let pool = match at_start {
+        AtStart::Migrate => conns.migrated_postgres(size).await?,
+        AtStart::Verify => conns.checked_postgres(size).await?,
+    };
     let redis = conns.redis().await?;
     let scripts = conns.scripts()?;
     let kc = Arc::new(conns.kafka_with_topic().await?);

@@ -1,14 +1,25 @@
-//! The set-up subcommands over the connections of [`crate::app`]: `order-writer migrate` and
-//! `order-writer topic create`. Apart from [`crate::db`] and [`crate::kafka`], which the
-//! connections are built from, so that those two import nothing of `app`.
+//! The set-up subcommands: `order-writer migrate` (PostgreSQL alone) and `order-writer topic
+//! create` (over the connections of [`crate::app`]). Apart from [`crate::db`] and
+//! [`crate::kafka`], which the connections are built from, so that those two import nothing of
+//! `app`.
 
-use crate::app::{Connections, COMMAND_POOL};
+use crate::app::{self, Connections, COMMAND_POOL};
+use crate::conf::PostgresConf;
 use crate::kafka::ensure_topic;
+use crate::schema;
 
-/// `order-writer migrate`: applies the migrations of `migrations_dir`.
-pub async fn migrate(conns: &Connections<'_>) -> anyhow::Result<()> {
-    conns.migrated_postgres(COMMAND_POOL).await?;
-    println!("migrations applied from {}", conns.conf().migrations_dir.display());
+/// `order-writer migrate`: creates the schema when missing and applies the migrations compiled
+/// into the binary (or those of `migrations_dir`). Needs PostgreSQL only.
+pub async fn migrate(pg: &PostgresConf) -> anyhow::Result<()> {
+    let pool = app::migrated_postgres(pg, COMMAND_POOL).await?;
+    let migrations = schema::migrations(pg.migrations_dir.as_deref(), pg.schema.as_ref()).await?;
+    let state = schema::read_state(&pool, pg.schema.as_ref(), &migrations).await?;
+    pool.close().await;
+    let from = match &pg.migrations_dir {
+        Some(dir) => format!("read from {}", dir.display()),
+        None => "compiled in".to_string(),
+    };
+    println!("migrations applied in {} ({from}): {state}", schema::shown(pg.schema.as_ref()));
     Ok(())
 }
 

@@ -83,7 +83,7 @@ async fn bad_configuration_and_unknown_campaign_fail_with_clear_messages() {
          topic = \"t\"\npartitions = -2\n",
     )
     .unwrap();
-    let out = command(&conf, &["migrate"]).output().unwrap();
+    let out = command(&conf, &["check"]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("order-writer.toml:10:") && err.contains("kafka.partitions"), "{err}");
@@ -91,7 +91,7 @@ async fn bad_configuration_and_unknown_campaign_fail_with_clear_messages() {
     let out = Command::new(common::bin::BIN)
         .arg("--config")
         .arg(&conf)
-        .arg("migrate")
+        .arg("check")
         .env("OW_TEST_GATEWAY_KEY", String::from_utf8_lossy(common::GATEWAY_KEY).to_string())
         .env("OW_TEST_PAYMENT_KEY", String::from_utf8_lossy(common::PAYMENT_KEY).to_string())
         .output()

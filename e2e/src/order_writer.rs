@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use backend::conf::{Conf, KafkaConf, WriterConf};
+use backend::conf::{Conf, KafkaConf, PostgresConf, WriterConf};
 use protocol::conf::Millis;
 
 use crate::stack;
@@ -39,19 +39,21 @@ pub struct Place<'a> {
     pub payment_key: &'a [u8],
 }
 
-/// A configuration on the stack's servers, with the workspace's scripts and migrations, a
+/// A configuration on the stack's servers, with the scripts and migrations compiled in, a
 /// sweeper of age 1 s every 200 ms and a closer every 100 ms (override fields as a test needs).
 pub fn conf(place: Place<'_>) -> Conf {
-    let root = stack::workspace_root();
     Conf {
         listen: place.listen,
         redis_url: stack::redis_url(),
         redis_password: None,
-        postgres_url: place.postgres_url.to_string(),
-        postgres_password: None,
+        postgres: PostgresConf {
+            url: place.postgres_url.to_string(),
+            password: None,
+            schema: None,
+            migrations_dir: None,
+        },
         campaigns_dir: place.campaigns_dir.to_path_buf(),
-        lua_dir: root.join("lua"),
-        migrations_dir: root.join("sql"),
+        lua_dir: None,
         gateway_key: place.gateway_key.to_vec(),
         payment_key: place.payment_key.to_vec(),
         payment_max_skew_secs: 300,

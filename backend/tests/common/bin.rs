@@ -13,14 +13,11 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_order-writer");
 /// and returns its path.
 pub fn write_conf(env: &Env, batch: usize) -> std::path::PathBuf {
     let port = e2e::stack::free_port();
-    let root = e2e::stack::workspace_root();
     let text = format!(
         r#"listen = "127.0.0.1:{port}"
 redis_url = "{redis}"
 postgres_url = "{pg}"
 campaigns_dir = "campaigns"
-lua_dir = "{lua}"
-migrations_dir = "{sql}"
 gateway_key = "env:OW_TEST_GATEWAY_KEY"
 payment_key = "env:OW_TEST_PAYMENT_KEY"
 
@@ -38,8 +35,6 @@ interval_ms = 200
 "#,
         redis = e2e::stack::redis_url(),
         pg = env.pg_url,
-        lua = root.join("lua").display(),
-        sql = root.join("sql").display(),
         kafka = e2e::stack::kafka_broker(),
         topic = env.topic,
         partitions = env.partitions,
