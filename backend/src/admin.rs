@@ -26,6 +26,30 @@ pub struct AdminState {
     pub pool: PgPool,
     /// The partitions this process writes.
     pub assigned: Vec<i32>,
+    /// The Kafka client and topic the scrape reads each assigned partition's end from, so
+    /// `seckill_writer_lag` is current even when a writer fetches nothing.
+    pub kafka: Option<(Arc<rskafka::client::Client>, String)>,
+}
+
+/// How long a scrape waits for the partitions' ends before it answers with the last ones seen.
+const ENDS_SCRAPE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Reads each assigned partition's end from Kafka (bounded) into the lag gauges.
+async fn refresh_ends(st: &AdminState) {
+    let Some((client, topic)) = &st.kafka else { return };
+    let read = async {
+        for &p in &st.assigned {
+            let pc = crate::kafka::partition(client, topic, p, ENDS_SCRAPE_TIMEOUT).await?;
+            let end = pc.get_offset(rskafka::client::partition::OffsetAt::Latest).await?;
+            st.metrics.end_seen(p, end);
+        }
+        Ok::<_, anyhow::Error>(())
+    };
+    match tokio::time::timeout(ENDS_SCRAPE_TIMEOUT, read).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %format!("{e:#}"), "scrape: partition ends not read"),
+        Err(_) => tracing::debug!("scrape: partition ends not read within {ENDS_SCRAPE_TIMEOUT:?}"),
+    }
 }
 
 /// The admin router.
@@ -38,6 +62,7 @@ pub fn router(state: AdminState) -> Router {
 }
 
 async fn metrics(State(st): State<AdminState>) -> Response {
+    refresh_ends(&st).await;
     let families = st.metrics.gather(&st.pool).await;
     let encoder = TextEncoder::new();
     let mut body = Vec::new();

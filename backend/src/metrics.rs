@@ -10,8 +10,9 @@
 //!
 //! Names: every metric starts with `seckill_writer_`; the README lists them.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::proto::MetricFamily;
@@ -30,6 +31,8 @@ const DB_SCRAPE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The metrics of one order writer.
 pub struct WriterMetrics {
     registry: Registry,
+    /// Each partition's offsets (its writer's handles and the scrape share them).
+    offsets: Mutex<HashMap<i32, Arc<Offsets>>>,
     consumed: IntCounterVec,
     committed: IntCounterVec,
     lag: IntGaugeVec,
@@ -90,6 +93,7 @@ impl WriterMetrics {
     pub fn new() -> Self {
         let m = Self {
             registry: Registry::new(),
+            offsets: Mutex::default(),
             consumed: counter_vec(
                 "seckill_writer_records_consumed_total",
                 "Records fetched from Kafka, by partition",
@@ -204,8 +208,24 @@ impl WriterMetrics {
             lag: self.lag.with_label_values(&[&p]),
             dead: self.dead_letters.with_label_values(&[&p]),
             up: self.up.with_label_values(&[&p]),
-            high: Arc::new(AtomicI64::new(0)),
-            next: Arc::new(AtomicI64::new(0)),
+            offsets: self
+                .offsets
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(partition)
+                .or_default()
+                .clone(),
+        }
+    }
+
+    /// The end of `partition` read at a scrape (the admin listener asks Kafka): its lag counts
+    /// the records waiting even while its writer fetches nothing (PostgreSQL down, a batch
+    /// retried). Ignored until the partition's writer has started (its next offset unknown).
+    pub fn end_seen(&self, partition: i32, end: i64) {
+        if self.partition_is_up(partition) {
+            let p = self.partition(partition);
+            p.offsets.high.fetch_max(end, Ordering::Relaxed);
+            p.update_lag();
         }
     }
 
@@ -269,14 +289,21 @@ pub struct PartitionMetrics {
     lag: IntGauge,
     dead: IntCounter,
     up: IntGauge,
-    high: Arc<AtomicI64>,
-    next: Arc<AtomicI64>,
+    offsets: Arc<Offsets>,
+}
+
+/// A partition's end as last seen and its next offset to write, shared by its writer's handles
+/// and the scrape.
+#[derive(Debug, Default)]
+struct Offsets {
+    high: AtomicI64,
+    next: AtomicI64,
 }
 
 impl PartitionMetrics {
     /// The writer runs from `next_offset` (its stored offset).
     pub fn started(&self, next_offset: i64) {
-        self.next.store(next_offset, Ordering::Relaxed);
+        self.offsets.next.store(next_offset, Ordering::Relaxed);
         self.up.set(1);
         self.update_lag();
     }
@@ -284,7 +311,7 @@ impl PartitionMetrics {
     /// A fetch brought `n` records; the partition's end is `high_watermark`.
     pub fn fetched(&self, n: usize, high_watermark: i64) {
         self.consumed.inc_by(n as u64);
-        self.high.fetch_max(high_watermark, Ordering::Relaxed);
+        self.offsets.high.fetch_max(high_watermark, Ordering::Relaxed);
         self.update_lag();
     }
 
@@ -292,12 +319,12 @@ impl PartitionMetrics {
     pub fn committed(&self, n: usize, dead: usize, next_offset: i64) {
         self.committed.inc_by(n as u64);
         self.dead.inc_by(dead as u64);
-        self.next.store(next_offset, Ordering::Relaxed);
+        self.offsets.next.store(next_offset, Ordering::Relaxed);
         self.update_lag();
     }
 
     fn update_lag(&self) {
-        let lag = self.high.load(Ordering::Relaxed) - self.next.load(Ordering::Relaxed);
+        let lag = self.offsets.high.load(Ordering::Relaxed) - self.offsets.next.load(Ordering::Relaxed);
         self.lag.set(lag.max(0));
     }
 }
@@ -317,6 +344,11 @@ mod tests {
         assert_eq!((p.lag.get(), p.committed.get(), p.dead.get()), (0, 5, 1));
         p.started(20);
         assert_eq!(p.lag.get(), 0, "a stored offset past the last fetched end is no negative lag");
+        // A scrape's look at the end counts records the writer has not fetched yet.
+        m.end_seen(3, 30);
+        assert_eq!(p.lag.get(), 10);
+        m.end_seen(4, 30);
+        assert_eq!(m.partition(4).lag.get(), 0, "no lag before the partition's writer started");
         let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
         assert!(names.contains(&"seckill_writer_lag".to_string()), "{names:?}");
     }

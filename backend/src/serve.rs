@@ -117,6 +117,7 @@ pub async fn serve_as(
                 metrics: metrics.clone(),
                 pool: pool.clone(),
                 assigned: cfg.kafka.assigned.clone(),
+                kafka: Some((kc.clone(), cfg.kafka.topic.clone())),
             };
             let mut rx = shutdown_tx.subscribe();
             Some(tokio::spawn(async move {
