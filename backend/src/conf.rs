@@ -255,8 +255,7 @@ pub struct PostgresConf {
 impl PostgresConf {
     /// Reads and validates the PostgreSQL part of `file` alone (`order-writer migrate`).
     pub fn load(file: &Path) -> Result<Self, ConfError> {
-        let text =
-            std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+        let text = conf::read(file)?;
         Self::parse(file, &text)
     }
 
@@ -343,8 +342,7 @@ pub struct Conf {
 impl Conf {
     /// Reads and validates `file`.
     pub fn load(file: &Path) -> Result<Self, ConfError> {
-        let text =
-            std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+        let text = conf::read(file)?;
         Self::parse(file, &text)
     }
 

@@ -333,8 +333,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
 
 /// Reads and validates the server file's own sections (the sale's are `plugins::conf`'s).
 pub fn load(file: &Path) -> Result<ServerConf, ConfError> {
-    let text =
-        std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+    let text = conf::read(file)?;
     parse_server(file, &text)
 }
 

@@ -238,8 +238,7 @@ impl SaleConf {
     /// Reads `file` and checks its sale's sections and every campaign file of its campaigns
     /// folder.
     pub fn load(file: &Path) -> Result<Loaded, ConfError> {
-        let text =
-            std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+        let text = protocol::conf::read(file)?;
         let conf = Self::parse(file, &text)?;
         let campaigns = Campaign::load_dir(&conf.campaigns_dir)?;
         Ok(Loaded { conf, campaigns })

@@ -335,8 +335,7 @@ impl Campaign {
 
     /// Reads, parses and validates a campaign file.
     pub fn load(file: &Path) -> Result<Self, ConfError> {
-        let text =
-            std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+        let text = crate::conf::read(file)?;
         Self::parse(file, &text)
     }
 

@@ -126,10 +126,14 @@ pub fn parse<T: DeserializeOwned>(file: &Path, text: &str) -> Result<T, ConfErro
     })
 }
 
+/// Reads `file`'s text; an unreadable file is a [`ConfError`] naming it.
+pub fn read(file: &Path) -> Result<String, ConfError> {
+    std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))
+}
+
 /// Reads and parses `file`.
 pub fn load<T: DeserializeOwned>(file: &Path) -> Result<(T, String), ConfError> {
-    let text =
-        std::fs::read_to_string(file).map_err(|e| ConfError::whole(file, format!("cannot read: {e}")))?;
+    let text = read(file)?;
     let value = parse(file, &text)?;
     Ok((value, text))
 }
