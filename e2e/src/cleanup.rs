@@ -210,18 +210,33 @@ pub async fn delete_topic(broker: &str, topic: &str) -> anyhow::Result<bool> {
     delete_topic_with(&client, topic).await
 }
 
-/// The same through a client of the broker.
+/// The same through a client of the broker. The controller answers once the deletion is
+/// committed; a broker's metadata may list the topic a moment longer, so this also waits (at most
+/// [`TOPIC_GONE_WITHIN`]) until the broker's metadata no longer lists it.
 pub async fn delete_topic_with(client: &rskafka::client::Client, topic: &str) -> anyhow::Result<bool> {
     use rskafka::client::error::{Error as KafkaError, ProtocolError};
     let controller = client.controller_client().context("no controller")?;
-    match controller.delete_topic(topic, 5_000).await {
-        Ok(()) => Ok(true),
-        Err(KafkaError::ServerError { protocol_error: ProtocolError::UnknownTopicOrPartition, .. }) => {
-            Ok(false)
+    let existed = match controller.delete_topic(topic, 5_000).await {
+        Ok(()) => true,
+        Err(KafkaError::ServerError { protocol_error: ProtocolError::UnknownTopicOrPartition, .. }) => false,
+        Err(e) => return Err(e).with_context(|| format!("deleting topic {topic}")),
+    };
+    let deadline = tokio::time::Instant::now() + TOPIC_GONE_WITHIN;
+    loop {
+        let listed = client.list_topics().await.context("listing topics")?;
+        if !listed.iter().any(|t| t.name == topic) {
+            return Ok(existed);
         }
-        Err(e) => Err(e).with_context(|| format!("deleting topic {topic}")),
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "topic {topic} is still listed {TOPIC_GONE_WITHIN:?} after its deletion"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// How long [`delete_topic_with`] waits for the broker's metadata to drop a deleted topic.
+pub const TOPIC_GONE_WITHIN: Duration = Duration::from_secs(10);
 
 /// The topics of the broker at `broker` whose names start with `prefix`.
 pub async fn topics_like(broker: &str, prefix: &str) -> anyhow::Result<Vec<String>> {
