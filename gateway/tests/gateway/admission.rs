@@ -21,6 +21,7 @@ const REDIS_BEHIND: &str = "too many orders at once";
 
 /// One answer of the crowd.
 struct Answer {
+    sent: Instant,
     at: Instant,
     took: Duration,
     code: String,
@@ -75,6 +76,7 @@ async fn crowd(gw: &Gateway, buyers: &[e2e::client::Ticket], until: Instant) -> 
                 let sent = Instant::now();
                 let (_, body) = t.order(http, base, 1).await;
                 answers.push(Answer {
+                    sent,
                     at: Instant::now(),
                     took: sent.elapsed(),
                     code: body["code"].as_str().unwrap_or("ERROR").to_string(),
@@ -193,7 +195,13 @@ async fn a_slow_redis_gets_try_later_before_service_degraded() {
 
 /// Redis stalled for 1.5 s under 100 buyers ordering back to back: the limit falls to its floor
 /// (orders are told `SERVICE_DEGRADED`, then `TRY_LATER` at once). Once Redis answers again,
-/// the last refusal comes within 1 s: the limit is back where the crowd fits.
+/// no order sent 1 s later is refused: the limit is back where the crowd fits.
+///
+/// The bound is on when a refused order was sent, not when its answer was read: an order in
+/// flight through the stall is answered `SERVICE_DEGRADED` after its undo (which Redis answers
+/// only once it is back), and on a loaded machine this test's own threads may read that answer
+/// seconds late (a fresh clone's CI once read 100 of them 3.7 s after Redis's return, all sent
+/// during the stall).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_redis_stall_the_limit_is_back_within_a_second() {
     let private = RedisServer::start().await;
@@ -213,9 +221,37 @@ async fn after_a_redis_stall_the_limit_is_back_within_a_second() {
     let refused = |a: &&Answer| matches!(a.code.as_str(), "TRY_LATER" | "SERVICE_DEGRADED" | "ERROR");
     let during = answers.iter().filter(|a| a.at < resumed).filter(refused).count();
     assert!(during > 0, "the stall was felt: {seen:?}");
-    let last = answers.iter().filter(refused).map(|a| a.at).max().unwrap();
-    let recovery = last.saturating_duration_since(resumed);
-    let after = codes(answers.iter().filter(|a| a.at > resumed));
-    eprintln!("after the stall: {after:?}; last refusal {recovery:?} after Redis answered again");
-    assert!(recovery < Duration::from_secs(1), "the limit came back within 1 s: {recovery:?}, {after:?}");
+    let sent_after = || answers.iter().filter(|a| a.sent > resumed);
+    assert!(sent_after().count() > 100, "orders were sent after the stall: {seen:?}");
+    let last = sent_after().filter(refused).map(|a| a.sent).max();
+    let recovery = last.map(|at| at.duration_since(resumed)).unwrap_or_default();
+    let after = codes(sent_after());
+    let timeline = timeline(&answers, resumed);
+    eprintln!("sent after the stall: {after:?}; last refused {recovery:?} after Redis answered again");
+    eprintln!("{timeline}");
+    assert!(
+        recovery < Duration::from_secs(1),
+        "the limit came back within 1 s: an order sent {recovery:?} after Redis's return was refused, \
+         {after:?}; by 250 ms from Redis's return (answers read):\n{timeline}"
+    );
+}
+
+/// The answers' codes by 250 ms slot from `origin` (negative before it), one line a slot, with
+/// the slowest round trip of each: where a late refusal came from.
+fn timeline(answers: &[Answer], origin: Instant) -> String {
+    let mut slots: BTreeMap<i64, (BTreeMap<&str, usize>, Duration)> = BTreeMap::new();
+    for a in answers {
+        let ms = if a.at >= origin {
+            a.at.duration_since(origin).as_millis() as i64
+        } else {
+            -(origin.duration_since(a.at).as_millis() as i64) - 1
+        };
+        let slot = slots.entry(ms.div_euclid(250) * 250).or_default();
+        *slot.0.entry(a.code.as_str()).or_default() += 1;
+        slot.1 = slot.1.max(a.took);
+    }
+    slots
+        .iter()
+        .map(|(ms, (codes, slowest))| format!("{ms:>6} ms: {codes:?}, slowest {slowest:?}\n"))
+        .collect()
 }
