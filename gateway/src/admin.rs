@@ -67,7 +67,8 @@ pub fn service(listen: &str, live: Arc<Live>) -> Service<HttpServer<AdminApp>> {
 
 /// What is read at scrape time.
 pub struct Live {
-    sale: Arc<FlashSale>,
+    /// The sale, when it is on (its families are left out without it).
+    sale: Option<Arc<FlashSale>>,
     log: Option<Arc<LogStats>>,
     /// One scrape at a time updates the families below.
     lock: Mutex<()>,
@@ -94,7 +95,7 @@ const ETA_ERROR_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 
 impl Live {
     /// The scrape-time families over the process's state.
-    pub fn new(sale: Arc<FlashSale>, log: Option<Arc<LogStats>>) -> Self {
+    pub fn new(sale: Option<Arc<FlashSale>>, log: Option<Arc<LogStats>>) -> Self {
         let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
         let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric");
         Self {
@@ -164,9 +165,10 @@ impl Live {
         }
     }
 
-    /// Whether at least one client of the Redis pool is connected (the readiness check).
+    /// Whether at least one client of the sale's Redis pool is connected (the readiness check;
+    /// a proxy without the sale needs no Redis and is ready).
     pub fn redis_ready(&self) -> bool {
-        self.sale.redis().clients().iter().any(|c| c.is_connected())
+        self.sale.as_ref().is_none_or(|sale| sale.redis().clients().iter().any(|c| c.is_connected()))
     }
 }
 
@@ -181,18 +183,9 @@ fn catch_up(counter: &IntCounter, value: u64) {
 impl Collector for Live {
     fn desc(&self) -> Vec<&Desc> {
         let mut d = Vec::new();
-        d.extend(self.sold_out.desc());
-        d.extend(self.depth.desc());
-        d.extend(self.capacity.desc());
-        d.extend(self.produced.desc());
-        d.extend(self.batches.desc());
-        d.extend(self.dropped.desc());
-        d.extend(self.redis_connected.desc());
-        d.extend(self.lag_peak_us.desc());
-        d.extend(self.room_queue.desc());
-        d.extend(self.room_admitted.desc());
-        d.extend(self.room_eta_error.desc());
-        d.extend(self.pow_bits.desc());
+        if self.sale.is_some() {
+            d.extend(self.sale_families().into_iter().flat_map(|f| f.desc()));
+        }
         if self.log.is_some() {
             d.extend(self.log_lines.desc());
             d.extend(self.log_dropped.desc());
@@ -202,35 +195,11 @@ impl Collector for Live {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let now = plugins::sold_out::now_ms();
-        self.sold_out.reset();
-        for (id, entry) in &self.sale.registry().campaigns {
-            self.sold_out.with_label_values(&[id.as_str()]).set(entry.sold_out.is_set(now) as i64);
-        }
-        let stats = self.sale.queue().stats();
-        self.depth.set(self.sale.queue().depth() as i64);
-        self.capacity.set(self.sale.queue().capacity() as i64);
-        catch_up(&self.produced, stats.produced.load(Ordering::Relaxed));
-        catch_up(&self.batches, stats.batches.load(Ordering::Relaxed));
-        catch_up(&self.dropped.with_label_values(&["full"]), stats.dropped_full.load(Ordering::Relaxed));
-        catch_up(&self.dropped.with_label_values(&["kafka"]), stats.dropped_kafka.load(Ordering::Relaxed));
-        self.collect_room();
-        let connected = self.sale.redis().clients().iter().filter(|c| c.is_connected()).count();
-        self.redis_connected.set(connected as i64);
-        self.lag_peak_us.set(i64::try_from(self.sale.take_peak_lag().as_micros()).unwrap_or(i64::MAX));
         let mut out = Vec::new();
-        out.extend(self.sold_out.collect());
-        out.extend(self.depth.collect());
-        out.extend(self.capacity.collect());
-        out.extend(self.produced.collect());
-        out.extend(self.batches.collect());
-        out.extend(self.dropped.collect());
-        out.extend(self.redis_connected.collect());
-        out.extend(self.lag_peak_us.collect());
-        out.extend(self.room_queue.collect());
-        out.extend(self.room_admitted.collect());
-        out.extend(self.room_eta_error.collect());
-        out.extend(self.pow_bits.collect());
+        if let Some(sale) = &self.sale {
+            self.update_sale(sale);
+            out.extend(self.sale_families().into_iter().flat_map(|f| f.collect()));
+        }
         if let Some(log) = &self.log {
             catch_up(&self.log_lines, log.written.load(Ordering::Relaxed));
             catch_up(&self.log_dropped, log.dropped.load(Ordering::Relaxed));
@@ -242,14 +211,54 @@ impl Collector for Live {
 }
 
 impl Live {
+    /// The sale's families, in the order they are scraped.
+    fn sale_families(&self) -> [&dyn Collector; 12] {
+        [
+            &self.sold_out,
+            &self.depth,
+            &self.capacity,
+            &self.produced,
+            &self.batches,
+            &self.dropped,
+            &self.redis_connected,
+            &self.lag_peak_us,
+            &self.room_queue,
+            &self.room_admitted,
+            &self.room_eta_error,
+            &self.pow_bits,
+        ]
+    }
+
+    /// Reads the sale's state into its families.
+    fn update_sale(&self, sale: &FlashSale) {
+        let now = plugins::sold_out::now_ms();
+        self.sold_out.reset();
+        for (id, entry) in &sale.registry().campaigns {
+            self.sold_out.with_label_values(&[id.as_str()]).set(entry.sold_out.is_set(now) as i64);
+        }
+        let stats = sale.queue().stats();
+        self.depth.set(sale.queue().depth() as i64);
+        self.capacity.set(sale.queue().capacity() as i64);
+        catch_up(&self.produced, stats.produced.load(Ordering::Relaxed));
+        catch_up(&self.batches, stats.batches.load(Ordering::Relaxed));
+        catch_up(&self.dropped.with_label_values(&["full"]), stats.dropped_full.load(Ordering::Relaxed));
+        catch_up(&self.dropped.with_label_values(&["kafka"]), stats.dropped_kafka.load(Ordering::Relaxed));
+        self.collect_room(sale);
+        let connected = sale.redis().clients().iter().filter(|c| c.is_connected()).count();
+        self.redis_connected.set(connected as i64);
+        self.lag_peak_us.set(i64::try_from(sale.take_peak_lag().as_micros()).unwrap_or(i64::MAX));
+    }
+}
+
+impl Live {
     /// The waiting room's families: every campaign's bits in force; for a campaign whose room is
     /// on, its queue's length, its admissions and the ETA errors since the last scrape.
-    fn collect_room(&self) {
-        let room = self.sale.waiting_room();
+    fn collect_room(&self, sale: &FlashSale) {
+        let room = sale.waiting_room();
         let now = chrono::Utc::now();
         self.room_queue.reset();
         self.pow_bits.reset();
-        for (id, entry) in &self.sale.registry().campaigns {
+        for (id, entry) in &sale.registry().campaigns {
             let c = &entry.campaign;
             let bits = room.rates().bits(c, now.timestamp());
             self.pow_bits.with_label_values(&[id.as_str()]).set(i64::from(bits));

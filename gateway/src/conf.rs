@@ -36,16 +36,18 @@ fn spanned<T>(v: T) -> S<T> {
 #[serde(deny_unknown_fields)]
 struct Raw {
     server: RawServer,
-    order_writer: RawPool,
-    // The sale's sections (plugins::conf::SECTIONS), read by plugins::conf.
-    #[allow(dead_code)]
-    sale: IgnoredAny,
-    #[allow(dead_code)]
-    redis: IgnoredAny,
-    #[allow(dead_code)]
-    kafka: IgnoredAny,
-    #[allow(dead_code)]
-    defense: IgnoredAny,
+    #[serde(default)]
+    order_writer: Option<RawPool>,
+    // The sale's sections (plugins::conf::SECTIONS), read by plugins::conf; here only whether
+    // each is there (the sale is on with all of them, off with none).
+    #[serde(default)]
+    sale: Option<S<IgnoredAny>>,
+    #[serde(default)]
+    redis: Option<S<IgnoredAny>>,
+    #[serde(default)]
+    kafka: Option<S<IgnoredAny>>,
+    #[serde(default)]
+    defense: Option<S<IgnoredAny>>,
     #[serde(default)]
     limits: limits::RawLimits,
     #[serde(default)]
@@ -168,8 +170,8 @@ pub struct ServerConf {
     pub threads: usize,
     /// Proxies in front of the gateway whose `X-Forwarded-For` names the client.
     pub trusted_proxies: TrustedProxies,
-    /// The order writer's pool (result queries).
-    pub order_writer: PoolConf,
+    /// The order writer's pool (result queries); `None` when the sale is off (a proxy only).
+    pub order_writer: Option<PoolConf>,
     /// Shop routes, in file order.
     pub routes: Vec<RouteConf>,
     /// The front door's limits and timeouts (restart to change).
@@ -182,6 +184,14 @@ pub struct ServerConf {
     pub admin: Option<AdminConf>,
     /// The access log; off when `None` (restart to change).
     pub access_log: Option<AccessLogConf>,
+}
+
+impl ServerConf {
+    /// Whether the sale is on (its sections and `[order_writer]` are in the file); off, the
+    /// gateway is a reverse proxy only, and `/seckill/` is routed like any other path.
+    pub fn sells(&self) -> bool {
+        self.order_writer.is_some()
+    }
 }
 
 impl std::fmt::Debug for ServerConf {
@@ -234,6 +244,36 @@ fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolCon
     })
 }
 
+/// Whether a server file sells: with the sale's sections and `[order_writer]`, or none of them.
+enum Mode<'a> {
+    /// A reverse proxy only: no sale path, no Redis, Kafka or secrets.
+    ProxyOnly,
+    /// The sale on (its sections are `plugins::conf`'s to check), with the order writer's pool.
+    Sale(&'a RawPool),
+}
+
+/// The sale is on when any of its sections (`[sale]`, `[redis]`, `[kafka]`, `[defense]`) or
+/// `[order_writer]` is in the file, and then needs them all (`plugins::conf` names a missing
+/// sale section; this names a missing `[order_writer]`). With none, the gateway is a proxy.
+fn sale_mode<'a>(c: &Checker<'_>, raw: &'a Raw) -> Result<Mode<'a>, ConfError> {
+    let given =
+        [("sale", &raw.sale), ("redis", &raw.redis), ("kafka", &raw.kafka), ("defense", &raw.defense)];
+    let first = given.iter().find_map(|(name, s)| s.as_ref().map(|s| (*name, s.span())));
+    match (&raw.order_writer, first) {
+        (None, None) => Ok(Mode::ProxyOnly),
+        (Some(o), _) => Ok(Mode::Sale(o)),
+        (None, Some((name, span))) => Err(c.err(
+            span,
+            "order_writer",
+            format!(
+                "missing: [{name}] turns the sale on, and the sale needs [order_writer] (its result \
+                 queries go there); a proxy without the sale has none of [sale], [redis], [kafka], \
+                 [defense] and [order_writer]"
+            ),
+        )),
+    }
+}
+
 /// Parses and validates a server file's text. `file` names it in errors and anchors relative
 /// paths (campaigns folder, `file:` secrets).
 pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
@@ -261,18 +301,20 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         })?);
     }
 
-    let o = &raw.order_writer;
-    let order_writer = pool(
-        &c,
-        "order_writer",
-        RawPoolFields {
-            upstreams: &o.upstreams,
-            connect: &o.connect_timeout_ms,
-            read: &o.read_timeout_ms,
-            interval: &o.health_check_interval_ms,
-            path: &o.health_check_path,
-        },
-    )?;
+    let order_writer = match sale_mode(&c, &raw)? {
+        Mode::ProxyOnly => None,
+        Mode::Sale(o) => Some(pool(
+            &c,
+            "order_writer",
+            RawPoolFields {
+                upstreams: &o.upstreams,
+                connect: &o.connect_timeout_ms,
+                read: &o.read_timeout_ms,
+                interval: &o.health_check_interval_ms,
+                path: &o.health_check_path,
+            },
+        )?),
+    };
 
     let admin = observe::admin(&c, &raw.admin)?;
     let access_log = observe::access_log(&c, &raw.access_log, base)?;
@@ -387,7 +429,8 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
         assert_eq!(c.workers, std::thread::available_parallelism().map_or(1, |n| n.get()));
         let two = parse(&GOOD.replace("[redis]", "workers = 2\n[redis]")).unwrap();
         assert_eq!((two.workers, two.threads), (2, 1));
-        assert_eq!(c.order_writer.connect_timeout, Duration::from_millis(200));
+        assert!(c.sells());
+        assert_eq!(c.order_writer.unwrap().connect_timeout, Duration::from_millis(200));
         assert_eq!(c.routes[0].host.as_deref(), Some("shop.example"));
         assert_eq!(c.routes[0].pool.upstreams.len(), 2);
         assert_eq!(c.trusted_proxies, TrustedProxies::default(), "nobody's X-Forwarded-For by default");
@@ -450,6 +493,40 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
             "order_writer.upstreams",
             "at least one",
         );
+    }
+
+    /// `[server]` and routes alone: a reverse proxy, no sale, no secrets needed.
+    const PROXY_ONLY: &str = r#"
+[server]
+listen = "127.0.0.1:8080"
+
+[[route]]
+name = "shop"
+path_prefix = "/"
+upstreams = ["127.0.0.1:9000"]
+"#;
+
+    #[test]
+    fn a_file_without_the_sale_sections_is_a_proxy_only() {
+        let c = parse_server(Path::new("conf/server.toml"), PROXY_ONLY).unwrap();
+        assert!(!c.sells());
+        assert_eq!(c.order_writer, None);
+        assert_eq!(c.routes.len(), 1);
+        // Any one of the sale's sections turns the sale on, and it then needs [order_writer].
+        for section in plugins::conf::SECTIONS {
+            let text = format!("{PROXY_ONLY}\n[{section}]\n");
+            let line = PROXY_ONLY.lines().count() + 2;
+            protocol::conf::assert_refused(
+                parse_server(Path::new("conf/server.toml"), &text),
+                "conf/server.toml",
+                line,
+                "order_writer",
+                "needs [order_writer]",
+            );
+        }
+        // [order_writer] alone turns it on too (the sale's own check then names its sections).
+        let with_writer = format!("{PROXY_ONLY}\n[order_writer]\nupstreams = [\"127.0.0.1:8081\"]\n");
+        assert!(parse_server(Path::new("conf/server.toml"), &with_writer).unwrap().sells());
     }
 
     #[test]

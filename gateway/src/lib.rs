@@ -1,8 +1,9 @@
 //! The flash-sale edge: a Pingora reverse proxy in place of Nginx.
 //!
 //! The sale itself (its checks, campaigns, reload, Redis and Kafka, the buyer's page and every
-//! sale answer) is `plugins::FlashSale`, embedded here as any Pingora proxy may embed it; this
-//! crate is the proxy around it:
+//! sale answer) is `plugins::FlashSale`, embedded here as any Pingora proxy may embed it, and
+//! only when the server file has the sale's sections (without them the gateway is a reverse
+//! proxy alone, [`conf::ServerConf::sells`]); this crate is the proxy around it:
 //!
 //! - [`conf`]: the server file's own sections, validated with line-precise errors;
 //! - [`reload`]: the active conf in an `ArcSwap`, reloaded with the sale's on `SIGHUP`;

@@ -176,7 +176,7 @@ pub fn inet(addr: &pingora_core::protocols::l4::socket::SocketAddr) -> Option<So
 pub fn install(
     server: &mut Server,
     conf: &ServerConf,
-    sale: &Arc<FlashSale>,
+    sale: &Option<Arc<FlashSale>>,
     control: &tokio::runtime::Handle,
 ) -> anyhow::Result<Observer> {
     let log = match &conf.access_log {
@@ -190,7 +190,7 @@ pub fn install(
     };
     if let Some(admin) = &conf.admin {
         let stats = log.as_ref().map(AccessLog::stats);
-        let live = Arc::new(Live::new(Arc::clone(sale), stats));
+        let live = Arc::new(Live::new(sale.clone(), stats));
         crate::metrics::register(Box::new(SharedLive(Arc::clone(&live))))?;
         server.add_service(admin::service(&admin.listen.to_string(), live));
         tracing::info!(listen = %admin.listen, "admin listener: /metrics, /healthz, /readyz");

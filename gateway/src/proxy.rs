@@ -59,13 +59,15 @@ const X_REQUEST_ID: &str = "x-request-id";
 /// of the shop proxied.
 pub struct Gateway {
     shared: Arc<SharedState>,
-    sale: Arc<FlashSale>,
+    /// The sale, when the conf turns it on; without it the gateway is a reverse proxy only and
+    /// `/seckill/` is routed like any other path.
+    sale: Option<Arc<FlashSale>>,
     observer: Observer,
 }
 
 impl Gateway {
-    /// A gateway over the shared conf and the sale, with metrics and the access log off.
-    pub fn new(shared: Arc<SharedState>, sale: Arc<FlashSale>) -> Self {
+    /// A gateway over the shared conf and the sale (if any), with metrics and the access log off.
+    pub fn new(shared: Arc<SharedState>, sale: Option<Arc<FlashSale>>) -> Self {
         Self { shared, sale, observer: Observer::default() }
     }
 
@@ -130,7 +132,7 @@ impl ProxyHttp for Gateway {
         // first, then the shop's routes.
         let active = self.shared.active();
         let req = session.req_header();
-        ctx.sale_route = SaleRoute::of(req.uri.path());
+        ctx.sale_route = self.sale.as_ref().and_then(|_| SaleRoute::of(req.uri.path()));
         ctx.shop = match ctx.sale_route {
             Some(_) => None,
             None => active.routes.find(host(req), req.uri.path()),
@@ -154,7 +156,7 @@ impl ProxyHttp for Gateway {
             Err(r) => return answer::refuse(session, &mut ctx.trace, &ctx.request_id, &r).await,
         }
 
-        let Some(route) = &ctx.sale_route else {
+        let (Some(route), Some(sale)) = (&ctx.sale_route, &self.sale) else {
             return match ctx.shop {
                 Some(i) => {
                     ctx.upstream = Upstream::Shop(i);
@@ -167,7 +169,7 @@ impl ProxyHttp for Gateway {
             };
         };
         let mut req = PingoraRequest { session, client: ctx.client, arrived: ctx.arrived };
-        match self.sale.handle(route, &mut req, &ctx.request_id).await {
+        match sale.handle(route, &mut req, &ctx.request_id).await {
             Handled::Reply(reply) => self.reply(session, ctx, reply).await,
             Handled::ToOrderWriter => {
                 ctx.upstream = Upstream::OrderWriter;
@@ -194,7 +196,10 @@ impl ProxyHttp for Gateway {
         let active =
             ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
         let pool = match ctx.upstream {
-            Upstream::OrderWriter => &active.order_writer,
+            Upstream::OrderWriter => active
+                .order_writer
+                .as_ref()
+                .ok_or_else(|| Error::explain(ErrorType::InternalError, "a result query without the sale"))?,
             Upstream::Shop(i) => &active.shop_pools[i],
             Upstream::None => {
                 return Err(Error::explain(ErrorType::InternalError, "request has no upstream"))
@@ -317,7 +322,7 @@ fn host(req: &RequestHeader) -> Option<&str> {
 /// The name of the pool `upstream` goes to, in `active`.
 fn pool_name(active: &Active, upstream: Upstream) -> Option<&str> {
     match upstream {
-        Upstream::OrderWriter => Some(active.order_writer.name()),
+        Upstream::OrderWriter => active.order_writer.as_ref().map(|p| p.name()),
         Upstream::Shop(i) => active.shop_pools.get(i).map(|p| p.name()),
         Upstream::None => None,
     }

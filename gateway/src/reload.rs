@@ -13,7 +13,7 @@
 //! them says so in the log.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -35,8 +35,8 @@ pub struct Active {
     pub routes: RouteTable,
     /// One pool per shop route, same index as `server.routes`.
     pub shop_pools: Vec<Pool>,
-    /// The order writer's pool.
-    pub order_writer: Pool,
+    /// The order writer's pool (`None` when the sale is off).
+    pub order_writer: Option<Pool>,
     /// Each sold campaign's order-answer counters, resolved here so a request only adds.
     pub answers: HashMap<String, Answers>,
 }
@@ -44,7 +44,7 @@ pub struct Active {
 impl PoolSet for Active {
     /// The order writer's pool, then the shop pools.
     fn pools(&self) -> Vec<&Pool> {
-        std::iter::once(&self.order_writer).chain(self.shop_pools.iter()).collect()
+        self.order_writer.iter().chain(self.shop_pools.iter()).collect()
     }
 }
 
@@ -55,28 +55,31 @@ pub struct SharedState {
     active: ArcSwap<Active>,
 }
 
-fn build(server: ServerConf, sale: &Registry) -> Result<Active, ConfError> {
+/// `sale`: the sale's campaigns when it is on (`server.sells()`).
+fn build(server: ServerConf, sale: Option<&Registry>) -> Result<Active, ConfError> {
     let pool_err =
         |e: std::io::Error| ConfError::whole(&server.file, format!("cannot build an upstream pool: {e}"));
-    let order_writer = Pool::new("order_writer", &server.order_writer).map_err(pool_err)?;
+    let order_writer =
+        server.order_writer.as_ref().map(|o| Pool::new("order_writer", o)).transpose().map_err(pool_err)?;
     let shop_pools = server
         .routes
         .iter()
         .map(|r| Pool::new(&r.name, &r.pool))
         .collect::<Result<Vec<_>, _>>()
         .map_err(pool_err)?;
-    for pool in std::iter::once(&order_writer).chain(&shop_pools) {
+    for pool in order_writer.iter().chain(&shop_pools) {
         metrics().pool_loaded(pool.name());
     }
-    let answers = sale.campaigns.keys().map(|id| (id.clone(), metrics().answers_for(id))).collect();
+    let campaigns = sale.into_iter().flat_map(|s| s.campaigns.keys());
+    let answers = campaigns.map(|id| (id.clone(), metrics().answers_for(id))).collect();
     Ok(Active { routes: RouteTable::new(&server.routes), server, shop_pools, order_writer, answers })
 }
 
 impl SharedState {
-    /// Loads `conf_file`'s own sections, next to the sale's `registry`; fails on an invalid file.
-    pub fn load(conf_file: &Path, sale: &Registry) -> Result<Self, ConfError> {
-        let active = build(conf::load(conf_file)?, sale)?;
-        Ok(Self { conf_file: conf_file.to_path_buf(), active: ArcSwap::from_pointee(active) })
+    /// The state of a validated server file, next to the sale's campaigns when it is on.
+    pub fn new(server: ServerConf, sale: Option<&Registry>) -> Result<Self, ConfError> {
+        let conf_file = server.file.clone();
+        Ok(Self { conf_file, active: ArcSwap::from_pointee(build(server, sale)?) })
     }
 
     /// The active conf (a snapshot: keep it for the whole request).
@@ -88,7 +91,7 @@ impl SharedState {
 /// Reads the files again, the sale's first, and makes them active if they are all valid. On
 /// error the old conf stays active and the error (file:line:column: field) is returned and
 /// logged.
-pub fn reload(shared: &SharedState, sale: &FlashSale) -> Result<Arc<Active>, ConfError> {
+pub fn reload(shared: &SharedState, sale: Option<&FlashSale>) -> Result<Arc<Active>, ConfError> {
     let refused = |e: ConfError| {
         tracing::error!(error = %e, "reload refused; the previous configuration stays active");
         e
@@ -96,8 +99,16 @@ pub fn reload(shared: &SharedState, sale: &FlashSale) -> Result<Arc<Active>, Con
     // The gateway's sections are checked before the sale's are made active: a bad server file
     // changes nothing.
     let server = conf::load(&shared.conf_file).map_err(refused)?;
-    let registry = sale.reload()?;
-    let new = Arc::new(build(server, &registry).map_err(refused)?);
+    if server.sells() != sale.is_some() {
+        let now = if sale.is_some() { "off" } else { "on" };
+        let e = ConfError::whole(
+            &shared.conf_file,
+            format!("the file turns the sale {now}: that takes a restart (a reload keeps the mode)"),
+        );
+        return Err(refused(e));
+    }
+    let registry = sale.map(FlashSale::reload).transpose()?;
+    let new = Arc::new(build(server, registry.as_deref()).map_err(refused)?);
     let old = shared.active();
     let (o, n) = (&old.server, &new.server);
     let tls_listeners =
@@ -118,7 +129,7 @@ pub fn reload(shared: &SharedState, sale: &FlashSale) -> Result<Arc<Active>, Con
     }
     shared.active.store(Arc::clone(&new));
     tracing::info!(
-        campaigns = registry.campaigns.len(),
+        campaigns = registry.map_or(0, |r| r.campaigns.len()),
         routes = new.shop_pools.len(),
         "configuration reloaded"
     );
@@ -126,7 +137,7 @@ pub fn reload(shared: &SharedState, sale: &FlashSale) -> Result<Arc<Active>, Con
 }
 
 /// Reloads on every `SIGHUP`, forever.
-pub async fn watch_sighup(shared: Arc<SharedState>, sale: Arc<FlashSale>) {
+pub async fn watch_sighup(shared: Arc<SharedState>, sale: Option<Arc<FlashSale>>) {
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = match signal(SignalKind::hangup()) {
         Ok(s) => s,
@@ -137,6 +148,6 @@ pub async fn watch_sighup(shared: Arc<SharedState>, sale: Arc<FlashSale>) {
     };
     while hup.recv().await.is_some() {
         tracing::info!("SIGHUP: reloading the configuration");
-        let _ = reload(&shared, &sale);
+        let _ = reload(&shared, sale.as_deref());
     }
 }

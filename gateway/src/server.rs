@@ -1,6 +1,7 @@
-//! Wires the gateway into a Pingora server: the sale (`plugins::FlashSale`: its Redis pool,
-//! reservation batches and Kafka producer on the sale's I/O runtime, its replenish listener on
-//! the control runtime), the control tasks (reload on `SIGHUP`, health checks) and the proxy
+//! Wires the gateway into a Pingora server: the sale when the server file turns it on
+//! (`plugins::FlashSale`: its Redis pool, reservation batches and Kafka producer on the sale's
+//! I/O runtime, its replenish listener on the control runtime; without it the gateway is a
+//! reverse proxy only), the control tasks (reload on `SIGHUP`, health checks) and the proxy
 //! service.
 
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use pingora_core::listeners::TcpSocketOptions;
 use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
 use pingora_core::services::listening::Service;
+use plugins::registry::Registry;
 use plugins::{FlashSale, Start};
 use protocol::scripts::Scripts;
 
@@ -40,26 +42,58 @@ impl Options {
     }
 }
 
-/// Validates the conf (the sale's sections and campaigns, then the gateway's own) and the
-/// scripts; returns a one-line summary.
+/// Validates the conf (the gateway's own sections, then, when the sale is on, its sections and
+/// campaigns) and the scripts; returns a one-line summary that says which mode it is in.
 pub fn check(opts: &Options) -> anyhow::Result<String> {
-    let sale = FlashSale::check(&opts.conf)?;
-    let shared = SharedState::load(&opts.conf, &sale)?;
-    opts.scripts()?;
+    let (shared, registry) = load(opts)?;
     let active = shared.active();
+    let mode = match &registry {
+        Some(sale) => {
+            opts.scripts()?;
+            format!("the sale on: {} campaigns", sale.campaigns.len())
+        }
+        None => "a proxy only: no sale".to_string(),
+    };
     Ok(format!(
-        "{}: ok ({} campaigns, {} routes, listen {})",
+        "{}: ok ({mode}, {} routes, listen {})",
         opts.conf.display(),
-        sale.campaigns.len(),
         active.shop_pools.len(),
         active.server.listen
     ))
 }
 
+/// Reads the server file's own sections, then the sale's when they turn it on; a bad file fails
+/// here, before anything connects.
+fn load(opts: &Options) -> anyhow::Result<(SharedState, Option<Arc<Registry>>)> {
+    let server = crate::conf::load(&opts.conf)?;
+    let registry = if server.sells() { Some(FlashSale::check(&opts.conf)?) } else { None };
+    let shared = SharedState::new(server, registry.as_deref())?;
+    Ok((shared, registry))
+}
+
+/// Starts the sale (its I/O on a runtime of its own, `gw-sale-io`) when the conf sells.
+fn start_sale(
+    opts: &Options,
+    sells: bool,
+    control: &tokio::runtime::Runtime,
+) -> anyhow::Result<Option<(Arc<FlashSale>, tokio::runtime::Runtime)>> {
+    if !sells {
+        return Ok(None);
+    }
+    let io = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("gw-sale-io")
+        .enable_all()
+        .build()?;
+    let start = Start { io: io.handle().clone(), scripts: opts.scripts()? };
+    let sale = Arc::new(control.block_on(FlashSale::start(&opts.conf, start))?);
+    Ok(Some((sale, io)))
+}
+
 /// Runs the gateway until a shutdown signal. Does not return on success.
 pub fn run(opts: &Options) -> anyhow::Result<()> {
     // Checked before anything connects: a bad file fails at once.
-    let shared = Arc::new(SharedState::load(&opts.conf, &*FlashSale::check(&opts.conf)?)?);
+    let shared = Arc::new(load(opts)?.0);
     let server_conf = shared.active().server.clone();
 
     // Control tasks run on their own small runtime, beside Pingora's: SIGHUP, replenish
@@ -73,14 +107,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         .thread_name("gw-control")
         .enable_all()
         .build()?;
-    let io = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("gw-sale-io")
-        .enable_all()
-        .build()?;
-    let start = Start { io: io.handle().clone(), scripts: opts.scripts()? };
-    let sale = Arc::new(control.block_on(FlashSale::start(&opts.conf, start))?);
-    control.spawn(reload::watch_sighup(Arc::clone(&shared), Arc::clone(&sale)));
+    let started = start_sale(opts, server_conf.sells(), &control)?;
+    let sale = started.as_ref().map(|(sale, _)| Arc::clone(sale));
+    control.spawn(reload::watch_sighup(Arc::clone(&shared), sale.clone()));
     let health = Arc::clone(&shared);
     control.spawn(upstreams::run_health_checks(move || health.active()));
 
@@ -109,7 +138,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     // proxied and answered on one thread. The sale (rate limits, budgets, sold-out flags, Redis
     // and Kafka clients), the conf, metrics and the access log are the process's, shared.
     for worker in 0..server_conf.workers {
-        let gateway = Gateway::new(Arc::clone(&shared), Arc::clone(&sale)).with_observer(observer.clone());
+        let gateway = Gateway::new(Arc::clone(&shared), sale.clone()).with_observer(observer.clone());
         let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
         let front_door =
             FrontDoor::new(proxy, server_conf.limits.clone()).with_access_log(observer.access_log());
@@ -134,9 +163,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     }
     tracing::info!(
         listen = %server_conf.listen, workers = server_conf.workers, threads = server_conf.threads,
-        conf = %opts.conf.display(), "gateway starting"
+        sale = server_conf.sells(), conf = %opts.conf.display(), "gateway starting"
     );
-    let (_control, _io) = (control, io);
+    let (_control, _started) = (control, started);
     server.run_forever()
 }
 

@@ -3,7 +3,8 @@
 //! must count commands or kill Redis), with wiremock as the shop's and the result query's
 //! upstream; `sale` adds the stack's Kafka and PostgreSQL and the real order writer; `cluster`
 //! runs the sale on the stack's Redis Cluster (`e2e/stack.sh up cluster`); `safe_retry` puts a
-//! relay the test controls between one gateway and Redis.
+//! relay the test controls between one gateway and Redis; `proxy_only` runs it without the sale,
+//! with none of the stack.
 
 mod support;
 
@@ -16,6 +17,7 @@ mod limits;
 mod observe;
 mod orders;
 mod polling;
+mod proxy_only;
 mod requests;
 mod routes;
 mod safe_retry;

@@ -308,6 +308,21 @@ impl Gateway {
         let dir = temp_dir("gw-");
         let port = free_port();
         let file = write_conf(&dir, conf, port);
+        Self::spawn(dir, file, port).await
+    }
+
+    /// Starts the gateway on a server file of the test's own: `server` with `{port}` replaced by
+    /// a free port's number (nothing else is written: no key, no campaign).
+    pub async fn start_text(server: &str) -> Self {
+        let dir = temp_dir("gw-");
+        let port = free_port();
+        let file = dir.join("server.toml");
+        std::fs::write(&file, server.replace("{port}", &port.to_string())).unwrap();
+        Self::spawn(dir, file, port).await
+    }
+
+    /// Runs the binary on `file` (in `dir`, listening on `port`) and waits for its answers.
+    async fn spawn(dir: PathBuf, file: PathBuf, port: u16) -> Self {
         let log = std::fs::File::create(dir.join("gateway.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_gateway"))
             .arg("--conf")
