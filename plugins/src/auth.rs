@@ -4,10 +4,16 @@
 //! the public key as its secret) is refused before any key is used. `exp`, `nbf`, `iss` and
 //! `aud` are checked with a small leeway. Used by the token endpoint only; an order carries the
 //! campaign token ([`crate::token`]) instead.
+//!
+//! The key is one key, or a JWK set (RFC 7517) whose keys are chosen by the token's `kid`: the
+//! auth service can rotate its signing key without a window where the edge refuses either the
+//! old key's tokens or the new one's (add the new key to the set, reload, sign with it, drop the
+//! old key once its tokens have expired). Every key of a set is of the pinned algorithm.
 
 use std::borrow::Cow;
 
 use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use protocol::codes::Code;
 use serde::Deserialize;
@@ -46,12 +52,88 @@ impl LoginAlg {
             Self::Hs256 => Algorithm::HS256,
         }
     }
+
+    fn jwk(self) -> KeyAlgorithm {
+        match self {
+            Self::Rs256 => KeyAlgorithm::RS256,
+            Self::Es256 => KeyAlgorithm::ES256,
+            Self::Hs256 => KeyAlgorithm::HS256,
+        }
+    }
+
+    /// Whether `jwk`'s key type (and curve, and `alg` when it names one) is this algorithm's.
+    fn fits(self, jwk: &Jwk) -> bool {
+        let kind = match (&jwk.algorithm, self) {
+            (AlgorithmParameters::RSA(_), Self::Rs256) | (AlgorithmParameters::OctetKey(_), Self::Hs256) => {
+                true
+            }
+            (AlgorithmParameters::EllipticCurve(ec), Self::Es256) => ec.curve == EllipticCurve::P256,
+            _ => false,
+        };
+        kind && jwk.common.key_algorithm.is_none_or(|a| a == self.jwk())
+    }
+}
+
+/// The verification keys of a [`JwtCheck`].
+#[derive(Clone)]
+enum Keys {
+    /// One key, whatever the token's `kid`.
+    One(DecodingKey),
+    /// A JWK set's keys by `kid` (at least one).
+    ByKid(Vec<(String, DecodingKey)>),
+}
+
+impl Keys {
+    /// The key for `token`: by its header's `kid` for a set (a set of one also takes a token
+    /// without `kid`).
+    fn for_token(&self, token: &str) -> Result<&DecodingKey, &'static str> {
+        let set = match self {
+            Keys::One(key) => return Ok(key),
+            Keys::ByKid(set) => set,
+        };
+        let header = jsonwebtoken::decode_header(token).map_err(|_| "the token is malformed")?;
+        match (header.kid, set.as_slice()) {
+            (Some(kid), _) => set
+                .iter()
+                .find(|(k, _)| *k == kid)
+                .map(|(_, key)| key)
+                .ok_or("the token's key id (kid) is not one of the configured keys"),
+            (None, [(_, only)]) => Ok(only),
+            (None, _) => Err("the token names no key id (kid), and several keys are configured"),
+        }
+    }
+}
+
+/// Reads a JWK set (`{"keys": [...]}`) of `alg` keys, each with a distinct `kid`.
+fn jwk_set(alg: LoginAlg, text: &[u8]) -> Result<Vec<(String, DecodingKey)>, String> {
+    let set: JwkSet =
+        serde_json::from_slice(text).map_err(|e| format!("not a JWK set ({{\"keys\": [...]}}): {e}"))?;
+    if set.keys.is_empty() {
+        return Err("the JWK set has no keys".into());
+    }
+    let mut keys: Vec<(String, DecodingKey)> = Vec::with_capacity(set.keys.len());
+    for (i, jwk) in set.keys.iter().enumerate() {
+        let kid = jwk.common.key_id.clone().filter(|k| !k.is_empty());
+        let kid = kid.ok_or_else(|| format!("key {i} of the JWK set has no kid"))?;
+        if keys.iter().any(|(k, _)| *k == kid) {
+            return Err(format!("kid {kid:?} names two keys of the JWK set"));
+        }
+        if !alg.fits(jwk) {
+            return Err(format!("key {kid:?} of the JWK set is not a {:?} key", alg.jwk()));
+        }
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| format!("key {kid:?} of the JWK set: {e}"))?;
+        if alg == LoginAlg::Hs256 && key.try_get_as_bytes().map_or(0, <[u8]>::len) < 16 {
+            return Err(format!("key {kid:?} of the JWK set is shorter than 16 bytes"));
+        }
+        keys.push((kid, key));
+    }
+    Ok(keys)
 }
 
 /// How to verify a JWT signed by someone else (the shop's auth service, a captcha provider).
 #[derive(Clone)]
 pub struct JwtCheck {
-    key: DecodingKey,
+    keys: Keys,
     validation: Validation,
 }
 
@@ -82,18 +164,26 @@ impl JwtCheck {
                 DecodingKey::from_secret(key).map_err(|e| format!("not a usable secret: {e}"))?
             }
         };
-        let mut validation = Validation::new(alg.jwt());
-        validation.leeway = leeway_secs;
-        validation.validate_nbf = true;
-        validation.set_issuer(&[issuer]);
-        validation.set_audience(&[audience]);
-        validation.set_required_spec_claims(&["exp", "iss", "aud"]);
-        Ok(Self { key, validation })
+        Ok(Self { keys: Keys::One(key), validation: validation(alg, issuer, audience, leeway_secs) })
+    }
+
+    /// A check of tokens signed with `alg` by one of the keys of the JWK set `jwks` (JSON), the
+    /// token's `kid` naming which; the rest as [`JwtCheck::new`].
+    pub fn from_jwks(
+        alg: LoginAlg,
+        jwks: &[u8],
+        issuer: &str,
+        audience: &str,
+        leeway_secs: u64,
+    ) -> Result<Self, String> {
+        let keys = Keys::ByKid(jwk_set(alg, jwks)?);
+        Ok(Self { keys, validation: validation(alg, issuer, audience, leeway_secs) })
     }
 
     /// Verifies `token` and returns its claims; the error says why it was refused.
     pub fn decode<T: serde::de::DeserializeOwned>(&self, token: &str) -> Result<T, Cow<'static, str>> {
-        jsonwebtoken::decode::<T>(token, &self.key, &self.validation).map(|t| t.claims).map_err(|e| {
+        let key = self.keys.for_token(token).map_err(Cow::Borrowed)?;
+        jsonwebtoken::decode::<T>(token, key, &self.validation).map(|t| t.claims).map_err(|e| {
             Cow::Borrowed(match e.kind() {
                 ErrorKind::ExpiredSignature => "the token has expired",
                 ErrorKind::ImmatureSignature => "the token is not valid yet",
@@ -108,6 +198,17 @@ impl JwtCheck {
             })
         })
     }
+}
+
+/// The checks of a token of `alg` from `issuer` for `audience`, `leeway_secs` on its times.
+fn validation(alg: LoginAlg, issuer: &str, audience: &str, leeway_secs: u64) -> Validation {
+    let mut validation = Validation::new(alg.jwt());
+    validation.leeway = leeway_secs;
+    validation.validate_nbf = true;
+    validation.set_issuer(&[issuer]);
+    validation.set_audience(&[audience]);
+    validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+    validation
 }
 
 /// The buyer, from a verified login JWT.
@@ -262,6 +363,81 @@ mod tests {
     fn base64url(bytes: &[u8]) -> String {
         use base64::Engine as _;
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// A JWK set of HS256 secrets by kid.
+    fn jwks(keys: &[(&str, &[u8])]) -> Vec<u8> {
+        let keys: Vec<_> = keys
+            .iter()
+            .map(|(kid, k)| serde_json::json!({"kty": "oct", "kid": kid, "alg": "HS256", "k": base64url(k)}))
+            .collect();
+        serde_json::to_vec(&serde_json::json!({ "keys": keys })).unwrap()
+    }
+
+    fn mint_kid(kid: Option<&str>, secret: &[u8]) -> String {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = kid.map(str::to_string);
+        encode(&header, &good("u-1"), &EncodingKey::from_secret(secret).unwrap()).unwrap()
+    }
+
+    fn set_verifier(keys: &[(&str, &[u8])]) -> LoginVerifier {
+        LoginVerifier::new(JwtCheck::from_jwks(LoginAlg::Hs256, &jwks(keys), "shop", "seckill", 2).unwrap())
+    }
+
+    const OLD: &[u8] = b"old-login-secret-0123";
+    const NEW: &[u8] = b"new-login-secret-4567";
+
+    #[test]
+    fn a_jwk_set_takes_each_tokens_key_by_kid_through_a_rotation() {
+        let both = set_verifier(&[("2026-11", OLD), ("2026-12", NEW)]);
+        for (kid, secret) in [("2026-11", OLD), ("2026-12", NEW)] {
+            let login = both.verify(Some(&header(&mint_kid(Some(kid), secret)))).unwrap();
+            assert_eq!(login.user, "u-1", "{kid}");
+        }
+        let refusals = [
+            (mint_kid(Some("2026-10"), OLD), "not one of the configured keys"),
+            (mint_kid(Some("2026-11"), NEW), "signature does not verify"),
+            (mint_kid(None, NEW), "names no key id"),
+        ];
+        for (token, why) in refusals {
+            let d = both.verify(Some(&header(&token))).unwrap_err();
+            assert_eq!(d.code, Code::BadLogin);
+            assert!(d.message.contains(why), "{why}: {}", d.message);
+        }
+        // The old key dropped: its tokens are refused, the new ones (with or without kid) pass.
+        let new_only = set_verifier(&[("2026-12", NEW)]);
+        assert!(new_only.verify(Some(&header(&mint_kid(Some("2026-11"), OLD)))).is_err());
+        assert!(new_only.verify(Some(&header(&mint_kid(None, NEW)))).is_ok());
+    }
+
+    #[test]
+    fn a_bad_jwk_set_is_refused_with_its_reason() {
+        let check = |text: &str| JwtCheck::from_jwks(LoginAlg::Hs256, text.as_bytes(), "shop", "seckill", 2);
+        let oct = |kid: &str, alg: &str| {
+            format!(r#"{{"kty":"oct","kid":"{kid}","alg":"{alg}","k":"c2VjcmV0LXNlY3JldC1zZWNyZXQ"}}"#)
+        };
+        let rsa = r#"{"kty":"RSA","kid":"r","n":"AQAB","e":"AQAB"}"#;
+        let cases = [
+            ("not json".to_string(), "not a JWK set"),
+            (r#"{"keys": []}"#.to_string(), "has no keys"),
+            (r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#.to_string(), "has no kid"),
+            (format!(r#"{{"keys":[{},{}]}}"#, oct("a", "HS256"), oct("a", "HS256")), "names two keys"),
+            (format!(r#"{{"keys":[{}]}}"#, oct("a", "HS384")), "is not a HS256 key"),
+            (format!(r#"{{"keys":[{rsa}]}}"#), "is not a HS256 key"),
+            (r#"{"keys":[{"kty":"oct","kid":"s","k":"c2hvcnQ"}]}"#.to_string(), "shorter than 16 bytes"),
+        ];
+        for (text, why) in cases {
+            let e = check(&text).unwrap_err();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+        let rs = JwtCheck::from_jwks(
+            LoginAlg::Rs256,
+            format!(r#"{{"keys":[{}]}}"#, oct("a", "HS256")).as_bytes(),
+            "s",
+            "a",
+            0,
+        );
+        assert!(rs.unwrap_err().contains("is not a RS256 key"));
     }
 
     #[test]

@@ -360,6 +360,28 @@ login_audience = "seckill"
     }
 
     #[test]
+    fn the_login_keys_are_one_key_or_a_jwk_set_never_both_nor_neither() {
+        // This test is the only user of this variable's name.
+        let set = r#"{"keys":[{"kty":"oct","kid":"2026-12","k":"bmV3LWxvZ2luLXNlY3JldC00NTY3"}]}"#;
+        std::env::set_var("SALE_CONF_TEST_JWKS", set);
+        let keys = r#"login_keys = "env:SALE_CONF_TEST_JWKS""#;
+        let by_set = GOOD.replace(r#"login_key = "env:SALE_CONF_TEST_KEY""#, keys);
+        assert!(parse(&by_set).is_ok(), "a JWK set alone");
+        let both = GOOD.replace(
+            r#"login_key = "env:SALE_CONF_TEST_KEY""#,
+            &format!("{keys}\nlogin_key = \"env:SALE_CONF_TEST_KEY\""),
+        );
+        expect_err(&both, 18, "defense.login_keys", "not both");
+        let neither = GOOD.replace("login_key = \"env:SALE_CONF_TEST_KEY\"\n", "");
+        expect_err(&neither, 17, "defense.login_key", "login_key (one key) or login_keys");
+        std::env::set_var(
+            "SALE_CONF_TEST_JWKS",
+            r#"{"keys":[{"kty":"RSA","kid":"r","n":"AQAB","e":"AQAB"}]}"#,
+        );
+        expect_err(&by_set, 18, "defense.login_keys", "is not a HS256 key");
+    }
+
+    #[test]
     fn secrets_must_be_references() {
         expect_err(
             &GOOD.replacen("env:SALE_CONF_TEST_KEY", "hunter2hunter2hunter2", 1),

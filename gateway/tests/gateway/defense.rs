@@ -500,3 +500,71 @@ async fn work_is_judged_at_the_level_in_force_when_it_is_presented() {
     let again = token(json!({"challenge": challenge, "answer": answer}), "script").await;
     assert_eq!(code(&again), (200, "TOKEN_ISSUED"), "the fresh challenge, solved: {}", again.1);
 }
+
+/// A JWK set of HS256 `keys` (kid, secret).
+fn jwk_set(keys: &[(&str, &[u8])]) -> String {
+    use base64::Engine as _;
+    let b64 = |k: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(k);
+    let keys: Vec<Value> =
+        keys.iter().map(|(kid, k)| json!({"kty": "oct", "kid": kid, "k": b64(k)})).collect();
+    json!({ "keys": keys }).to_string()
+}
+
+/// The shop's auth service rotates its signing key with the gateway's `login_keys` (a JWK set):
+/// the new key is added and the gateway reloaded before any token is signed with it, the old
+/// key dropped once its tokens expired; at no step is a token of a listed key refused.
+#[tokio::test]
+async fn the_login_key_rotates_through_a_jwk_set_without_a_refusal() {
+    const OLD: &[u8] = b"login-key-2026-11-0123456789";
+    const NEW: &[u8] = b"login-key-2026-12-0123456789";
+    let c = e2e::cleanup::Campaign::new("kid");
+    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    publish(&redis, &c, 100, 1).await;
+    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &format!("127.0.0.1:{}", free_port()), &c, "");
+    conf.login_keys = Some(jwk_set(&[("2026-11", OLD)]));
+    let gw = Gateway::start(&conf).await;
+    let (http, base) = (reqwest::Client::new(), gw.url(""));
+    let try_login = |n: u32, kid: &'static str, key: &'static [u8]| {
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some(kid.to_string());
+        let user = format!("{kid}-{n}");
+        let claims = json!({"sub": user, "iss": e2e::client::ISSUER, "aud": e2e::client::AUDIENCE, "exp": now() + 600});
+        let login = encode(&header, &claims, &EncodingKey::from_secret(key).unwrap()).unwrap();
+        let (http, base, c) = (http.clone(), base.clone(), c.to_string());
+        async move {
+            match e2e::client::get_ticket(&http, &base, &c, &login, &format!("dev-{user}")).await {
+                Ok(_) => Ok(()),
+                Err((status, body)) => Err(format!("{status} {body}")),
+            }
+        }
+    };
+    try_login(0, "2026-11", OLD).await.unwrap();
+    let refused = try_login(1, "2026-12", NEW).await.unwrap_err();
+    assert!(refused.contains("BAD_LOGIN") && refused.contains("kid"), "{refused}");
+
+    // Step 1: both keys listed, reloaded; the old key's tokens still pass, the new one's now do.
+    std::fs::write(gw.dir.join("login_keys.json"), jwk_set(&[("2026-11", OLD), ("2026-12", NEW)])).unwrap();
+    gw.hup();
+    let mut n = 2;
+    let took = eventually(std::time::Duration::from_secs(5), || {
+        n += 1;
+        let attempt = try_login(n, "2026-12", NEW);
+        async move { attempt.await.is_ok() }
+    })
+    .await;
+    assert!(took, "the new key is taken on reload: {}", gw.log());
+    try_login(100, "2026-11", OLD).await.unwrap();
+
+    // Step 2: the old key dropped; its tokens are refused, the new one's pass.
+    std::fs::write(gw.dir.join("login_keys.json"), jwk_set(&[("2026-12", NEW)])).unwrap();
+    gw.hup();
+    let mut n = 200;
+    let dropped = eventually(std::time::Duration::from_secs(5), || {
+        n += 1;
+        let attempt = try_login(n, "2026-11", OLD);
+        async move { attempt.await.is_err() }
+    })
+    .await;
+    assert!(dropped, "the old key is dropped on reload: {}", gw.log());
+    try_login(300, "2026-12", NEW).await.unwrap();
+}

@@ -203,6 +203,8 @@ pub struct GatewayConf {
     /// `defense.login_alg` and the contents of the `login_key` file (a PEM public key or
     /// the HS256 secret).
     pub login: (String, String),
+    /// A JWK set (JSON) in `login_keys.json`, named by `login_keys` in place of `login_key`.
+    pub login_keys: Option<String>,
 }
 
 impl GatewayConf {
@@ -227,6 +229,7 @@ impl GatewayConf {
             tables: String::new(),
             defense_extra: String::new(),
             login: ("HS256".into(), LOGIN_KEY.into()),
+            login_keys: None,
         }
     }
 }
@@ -251,6 +254,13 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
     std::fs::create_dir_all(dir.join("campaigns")).unwrap();
     std::fs::write(dir.join("key"), KEY).unwrap();
     std::fs::write(dir.join("login_key"), &conf.login.1).unwrap();
+    let login_key = match &conf.login_keys {
+        Some(set) => {
+            std::fs::write(dir.join("login_keys.json"), set).unwrap();
+            "login_keys = \"file:login_keys.json\""
+        }
+        None => "login_key = \"file:login_key\"",
+    };
     for (id, text) in &conf.campaigns {
         std::fs::write(dir.join("campaigns").join(format!("{id}.toml")), text).unwrap();
     }
@@ -262,7 +272,7 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
          [redis]\nurl = \"{}\"\ntimeout_ms = {}\npool_size = 4\n{}\n\
          [order_writer]\nupstreams = [{}]\nconnect_timeout_ms = 200\nread_timeout_ms = 1000\n{}\n\n\
          [kafka]\nbrokers = [{}]\n{}\n\n\
-         [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"{}\"\nlogin_key = \"file:login_key\"\n\
+         [defense]\nmaster_key = \"file:key\"\nlogin_alg = \"{}\"\n{login_key}\n\
          login_issuer = \"{}\"\nlogin_audience = \"{}\"\n{}\n\n{}\n{}\n",
         conf.workers,
         conf.server_extra,

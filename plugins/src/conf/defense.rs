@@ -4,8 +4,9 @@
 //! - `master_key` (secret reference): derives the campaign-token key, the hidden-path key, the
 //!   per-token signing keys and the captcha challenge key (`plugins::token::EdgeKeys`);
 //! - `login_alg` (`RS256`, `ES256` or `HS256`, pinned), `login_key` (a PEM public key file for
-//!   RS256/ES256, a secret reference for HS256), `login_issuer`, `login_audience`,
-//!   `leeway_secs`: the shop auth service's login JWT;
+//!   RS256/ES256, a secret reference for HS256) or `login_keys` (a reference to a JWK set: keys
+//!   by the token's `kid`, for rotating the auth service's key), `login_issuer`,
+//!   `login_audience`, `leeway_secs`: the shop auth service's login JWT;
 //! - `captcha_provider_alg` / `_key` / `_issuer` / `_audience` (optional): a third-party
 //!   captcha provider's signed token, for campaigns with `captcha = "provider"`.
 
@@ -26,7 +27,10 @@ use super::{spanned, S};
 pub(super) struct RawDefense {
     master_key: S<String>,
     login_alg: S<String>,
-    login_key: S<String>,
+    #[serde(default)]
+    login_key: Option<S<String>>,
+    #[serde(default)]
+    login_keys: Option<S<String>>,
     login_issuer: S<String>,
     login_audience: S<String>,
     #[serde(default = "d_leeway")]
@@ -92,11 +96,36 @@ pub(super) fn check(c: &Checker<'_>, d: &RawDefense, base: &Path) -> Result<Defe
     let master = secret(&d.master_key, "defense.master_key")?;
     let keys = EdgeKeys::derive(&master).map_err(|e| c.err(d.master_key.span(), "defense.master_key", e))?;
     let login_alg = alg(&d.login_alg, "defense.login_alg")?;
-    let login_key = secret(&d.login_key, "defense.login_key")?;
     let (issuer, audience) =
         (text(&d.login_issuer, "defense.login_issuer")?, text(&d.login_audience, "defense.login_audience")?);
-    let login = JwtCheck::new(login_alg, &login_key, &issuer, &audience, leeway)
-        .map_err(|e| c.err(d.login_key.span(), "defense.login_key", e))?;
+    let (login, login_key) = match (&d.login_key, &d.login_keys) {
+        (Some(k), None) => {
+            let key = secret(k, "defense.login_key")?;
+            let check = JwtCheck::new(login_alg, &key, &issuer, &audience, leeway)
+                .map_err(|e| c.err(k.span(), "defense.login_key", e))?;
+            (check, key)
+        }
+        (None, Some(k)) => {
+            let set = secret(k, "defense.login_keys")?;
+            let check = JwtCheck::from_jwks(login_alg, &set, &issuer, &audience, leeway)
+                .map_err(|e| c.err(k.span(), "defense.login_keys", e))?;
+            (check, set)
+        }
+        (Some(_), Some(k)) => {
+            return Err(c.err(
+                k.span(),
+                "defense.login_keys",
+                "set login_key (one key) or login_keys, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(c.err(
+                d.login_alg.span(),
+                "defense.login_key",
+                "the login JWT needs login_key (one key) or login_keys (a JWK set, keys by kid)",
+            ))
+        }
+    };
 
     let mut inputs = vec![master, login_key, d.login_alg.get_ref().clone().into_bytes()];
     inputs.extend([issuer, audience, leeway.to_string()].map(String::into_bytes));
