@@ -4,32 +4,16 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use backend::closer;
-use backend::http::router;
-use backend::state::{AppState, ResultStore};
 use common::{Env, PAYMENT_KEY};
 use protocol::signing::{Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 use serde_json::Value;
 
 /// The order writer's HTTP surface on `env`, on a free port; returns its base URL.
 async fn start(env: &Env) -> String {
-    let state = AppState {
-        pool: env.pool.clone(),
-        payment: Arc::new(Signer::new(PAYMENT_KEY)),
-        payment_max_skew_secs: 300,
-        results: ResultStore {
-            pool: env.pool.clone(),
-            redis: env.redis.clone(),
-            buckets: Default::default(),
-        },
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, router(state)).await.unwrap() });
-    base
+    env.serve_http().await
 }
 
 fn now() -> i64 {

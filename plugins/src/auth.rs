@@ -440,6 +440,23 @@ mod tests {
         assert!(rs.unwrap_err().contains("is not a RS256 key"));
     }
 
+    /// `docs/integrating.md`'s JWK set example is a set the gateway takes (RS256, two kids).
+    #[test]
+    fn the_docs_jwk_set_example_loads() {
+        let doc = include_str!("../../docs/integrating.md");
+        let marker = "<!-- login-keys example: read by plugins' tests -->";
+        let after = &doc[doc.find(marker).expect("the example's marker") + marker.len()..];
+        let block = after.split("```json").nth(1).and_then(|b| b.split("```").next()).expect("a json block");
+        let check = JwtCheck::from_jwks(LoginAlg::Rs256, block.as_bytes(), "shop", "seckill", 5).unwrap();
+        match check.keys {
+            Keys::ByKid(keys) => {
+                let kids: Vec<&str> = keys.iter().map(|(k, _)| k.as_str()).collect();
+                assert_eq!(kids, ["2026-11", "2026-12"]);
+            }
+            Keys::One(_) => panic!("a set"),
+        }
+    }
+
     #[test]
     fn bearer_parsing() {
         assert_eq!(bearer(Some(b"Bearer abc")), Some("abc"));

@@ -57,6 +57,26 @@ pub fn campaign_toml_buckets(id: &str, stock: i64, limit: i64, buckets: u32) -> 
 }
 
 impl Env {
+    /// The order writer's HTTP surface (result query, payment callback) on this env, on a free
+    /// loopback port, signed with [`PAYMENT_KEY`]; returns its base URL.
+    pub async fn serve_http(&self) -> String {
+        let state = backend::state::AppState {
+            pool: self.pool.clone(),
+            payment: Arc::new(Signer::new(PAYMENT_KEY)),
+            payment_max_skew_secs: 300,
+            results: backend::state::ResultStore {
+                pool: self.pool.clone(),
+                redis: self.redis.clone(),
+                buckets: Default::default(),
+            },
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let app = backend::http::router(state);
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        base
+    }
+
     /// Fresh database (migrated), unique topic (`partitions`), unique campaign published with
     /// `stock` units and a per-user limit.
     pub async fn new(stock: i64, limit: i64, partitions: i32) -> Env {
