@@ -13,7 +13,9 @@
 #   3. foreign records are produced by the standard clients: kcat without the header, kcat with a
 #      wrong signature, kafka-python signed with another key; the order writer then consumes the
 #      topic: every signed record becomes an order, the three foreign ones are dead-lettered and
-#      counted (`seckill_writer_dead_letters_total`), and none of them is an order.
+#      counted (`seckill_writer_dead_letters_total`), and none of them is an order;
+#   4. kcat and kafka-python read the order events topic the writer's relay filled: one
+#      `order.created` an order, keyed by order, schema and idempotency key as docs/integrating.md.
 # Cleans up its database, topic and Redis keys. Exits non-zero on the first failure.
 set -euo pipefail
 
@@ -64,6 +66,7 @@ cleanup() {
   local rc=$?
   [[ -n "$WRITER_PID" ]] && { kill "$WRITER_PID" 2>/dev/null; wait "$WRITER_PID" 2>/dev/null || true; }
   "$PY/bin/python" e2e/interop/records.py delete "$SECKILL_KAFKA_BROKER" "$TOPIC" 2>/dev/null || true
+  "$PY/bin/python" e2e/interop/records.py delete "$SECKILL_KAFKA_BROKER" "$TOPIC.order-events" 2>/dev/null || true
   psql "$SECKILL_PG_ADMIN_URL" -qc "DROP DATABASE IF EXISTS sale_$ID" >/dev/null 2>&1 || true
   redis-cli -u "$SECKILL_REDIS_URL" --scan --pattern "sk:{$ID*" 2>/dev/null |
     xargs -r -n 100 redis-cli -u "$SECKILL_REDIS_URL" del >/dev/null 2>&1 || true
@@ -122,4 +125,19 @@ reasons=$(count "SELECT string_agg(error, ' | ' ORDER BY id) FROM dead_letters")
 log "  dead-letter reasons: $reasons"
 [[ $(grep -o 'unsigned record' <<<"$reasons" | wc -l) == 1 && $(grep -o 'signature does not match' <<<"$reasons" | wc -l) == 2 ]] ||
   die "expected one unsigned and two forged records among the dead letters"
+
+# The order events (backend::events): one `order.created` an order, read by kcat and kafka-python.
+EVENTS="$TOPIC.order-events"
+log "kcat and kafka-python read the order events ($EVENTS)"
+for _ in $(seq 1 60); do # 30 s at most
+  [[ $(count "SELECT count(*) FROM order_events WHERE produced_at IS NULL") == 0 ]] && break
+  sleep 0.5
+done
+kcat -C -b "$SECKILL_KAFKA_BROKER" -t "$EVENTS" -o beginning -e -q -J >"$RUN/events.jsonl" 2>"$RUN/events.err" ||
+  { cat "$RUN/events.err" >&2; die "kcat could not read $EVENTS"; }
+events=$("$PY/bin/python" e2e/interop/records.py events "$SECKILL_KAFKA_BROKER" "$EVENTS" "$RUN/events.jsonl") ||
+  die "the order events are not as docs/integrating.md says"
+log "  $events (want $orders order.created, as many keys)"
+[[ $events == *"\"events\": $orders,"* && $events == *"\"order.created\": $orders}"* && $events == *"\"idempotency_keys\": $orders,"* ]] ||
+  die "not one order.created event an order"
 log "PASS"

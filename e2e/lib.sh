@@ -249,7 +249,8 @@ TOML
     -e "s#^redis_url = .*#redis_url = \"$(redis_url_for_sed)\"#" \
     -e "s#^postgres_url = .*#postgres_url = \"$(sale_db_url "$id")\"#" \
     -e "s#^brokers = .*#brokers = $(brokers_toml)#" \
-    -e "s#^topic = .*#topic = \"reservations.$id\"#" \
+    -e "s#^topic = \"seckill.reservations\"#topic = \"reservations.$id\"#" \
+    -e "s#^topic = \"seckill.order-events\"#topic = \"reservations.$id.order-events\"#" \
     -e "s#^age_secs = .*#age_secs = ${SWEEP_AGE_SECS:-10}#" \
     conf/order-writer.toml >"$run/order-writer.toml"
   printf '\n[admin]\nlisten = "127.0.0.1:%s"\n' "$((wport + 1000))" >>"$run/order-writer.toml"

@@ -53,6 +53,18 @@ struct Raw {
     closer: RawCloser,
     #[serde(default)]
     admin: Option<RawAdmin>,
+    #[serde(default)]
+    events: RawEvents,
+}
+
+/// `[events]`: the order events' topic (`crate::events`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvents {
+    #[serde(default)]
+    topic: Option<Spanned<String>>,
+    #[serde(default)]
+    partitions: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -337,6 +349,8 @@ pub struct Conf {
     pub close_batch: i64,
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`); off when `None`.
     pub admin_listen: Option<SocketAddr>,
+    /// The order events' topic.
+    pub events: crate::events::EventsConf,
 }
 
 impl Conf {
@@ -437,7 +451,9 @@ impl Conf {
         let close_interval = c.ms(&cl.interval_ms, "closer.interval_ms", 10, INTERVAL_MAX_MS)?;
         let close_batch = c.bounded(&cl.batch_size, "closer.batch_size", 1, 10_000)?;
         let admin_listen = raw.admin.as_ref().map(|a| c.addr(&a.listen, "admin.listen")).transpose()?;
+        let events = events(&c, &raw.events, &topic, partitions)?;
         Ok(Conf {
+            events,
             admin_listen,
             listen,
             redis_url: raw.redis_url.into_inner(),
@@ -465,6 +481,32 @@ impl Conf {
             close_batch,
         })
     }
+}
+
+/// Checks `[events]`: a topic name Kafka takes (default: the reservations `topic`'s, see
+/// [`crate::events::default_topic`]), and 1 to the most partitions (default: its `partitions`).
+fn events(
+    c: &Checker<'_>,
+    e: &RawEvents,
+    topic: &str,
+    partitions: i32,
+) -> Result<crate::events::EventsConf, ConfError> {
+    let events_topic = match &e.topic {
+        Some(t) if !protocol::kafka::topic_name_ok(t.get_ref()) => {
+            return Err(c.err(
+                t.span(),
+                "events.topic",
+                "must be 1 to 249 characters of a-z, A-Z, 0-9, '.', '_', '-'",
+            ))
+        }
+        Some(t) => t.get_ref().clone(),
+        None => crate::events::default_topic(topic),
+    };
+    let partitions = match &e.partitions {
+        Some(p) => c.bounded(p, "events.partitions", 1, protocol::kafka::PARTITIONS_MAX)?,
+        None => partitions,
+    };
+    Ok(crate::events::EventsConf { topic: events_topic, partitions })
 }
 
 /// Checks the Redis URL, without a password in it, and reads its password (`redis_password`)
@@ -596,6 +638,20 @@ partitions = 4
         assert_eq!(admin.admin_listen, Some("127.0.0.1:9181".parse().unwrap()));
         expect(&format!("{}\n[admin]\nlisten = \"localhost\"\n", good()), 13, "admin.listen", "IP:port");
         expect(&format!("{}\n[admin]\nport = 1\n", good()), 13, "port", "unknown field");
+    }
+
+    #[test]
+    fn the_events_topic_is_the_reservations_ones_by_default_or_named() {
+        let c = parse(&good()).unwrap();
+        let derived =
+            crate::events::EventsConf { topic: "seckill.reservations.order-events".into(), partitions: 4 };
+        assert_eq!(c.events, derived);
+        let named =
+            parse(&format!("{}\n[events]\ntopic = \"shop.orders\"\npartitions = 12\n", good())).unwrap();
+        assert_eq!(named.events, crate::events::EventsConf { topic: "shop.orders".into(), partitions: 12 });
+        expect(&format!("{}\n[events]\ntopic = \"a b\"\n", good()), 13, "events.topic", "a-z, A-Z");
+        expect(&format!("{}\n[events]\npartitions = 0\n", good()), 13, "events.partitions", "0");
+        expect(&format!("{}\n[events]\npartition = 2\n", good()), 13, "partition", "unknown field");
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod check;
 pub mod closer;
 pub mod conf;
 pub mod db;
+pub mod events;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -16,7 +16,7 @@ use crate::metrics::WriterMetrics;
 use crate::producer::Producer;
 use crate::state::{AppState, ResultStore};
 use crate::writer::WriterCtx;
-use crate::{closer, sweeper, writer};
+use crate::{closer, events, sweeper, writer};
 
 /// What `serve` does with the PostgreSQL schema before it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +63,7 @@ pub async fn serve_as(
     let redis = conns.redis().await?;
     let scripts = conns.scripts()?;
     let kc = Arc::new(conns.kafka_with_topic().await?);
+    events::ensure_topic(&kc, &cfg.events, &cfg.kafka).await?;
     // The gateway key: the writers verify every record with it, the sweeper signs with it.
     let gateway = Arc::new(Signer::new(&cfg.gateway_key));
     let producer = Producer::start(
@@ -165,6 +166,16 @@ pub async fn serve_as(
         shutdown_tx.subscribe(),
     ));
 
+    let ev = tokio::spawn(events::run(
+        events::Relay {
+            pool: pool.clone(),
+            kafka: kc.clone(),
+            conf: cfg.events.clone(),
+            produce_timeout: cfg.kafka.produce_timeout,
+        },
+        shutdown_tx.subscribe(),
+    ));
+
     let mut rx = shutdown_tx.subscribe();
     axum::serve(listener, router(state))
         .with_graceful_shutdown(async move {
@@ -178,6 +189,7 @@ pub async fn serve_as(
     }
     let _ = sw.await;
     let _ = cl.await;
+    let _ = ev.await;
     if let Some(t) = admin_task {
         let _ = t.await;
     }

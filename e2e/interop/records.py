@@ -117,6 +117,46 @@ def read(broker, topic, key_env, kcat_file):
     print(json.dumps({"records": len(seen), "partitions": len(partitions), "agree_with_kcat": True}))
 
 
+def events(broker, topic, kcat_file):
+    """The order writer's events topic: every event of schema seckill.order-event/1, keyed by its
+    order, its idempotency-key header equal to the JSON's; kcat reads the same events. Prints the
+    count by type and the distinct idempotency keys."""
+    consumer = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, group_id=None)
+    partitions = sorted(consumer.partitions_for_topic(topic) or [])
+    if not partitions:
+        fail(f"topic {topic} not found")
+    tps = [TopicPartition(topic, p) for p in partitions]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    ends = consumer.end_offsets(tps)
+    seen, types, keys = {}, {}, set()
+    deadline = time.monotonic() + READ_DEADLINE_SECS
+    while any(consumer.position(tp) < ends[tp] for tp in tps):
+        if time.monotonic() > deadline:
+            fail(f"could not read to the end offsets {ends} within {READ_DEADLINE_SECS} s")
+        for batch in consumer.poll(timeout_ms=500).values():
+            for r in batch:
+                event = json.loads(r.value)
+                header = dict(r.headers).get("idempotency-key", b"").decode()
+                if event.get("schema") != "seckill.order-event/1":
+                    fail(f"{r.partition}/{r.offset}: schema {event.get('schema')!r}")
+                if r.key.decode() != str(event["order_id"]) or header != event["idempotency_key"]:
+                    fail(f"{r.partition}/{r.offset}: key or idempotency header disagree with the event")
+                seen[(r.partition, r.offset)] = event["idempotency_key"]
+                types[event["type"]] = types.get(event["type"], 0) + 1
+                keys.add(header)
+    consumer.close()
+    kcat = {}
+    with open(kcat_file, encoding="utf-8") as f:
+        for line in f:
+            if line.strip().startswith("{"):
+                m = json.loads(line)
+                kcat[(m["partition"], m["offset"])] = json.loads(m["payload"])["idempotency_key"]
+    if kcat != seen:
+        fail(f"kcat read {len(kcat)} events, kafka-python {len(seen)}: not the same")
+    print(json.dumps({"events": len(seen), "types": types, "idempotency_keys": len(keys), "agree_with_kcat": True}))
+
+
 def forge(broker, topic, partitions):
     user = "forger"
     value = json.dumps({
@@ -141,4 +181,4 @@ def delete(broker, topic):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"read": read, "forge": forge, "delete": delete}[cmd](*args)
+    {"read": read, "events": events, "forge": forge, "delete": delete}[cmd](*args)

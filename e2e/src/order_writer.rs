@@ -73,5 +73,9 @@ pub fn conf(place: Place<'_>) -> Conf {
         close_interval: Duration::from_millis(100),
         close_batch: 50,
         admin_listen: None,
+        events: backend::events::EventsConf {
+            topic: backend::events::default_topic(place.topic),
+            partitions: place.partitions,
+        },
     }
 }

@@ -183,13 +183,18 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
     }
     assert!(busy, "the stalling script did not start");
     // More buyers than the bucket's starting limit: those past it are told to try later, at
-    // once and unsent; the others' calls are written and undone.
+    // once and unsent; the others' calls are written and undone. On a loaded machine the crowd
+    // may take longer to enter than a call's 200 ms: the first calls' timeouts then lower the
+    // limit before the last orders come, and more of them are told to try later (a CI run saw
+    // 2,348 and 1,836): at least the 88, at most the starting limit undone, each one or the other.
     let n = INITIAL_LIMIT as usize + 88;
     let out = crowd(&reserver, &bucket, n).await;
     stall.await.unwrap().unwrap();
     let overloaded = out.iter().filter(|o| matches!(o, Err(ReserveError::Overloaded { .. }))).count();
     let undone = out.iter().filter(|o| matches!(o, Err(ReserveError::Undone(_)))).count();
-    assert_eq!((overloaded, undone), (88, INITIAL_LIMIT as usize), "{out:?}");
+    let summary = format!("{overloaded} told to try later, {undone} undone of {n}");
+    assert_eq!(overloaded + undone, n, "every order is one or the other: {summary}");
+    assert!(overloaded >= 88 && undone <= INITIAL_LIMIT as usize && undone > 0, "{summary}");
     let sent = reserver.batcher().sent();
     assert!(sent.calls < sent.orders, "orders were sent in batches: {sent:?}");
 
