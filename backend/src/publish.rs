@@ -152,18 +152,22 @@ pub async fn publish(
         buckets,
     } = row;
     let buckets = buckets.max(1) as u32;
-    if buckets != c.buckets {
-        // Only a campaign past DRAFT keeps its count; nothing of this publish is written.
-        tx.rollback().await?;
-        return Err(ConfError::at_field(
-            &file,
-            "buckets",
-            format!(
-                "campaign {id} is {state} with {buckets} bucket(s); the count never changes once published \
-                 (a buyer's home bucket would move under the sale): set buckets = {buckets}"
-            ),
-        )
-        .into());
+    let published = Frozen { stock: total, price_cents, limit, sku: &sku, buckets };
+    if state != "DRAFT" {
+        if let Some((field, why)) = published.differs_from(&c) {
+            // Nothing of this publish is written: the file says what the sale no longer is.
+            tx.rollback().await?;
+            return Err(ConfError::at_field(
+                &file,
+                field,
+                format!(
+                    "campaign {id} is {state}: {why}; these never change once published (the buyers' \
+                     answers, the holdings and the ledger were made with them). Put the file back; \
+                     more stock for a published campaign is not built yet (issue 39: add-stock)"
+                ),
+            )
+            .into());
+        }
     }
     tx.commit().await?;
 
@@ -174,14 +178,6 @@ pub async fn publish(
                 "campaign {id} is {state} in PostgreSQL with {sold} sold; its stock is never reset"
             ),
         });
-    }
-    if c.stock != total {
-        tracing::warn!(
-            id,
-            file = c.stock,
-            db = total,
-            "file stock differs from the published stock; the database wins"
-        );
     }
 
     // 2. Redis, bucket by bucket with its share: the script refuses by itself when a bucket is
@@ -299,6 +295,36 @@ pub async fn apply_pause(
         None => tracing::warn!(id, "pause_replenish not applied: the campaign is not published in Redis"),
     }
     Ok(returned)
+}
+
+/// What a campaign's file may no longer change once it is published (past DRAFT).
+struct Frozen<'a> {
+    stock: i64,
+    price_cents: i64,
+    limit: i64,
+    sku: &'a str,
+    buckets: u32,
+}
+
+impl Frozen<'_> {
+    /// The first field of `file` that differs from the published values, with every difference
+    /// said (published, then the file's).
+    fn differs_from(&self, file: &Campaign) -> Option<(&'static str, String)> {
+        let pairs = [
+            ("stock", self.stock.to_string(), file.stock.to_string()),
+            ("price_cents", self.price_cents.to_string(), file.price_cents.to_string()),
+            ("per_user_limit", self.limit.to_string(), file.per_user_limit.to_string()),
+            ("sku", format!("{:?}", self.sku), format!("{:?}", file.sku)),
+            ("buckets", self.buckets.to_string(), file.buckets.to_string()),
+        ];
+        let differ: Vec<_> = pairs.iter().filter(|(_, published, now)| published != now).collect();
+        let first = differ.first()?.0;
+        let said: Vec<String> = differ
+            .iter()
+            .map(|(f, published, now)| format!("{f} is {published} published, {now} in the file"))
+            .collect();
+        Some((first, said.join(", ")))
+    }
 }
 
 #[cfg(test)]

@@ -150,5 +150,37 @@ async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
     println!("ratio batched / stages back to back: {:.2}", rb / bound);
     println!("ratio database stage / one-by-one: {:.1}x", rm / rs);
     println!("drain of {} queued reservations: {:.2} s", a.records, batched.as_secs_f64());
+    events_cost(a, &pool, &redis, &scripts, tag, rm).await
+}
+
+/// The order events' trigger (`sql/0005_order_events.sql`, an outbox row an order) in the
+/// database stage: the stage again without it, then with it once more (the machine's noise
+/// between two identical legs beside the difference).
+async fn events_cost(
+    a: &BenchArgs,
+    pool: &sqlx::PgPool,
+    redis: &fred::prelude::Client,
+    scripts: &RedisScripts,
+    tag: &str,
+    with_first: f64,
+) -> anyhow::Result<()> {
+    sqlx::query("DROP TRIGGER orders_events ON orders").execute(pool).await?;
+    let off = legs::database_stage(a, pool, redis, scripts, &format!("bench-n-{tag}")).await?;
+    sqlx::query(
+        "CREATE TRIGGER orders_events AFTER INSERT OR UPDATE OF status ON orders \
+         FOR EACH ROW EXECUTE FUNCTION order_event()",
+    )
+    .execute(pool)
+    .await?;
+    let again = legs::database_stage(a, pool, redis, scripts, &format!("bench-e-{tag}")).await?;
+    let (off, again) = (a.records as f64 / off.as_secs_f64(), a.records as f64 / again.as_secs_f64());
+    println!("database stage without the order events' trigger: {off:.0} orders/s");
+    println!("database stage with it again: {again:.0} orders/s");
+    let with = (with_first + again) / 2.0;
+    println!(
+        "ratio database stage with events / without: {:.2} (the two with-legs: {:.2})",
+        with / off,
+        again / with_first
+    );
     Ok(())
 }
