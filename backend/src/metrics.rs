@@ -59,6 +59,7 @@ pub struct WriterMetrics {
     pub closer_released: IntCounter,
     orders: IntGaugeVec,
     repairs: IntGaugeVec,
+    events_pending: IntGauge,
     db_up: IntGauge,
 }
 
@@ -165,6 +166,11 @@ impl WriterMetrics {
                 "Reconcile repairs recorded in audit_log, by kind (read at scrape)",
                 &["kind"],
             ),
+            events_pending: IntGauge::new(
+                "seckill_writer_order_events_pending",
+                "Order events in the outbox not produced yet (read at scrape; backend::events)",
+            )
+            .expect("valid metric"),
             db_up: IntGauge::new("seckill_writer_scrape_db_up", "1 when this scrape could read PostgreSQL")
                 .expect("valid metric"),
         };
@@ -186,6 +192,7 @@ impl WriterMetrics {
             Box::new(m.closer_released.clone()),
             Box::new(m.orders.clone()),
             Box::new(m.repairs.clone()),
+            Box::new(m.events_pending.clone()),
             Box::new(m.db_up.clone()),
         ];
         for c in collectors {
@@ -250,10 +257,15 @@ impl WriterMetrics {
             )
             .fetch_all(pool)
             .await?;
-            Ok::<_, sqlx::Error>((orders, repairs))
+            let pending: i64 =
+                sqlx::query_scalar("SELECT count(*) FROM order_events WHERE produced_at IS NULL")
+                    .fetch_one(pool)
+                    .await?;
+            Ok::<_, sqlx::Error>((orders, repairs, pending))
         };
         match tokio::time::timeout(DB_SCRAPE_TIMEOUT, read).await {
-            Ok(Ok((orders, repairs))) => {
+            Ok(Ok((orders, repairs, pending))) => {
+                self.events_pending.set(pending);
                 self.orders.reset();
                 // Every status has a series, at 0 until an order has it.
                 for status in ["PENDING_PAYMENT", "PAID", "CLOSED"] {
@@ -274,6 +286,7 @@ impl WriterMetrics {
             _ => {
                 self.orders.reset();
                 self.repairs.reset();
+                self.events_pending.set(0);
                 self.db_up.set(0);
             }
         }

@@ -50,7 +50,9 @@ async fn metrics_readiness_and_request_ids_in_the_log() {
     let limit = Instant::now() + Duration::from_secs(20);
     let metrics = loop {
         let text = http.get(url("/metrics")).send().await.unwrap().text().await.unwrap();
-        if total(&text, "seckill_writer_records_committed_total") == N as f64 || Instant::now() > limit {
+        let done = total(&text, "seckill_writer_records_committed_total") == N as f64
+            && text.contains("seckill_writer_order_events_pending 0");
+        if done || Instant::now() > limit {
             break text;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -61,6 +63,13 @@ async fn metrics_readiness_and_request_ids_in_the_log() {
     assert_eq!(total(&metrics, "seckill_writer_lag"), 0.0);
     assert_eq!(total(&metrics, "seckill_writer_partition_up"), 2.0);
     assert!(metrics.contains("seckill_writer_repairs{kind=\"RESERVED_WITHOUT_ORDER\"} 0"), "{metrics}");
+    // The relay produced every order's event (created): none left in the outbox.
+    assert!(metrics.contains("seckill_writer_order_events_pending 0"), "{metrics}");
+    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM order_events WHERE produced_at IS NOT NULL")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(events, N, "one order.created event an order, produced");
     let ready = http.get(url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status().as_u16(), 200);
     assert_eq!(http.get(url("/healthz")).send().await.unwrap().status().as_u16(), 200);
