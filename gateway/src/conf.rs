@@ -19,11 +19,13 @@ use serde::Deserialize;
 use toml::Spanned;
 
 pub mod limits;
+mod matching;
 mod observe;
 mod route;
 pub mod shutdown;
 pub mod tls;
 
+pub use matching::{HostName, Location, Pattern};
 pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
 
 type S<T> = Spanned<T>;
@@ -98,7 +100,12 @@ struct RawRoute {
     name: S<String>,
     #[serde(default)]
     host: Option<S<String>>,
-    path_prefix: S<String>,
+    #[serde(default)]
+    default_server: Option<S<bool>>,
+    #[serde(default)]
+    path: Option<S<String>>,
+    #[serde(default)]
+    path_prefix: Option<S<String>>,
     upstreams: S<Vec<S<String>>>,
     #[serde(default = "d_connect")]
     connect_timeout_ms: S<i64>,
@@ -139,15 +146,18 @@ pub struct PoolConf {
     pub health_check_path: Option<String>,
 }
 
-/// A shop route: requests whose host (when set) and path prefix match go to `pool` as they are.
+/// A shop route: requests whose host and path match (Nginx's `server_name` and `location`,
+/// [`crate::routes`]) go to `pool`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteConf {
     /// Name, for logs.
     pub name: String,
-    /// Host to match (lowercase, without port); `None` matches every host.
-    pub host: Option<String>,
-    /// Path prefix to match, starting with `/`.
-    pub path_prefix: String,
+    /// Host to match; `None`: a request whose host no route names (with the `default_server`).
+    pub host: Option<HostName>,
+    /// Whether this route's host is the one for requests whose host no route names.
+    pub default_server: bool,
+    /// Path to match.
+    pub location: Location,
     /// Where matching requests go.
     pub pool: PoolConf,
     /// Largest request body on this route; `None`: `[limits] client_max_body_size`.
@@ -319,43 +329,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     let admin = observe::admin(&c, &raw.admin)?;
     let access_log = observe::access_log(&c, &raw.access_log, base)?;
 
-    let mut routes = Vec::with_capacity(raw.routes.len());
-    for (i, r) in raw.routes.iter().enumerate() {
-        let prefix = format!("route[{i}]");
-        if r.name.get_ref().trim().is_empty() {
-            return Err(c.err(r.name.span(), &format!("{prefix}.name"), "must not be empty"));
-        }
-        if !r.path_prefix.get_ref().starts_with('/') {
-            return Err(c.err(r.path_prefix.span(), &format!("{prefix}.path_prefix"), "must start with /"));
-        }
-        let host = match &r.host {
-            Some(h) if h.get_ref().is_empty() || h.get_ref().contains(['/', ' ', ':']) => {
-                return Err(c.err(h.span(), &format!("{prefix}.host"), "must be a host name without port"));
-            }
-            Some(h) => Some(h.get_ref().to_ascii_lowercase()),
-            None => None,
-        };
-        let pool = pool(
-            &c,
-            &prefix,
-            RawPoolFields {
-                upstreams: &r.upstreams,
-                connect: &r.connect_timeout_ms,
-                read: &r.read_timeout_ms,
-                interval: &r.health_check_interval_ms,
-                path: &r.health_check_path,
-            },
-        )?;
-        let (client_max_body_size, compression_level) = route::check(&c, &prefix, r)?;
-        routes.push(RouteConf {
-            name: r.name.get_ref().clone(),
-            host,
-            path_prefix: r.path_prefix.get_ref().clone(),
-            pool,
-            client_max_body_size,
-            compression_level,
-        });
-    }
+    let routes = route::routes(&c, &raw.routes)?;
 
     Ok(ServerConf {
         file: file.to_path_buf(),
@@ -431,7 +405,7 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
         assert_eq!((two.workers, two.threads), (2, 1));
         assert!(c.sells());
         assert_eq!(c.order_writer.unwrap().connect_timeout, Duration::from_millis(200));
-        assert_eq!(c.routes[0].host.as_deref(), Some("shop.example"));
+        assert_eq!(c.routes[0].host, Some(HostName::Exact("shop.example".into())));
         assert_eq!(c.routes[0].pool.upstreams.len(), 2);
         assert_eq!(c.trusted_proxies, TrustedProxies::default(), "nobody's X-Forwarded-For by default");
         let lb =

@@ -72,7 +72,9 @@ fn build(server: ServerConf, sale: Option<&Registry>) -> Result<Active, ConfErro
     }
     let campaigns = sale.into_iter().flat_map(|s| s.campaigns.keys());
     let answers = campaigns.map(|id| (id.clone(), metrics().answers_for(id))).collect();
-    Ok(Active { routes: RouteTable::new(&server.routes), server, shop_pools, order_writer, answers })
+    let routes = RouteTable::new(&server.routes)
+        .map_err(|e| ConfError::whole(&server.file, format!("cannot build the routes' regex sets: {e}")))?;
+    Ok(Active { routes, server, shop_pools, order_writer, answers })
 }
 
 impl SharedState {

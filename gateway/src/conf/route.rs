@@ -1,15 +1,133 @@
-//! The front-door settings of a `[[route]]`: its body limit and its response compression.
+//! The `[[route]]`s: each one's host and path (`matching`), pool, body limit and response
+//! compression; and the checks across routes (one place per host and path, one default server).
+
+use std::collections::HashMap;
 
 use protocol::conf::ConfError;
 
 use super::limits::MAX_BODY_CAP;
-use super::{Checker, RawRoute};
+use super::matching;
+use super::{pool, Checker, RawPoolFields, RawRoute, RouteConf};
+
+/// Checks every route, then that no two routes of one host have the same path and that one
+/// host at most is the default server.
+pub(super) fn routes(c: &Checker<'_>, raw: &[RawRoute]) -> Result<Vec<RouteConf>, ConfError> {
+    let mut routes = Vec::with_capacity(raw.len());
+    let mut seen = HashMap::new();
+    for (i, r) in raw.iter().enumerate() {
+        let route = one(c, &format!("route[{i}]"), r)?;
+        let host = route.host.as_ref().map(|h| h.key());
+        if let Some(first) = seen.insert((host.clone(), route.location.key()), i) {
+            let (field, span) = path_field(r);
+            return Err(c.err(
+                span,
+                &format!("route[{i}].{field}"),
+                format!(
+                    "route[{first}] has the same host ({}) and path: one of them would never be used",
+                    host.as_deref().unwrap_or("any")
+                ),
+            ));
+        }
+        routes.push(route);
+    }
+    default_server(c, raw, &routes)?;
+    Ok(routes)
+}
+
+/// The field that holds a route's path, and its place.
+fn path_field(r: &RawRoute) -> (&'static str, std::ops::Range<usize>) {
+    match (&r.path, &r.path_prefix) {
+        (Some(p), _) => ("path", p.span()),
+        (None, Some(p)) => ("path_prefix", p.span()),
+        (None, None) => ("name", r.name.span()),
+    }
+}
+
+/// A request whose host no route names goes to the routes without `host`, or to the routes of
+/// the one host marked `default_server = true`: not both, and not two hosts.
+fn default_server(c: &Checker<'_>, raw: &[RawRoute], routes: &[RouteConf]) -> Result<(), ConfError> {
+    let mut default: Option<(String, usize)> = None;
+    let any_host = routes.iter().position(|r| r.host.is_none());
+    for (i, (r, route)) in raw.iter().zip(routes).enumerate() {
+        let Some(flag) = r.default_server.as_ref().filter(|f| *f.get_ref()) else { continue };
+        let field = format!("route[{i}].default_server");
+        let Some(host) = route.host.as_ref().map(|h| h.key()) else {
+            return Err(c.err(
+                flag.span(),
+                &field,
+                "needs a host: routes without host are the default already",
+            ));
+        };
+        if let Some(j) = any_host {
+            return Err(c.err(
+                flag.span(),
+                &field,
+                format!("route[{j}] has no host and is the default already: give it a host, or drop this"),
+            ));
+        }
+        match &default {
+            Some((other, j)) if *other != host => {
+                return Err(c.err(
+                    flag.span(),
+                    &field,
+                    format!("route[{j}]'s host {other} is the default already"),
+                ))
+            }
+            _ => default = Some((host, i)),
+        }
+    }
+    Ok(())
+}
+
+/// One route (`prefix`: `route[i]`).
+fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfError> {
+    let f = |name: &str| format!("{prefix}.{name}");
+    if r.name.get_ref().trim().is_empty() {
+        return Err(c.err(r.name.span(), &f("name"), "must not be empty"));
+    }
+    let location = match (&r.path, &r.path_prefix) {
+        (Some(_), Some(old)) => {
+            return Err(c.err(old.span(), &f("path_prefix"), "give `path` or `path_prefix`, not both"))
+        }
+        (Some(p), None) => matching::location(c, p, &f("path"), true)?,
+        (None, Some(p)) => matching::location(c, p, &f("path_prefix"), false)?,
+        (None, None) => {
+            return Err(c.err(
+                r.name.span(),
+                &f("path"),
+                "missing: `path = \"/\"` (or `= /exact`, `~ regex`)",
+            ))
+        }
+    };
+    let host = r.host.as_ref().map(|h| matching::host(c, h, &f("host"))).transpose()?;
+    let pool = pool(
+        c,
+        prefix,
+        RawPoolFields {
+            upstreams: &r.upstreams,
+            connect: &r.connect_timeout_ms,
+            read: &r.read_timeout_ms,
+            interval: &r.health_check_interval_ms,
+            path: &r.health_check_path,
+        },
+    )?;
+    let (client_max_body_size, compression_level) = check(c, prefix, r)?;
+    Ok(RouteConf {
+        name: r.name.get_ref().clone(),
+        host,
+        default_server: r.default_server.as_ref().is_some_and(|d| *d.get_ref()),
+        location,
+        pool,
+        client_max_body_size,
+        compression_level,
+    })
+}
 
 /// Highest compression level (brotli's; gzip caps at 9 and zstd reads it as is).
 pub const MAX_COMPRESSION_LEVEL: i64 = 11;
 
 /// `(client_max_body_size, compression_level)` of route `prefix` (`route[i]`).
-pub(super) fn check(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<(Option<u64>, u32), ConfError> {
+fn check(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<(Option<u64>, u32), ConfError> {
     let body = match &r.client_max_body_size {
         Some(v) => Some(c.int(v, &format!("{prefix}.client_max_body_size"), 0, MAX_BODY_CAP)? as u64),
         None => None,
@@ -39,5 +157,65 @@ mod tests {
         assert_eq!((c.routes[0].client_max_body_size, c.routes[0].compression_level), (Some(10), 6));
         expect_err(&with("compression_level = 12"), 17, "route[0].compression_level", "between 0 and 11");
         expect_err(&with("client_max_body_size = -5"), 17, "route[0].client_max_body_size", "between 0");
+    }
+
+    /// `[server]` and `routes` (TOML of `[[route]]`s, each line as written).
+    fn file(routes: &str) -> String {
+        format!("[server]\nlisten = \"127.0.0.1:8080\"\n{routes}")
+    }
+
+    fn route(extra: &str) -> String {
+        format!("[[route]]\nname = \"r\"\nupstreams = [\"127.0.0.1:1\"]\n{extra}\n")
+    }
+
+    fn refused(routes: &str, line: usize, field: &str, words: &str) {
+        let got = super::super::parse_server(std::path::Path::new("conf/server.toml"), &file(routes));
+        protocol::conf::assert_refused(got, "conf/server.toml", line, field, words);
+    }
+
+    #[test]
+    fn bad_hosts_and_paths_are_refused_at_their_place() {
+        // Lines: 1 [server], 2 listen, 3 [[route]], 4 name, 5 upstreams, 6 the extra line.
+        refused(&route("path = \"~ ^/(a\""), 6, "route[0].path", "not a valid regex");
+        refused(&route("path = \"~* [z-a]\""), 6, "route[0].path", "not a valid regex");
+        refused(&route("path = \"~~ /a\""), 6, "route[0].path", "unknown match kind \"~~\"");
+        refused(&route("path = \"@named\""), 6, "route[0].path", "unknown match kind");
+        refused(&route("path = \"=\""), 6, "route[0].path", "followed by a space");
+        refused(&route("path = \"= nope\""), 6, "route[0].path", "must start with /");
+        refused(&route("path_prefix = \"~ x\""), 6, "route[0].path_prefix", "must start with /");
+        refused(&route("path = \"/\"\npath_prefix = \"/\""), 7, "route[0].path_prefix", "not both");
+        refused(&route(""), 4, "route[0].path", "missing");
+        refused(&route("path = \"/\"\nhost = \"~(\""), 7, "route[0].host", "not a valid regex");
+        for bad in ["a.*.com", "*", "shop:80", "*.", "a b", "x.*.*"] {
+            refused(
+                &route(&format!("path = \"/\"\nhost = \"{bad}\"")),
+                7,
+                "route[0].host",
+                "not a host name",
+            );
+        }
+    }
+
+    #[test]
+    fn one_route_per_host_and_path_and_one_default() {
+        let two = |a: &str, b: &str| format!("{}{}", route(a), route(b));
+        // The second route's path line: 3 + 4 lines of the first route + its own 4th line.
+        refused(&two("path = \"/a\"", "path = \"/a\""), 10, "route[1].path", "route[0] has the same host");
+        refused(&two("path_prefix = \"/a\"", "path = \"^~ /a\""), 10, "route[1].path", "same host (any)");
+        let hosted = two("host = \"A.shop\"\npath = \"~ x\"", "host = \"a.shop\"\npath = \"~ x\"");
+        refused(&hosted, 12, "route[1].path", "same host (a.shop)");
+        let ok = two("host = \"a.shop\"\npath = \"/a\"", "host = \"b.shop\"\npath = \"/a\"");
+        assert!(super::super::parse_server(std::path::Path::new("s.toml"), &file(&ok)).is_ok());
+        let exact_and_prefix = two("path = \"= /a\"", "path = \"/a\"");
+        assert!(super::super::parse_server(std::path::Path::new("s.toml"), &file(&exact_and_prefix)).is_ok());
+        // default_server: on a host, with no host-less route, one host only.
+        refused(&route("path = \"/\"\ndefault_server = true"), 7, "route[0].default_server", "needs a host");
+        let with_any = two("path = \"/\"", "host = \"a\"\npath = \"/\"\ndefault_server = true");
+        refused(&with_any, 12, "route[1].default_server", "route[0] has no host");
+        let two_defaults = two(
+            "host = \"a\"\npath = \"/\"\ndefault_server = true",
+            "host = \"b\"\npath = \"/\"\ndefault_server = true",
+        );
+        refused(&two_defaults, 14, "route[1].default_server", "host a is the default already");
     }
 }

@@ -1,0 +1,116 @@
+//! The shop's routes as Nginx's `server_name` and `location` (issue 38, part 2), through the
+//! binary on proxy-only files (no sale, none of the stack): each route's upstream answers its
+//! own name, so an answer says which route a request took.
+
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::support::*;
+
+/// An upstream answering `name` to every request.
+async fn named(name: &str) -> MockServer {
+    let up = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(ResponseTemplate::new(200).set_body_string(name))
+        .mount(&up)
+        .await;
+    up
+}
+
+/// A proxy-only file with `routes` (`(name, extra TOML lines)`), each to its own upstream
+/// (answering its name); returns the text and the upstreams.
+pub(crate) async fn proxy_file(routes: &[(&str, &str)]) -> (String, Vec<MockServer>) {
+    let mut text = format!("[server]\nlisten = \"127.0.0.1:{{port}}\"\nworkers = {}\n", workers());
+    let mut ups = Vec::new();
+    for (name, extra) in routes {
+        let up = named(name).await;
+        text += &format!("\n[[route]]\nname = \"{name}\"\nupstreams = [\"{}\"]\n{extra}\n", up.address());
+        ups.push(up);
+    }
+    (text, ups)
+}
+
+/// `GET path` with `Host: host`: (status, body).
+pub(crate) async fn get(gw: &Gateway, host: &str, path: &str) -> (u16, String) {
+    let resp = reqwest::Client::new().get(gw.url(path)).header("host", host).send().await.unwrap();
+    (resp.status().as_u16(), resp.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn hosts_and_locations_take_nginx_precedence() {
+    let (text, _ups) = proxy_file(&[
+        ("fallback", "host = \"fallback.test\"\ndefault_server = true\npath = \"/\""),
+        ("exact", "host = \"shop.test\"\npath = \"= /\""),
+        ("prefix", "host = \"shop.test\"\npath = \"/\""),
+        ("stop", "host = \"shop.test\"\npath = \"^~ /static/\""),
+        ("image", "host = \"shop.test\"\npath = '~* \\.(png|jpg)$'"),
+        ("first-regex", "host = \"shop.test\"\npath = '~ ^/p/(\\d+)'"),
+        ("later-regex", "host = \"shop.test\"\npath = '~ ^/p/'"),
+        ("legacy", "host = \"shop.test\"\npath_prefix = \"/p/\""),
+        ("leading", "host = \"*.shop.test\"\npath = \"/\""),
+        ("trailing", "host = \"www.shop.*\"\npath = \"/\""),
+        ("regex", "host = '~^api\\d+\\.shop\\.test$'\npath = \"/\""),
+    ])
+    .await;
+    let gw = Gateway::start_text(&text).await;
+    let cases = [
+        ("shop.test", "/", "exact"),
+        ("SHOP.test:80", "/index.html", "prefix"),
+        ("shop.test", "/static/a.png", "stop"),
+        ("shop.test", "/img/a.PNG", "image"),
+        ("shop.test", "/p/12", "first-regex"),
+        ("shop.test", "/p/x", "later-regex"),
+        ("a.shop.test", "/", "leading"),
+        ("www.shop.test", "/", "leading"),
+        ("www.shop.io", "/", "trailing"),
+        ("api7.shop.test", "/", "leading"),
+        ("api7.shop.tst", "/", "fallback"),
+        ("unknown.example", "/x", "fallback"),
+        ("fallback.test", "/x", "fallback"),
+    ];
+    for (host, path, route) in cases {
+        assert_eq!(get(&gw, host, path).await, (200, route.to_string()), "{host}{path}: {}", gw.log());
+    }
+}
+
+#[tokio::test]
+async fn a_regex_host_and_a_host_without_the_path() {
+    let (text, _ups) = proxy_file(&[
+        ("regex", "host = '~^api\\d+\\.shop\\.test$'\npath = \"/\""),
+        ("admin", "host = \"admin.shop.test\"\npath = \"/admin/\""),
+        ("any", "path = \"/\""),
+    ])
+    .await;
+    let gw = Gateway::start_text(&text).await;
+    assert_eq!(get(&gw, "api7.shop.test", "/v1").await, (200, "regex".into()));
+    assert_eq!(get(&gw, "elsewhere", "/v1").await, (200, "any".into()));
+    assert_eq!(get(&gw, "admin.shop.test", "/admin/x").await, (200, "admin".into()));
+    // As Nginx: the host's routes only; none matches, no other host's route is taken.
+    let (status, _) = get(&gw, "admin.shop.test", "/other").await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_bad_regex_or_a_second_route_for_a_place_is_refused_at_start() {
+    for (extra, line, words) in [
+        ("path = \"~ ^/(a\"", 9, "field `route[1].path`: not a valid regex"),
+        ("path = \"/\"", 9, "field `route[1].path`: route[0] has the same host"),
+    ] {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:{{port}}\"\n\n[[route]]\nname = \"a\"\npath = \"/\"\n\
+             upstreams = [\"127.0.0.1:1\"]\n[[route]]\n{extra}\nname = \"b\"\nupstreams = [\"127.0.0.1:1\"]\n"
+        );
+        let dir = temp_dir("gw-bad-");
+        let file = dir.join("server.toml");
+        std::fs::write(&file, text.replace("{port}", "8080")).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+            .arg("--conf")
+            .arg(&file)
+            .arg("--check")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+        assert!(!out.status.success(), "{said}");
+        assert!(said.contains(&format!("server.toml:{line}:")) && said.contains(words), "{said}");
+        remove_unless_failed(&dir);
+    }
+}
