@@ -18,6 +18,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod action;
 pub mod limits;
 mod matching;
 mod observe;
@@ -25,6 +26,7 @@ mod route;
 pub mod shutdown;
 pub mod tls;
 
+pub use action::{Return, Rewrite};
 pub use matching::{HostName, Location, Pattern};
 pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
 
@@ -106,7 +108,14 @@ struct RawRoute {
     path: Option<S<String>>,
     #[serde(default)]
     path_prefix: Option<S<String>>,
-    upstreams: S<Vec<S<String>>>,
+    #[serde(default, rename = "return")]
+    answer: Option<S<String>>,
+    #[serde(default)]
+    rewrite: Option<action::RawRewrite>,
+    #[serde(default)]
+    replace_prefix: Option<S<String>>,
+    #[serde(default)]
+    upstreams: Option<S<Vec<S<String>>>>,
     #[serde(default = "d_connect")]
     connect_timeout_ms: S<i64>,
     #[serde(default = "d_read")]
@@ -158,8 +167,12 @@ pub struct RouteConf {
     pub default_server: bool,
     /// Path to match.
     pub location: Location,
-    /// Where matching requests go.
-    pub pool: PoolConf,
+    /// Its own answer, in place of proxying (Nginx's `return`).
+    pub answer: Option<Return>,
+    /// The path change before proxying.
+    pub rewrite: Option<Rewrite>,
+    /// Where matching requests go; `None` for a route with a `return`.
+    pub pool: Option<PoolConf>,
     /// Largest request body on this route; `None`: `[limits] client_max_body_size`.
     pub client_max_body_size: Option<u64>,
     /// Response compression level (gzip, brotli, zstd as the client accepts); 0: off.
@@ -406,7 +419,7 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
         assert!(c.sells());
         assert_eq!(c.order_writer.unwrap().connect_timeout, Duration::from_millis(200));
         assert_eq!(c.routes[0].host, Some(HostName::Exact("shop.example".into())));
-        assert_eq!(c.routes[0].pool.upstreams.len(), 2);
+        assert_eq!(c.routes[0].pool.as_ref().unwrap().upstreams.len(), 2);
         assert_eq!(c.trusted_proxies, TrustedProxies::default(), "nobody's X-Forwarded-For by default");
         let lb =
             parse(&GOOD.replace("[redis]", "trusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\"]\n[redis]"))

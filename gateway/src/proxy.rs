@@ -52,6 +52,7 @@ use crate::limits::{BodyCount, BODY_TIMEOUT};
 use crate::metrics::metrics;
 use crate::observe::{self, Observer, Trace};
 use crate::reload::{Active, SharedState};
+use crate::shop;
 
 const X_REQUEST_ID: &str = "x-request-id";
 
@@ -158,6 +159,9 @@ impl ProxyHttp for Gateway {
 
         let (Some(route), Some(sale)) = (&ctx.sale_route, &self.sale) else {
             return match ctx.shop {
+                Some(i) if active.server.routes[i].answer.is_some() => {
+                    shop::answer(session, &active.server.routes[i], ctx.client, &ctx.request_id).await
+                }
                 Some(i) => {
                     ctx.upstream = Upstream::Shop(i);
                     Ok(false)
@@ -200,7 +204,9 @@ impl ProxyHttp for Gateway {
                 .order_writer
                 .as_ref()
                 .ok_or_else(|| Error::explain(ErrorType::InternalError, "a result query without the sale"))?,
-            Upstream::Shop(i) => &active.shop_pools[i],
+            Upstream::Shop(i) => active.shop_pools[i]
+                .as_ref()
+                .ok_or_else(|| Error::explain(ErrorType::InternalError, "a route with return has no pool"))?,
             Upstream::None => {
                 return Err(Error::explain(ErrorType::InternalError, "request has no upstream"))
             }
@@ -221,6 +227,10 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
         frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.client)?;
+        if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
+            let vars = shop::vars(session, ctx.client, &ctx.request_id);
+            shop::rewrite(&active.server.routes[i], &vars, upstream_request)?;
+        }
         frontdoor::strip_sale_headers(upstream_request);
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
         upstream_request.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
@@ -323,7 +333,7 @@ fn host(req: &RequestHeader) -> Option<&str> {
 fn pool_name(active: &Active, upstream: Upstream) -> Option<&str> {
     match upstream {
         Upstream::OrderWriter => active.order_writer.as_ref().map(|p| p.name()),
-        Upstream::Shop(i) => active.shop_pools.get(i).map(|p| p.name()),
+        Upstream::Shop(i) => active.shop_pools.get(i).and_then(Option::as_ref).map(|p| p.name()),
         Upstream::None => None,
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use protocol::conf::ConfError;
 
 use super::limits::MAX_BODY_CAP;
-use super::matching;
+use super::{action, matching};
 use super::{pool, Checker, RawPoolFields, RawRoute, RouteConf};
 
 /// Checks every route, then that no two routes of one host have the same path and that one
@@ -79,6 +79,26 @@ fn default_server(c: &Checker<'_>, raw: &[RawRoute], routes: &[RouteConf]) -> Re
     Ok(())
 }
 
+/// The pool of a route that proxies.
+fn route_pool(
+    c: &Checker<'_>,
+    prefix: &str,
+    r: &RawRoute,
+    upstreams: &super::S<Vec<super::S<String>>>,
+) -> Result<super::PoolConf, ConfError> {
+    pool(
+        c,
+        prefix,
+        RawPoolFields {
+            upstreams,
+            connect: &r.connect_timeout_ms,
+            read: &r.read_timeout_ms,
+            interval: &r.health_check_interval_ms,
+            path: &r.health_check_path,
+        },
+    )
+}
+
 /// One route (`prefix`: `route[i]`).
 fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfError> {
     let f = |name: &str| format!("{prefix}.{name}");
@@ -100,23 +120,30 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
         }
     };
     let host = r.host.as_ref().map(|h| matching::host(c, h, &f("host"))).transpose()?;
-    let pool = pool(
-        c,
-        prefix,
-        RawPoolFields {
-            upstreams: &r.upstreams,
-            connect: &r.connect_timeout_ms,
-            read: &r.read_timeout_ms,
-            interval: &r.health_check_interval_ms,
-            path: &r.health_check_path,
-        },
-    )?;
+    let answer = r.answer.as_ref().map(|a| action::answer(c, a, &f("return"))).transpose()?;
+    let rewrite = action::rewrite(c, prefix, (&r.rewrite, &r.replace_prefix), &location)?;
+    let pool = match (&r.upstreams, &answer) {
+        (Some(upstreams), None) => Some(route_pool(c, prefix, r, upstreams)?),
+        (None, Some(_)) => None,
+        (Some(u), Some(_)) => {
+            return Err(c.err(
+                u.span(),
+                &f("upstreams"),
+                "a route with `return` answers itself: drop `upstreams`",
+            ))
+        }
+        (None, None) => {
+            return Err(c.err(r.name.span(), &f("upstreams"), "missing: give `upstreams` or `return`"))
+        }
+    };
     let (client_max_body_size, compression_level) = check(c, prefix, r)?;
     Ok(RouteConf {
         name: r.name.get_ref().clone(),
         host,
         default_server: r.default_server.as_ref().is_some_and(|d| *d.get_ref()),
         location,
+        answer,
+        rewrite,
         pool,
         client_max_body_size,
         compression_level,
@@ -217,5 +244,66 @@ mod tests {
             "host = \"b\"\npath = \"/\"\ndefault_server = true",
         );
         refused(&two_defaults, 14, "route[1].default_server", "host a is the default already");
+    }
+
+    #[test]
+    fn returns_and_rewrites_are_checked_at_their_place() {
+        // A route with return has no upstreams: lines 3 [[route]], 4 name, 5 path, 6 return.
+        let ret = |r: &str| format!("[[route]]\nname = \"r\"\npath = \"/\"\nreturn = \"{r}\"\n");
+        let ok = super::super::parse_server(
+            std::path::Path::new("s.toml"),
+            &file(&ret("301 https://$host$request_uri")),
+        );
+        let answer = ok.unwrap().routes[0].answer.clone().unwrap();
+        assert_eq!((answer.status, answer.location.is_some()), (301, true));
+        for (bad, words) in [
+            ("99 x", "\"99\" is not a status"),
+            ("600", "\"600\" is not a status"),
+            ("444", "444 is not mapped"),
+            ("abc", "\"abc\" is not a status"),
+            ("301", "needs the URL"),
+            ("302 https://$hots/", "unknown variable $hots"),
+        ] {
+            refused(&ret(bad), 6, "route[0].return", words);
+        }
+        refused(
+            &format!("{}upstreams = [\"127.0.0.1:1\"]\n", ret("204")),
+            7,
+            "route[0].upstreams",
+            "drop `upstreams`",
+        );
+        refused("[[route]]\nname = \"r\"\npath = \"/\"\n", 4, "route[0].upstreams", "missing");
+        let rw = |r: &str| route(&format!("path = \"/\"\n{r}"));
+        refused(
+            &rw("rewrite = { regex = \"(\", replacement = \"/\" }"),
+            7,
+            "route[0].rewrite.regex",
+            "not a valid regex",
+        );
+        refused(
+            &rw("rewrite = { regex = \"x\", replacement = \"x\" }"),
+            7,
+            "route[0].rewrite.replacement",
+            "starting with /",
+        );
+        refused(
+            &rw("rewrite = { regex = \"x\", replacement = \"/$9$x\" }"),
+            7,
+            "route[0].rewrite.replacement",
+            "unknown variable $x",
+        );
+        refused(
+            &rw("rewrite = { regex = \"x\", replacment = \"/\" }"),
+            7,
+            "rewrite",
+            "unknown field `replacment`",
+        );
+        refused(&rw("replace_prefix = \"new/\""), 7, "route[0].replace_prefix", "start with /");
+        refused(
+            &route("path = \"~ x\"\nreplace_prefix = \"/\""),
+            7,
+            "route[0].replace_prefix",
+            "use `rewrite`",
+        );
     }
 }

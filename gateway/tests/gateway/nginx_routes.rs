@@ -114,3 +114,74 @@ async fn a_bad_regex_or_a_second_route_for_a_place_is_refused_at_start() {
         remove_unless_failed(&dir);
     }
 }
+
+/// A client that shows redirects rather than following them.
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+}
+
+#[tokio::test]
+async fn return_answers_and_redirects_with_nginx_variables() {
+    let (text, _ups) = proxy_file(&[("shop", "path = \"/\"")]).await;
+    let routes = "\n[[route]]\nname = \"moved\"\nhost = \"old.test\"\npath = \"/\"\n\
+                  return = \"301 https://new.test$request_uri\"\n\
+                  [[route]]\nname = \"gone\"\npath = \"= /gone\"\nreturn = \"410 gone from $host ($args)\"\n\
+                  [[route]]\nname = \"go\"\npath = \"/go/\"\nreturn = \"$scheme://$host/landing?from=$uri\"\n\
+                  [[route]]\nname = \"item\"\npath = '~ ^/item/(\\d+)$'\nreturn = \"308 /items/$1$is_args$args\"\n\
+                  [[route]]\nname = \"empty\"\npath = \"= /ping\"\nreturn = \"204\"\n";
+    let gw = Gateway::start_text(&format!("{text}{routes}")).await;
+    let http = no_redirects();
+    let send = |host: &str, path: &str| http.get(gw.url(path)).header("host", host).send();
+    let r = send("old.test:8080", "/a/b?c=d").await.unwrap();
+    assert_eq!(r.status(), 301);
+    assert_eq!(r.headers()["location"], "https://new.test/a/b?c=d");
+    assert!(r.text().await.unwrap().contains("<h1>301 Moved Permanently</h1>"), "an HTML body, as Nginx");
+    let r = send("Shop.Test", "/gone?why=sold").await.unwrap();
+    assert_eq!(r.status(), 410);
+    assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(r.text().await.unwrap(), "gone from shop.test (why=sold)");
+    let r = send("shop.test", "/go/x").await.unwrap();
+    assert_eq!(
+        (r.status().as_u16(), r.headers()["location"].to_str().unwrap()),
+        (302, "http://shop.test/landing?from=/go/x")
+    );
+    let r = send("shop.test", "/item/42?ref=mail").await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["location"].to_str().unwrap()), (308, "/items/42?ref=mail"));
+    let r = send("shop.test", "/ping").await.unwrap();
+    assert_eq!(r.status(), 204);
+    // Anything else is still proxied.
+    assert_eq!(get(&gw, "shop.test", "/item/x").await, (200, "shop".into()));
+}
+
+#[tokio::test]
+async fn rewrite_and_replace_prefix_change_the_path_before_proxying() {
+    let (text, ups) = proxy_file(&[
+        (
+            "api",
+            "path = \"/api/\"\nrewrite = { regex = '^/api/v1/(\\w+)/(\\d+)$', replacement = '/v2/$2/$1' }",
+        ),
+        ("own-args", "path = \"/q/\"\nrewrite = { regex = '^/q/(.*)$', replacement = '/search?q=$1' }"),
+        ("no-args", "path = \"/n/\"\nrewrite = { regex = '^/n/(.*)$', replacement = '/$1?' }"),
+        ("shop", "path = \"/shop/\"\nreplace_prefix = \"/\""),
+    ])
+    .await;
+    let gw = Gateway::start_text(&text).await;
+    let seen = |i: usize| {
+        let up = &ups[i];
+        async move {
+            let got = up.received_requests().await.unwrap();
+            let last = got.last().expect("a request reached the upstream");
+            last.url.path().to_string() + last.url.query().map(|q| format!("?{q}")).as_deref().unwrap_or("")
+        }
+    };
+    assert_eq!(get(&gw, "a", "/api/v1/user/12?x=1").await.0, 200);
+    assert_eq!(seen(0).await, "/v2/12/user?x=1", "captures in their new order, the query kept");
+    assert_eq!(get(&gw, "a", "/api/other?x=1").await.0, 200);
+    assert_eq!(seen(0).await, "/api/other?x=1", "no match: the path as sent");
+    assert_eq!(get(&gw, "a", "/q/shoes?page=2").await.0, 200);
+    assert_eq!(seen(1).await, "/search?q=shoes&page=2", "the client's query after the replacement's");
+    assert_eq!(get(&gw, "a", "/n/x?drop=1").await.0, 200);
+    assert_eq!(seen(2).await, "/x", "a replacement ending in ? drops the query");
+    assert_eq!(get(&gw, "a", "/shop/cart?y=2").await.0, 200);
+    assert_eq!(seen(3).await, "/cart?y=2", "the prefix replaced, like proxy_pass http://up/;");
+}

@@ -1,0 +1,145 @@
+//! What a shop route does besides proxying the request as it came: its own answer (`return`),
+//! the path change before proxying (`rewrite`, `replace_prefix`), and the HTML pages a shop
+//! visitor is shown when the gateway answers in the upstream's place, like Nginx's.
+
+use std::net::IpAddr;
+
+use bytes::Bytes;
+use pingora_core::{Error, ErrorType, Result};
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_proxy::Session;
+use regex::Captures;
+
+use crate::conf::{Location, Rewrite, RouteConf};
+use crate::frontdoor;
+use crate::template::Vars;
+
+/// The variables of the request in `session` (`client`: its address; `request_id`: its id).
+pub fn vars<'a>(session: &'a Session, client: Option<IpAddr>, request_id: &'a str) -> Vars<'a> {
+    let req = session.req_header();
+    let http_host =
+        req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host());
+    let http_host = http_host.unwrap_or("");
+    let name = match http_host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(http_host, |(a, _)| a),
+        None => http_host.rsplit_once(':').map_or(http_host, |(n, _)| n),
+    };
+    Vars {
+        scheme: frontdoor::scheme(session),
+        host: name.trim_end_matches('.').to_ascii_lowercase(),
+        http_host,
+        request_uri: req.uri.path_and_query().map_or("/", |p| p.as_str()),
+        uri: req.uri.path(),
+        args: req.uri.query().unwrap_or(""),
+        remote_addr: client,
+        request_id,
+    }
+}
+
+/// The captures of the route's regex path over `path`, when it is one.
+fn location_captures<'p>(route: &'p RouteConf, path: &'p str) -> Option<Captures<'p>> {
+    match &route.location {
+        Location::Regex(p) => p.regex().captures(path),
+        _ => None,
+    }
+}
+
+/// Writes the route's own answer (`route.answer` is set): a redirect with its `Location`, or
+/// a status with its text.
+pub async fn answer(
+    session: &mut Session,
+    route: &RouteConf,
+    client: Option<IpAddr>,
+    request_id: &str,
+) -> Result<bool> {
+    let (header, body) = {
+        let vars = vars(session, client, request_id);
+        own_answer(route, &vars)?
+    };
+    session.write_response_header(Box::new(header), false).await?;
+    session.write_response_body(Some(Bytes::from(body)), true).await?;
+    Ok(true)
+}
+
+/// The head and body of the route's own answer.
+fn own_answer(route: &RouteConf, vars: &Vars<'_>) -> Result<(ResponseHeader, String)> {
+    let Some(ret) = &route.answer else {
+        return Err(Error::explain(ErrorType::InternalError, "the route has no return"));
+    };
+    let caps = location_captures(route, vars.uri);
+    let mut header = ResponseHeader::build(ret.status, Some(4))?;
+    let body = match (&ret.location, &ret.text) {
+        (Some(location), _) => {
+            header.insert_header(http::header::LOCATION, location.render(vars, caps.as_ref()))?;
+            header.insert_header(http::header::CONTENT_TYPE, "text/html")?;
+            page(ret.status)
+        }
+        (None, Some(text)) => {
+            header.insert_header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")?;
+            text.render(vars, caps.as_ref())
+        }
+        (None, None) => String::new(),
+    };
+    header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+    Ok((header, body))
+}
+
+/// Changes the path of the request going upstream as the route says (the query stays, as in
+/// Nginx, unless the replacement has its own: then the client's follows it after `&`, or is
+/// dropped when the replacement ends in `?`).
+pub fn rewrite(route: &RouteConf, vars: &Vars<'_>, upstream: &mut RequestHeader) -> Result<()> {
+    let new = match &route.rewrite {
+        None => return Ok(()),
+        Some(Rewrite::Prefix { from, to }) => match vars.uri.strip_prefix(from.as_str()) {
+            Some(rest) => format!("{to}{rest}"),
+            None => return Ok(()),
+        },
+        Some(Rewrite::Regex { regex, replacement }) => match regex.regex().captures(vars.uri) {
+            Some(caps) => replacement.render(vars, Some(&caps)),
+            None => return Ok(()),
+        },
+    };
+    let uri = with_args(new, vars.args);
+    let uri = http::Uri::try_from(uri.as_str()).map_err(|e| {
+        Error::explain(ErrorType::HTTPStatus(400), format!("the rewritten path {uri:?}: {e}"))
+    })?;
+    upstream.set_uri(uri);
+    Ok(())
+}
+
+/// The rewritten path with the client's query, by Nginx's rule.
+fn with_args(new: String, args: &str) -> String {
+    if let Some(own) = new.strip_suffix('?') {
+        return own.to_string();
+    }
+    match (new.contains('?'), args.is_empty()) {
+        (_, true) => new,
+        (true, false) => format!("{new}&{args}"),
+        (false, false) => format!("{new}?{args}"),
+    }
+}
+
+/// The page a shop visitor is shown for `status` when the gateway answers it (a redirect, an
+/// unreachable or slow upstream), like Nginx's own.
+pub fn page(status: u16) -> String {
+    let reason = http::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+    format!(
+        "<html>\r\n<head><title>{status} {reason}</title></head>\r\n<body>\r\n\
+         <center><h1>{status} {reason}</h1></center>\r\n<hr><center>gateway</center>\r\n</body>\r\n</html>\r\n"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rewrite_keeps_the_query_as_nginx() {
+        assert_eq!(with_args("/n".into(), "a=1"), "/n?a=1");
+        assert_eq!(with_args("/n?b=2".into(), "a=1"), "/n?b=2&a=1");
+        assert_eq!(with_args("/n?".into(), "a=1"), "/n");
+        assert_eq!(with_args("/n?b=2?".into(), "a=1"), "/n?b=2");
+        assert_eq!(with_args("/n".into(), ""), "/n");
+        assert!(page(504).contains("<title>504 Gateway Timeout</title>"));
+    }
+}
