@@ -19,6 +19,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 mod action;
+mod headers;
 pub mod limits;
 mod matching;
 mod observe;
@@ -27,6 +28,7 @@ pub mod shutdown;
 pub mod tls;
 
 pub use action::{Return, Rewrite};
+pub use headers::Headers;
 pub use matching::{HostName, Location, Pattern};
 pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
 
@@ -115,6 +117,14 @@ struct RawRoute {
     #[serde(default)]
     replace_prefix: Option<S<String>>,
     #[serde(default)]
+    proxy_set_header: headers::Table,
+    #[serde(default)]
+    add_header: headers::Table,
+    #[serde(default)]
+    add_header_always: headers::Table,
+    #[serde(default)]
+    proxy_hide_header: Option<Vec<S<String>>>,
+    #[serde(default)]
     upstreams: Option<S<Vec<S<String>>>>,
     #[serde(default = "d_connect")]
     connect_timeout_ms: S<i64>,
@@ -171,6 +181,8 @@ pub struct RouteConf {
     pub answer: Option<Return>,
     /// The path change before proxying.
     pub rewrite: Option<Rewrite>,
+    /// Headers set on the request, added to or hidden from the answer.
+    pub headers: Headers,
     /// Where matching requests go; `None` for a route with a `return`.
     pub pool: Option<PoolConf>,
     /// Largest request body on this route; `None`: `[limits] client_max_body_size`.

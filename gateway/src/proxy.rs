@@ -230,6 +230,7 @@ impl ProxyHttp for Gateway {
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
             let vars = shop::vars(session, ctx.client, &ctx.request_id);
             shop::rewrite(&active.server.routes[i], &vars, upstream_request)?;
+            shop::request_headers(&active.server.routes[i], &vars, upstream_request)?;
         }
         frontdoor::strip_sale_headers(upstream_request);
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
@@ -239,11 +240,15 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
-        _upstream_response: &mut ResponseHeader,
+        session: &mut Session,
+        upstream_response: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
         ctx.trace.upstream_answered();
+        if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
+            let vars = shop::vars(session, ctx.client, &ctx.request_id);
+            shop::response_headers(&active.server.routes[i], &vars, upstream_response)?;
+        }
         Ok(())
     }
 

@@ -5,6 +5,7 @@
 use std::net::IpAddr;
 
 use bytes::Bytes;
+use http::HeaderValue;
 use pingora_core::{Error, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
@@ -81,6 +82,7 @@ fn own_answer(route: &RouteConf, vars: &Vars<'_>) -> Result<(ResponseHeader, Str
         (None, None) => String::new(),
     };
     header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+    response_headers(route, vars, &mut header)?;
     Ok((header, body))
 }
 
@@ -104,6 +106,42 @@ pub fn rewrite(route: &RouteConf, vars: &Vars<'_>, upstream: &mut RequestHeader)
         Error::explain(ErrorType::HTTPStatus(400), format!("the rewritten path {uri:?}: {e}"))
     })?;
     upstream.set_uri(uri);
+    Ok(())
+}
+
+/// Sets and removes the route's request headers on the request going upstream
+/// (`proxy_set_header`; a value that renders to no valid header value is not sent).
+pub fn request_headers(route: &RouteConf, vars: &Vars<'_>, upstream: &mut RequestHeader) -> Result<()> {
+    for (name, value) in &route.headers.set {
+        match value.as_ref().map(|v| HeaderValue::from_str(&v.render(vars, None))) {
+            Some(Ok(v)) => {
+                upstream.insert_header(name.clone(), v)?;
+            }
+            None | Some(Err(_)) => {
+                upstream.remove_header(name);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Statuses Nginx's `add_header` adds to without `always`.
+const ADD_HEADER_STATUSES: [u16; 10] = [200, 201, 204, 206, 301, 302, 303, 304, 307, 308];
+
+/// Hides the route's hidden headers from an answer and adds its headers (those without
+/// `always` only on the statuses Nginx adds them to).
+pub fn response_headers(route: &RouteConf, vars: &Vars<'_>, resp: &mut ResponseHeader) -> Result<()> {
+    for name in &route.headers.hide {
+        resp.remove_header(name);
+    }
+    let status = resp.status.as_u16();
+    for (name, value, always) in &route.headers.add {
+        if *always || ADD_HEADER_STATUSES.contains(&status) {
+            if let Ok(v) = HeaderValue::from_str(&value.render(vars, None)) {
+                resp.append_header(name.clone(), v)?;
+            }
+        }
+    }
     Ok(())
 }
 

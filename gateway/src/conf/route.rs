@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use protocol::conf::ConfError;
 
 use super::limits::MAX_BODY_CAP;
-use super::{action, matching};
+use super::{action, headers, matching};
 use super::{pool, Checker, RawPoolFields, RawRoute, RouteConf};
 
 /// Checks every route, then that no two routes of one host have the same path and that one
@@ -144,6 +144,7 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
         location,
         answer,
         rewrite,
+        headers: headers::check(c, prefix, r)?,
         pool,
         client_max_body_size,
         compression_level,
@@ -304,6 +305,47 @@ mod tests {
             7,
             "route[0].replace_prefix",
             "use `rewrite`",
+        );
+    }
+
+    #[test]
+    fn headers_are_checked_at_their_place() {
+        let h = |extra: &str| route(&format!("path = \"/\"\n{extra}"));
+        let text = file(&h("proxy_set_header = { Host = \"$host\", \"Accept-Encoding\" = \"\" }\n\
+             add_header = { \"X-A\" = \"a\" }\nadd_header_always = { \"X-B\" = \"$request_id\" }\n\
+             proxy_hide_header = [\"Server\"]"));
+        let c = super::super::parse_server(std::path::Path::new("s.toml"), &text).unwrap();
+        let headers = &c.routes[0].headers;
+        assert_eq!(headers.set.len(), 2);
+        assert!(headers.set.iter().any(|(n, v)| n == "accept-encoding" && v.is_none()), "empty: removed");
+        assert_eq!(
+            headers.add.iter().map(|(n, _, a)| (n.as_str(), *a)).collect::<Vec<_>>(),
+            [("x-a", false), ("x-b", true)]
+        );
+        assert_eq!(headers.hide, [http::header::SERVER]);
+        refused(
+            &h("proxy_set_header = { \"Bad Name\" = \"x\" }"),
+            7,
+            "route[0].proxy_set_header.Bad Name",
+            "not a header name",
+        );
+        refused(
+            &h("add_header = { \"X-A\" = \"a\\u0001\" }"),
+            7,
+            "route[0].add_header.X-A",
+            "not a header value",
+        );
+        refused(
+            &h("add_header_always = { \"X-A\" = \"$nope\" }"),
+            7,
+            "route[0].add_header_always.X-A",
+            "unknown variable",
+        );
+        refused(
+            &h("proxy_hide_header = [\"ok\", \"(bad)\"]"),
+            7,
+            "route[0].proxy_hide_header",
+            "not a header name",
         );
     }
 }

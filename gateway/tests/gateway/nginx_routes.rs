@@ -185,3 +185,67 @@ async fn rewrite_and_replace_prefix_change_the_path_before_proxying() {
     assert_eq!(get(&gw, "a", "/shop/cart?y=2").await.0, 200);
     assert_eq!(seen(3).await, "/cart?y=2", "the prefix replaced, like proxy_pass http://up/;");
 }
+
+#[tokio::test]
+async fn request_headers_set_and_removed_response_headers_added_and_hidden() {
+    let up = MockServer::start().await;
+    let answer = |status| {
+        ResponseTemplate::new(status).insert_header("x-powered-by", "php").insert_header("x-up", "1")
+    };
+    Mock::given(wiremock::matchers::path("/missing")).respond_with(answer(404)).mount(&up).await;
+    Mock::given(wiremock::matchers::any()).respond_with(answer(200)).mount(&up).await;
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:{{port}}\"\nworkers = {}\n\n\
+         [[route]]\nname = \"headers\"\nhost = \"shop.test\"\npath = \"/\"\nupstreams = [\"{up}\"]\n\
+         proxy_set_header = {{ Host = \"upstream.internal\", \"X-Real-IP\" = \"$remote_addr\", \
+         \"User-Agent\" = \"\", \"X-Path\" = \"$uri\" }}\n\
+         add_header = {{ \"X-Frame-Options\" = \"DENY\" }}\n\
+         add_header_always = {{ \"X-Always\" = \"yes\" }}\n\
+         proxy_hide_header = [\"X-Powered-By\"]\n\n\
+         [[route]]\nname = \"redirect\"\nhost = \"shop.test\"\npath = \"= /r\"\nreturn = \"302 /a\"\n\
+         add_header = {{ \"X-Frame-Options\" = \"DENY\" }}\n\n\
+         [[route]]\nname = \"plain\"\npath = \"/\"\nupstreams = [\"{up}\"]\n",
+        workers(),
+        up = up.address()
+    );
+    let gw = Gateway::start_text(&text).await;
+    let http = no_redirects();
+    let send = |host: &str, path: &str| {
+        http.get(gw.url(path)).header("host", host).header("user-agent", "ua/1").send()
+    };
+
+    let ok = send("shop.test", "/a").await.unwrap();
+    assert_eq!(ok.status(), 200);
+    let h = ok.headers();
+    assert_eq!((h["x-frame-options"].to_str().unwrap(), h["x-always"].to_str().unwrap()), ("DENY", "yes"));
+    assert!(h.get("x-powered-by").is_none(), "hidden: {h:?}");
+    assert_eq!(h["x-up"], "1", "the rest passes");
+    let seen = up.received_requests().await.unwrap();
+    let req = &seen.last().unwrap().headers;
+    assert_eq!(req["host"], "upstream.internal");
+    assert_eq!(req["x-real-ip"], "127.0.0.1");
+    assert_eq!(req["x-path"], "/a");
+    assert!(req.get("user-agent").is_none(), "an empty value removes the field: {req:?}");
+
+    let missing = send("shop.test", "/missing").await.unwrap();
+    assert_eq!(missing.status(), 404);
+    let h = missing.headers();
+    assert!(h.get("x-frame-options").is_none(), "not on a 404 without always");
+    assert_eq!(h["x-always"], "yes");
+    assert!(h.get("x-powered-by").is_none());
+
+    let redirect = send("shop.test", "/r").await.unwrap();
+    assert_eq!(
+        (redirect.status().as_u16(), redirect.headers()["x-frame-options"].to_str().unwrap()),
+        (302, "DENY")
+    );
+
+    // Without proxy_set_header, the upstream is told the client's Host as sent.
+    assert_eq!(send("other.test:8080", "/b").await.unwrap().status(), 200);
+    let seen = up.received_requests().await.unwrap();
+    let req = &seen.last().unwrap().headers;
+    assert_eq!(
+        (req["host"].to_str().unwrap(), req["user-agent"].to_str().unwrap()),
+        ("other.test:8080", "ua/1")
+    );
+}
