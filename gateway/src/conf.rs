@@ -126,10 +126,12 @@ struct RawRoute {
     proxy_hide_header: Option<Vec<S<String>>>,
     #[serde(default)]
     upstreams: Option<S<Vec<S<String>>>>,
-    #[serde(default = "d_connect")]
+    #[serde(default = "d_route_timeout")]
     connect_timeout_ms: S<i64>,
-    #[serde(default = "d_read")]
+    #[serde(default = "d_route_timeout")]
     read_timeout_ms: S<i64>,
+    #[serde(default = "d_route_timeout")]
+    send_timeout_ms: S<i64>,
     #[serde(default = "d_interval")]
     health_check_interval_ms: S<i64>,
     #[serde(default)]
@@ -146,6 +148,10 @@ fn d_connect() -> S<i64> {
 fn d_read() -> S<i64> {
     spanned(2000)
 }
+/// A route's connect, read and send timeouts: Nginx's `proxy_*_timeout` defaults (60 s).
+fn d_route_timeout() -> S<i64> {
+    spanned(60_000)
+}
 fn d_interval() -> S<i64> {
     spanned(1000)
 }
@@ -157,8 +163,10 @@ pub struct PoolConf {
     pub upstreams: Vec<SocketAddr>,
     /// TCP connect timeout.
     pub connect_timeout: Duration,
-    /// Timeout of each read from the upstream.
+    /// Timeout of each read from the upstream (Nginx's `proxy_read_timeout`).
     pub read_timeout: Duration,
+    /// Timeout of each write to the upstream (Nginx's `proxy_send_timeout`).
+    pub send_timeout: Duration,
     /// Time between two health checks of every address.
     pub health_check_interval: Duration,
     /// `GET` this path and expect a 2xx; `None` checks that a TCP connection opens.
@@ -253,18 +261,23 @@ struct RawPoolFields<'a> {
     upstreams: &'a S<Vec<S<String>>>,
     connect: &'a S<i64>,
     read: &'a S<i64>,
+    /// A route's `send_timeout_ms`; `None`: the read timeout (`[order_writer]`).
+    send: Option<&'a S<i64>>,
+    /// The upper bound of read and send, in ms.
+    max_io_ms: i64,
     interval: &'a S<i64>,
     path: &'a Option<S<String>>,
 }
 
 /// Checks the pool fields under `prefix` (`order_writer`, `route[0]`).
 fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolConf, ConfError> {
-    let RawPoolFields { upstreams, connect, read, interval, path } = raw;
+    let RawPoolFields { upstreams, connect, read, send, max_io_ms, interval, path } = raw;
     let f = |name: &str| format!("{prefix}.{name}");
     if upstreams.get_ref().is_empty() {
         return Err(c.err(upstreams.span(), &f("upstreams"), "must list at least one address"));
     }
     let addrs = upstreams.get_ref().iter().map(|a| c.addr(a, &f("upstreams"))).collect::<Result<_, _>>()?;
+    let read_timeout = c.ms(read, &f("read_timeout_ms"), 10, max_io_ms)?;
     if let Some(p) = path {
         if !p.get_ref().starts_with('/') {
             return Err(c.err(p.span(), &f("health_check_path"), "must start with /"));
@@ -272,8 +285,12 @@ fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolCon
     }
     Ok(PoolConf {
         upstreams: addrs,
-        connect_timeout: c.ms(connect, &f("connect_timeout_ms"), 10, 10_000)?,
-        read_timeout: c.ms(read, &f("read_timeout_ms"), 10, 120_000)?,
+        connect_timeout: c.ms(connect, &f("connect_timeout_ms"), 10, 75_000)?,
+        read_timeout,
+        send_timeout: match send {
+            Some(send) => c.ms(send, &f("send_timeout_ms"), 10, max_io_ms)?,
+            None => read_timeout,
+        },
         health_check_interval: c.ms(interval, &f("health_check_interval_ms"), 100, 60_000)?,
         health_check_path: path.as_ref().map(|p| p.get_ref().clone()),
     })
@@ -345,6 +362,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
                 upstreams: &o.upstreams,
                 connect: &o.connect_timeout_ms,
                 read: &o.read_timeout_ms,
+                send: None,
+                max_io_ms: 120_000,
                 interval: &o.health_check_interval_ms,
                 path: &o.health_check_path,
             },

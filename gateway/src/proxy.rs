@@ -260,6 +260,12 @@ impl ProxyHttp for Gateway {
             (ErrorType::HTTPStatus(413), _) => (413, Code::BodyTooLarge),
             (ErrorType::ReadTimedout, ErrorSource::Downstream) => (408, Code::RequestTimeout),
             (ErrorType::HTTPStatus(code), _) => (*code, Code::Internal),
+            // A shop route's upstream that did not connect, answer or read in time: 504, as
+            // Nginx (the sale's order writer stays 502 UPSTREAM_UNAVAILABLE).
+            (
+                ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout,
+                ErrorSource::Upstream,
+            ) if matches!(ctx.upstream, Upstream::Shop(_)) => (504, Code::UpstreamUnavailable),
             // No healthy address in the pool: as unreachable as a refused connect.
             (ErrorType::ConnectNoRoute, _) | (_, ErrorSource::Upstream) => (502, Code::UpstreamUnavailable),
             (
@@ -277,6 +283,10 @@ impl ProxyHttp for Gateway {
         }
         if code > 0 {
             ctx.trace.answered(answer);
+            if let (Upstream::Shop(i), 502 | 504) = (ctx.upstream, code) {
+                let _ = shop_page(session, ctx, i, code).await;
+                return FailToProxy { error_code: code, can_reuse_downstream: false };
+            }
             let message = match answer {
                 Code::BodyTooLarge => crate::limits::BODY_TOO_LARGE.message,
                 Code::RequestTimeout => BODY_TIMEOUT.message,
@@ -327,6 +337,16 @@ impl Gateway {
         plugins::pingora::write(session, &reply).await?;
         Ok(true)
     }
+}
+
+/// Answers a shop route's visitor with the HTML page of `status`, like Nginx.
+async fn shop_page(session: &mut Session, ctx: &Ctx, route: usize, status: u16) -> Result<bool> {
+    let active = ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
+    let (header, body) = {
+        let vars = shop::vars(session, ctx.client, &ctx.request_id);
+        shop::error_page(&active.server.routes[route], &vars, status)?
+    };
+    answer::write_and_close(session, header, body).await
 }
 
 /// The request's host, without port: the `Host` header, else the URI's authority.

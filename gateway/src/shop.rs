@@ -157,6 +157,15 @@ fn with_args(new: String, args: &str) -> String {
     }
 }
 
+/// The head and body of the page a shop route's visitor is shown for `status` (502, 504):
+/// HTML, with the route's `add_header_always` fields.
+pub fn error_page(route: &RouteConf, vars: &Vars<'_>, status: u16) -> Result<(ResponseHeader, Vec<u8>)> {
+    let body = page(status).into_bytes();
+    let mut header = crate::answer::head(status, "text/html", body.len())?;
+    response_headers(route, vars, &mut header)?;
+    Ok((header, body))
+}
+
 /// The page a shop visitor is shown for `status` when the gateway answers it (a redirect, an
 /// unreachable or slow upstream), like Nginx's own.
 pub fn page(status: u16) -> String {

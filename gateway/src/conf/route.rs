@@ -93,6 +93,8 @@ fn route_pool(
             upstreams,
             connect: &r.connect_timeout_ms,
             read: &r.read_timeout_ms,
+            send: Some(&r.send_timeout_ms),
+            max_io_ms: 3_600_000,
             interval: &r.health_check_interval_ms,
             path: &r.health_check_path,
         },
@@ -347,5 +349,18 @@ mod tests {
             "route[0].proxy_hide_header",
             "not a header name",
         );
+    }
+
+    #[test]
+    fn timeouts_are_nginx_defaults_and_bounded() {
+        let c = super::super::parse_server(std::path::Path::new("s.toml"), &file(&route("path = \"/\"")))
+            .unwrap();
+        let pool = c.routes[0].pool.clone().unwrap();
+        let minute = std::time::Duration::from_secs(60);
+        assert_eq!((pool.connect_timeout, pool.read_timeout, pool.send_timeout), (minute, minute, minute));
+        let set = |t: &str| route(&format!("path = \"/\"\n{t}"));
+        refused(&set("send_timeout_ms = 5"), 7, "route[0].send_timeout_ms", "between 10 and 3600000");
+        refused(&set("read_timeout_ms = 3600001"), 7, "route[0].read_timeout_ms", "between 10 and 3600000");
+        refused(&set("connect_timeout_ms = 75001"), 7, "route[0].connect_timeout_ms", "between 10 and 75000");
     }
 }

@@ -249,3 +249,44 @@ async fn request_headers_set_and_removed_response_headers_added_and_hidden() {
         ("other.test:8080", "ua/1")
     );
 }
+
+#[tokio::test]
+async fn a_slow_upstream_is_504_and_a_refused_one_502_with_html_pages() {
+    let slow = MockServer::start().await;
+    Mock::given(wiremock::matchers::path("/slow"))
+        .respond_with(ResponseTemplate::new(200).set_delay(std::time::Duration::from_secs(3)))
+        .mount(&slow)
+        .await;
+    Mock::given(wiremock::matchers::any()).respond_with(ResponseTemplate::new(200)).mount(&slow).await;
+    let refused = format!("127.0.0.1:{}", free_port());
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:{{port}}\"\nworkers = {}\n\n\
+         [[route]]\nname = \"slow\"\npath = \"/\"\nupstreams = [\"{}\"]\nread_timeout_ms = 300\n\
+         add_header = {{ \"X-Only-2xx\" = \"1\" }}\nadd_header_always = {{ \"X-Always\" = \"1\" }}\n\n\
+         [[route]]\nname = \"refused\"\npath = \"/gone/\"\nupstreams = [\"{refused}\"]\n",
+        workers(),
+        slow.address()
+    );
+    let gw = Gateway::start_text(&text).await;
+    let http = reqwest::Client::new();
+    assert_eq!(http.get(gw.url("/fast")).send().await.unwrap().status(), 200, "within the timeout");
+    // The upstream would answer 200 after 3 s: the 504 is the route's read timeout.
+    let r = http.get(gw.url("/slow")).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.headers()["content-type"].to_str().unwrap()), (504, "text/html"));
+    assert_eq!(r.headers()["x-always"], "1");
+    assert!(r.headers().get("x-only-2xx").is_none());
+    assert!(r.text().await.unwrap().contains("<title>504 Gateway Timeout</title>"));
+    // Refused, then (after a health check) no healthy address: 502 either way.
+    for _ in 0..2 {
+        let r = http.get(gw.url("/gone/x")).send().await.unwrap();
+        assert_eq!((r.status().as_u16(), r.headers()["content-type"].to_str().unwrap()), (502, "text/html"));
+        assert!(r.text().await.unwrap().contains("<h1>502 Bad Gateway</h1>"));
+        tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    }
+    // The defaults are Nginx's 60 s.
+    let conf =
+        gateway::conf::parse_server(std::path::Path::new("s.toml"), &text.replace("{port}", "1")).unwrap();
+    let pool = conf.routes[1].pool.clone().unwrap();
+    let minute = std::time::Duration::from_secs(60);
+    assert_eq!((pool.connect_timeout, pool.read_timeout, pool.send_timeout), (minute, minute, minute));
+}
