@@ -10,6 +10,7 @@
 //! - [`routes`]: the shop's routes, matched as Nginx's `server_name` and `location`;
 //! - [`shop`]: what a shop route does besides proxying: `return`, rewrites, headers, error pages;
 //! - [`template`]: values with Nginx's variables (`$host`, `$request_uri`, `$1`);
+//! - [`uri`]: the path routes are matched on, normalized as Nginx's;
 //! - [`upstreams`]: health-checked round-robin pools;
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
 //! - [`answer`]: the answers the front door and a failed proxy attempt write;
@@ -43,3 +44,4 @@ pub mod template;
 pub mod threads;
 pub mod tls;
 pub mod upstreams;
+pub mod uri;

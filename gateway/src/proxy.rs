@@ -31,6 +31,7 @@
 //! nonce and timestamp, the payment and record signatures) are stripped from every proxied
 //! request (result queries and shop routes); `Authorization` goes on.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -53,6 +54,7 @@ use crate::metrics::metrics;
 use crate::observe::{self, Observer, Trace};
 use crate::reload::{Active, SharedState};
 use crate::shop;
+use crate::uri;
 
 const X_REQUEST_ID: &str = "x-request-id";
 
@@ -110,6 +112,10 @@ pub struct Ctx {
     pub(crate) sale_route: Option<SaleRoute>,
     /// The shop route of the request, when it is one.
     shop: Option<usize>,
+    /// The path the shop route was matched on, when normalizing changed it (`uri::normalize`).
+    uri: Option<String>,
+    /// Why the path cannot be normalized (answered 400).
+    bad_path: Option<&'static str>,
     /// Where it goes.
     upstream: Upstream,
     /// The campaign's concurrency budget place, given back in `logging`.
@@ -134,9 +140,17 @@ impl ProxyHttp for Gateway {
         let active = self.shared.active();
         let req = session.req_header();
         ctx.sale_route = self.sale.as_ref().and_then(|_| SaleRoute::of(req.uri.path()));
-        ctx.shop = match ctx.sale_route {
-            Some(_) => None,
-            None => active.routes.find(host(req), req.uri.path()),
+        ctx.shop = match (&ctx.sale_route, uri::normalize(req.uri.path())) {
+            (Some(_), _) => None,
+            (None, Ok(path)) => {
+                let found = active.routes.find(host(req), &path);
+                ctx.uri = matches!(path, Cow::Owned(_)).then(|| path.into_owned());
+                found
+            }
+            (None, Err(why)) => {
+                ctx.bad_path = Some(why);
+                None
+            }
         };
         // Response compression is set before Pingora's module reads Accept-Encoding.
         frontdoor::compression(session, &active, ctx.shop);
@@ -157,10 +171,15 @@ impl ProxyHttp for Gateway {
             Err(r) => return answer::refuse(session, &mut ctx.trace, &ctx.request_id, &r).await,
         }
 
+        if let Some(why) = ctx.bad_path {
+            let d = Denial::new(Code::BadRequest, why);
+            return self.reply(session, ctx, Reply::denied(&d, &ctx.request_id)).await;
+        }
         let (Some(route), Some(sale)) = (&ctx.sale_route, &self.sale) else {
             return match ctx.shop {
                 Some(i) if active.server.routes[i].answer.is_some() => {
-                    shop::answer(session, &active.server.routes[i], ctx.client, &ctx.request_id).await
+                    let route = &active.server.routes[i];
+                    shop::answer(session, route, ctx.uri.as_deref(), ctx.client, &ctx.request_id).await
                 }
                 Some(i) => {
                     ctx.upstream = Upstream::Shop(i);
@@ -228,7 +247,7 @@ impl ProxyHttp for Gateway {
         let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
         frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.client)?;
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
-            let vars = shop::vars(session, ctx.client, &ctx.request_id);
+            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
             shop::rewrite(&active.server.routes[i], &vars, upstream_request)?;
             shop::request_headers(&active.server.routes[i], &vars, upstream_request)?;
         }
@@ -246,7 +265,7 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         ctx.trace.upstream_answered();
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
-            let vars = shop::vars(session, ctx.client, &ctx.request_id);
+            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
             shop::response_headers(&active.server.routes[i], &vars, upstream_response)?;
         }
         Ok(())
@@ -343,7 +362,7 @@ impl Gateway {
 async fn shop_page(session: &mut Session, ctx: &Ctx, route: usize, status: u16) -> Result<bool> {
     let active = ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
     let (header, body) = {
-        let vars = shop::vars(session, ctx.client, &ctx.request_id);
+        let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
         shop::error_page(&active.server.routes[route], &vars, status)?
     };
     answer::write_and_close(session, header, body).await

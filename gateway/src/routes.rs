@@ -8,7 +8,8 @@
 //! marked `default_server`. The path then picks one route among that host's only (no fallback
 //! to another host's, as in Nginx): `= /path` when equal; else the longest prefix, and if it is
 //! `^~`, that one; else the first `~`/`~*` regex in file order; else the longest prefix. The
-//! path is matched as the client sent it (not percent-decoded or normalized, unlike Nginx).
+//! path is matched normalized as in Nginx (`crate::uri::normalize`: decoded, `//` merged, `.`
+//! and `..` resolved).
 //!
 //! Every regex of a host (and every host regex) is matched in one pass, as a `RegexSet`.
 

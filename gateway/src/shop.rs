@@ -14,9 +14,16 @@ use regex::Captures;
 use crate::conf::{Location, Rewrite, RouteConf};
 use crate::frontdoor;
 use crate::template::Vars;
+use crate::uri::encode_path;
 
-/// The variables of the request in `session` (`client`: its address; `request_id`: its id).
-pub fn vars<'a>(session: &'a Session, client: Option<IpAddr>, request_id: &'a str) -> Vars<'a> {
+/// The variables of the request in `session` (`uri`: its normalized path when it differs from
+/// the path as sent; `client`: its address; `request_id`: its id).
+pub fn vars<'a>(
+    session: &'a Session,
+    uri: Option<&'a str>,
+    client: Option<IpAddr>,
+    request_id: &'a str,
+) -> Vars<'a> {
     let req = session.req_header();
     let http_host =
         req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host());
@@ -30,7 +37,7 @@ pub fn vars<'a>(session: &'a Session, client: Option<IpAddr>, request_id: &'a st
         host: name.trim_end_matches('.').to_ascii_lowercase(),
         http_host,
         request_uri: req.uri.path_and_query().map_or("/", |p| p.as_str()),
-        uri: req.uri.path(),
+        uri: uri.unwrap_or(req.uri.path()),
         args: req.uri.query().unwrap_or(""),
         remote_addr: client,
         request_id,
@@ -50,11 +57,12 @@ fn location_captures<'p>(route: &'p RouteConf, path: &'p str) -> Option<Captures
 pub async fn answer(
     session: &mut Session,
     route: &RouteConf,
+    uri: Option<&str>,
     client: Option<IpAddr>,
     request_id: &str,
 ) -> Result<bool> {
     let (header, body) = {
-        let vars = vars(session, client, request_id);
+        let vars = vars(session, uri, client, request_id);
         own_answer(route, &vars)?
     };
     session.write_response_header(Box::new(header), false).await?;
@@ -71,7 +79,12 @@ fn own_answer(route: &RouteConf, vars: &Vars<'_>) -> Result<(ResponseHeader, Str
     let mut header = ResponseHeader::build(ret.status, Some(4))?;
     let body = match (&ret.location, &ret.text) {
         (Some(location), _) => {
-            header.insert_header(http::header::LOCATION, location.render(vars, caps.as_ref()))?;
+            let to = location.render(vars, caps.as_ref());
+            let to = HeaderValue::from_str(&to).or_else(|_| HeaderValue::from_str(&encode_path(&to)));
+            header.insert_header(
+                http::header::LOCATION,
+                to.map_err(|e| Error::explain(ErrorType::HTTPStatus(400), e.to_string()))?,
+            )?;
             header.insert_header(http::header::CONTENT_TYPE, "text/html")?;
             page(ret.status)
         }
@@ -86,7 +99,8 @@ fn own_answer(route: &RouteConf, vars: &Vars<'_>) -> Result<(ResponseHeader, Str
     Ok((header, body))
 }
 
-/// Changes the path of the request going upstream as the route says (the query stays, as in
+/// Changes the path of the request going upstream as the route says, from its normalized
+/// path, encoded again (the query stays, as in
 /// Nginx, unless the replacement has its own: then the client's follows it after `&`, or is
 /// dropped when the replacement ends in `?`).
 pub fn rewrite(route: &RouteConf, vars: &Vars<'_>, upstream: &mut RequestHeader) -> Result<()> {
@@ -101,7 +115,7 @@ pub fn rewrite(route: &RouteConf, vars: &Vars<'_>, upstream: &mut RequestHeader)
             None => return Ok(()),
         },
     };
-    let uri = with_args(new, vars.args);
+    let uri = encode_path(&with_args(new, vars.args));
     let uri = http::Uri::try_from(uri.as_str()).map_err(|e| {
         Error::explain(ErrorType::HTTPStatus(400), format!("the rewritten path {uri:?}: {e}"))
     })?;
