@@ -105,6 +105,8 @@ struct RawRoute {
     #[serde(default)]
     host: Option<S<String>>,
     #[serde(default)]
+    hosts: Option<S<Vec<S<String>>>>,
+    #[serde(default)]
     default_server: Option<S<bool>>,
     #[serde(default)]
     path: Option<S<String>>,
@@ -179,8 +181,9 @@ pub struct PoolConf {
 pub struct RouteConf {
     /// Name, for logs.
     pub name: String,
-    /// Host to match; `None`: a request whose host no route names (with the `default_server`).
-    pub host: Option<HostName>,
+    /// Hosts to match (Nginx's `server_name`s); none: a request whose host no route names
+    /// (unless another host is the `default_server`).
+    pub hosts: Vec<HostName>,
     /// Whether this route's host is the one for requests whose host no route names.
     pub default_server: bool,
     /// Path to match.
@@ -449,7 +452,7 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
         assert_eq!((two.workers, two.threads), (2, 1));
         assert!(c.sells());
         assert_eq!(c.order_writer.unwrap().connect_timeout, Duration::from_millis(200));
-        assert_eq!(c.routes[0].host, Some(HostName::Exact("shop.example".into())));
+        assert_eq!(c.routes[0].hosts, [HostName::Exact("shop.example".into())]);
         assert_eq!(c.routes[0].pool.as_ref().unwrap().upstreams.len(), 2);
         assert_eq!(c.trusted_proxies, TrustedProxies::default(), "nobody's X-Forwarded-For by default");
         let lb =

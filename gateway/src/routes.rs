@@ -46,8 +46,28 @@ pub struct RouteTable {
     default: Option<usize>,
 }
 
+/// The routes of each host (`None`: the routes without host), hosts in order of first
+/// appearance; a route with several hosts is in each one's.
+fn groups(routes: &[RouteConf]) -> Vec<(Option<HostName>, Vec<usize>)> {
+    let mut groups: Vec<(Option<String>, Option<HostName>, Vec<usize>)> = Vec::new();
+    for (i, r) in routes.iter().enumerate() {
+        let hosts: Vec<Option<&HostName>> = match r.hosts.is_empty() {
+            true => vec![None],
+            false => r.hosts.iter().map(Some).collect(),
+        };
+        for host in hosts {
+            let key = host.map(HostName::key);
+            match groups.iter_mut().find(|(k, _, _)| *k == key) {
+                Some((_, _, members)) => members.push(i),
+                None => groups.push((key, host.cloned(), vec![i])),
+            }
+        }
+    }
+    groups.into_iter().map(|(_, host, members)| (host, members)).collect()
+}
+
 /// Compiles the patterns of a set (each compiled alone at load already).
-fn set(patterns: Vec<&str>) -> Result<Option<RegexSet>, regex::Error> {
+fn set<S: AsRef<str>>(patterns: Vec<S>) -> Result<Option<RegexSet>, regex::Error> {
     if patterns.is_empty() {
         return Ok(None);
     }
@@ -93,32 +113,26 @@ impl RouteTable {
     /// Builds the table from the conf's routes (their regexes were checked one by one at load;
     /// the error here would be the sets' size).
     pub fn new(routes: &[RouteConf]) -> Result<Self, regex::Error> {
-        // Group the routes by host, in order of first appearance.
-        let mut keys: Vec<(Option<String>, Vec<usize>)> = Vec::new();
-        for (i, r) in routes.iter().enumerate() {
-            let key = r.host.as_ref().map(HostName::key);
-            match keys.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, members)) => members.push(i),
-                None => keys.push((key, vec![i])),
-            }
-        }
         let mut t = RouteTable::default();
         let mut host_patterns = Vec::new();
-        for (s, (_, members)) in keys.iter().enumerate() {
-            t.servers.push(Server::new(routes, members)?);
-            let first = &routes[members[0]];
-            if members.iter().any(|&i| routes[i].default_server) || first.host.is_none() {
+        for (s, (host, members)) in groups(routes).into_iter().enumerate() {
+            t.servers.push(Server::new(routes, &members)?);
+            let default_here = |&i: &usize| {
+                routes[i].default_server
+                    && routes[i].hosts.first().map(HostName::key) == host.as_ref().map(HostName::key)
+            };
+            if host.is_none() || members.iter().any(default_here) {
                 t.default = Some(s);
             }
-            match &first.host {
+            match host {
                 None => {}
                 Some(HostName::Exact(h)) => {
-                    t.exact.insert(h.clone(), s);
+                    t.exact.insert(h, s);
                 }
-                Some(HostName::Leading { suffix, bare }) => t.leading.push((suffix.clone(), *bare, s)),
-                Some(HostName::Trailing(p)) => t.trailing.push((p.clone(), s)),
+                Some(HostName::Leading { suffix, bare }) => t.leading.push((suffix, bare, s)),
+                Some(HostName::Trailing(p)) => t.trailing.push((p, s)),
                 Some(HostName::Regex(r)) => {
-                    host_patterns.push(r.as_str());
+                    host_patterns.push(r.as_str().to_string());
                     t.regex_servers.push(s);
                 }
             }

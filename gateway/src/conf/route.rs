@@ -16,17 +16,22 @@ pub(super) fn routes(c: &Checker<'_>, raw: &[RawRoute]) -> Result<Vec<RouteConf>
     let mut seen = HashMap::new();
     for (i, r) in raw.iter().enumerate() {
         let route = one(c, &format!("route[{i}]"), r)?;
-        let host = route.host.as_ref().map(|h| h.key());
-        if let Some(first) = seen.insert((host.clone(), route.location.key()), i) {
-            let (field, span) = path_field(r);
-            return Err(c.err(
-                span,
-                &format!("route[{i}].{field}"),
-                format!(
-                    "route[{first}] has the same host ({}) and path: one of them would never be used",
-                    host.as_deref().unwrap_or("any")
-                ),
-            ));
+        let hosts: Vec<Option<String>> = match route.hosts.is_empty() {
+            true => vec![None],
+            false => route.hosts.iter().map(|h| Some(h.key())).collect(),
+        };
+        for host in hosts {
+            if let Some(first) = seen.insert((host.clone(), route.location.key()), i) {
+                let (field, span) = path_field(r);
+                return Err(c.err(
+                    span,
+                    &format!("route[{i}].{field}"),
+                    format!(
+                        "route[{first}] has the same host ({}) and path: one of them would never be used",
+                        host.as_deref().unwrap_or("any")
+                    ),
+                ));
+            }
         }
         routes.push(route);
     }
@@ -47,11 +52,11 @@ fn path_field(r: &RawRoute) -> (&'static str, std::ops::Range<usize>) {
 /// the one host marked `default_server = true`: not both, and not two hosts.
 fn default_server(c: &Checker<'_>, raw: &[RawRoute], routes: &[RouteConf]) -> Result<(), ConfError> {
     let mut default: Option<(String, usize)> = None;
-    let any_host = routes.iter().position(|r| r.host.is_none());
+    let any_host = routes.iter().position(|r| r.hosts.is_empty());
     for (i, (r, route)) in raw.iter().zip(routes).enumerate() {
         let Some(flag) = r.default_server.as_ref().filter(|f| *f.get_ref()) else { continue };
         let field = format!("route[{i}].default_server");
-        let Some(host) = route.host.as_ref().map(|h| h.key()) else {
+        let Some(host) = route.hosts.first().map(|h| h.key()) else {
             return Err(c.err(
                 flag.span(),
                 &field,
@@ -101,6 +106,25 @@ fn route_pool(
     )
 }
 
+/// A route's `host`, or its `hosts` (not both; not an empty list).
+fn hosts(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<Vec<matching::HostName>, ConfError> {
+    match (&r.host, &r.hosts) {
+        (Some(_), Some(list)) => {
+            Err(c.err(list.span(), &format!("{prefix}.hosts"), "give `host` or `hosts`, not both"))
+        }
+        (Some(h), None) => Ok(vec![matching::host(c, h, &format!("{prefix}.host"))?]),
+        (None, Some(list)) if list.get_ref().is_empty() => Err(c.err(
+            list.span(),
+            &format!("{prefix}.hosts"),
+            "must list at least one host (or leave it out: any host)",
+        )),
+        (None, Some(list)) => {
+            list.get_ref().iter().map(|h| matching::host(c, h, &format!("{prefix}.hosts"))).collect()
+        }
+        (None, None) => Ok(Vec::new()),
+    }
+}
+
 /// One route (`prefix`: `route[i]`).
 fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfError> {
     let f = |name: &str| format!("{prefix}.{name}");
@@ -121,7 +145,7 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
             ))
         }
     };
-    let host = r.host.as_ref().map(|h| matching::host(c, h, &f("host"))).transpose()?;
+    let hosts = hosts(c, prefix, r)?;
     let answer = r.answer.as_ref().map(|a| action::answer(c, a, &f("return"))).transpose()?;
     let rewrite = action::rewrite(c, prefix, (&r.rewrite, &r.replace_prefix), &location)?;
     let pool = match (&r.upstreams, &answer) {
@@ -141,7 +165,7 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
     let (client_max_body_size, compression_level) = check(c, prefix, r)?;
     Ok(RouteConf {
         name: r.name.get_ref().clone(),
-        host,
+        hosts,
         default_server: r.default_server.as_ref().is_some_and(|d| *d.get_ref()),
         location,
         answer,
@@ -247,6 +271,12 @@ mod tests {
             "host = \"b\"\npath = \"/\"\ndefault_server = true",
         );
         refused(&two_defaults, 14, "route[1].default_server", "host a is the default already");
+        // Several hosts: each one's place is checked.
+        let listed = two("hosts = [\"a\", \"B\"]\npath = \"/\"", "host = \"b\"\npath = \"/\"");
+        refused(&listed, 12, "route[1].path", "same host (b)");
+        refused(&route("path = \"/\"\nhosts = []"), 7, "route[0].hosts", "at least one");
+        refused(&route("path = \"/\"\nhosts = [\"a\", \"b:80\"]"), 7, "route[0].hosts", "not a host name");
+        refused(&route("path = \"/\"\nhost = \"a\"\nhosts = [\"b\"]"), 8, "route[0].hosts", "not both");
     }
 
     #[test]

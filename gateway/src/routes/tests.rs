@@ -104,6 +104,24 @@ fn a_host_keeps_its_own_paths_and_the_default_server() {
 }
 
 #[test]
+fn a_route_with_several_hosts_is_in_each() {
+    let text = "[server]\nlisten = \"127.0.0.1:8080\"\n\
+        [[route]]\nname = \"r0\"\nhosts = [\"shop.example\", \"www.shop.example\"]\npath = \"/\"\n\
+        upstreams = [\"127.0.0.1:1\"]\n\
+        [[route]]\nname = \"r1\"\nhosts = [\"shop.example\", \"www.shop.example\"]\npath = \"/api/\"\n\
+        default_server = true\nupstreams = [\"127.0.0.1:1\"]\n\
+        [[route]]\nname = \"r2\"\nhost = \"www.shop.example\"\npath = \"= /only-www\"\n\
+        upstreams = [\"127.0.0.1:1\"]\n";
+    let conf = parse_server(Path::new("server.toml"), text).unwrap();
+    let t = RouteTable::new(&conf.routes).unwrap();
+    assert_eq!(t.find(Some("shop.example"), "/a"), Some(0));
+    assert_eq!(t.find(Some("www.shop.example"), "/api/x"), Some(1));
+    assert_eq!(t.find(Some("www.shop.example"), "/only-www"), Some(2));
+    assert_eq!(t.find(Some("shop.example"), "/only-www"), Some(0));
+    assert_eq!(t.find(Some("elsewhere"), "/api/x"), Some(1), "the default server: the first host's");
+}
+
+#[test]
 fn two_hundred_regex_locations_are_one_pass() {
     // Not a timing assertion: the table of 200 regexes answers, the last one included, and a
     // few thousand lookups run (a gross slowdown would show in the test's time).

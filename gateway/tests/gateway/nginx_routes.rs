@@ -73,17 +73,20 @@ async fn hosts_and_locations_take_nginx_precedence() {
 }
 
 #[tokio::test]
-async fn a_regex_host_and_a_host_without_the_path() {
+async fn a_regex_host_several_hosts_and_a_host_without_the_path() {
     let (text, _ups) = proxy_file(&[
         ("regex", "host = '~^api\\d+\\.shop\\.test$'\npath = \"/\""),
         ("admin", "host = \"admin.shop.test\"\npath = \"/admin/\""),
         ("any", "path = \"/\""),
+        ("pair", "hosts = [\"one.test\", \"*.two.test\"]\npath = \"/\""),
     ])
     .await;
     let gw = Gateway::start_text(&text).await;
     assert_eq!(get(&gw, "api7.shop.test", "/v1").await, (200, "regex".into()));
     assert_eq!(get(&gw, "elsewhere", "/v1").await, (200, "any".into()));
     assert_eq!(get(&gw, "admin.shop.test", "/admin/x").await, (200, "admin".into()));
+    assert_eq!(get(&gw, "one.test", "/x").await, (200, "pair".into()), "one of a route's hosts");
+    assert_eq!(get(&gw, "a.two.test", "/x").await, (200, "pair".into()), "another");
     // As Nginx: the host's routes only; none matches, no other host's route is taken.
     let (status, _) = get(&gw, "admin.shop.test", "/other").await;
     assert_eq!(status, 404);
