@@ -127,6 +127,8 @@ struct RawRoute {
     #[serde(default)]
     proxy_hide_header: Option<Vec<S<String>>>,
     #[serde(default)]
+    error_page: headers::Table,
+    #[serde(default)]
     upstreams: Option<S<Vec<S<String>>>>,
     #[serde(default = "d_route_timeout")]
     connect_timeout_ms: S<i64>,
@@ -194,6 +196,8 @@ pub struct RouteConf {
     pub rewrite: Option<Rewrite>,
     /// Headers set on the request, added to or hidden from the answer.
     pub headers: Headers,
+    /// Pages shown in place of the built-in one for a status (502, 504), read at load.
+    pub error_pages: Vec<(u16, bytes::Bytes)>,
     /// Where matching requests go; `None` for a route with a `return`.
     pub pool: Option<PoolConf>,
     /// Largest request body on this route; `None`: `[limits] client_max_body_size`.

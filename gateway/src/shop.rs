@@ -172,9 +172,11 @@ fn with_args(new: String, args: &str) -> String {
 }
 
 /// The head and body of the page a shop route's visitor is shown for `status` (502, 504):
-/// HTML, with the route's `add_header_always` fields.
+/// HTML (the route's `error_page` for it, else the built-in page), with the route's
+/// `add_header_always` fields.
 pub fn error_page(route: &RouteConf, vars: &Vars<'_>, status: u16) -> Result<(ResponseHeader, Vec<u8>)> {
-    let body = page(status).into_bytes();
+    let own = route.error_pages.iter().find(|(s, _)| *s == status).map(|(_, page)| page.to_vec());
+    let body = own.unwrap_or_else(|| page(status).into_bytes());
     let mut header = crate::answer::head(status, "text/html", body.len())?;
     response_headers(route, vars, &mut header)?;
     Ok((header, body))

@@ -82,6 +82,43 @@ pub(super) fn answer(c: &Checker<'_>, v: &Spanned<String>, field: &str) -> Resul
     Ok(Return { status, location: Some(template(rest)?), text: None })
 }
 
+/// Statuses a route's `error_page` may replace: those the gateway answers in the upstream's
+/// place (the route's own `return` writes its text).
+const ERROR_PAGE_STATUSES: [u16; 2] = [502, 504];
+
+/// Largest `error_page` file.
+const ERROR_PAGE_MAX: u64 = 1 << 20;
+
+/// Reads `error_page = { 502 = "errors/50x.html" }`: each file once, at load (relative paths
+/// from the server file's folder).
+pub(super) fn error_pages(
+    c: &Checker<'_>,
+    prefix: &str,
+    raw: &Option<std::collections::BTreeMap<Spanned<String>, Spanned<String>>>,
+) -> Result<Vec<(u16, bytes::Bytes)>, ConfError> {
+    let mut pages = Vec::new();
+    for (k, v) in raw.iter().flatten() {
+        let field = format!("{prefix}.error_page.{}", k.get_ref());
+        let status = k.get_ref().parse::<u16>().ok().filter(|s| ERROR_PAGE_STATUSES.contains(s));
+        let Some(status) = status else {
+            return Err(c.err(
+                k.span(),
+                &field,
+                "the status must be 502 or 504 (the answers the gateway writes for a route)",
+            ));
+        };
+        let path = c.base().join(v.get_ref());
+        let read = std::fs::metadata(&path).and_then(|m| match m.len() <= ERROR_PAGE_MAX {
+            true => std::fs::read(&path),
+            false => Err(std::io::Error::other("larger than 1 MiB")),
+        });
+        let body =
+            read.map_err(|e| c.err(v.span(), &field, format!("cannot read {}: {e}", path.display())))?;
+        pages.push((status, bytes::Bytes::from(body)));
+    }
+    Ok(pages)
+}
+
 /// Reads `rewrite` or `replace_prefix` (not both) of a route whose path is `location`.
 pub(super) fn rewrite(
     c: &Checker<'_>,

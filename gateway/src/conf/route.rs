@@ -171,6 +171,7 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
         answer,
         rewrite,
         headers: headers::check(c, prefix, r)?,
+        error_pages: action::error_pages(c, prefix, &r.error_page)?,
         pool,
         client_max_body_size,
         compression_level,

@@ -254,7 +254,7 @@ async fn request_headers_set_and_removed_response_headers_added_and_hidden() {
 }
 
 #[tokio::test]
-async fn a_slow_upstream_is_504_and_a_refused_one_502_with_html_pages() {
+async fn a_slow_upstream_is_504_and_a_refused_one_502_with_html_pages_or_the_routes_own() {
     let slow = MockServer::start().await;
     Mock::given(wiremock::matchers::path("/slow"))
         .respond_with(ResponseTemplate::new(200).set_delay(std::time::Duration::from_secs(3)))
@@ -262,13 +262,18 @@ async fn a_slow_upstream_is_504_and_a_refused_one_502_with_html_pages() {
         .await;
     Mock::given(wiremock::matchers::any()).respond_with(ResponseTemplate::new(200)).mount(&slow).await;
     let refused = format!("127.0.0.1:{}", free_port());
+    let pages = temp_dir("gw-pages-");
+    let page = pages.join("50x.html");
+    std::fs::write(&page, "<p>back soon</p>").unwrap();
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:{{port}}\"\nworkers = {}\n\n\
          [[route]]\nname = \"slow\"\npath = \"/\"\nupstreams = [\"{}\"]\nread_timeout_ms = 300\n\
          add_header = {{ \"X-Only-2xx\" = \"1\" }}\nadd_header_always = {{ \"X-Always\" = \"1\" }}\n\n\
-         [[route]]\nname = \"refused\"\npath = \"/gone/\"\nupstreams = [\"{refused}\"]\n",
+         [[route]]\nname = \"refused\"\npath = \"/gone/\"\nupstreams = [\"{refused}\"]\n\
+         error_page = {{ 502 = '{}' }}\n",
         workers(),
-        slow.address()
+        slow.address(),
+        page.display()
     );
     let gw = Gateway::start_text(&text).await;
     let http = reqwest::Client::new();
@@ -283,7 +288,7 @@ async fn a_slow_upstream_is_504_and_a_refused_one_502_with_html_pages() {
     for _ in 0..2 {
         let r = http.get(gw.url("/gone/x")).send().await.unwrap();
         assert_eq!((r.status().as_u16(), r.headers()["content-type"].to_str().unwrap()), (502, "text/html"));
-        assert!(r.text().await.unwrap().contains("<h1>502 Bad Gateway</h1>"));
+        assert_eq!(r.text().await.unwrap(), "<p>back soon</p>", "the route's error_page");
         tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     }
     // The defaults are Nginx's 60 s.
@@ -292,6 +297,7 @@ async fn a_slow_upstream_is_504_and_a_refused_one_502_with_html_pages() {
     let pool = conf.routes[1].pool.clone().unwrap();
     let minute = std::time::Duration::from_secs(60);
     assert_eq!((pool.connect_timeout, pool.read_timeout, pool.send_timeout), (minute, minute, minute));
+    remove_unless_failed(&pages);
 }
 
 #[tokio::test]
