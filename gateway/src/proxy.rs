@@ -140,18 +140,9 @@ impl ProxyHttp for Gateway {
         let active = self.shared.active();
         let req = session.req_header();
         ctx.sale_route = self.sale.as_ref().and_then(|_| SaleRoute::of(req.uri.path()));
-        ctx.shop = match (&ctx.sale_route, uri::normalize(req.uri.path())) {
-            (Some(_), _) => None,
-            (None, Ok(path)) => {
-                let found = active.routes.find(host(req), &path);
-                ctx.uri = matches!(path, Cow::Owned(_)).then(|| path.into_owned());
-                found
-            }
-            (None, Err(why)) => {
-                ctx.bad_path = Some(why);
-                None
-            }
-        };
+        if ctx.sale_route.is_none() {
+            shop_route(&active, req, ctx);
+        }
         // Response compression is set before Pingora's module reads Accept-Encoding.
         frontdoor::compression(session, &active, ctx.shop);
         ctx.active = Some(active);
@@ -355,6 +346,18 @@ impl Gateway {
         }
         plugins::pingora::write(session, &reply).await?;
         Ok(true)
+    }
+}
+
+/// The shop route of `req`, matched on its normalized path (kept in `ctx.uri` when it differs
+/// from the path as sent); a path that cannot be normalized is kept in `ctx.bad_path`.
+fn shop_route(active: &Active, req: &RequestHeader, ctx: &mut Ctx) {
+    match uri::normalize(req.uri.path()) {
+        Ok(path) => {
+            ctx.shop = active.routes.find(host(req), &path);
+            ctx.uri = matches!(path, Cow::Owned(_)).then(|| path.into_owned());
+        }
+        Err(why) => ctx.bad_path = Some(why),
     }
 }
 
