@@ -1,11 +1,12 @@
 //! The gateway's server file (`conf/server.toml`) and the campaign files it points at.
 //!
 //! The server file reads like an Nginx `server` block: where to listen, the order-writer pool,
-//! and `[[route]]`s (host + path prefix → upstream pool) for the rest of the shop. The sale's
-//! own sections (`[sale]`, `[redis]`, `[kafka]`, `[defense]`: `plugins::conf::SECTIONS`) are in
-//! the same file and read by `plugins::conf`; this module reads the proxy's. Every value is
-//! checked at load; an error names the file, the line, the column and the field. See
-//! `conf/server.toml` for a commented example.
+//! and `[[route]]`s (hosts + path, as Nginx's `server_name` and `location` → upstream pool or an
+//! answer of its own) for the rest of the shop. The sale's own sections (`[sale]`, `[redis]`,
+//! `[kafka]`, `[defense]`: `plugins::conf::SECTIONS`) are in the same file and read by
+//! `plugins::conf`; this module reads the proxy's. Every value is checked at load; an error
+//! names the file, the line, the column and the field. See `conf/server.toml` for a commented
+//! example.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -18,12 +19,18 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use toml::Spanned;
 
+mod action;
+mod headers;
 pub mod limits;
+mod matching;
 mod observe;
 mod route;
 pub mod shutdown;
 pub mod tls;
 
+pub use action::{Return, Rewrite};
+pub use headers::Headers;
+pub use matching::{HostName, Location, Pattern};
 pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
 
 type S<T> = Spanned<T>;
@@ -98,12 +105,38 @@ struct RawRoute {
     name: S<String>,
     #[serde(default)]
     host: Option<S<String>>,
-    path_prefix: S<String>,
-    upstreams: S<Vec<S<String>>>,
-    #[serde(default = "d_connect")]
+    #[serde(default)]
+    hosts: Option<S<Vec<S<String>>>>,
+    #[serde(default)]
+    default_server: Option<S<bool>>,
+    #[serde(default)]
+    path: Option<S<String>>,
+    #[serde(default)]
+    path_prefix: Option<S<String>>,
+    #[serde(default, rename = "return")]
+    answer: Option<S<String>>,
+    #[serde(default)]
+    rewrite: Option<action::RawRewrite>,
+    #[serde(default)]
+    replace_prefix: Option<S<String>>,
+    #[serde(default)]
+    proxy_set_header: headers::Table,
+    #[serde(default)]
+    add_header: headers::Table,
+    #[serde(default)]
+    add_header_always: headers::Table,
+    #[serde(default)]
+    proxy_hide_header: Option<Vec<S<String>>>,
+    #[serde(default)]
+    error_page: headers::Table,
+    #[serde(default)]
+    upstreams: Option<S<Vec<S<String>>>>,
+    #[serde(default = "d_route_timeout")]
     connect_timeout_ms: S<i64>,
-    #[serde(default = "d_read")]
+    #[serde(default = "d_route_timeout")]
     read_timeout_ms: S<i64>,
+    #[serde(default = "d_route_timeout")]
+    send_timeout_ms: S<i64>,
     #[serde(default = "d_interval")]
     health_check_interval_ms: S<i64>,
     #[serde(default)]
@@ -120,6 +153,10 @@ fn d_connect() -> S<i64> {
 fn d_read() -> S<i64> {
     spanned(2000)
 }
+/// A route's connect, read and send timeouts: Nginx's `proxy_*_timeout` defaults (60 s).
+fn d_route_timeout() -> S<i64> {
+    spanned(60_000)
+}
 fn d_interval() -> S<i64> {
     spanned(1000)
 }
@@ -131,25 +168,39 @@ pub struct PoolConf {
     pub upstreams: Vec<SocketAddr>,
     /// TCP connect timeout.
     pub connect_timeout: Duration,
-    /// Timeout of each read from the upstream.
+    /// Timeout of each read from the upstream (Nginx's `proxy_read_timeout`).
     pub read_timeout: Duration,
+    /// Timeout of each write to the upstream (Nginx's `proxy_send_timeout`).
+    pub send_timeout: Duration,
     /// Time between two health checks of every address.
     pub health_check_interval: Duration,
     /// `GET` this path and expect a 2xx; `None` checks that a TCP connection opens.
     pub health_check_path: Option<String>,
 }
 
-/// A shop route: requests whose host (when set) and path prefix match go to `pool` as they are.
+/// A shop route: requests whose host and path match (Nginx's `server_name` and `location`,
+/// [`crate::routes`]) go to `pool`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteConf {
     /// Name, for logs.
     pub name: String,
-    /// Host to match (lowercase, without port); `None` matches every host.
-    pub host: Option<String>,
-    /// Path prefix to match, starting with `/`.
-    pub path_prefix: String,
-    /// Where matching requests go.
-    pub pool: PoolConf,
+    /// Hosts to match (Nginx's `server_name`s); none: a request whose host no route names
+    /// (unless another host is the `default_server`).
+    pub hosts: Vec<HostName>,
+    /// Whether this route's host is the one for requests whose host no route names.
+    pub default_server: bool,
+    /// Path to match.
+    pub location: Location,
+    /// Its own answer, in place of proxying (Nginx's `return`).
+    pub answer: Option<Return>,
+    /// The path change before proxying.
+    pub rewrite: Option<Rewrite>,
+    /// Headers set on the request, added to or hidden from the answer.
+    pub headers: Headers,
+    /// Pages shown in place of the built-in one for a status (502, 504), read at load.
+    pub error_pages: Vec<(u16, bytes::Bytes)>,
+    /// Where matching requests go; `None` for a route with a `return`.
+    pub pool: Option<PoolConf>,
     /// Largest request body on this route; `None`: `[limits] client_max_body_size`.
     pub client_max_body_size: Option<u64>,
     /// Response compression level (gzip, brotli, zstd as the client accepts); 0: off.
@@ -218,18 +269,23 @@ struct RawPoolFields<'a> {
     upstreams: &'a S<Vec<S<String>>>,
     connect: &'a S<i64>,
     read: &'a S<i64>,
+    /// A route's `send_timeout_ms`; `None`: the read timeout (`[order_writer]`).
+    send: Option<&'a S<i64>>,
+    /// The upper bound of read and send, in ms.
+    max_io_ms: i64,
     interval: &'a S<i64>,
     path: &'a Option<S<String>>,
 }
 
 /// Checks the pool fields under `prefix` (`order_writer`, `route[0]`).
 fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolConf, ConfError> {
-    let RawPoolFields { upstreams, connect, read, interval, path } = raw;
+    let RawPoolFields { upstreams, connect, read, send, max_io_ms, interval, path } = raw;
     let f = |name: &str| format!("{prefix}.{name}");
     if upstreams.get_ref().is_empty() {
         return Err(c.err(upstreams.span(), &f("upstreams"), "must list at least one address"));
     }
     let addrs = upstreams.get_ref().iter().map(|a| c.addr(a, &f("upstreams"))).collect::<Result<_, _>>()?;
+    let read_timeout = c.ms(read, &f("read_timeout_ms"), 10, max_io_ms)?;
     if let Some(p) = path {
         if !p.get_ref().starts_with('/') {
             return Err(c.err(p.span(), &f("health_check_path"), "must start with /"));
@@ -237,8 +293,12 @@ fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolCon
     }
     Ok(PoolConf {
         upstreams: addrs,
-        connect_timeout: c.ms(connect, &f("connect_timeout_ms"), 10, 10_000)?,
-        read_timeout: c.ms(read, &f("read_timeout_ms"), 10, 120_000)?,
+        connect_timeout: c.ms(connect, &f("connect_timeout_ms"), 10, 75_000)?,
+        read_timeout,
+        send_timeout: match send {
+            Some(send) => c.ms(send, &f("send_timeout_ms"), 10, max_io_ms)?,
+            None => read_timeout,
+        },
         health_check_interval: c.ms(interval, &f("health_check_interval_ms"), 100, 60_000)?,
         health_check_path: path.as_ref().map(|p| p.get_ref().clone()),
     })
@@ -310,6 +370,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
                 upstreams: &o.upstreams,
                 connect: &o.connect_timeout_ms,
                 read: &o.read_timeout_ms,
+                send: None,
+                max_io_ms: 120_000,
                 interval: &o.health_check_interval_ms,
                 path: &o.health_check_path,
             },
@@ -319,43 +381,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     let admin = observe::admin(&c, &raw.admin)?;
     let access_log = observe::access_log(&c, &raw.access_log, base)?;
 
-    let mut routes = Vec::with_capacity(raw.routes.len());
-    for (i, r) in raw.routes.iter().enumerate() {
-        let prefix = format!("route[{i}]");
-        if r.name.get_ref().trim().is_empty() {
-            return Err(c.err(r.name.span(), &format!("{prefix}.name"), "must not be empty"));
-        }
-        if !r.path_prefix.get_ref().starts_with('/') {
-            return Err(c.err(r.path_prefix.span(), &format!("{prefix}.path_prefix"), "must start with /"));
-        }
-        let host = match &r.host {
-            Some(h) if h.get_ref().is_empty() || h.get_ref().contains(['/', ' ', ':']) => {
-                return Err(c.err(h.span(), &format!("{prefix}.host"), "must be a host name without port"));
-            }
-            Some(h) => Some(h.get_ref().to_ascii_lowercase()),
-            None => None,
-        };
-        let pool = pool(
-            &c,
-            &prefix,
-            RawPoolFields {
-                upstreams: &r.upstreams,
-                connect: &r.connect_timeout_ms,
-                read: &r.read_timeout_ms,
-                interval: &r.health_check_interval_ms,
-                path: &r.health_check_path,
-            },
-        )?;
-        let (client_max_body_size, compression_level) = route::check(&c, &prefix, r)?;
-        routes.push(RouteConf {
-            name: r.name.get_ref().clone(),
-            host,
-            path_prefix: r.path_prefix.get_ref().clone(),
-            pool,
-            client_max_body_size,
-            compression_level,
-        });
-    }
+    let routes = route::routes(&c, &raw.routes)?;
 
     Ok(ServerConf {
         file: file.to_path_buf(),
@@ -431,8 +457,8 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
         assert_eq!((two.workers, two.threads), (2, 1));
         assert!(c.sells());
         assert_eq!(c.order_writer.unwrap().connect_timeout, Duration::from_millis(200));
-        assert_eq!(c.routes[0].host.as_deref(), Some("shop.example"));
-        assert_eq!(c.routes[0].pool.upstreams.len(), 2);
+        assert_eq!(c.routes[0].hosts, [HostName::Exact("shop.example".into())]);
+        assert_eq!(c.routes[0].pool.as_ref().unwrap().upstreams.len(), 2);
         assert_eq!(c.trusted_proxies, TrustedProxies::default(), "nobody's X-Forwarded-For by default");
         let lb =
             parse(&GOOD.replace("[redis]", "trusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\"]\n[redis]"))

@@ -7,7 +7,10 @@
 //!
 //! - [`conf`]: the server file's own sections, validated with line-precise errors;
 //! - [`reload`]: the active conf in an `ArcSwap`, reloaded with the sale's on `SIGHUP`;
-//! - [`routes`]: the shop's host/prefix routes;
+//! - [`routes`]: the shop's routes, matched as Nginx's `server_name` and `location`;
+//! - [`shop`]: what a shop route does besides proxying: `return`, rewrites, headers, error pages;
+//! - [`template`]: values with Nginx's variables (`$host`, `$request_uri`, `$1`);
+//! - [`uri`]: the path routes are matched on, normalized as Nginx's;
 //! - [`upstreams`]: health-checked round-robin pools;
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
 //! - [`answer`]: the answers the front door and a failed proxy attempt write;
@@ -36,6 +39,9 @@ pub mod reload;
 pub mod request_id;
 pub mod routes;
 pub mod server;
+pub mod shop;
+pub mod template;
 pub mod threads;
 pub mod tls;
 pub mod upstreams;
+pub mod uri;

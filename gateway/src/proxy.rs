@@ -31,6 +31,7 @@
 //! nonce and timestamp, the payment and record signatures) are stripped from every proxied
 //! request (result queries and shop routes); `Authorization` goes on.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -52,6 +53,8 @@ use crate::limits::{BodyCount, BODY_TIMEOUT};
 use crate::metrics::metrics;
 use crate::observe::{self, Observer, Trace};
 use crate::reload::{Active, SharedState};
+use crate::shop;
+use crate::uri;
 
 const X_REQUEST_ID: &str = "x-request-id";
 
@@ -109,6 +112,10 @@ pub struct Ctx {
     pub(crate) sale_route: Option<SaleRoute>,
     /// The shop route of the request, when it is one.
     shop: Option<usize>,
+    /// The path the shop route was matched on, when normalizing changed it (`uri::normalize`).
+    uri: Option<String>,
+    /// Why the path cannot be normalized (answered 400).
+    bad_path: Option<&'static str>,
     /// Where it goes.
     upstream: Upstream,
     /// The campaign's concurrency budget place, given back in `logging`.
@@ -133,10 +140,9 @@ impl ProxyHttp for Gateway {
         let active = self.shared.active();
         let req = session.req_header();
         ctx.sale_route = self.sale.as_ref().and_then(|_| SaleRoute::of(req.uri.path()));
-        ctx.shop = match ctx.sale_route {
-            Some(_) => None,
-            None => active.routes.find(host(req), req.uri.path()),
-        };
+        if ctx.sale_route.is_none() {
+            shop_route(&active, req, ctx);
+        }
         // Response compression is set before Pingora's module reads Accept-Encoding.
         frontdoor::compression(session, &active, ctx.shop);
         ctx.active = Some(active);
@@ -156,8 +162,16 @@ impl ProxyHttp for Gateway {
             Err(r) => return answer::refuse(session, &mut ctx.trace, &ctx.request_id, &r).await,
         }
 
+        if let Some(why) = ctx.bad_path {
+            let d = Denial::new(Code::BadRequest, why);
+            return self.reply(session, ctx, Reply::denied(&d, &ctx.request_id)).await;
+        }
         let (Some(route), Some(sale)) = (&ctx.sale_route, &self.sale) else {
             return match ctx.shop {
+                Some(i) if active.server.routes[i].answer.is_some() => {
+                    let route = &active.server.routes[i];
+                    shop::answer(session, route, ctx.uri.as_deref(), ctx.client, &ctx.request_id).await
+                }
                 Some(i) => {
                     ctx.upstream = Upstream::Shop(i);
                     Ok(false)
@@ -200,7 +214,9 @@ impl ProxyHttp for Gateway {
                 .order_writer
                 .as_ref()
                 .ok_or_else(|| Error::explain(ErrorType::InternalError, "a result query without the sale"))?,
-            Upstream::Shop(i) => &active.shop_pools[i],
+            Upstream::Shop(i) => active.shop_pools[i]
+                .as_ref()
+                .ok_or_else(|| Error::explain(ErrorType::InternalError, "a route with return has no pool"))?,
             Upstream::None => {
                 return Err(Error::explain(ErrorType::InternalError, "request has no upstream"))
             }
@@ -221,6 +237,11 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
         frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.client)?;
+        if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
+            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
+            shop::rewrite(&active.server.routes[i], &vars, upstream_request)?;
+            shop::request_headers(&active.server.routes[i], &vars, upstream_request)?;
+        }
         frontdoor::strip_sale_headers(upstream_request);
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
         upstream_request.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
@@ -229,11 +250,15 @@ impl ProxyHttp for Gateway {
 
     async fn upstream_response_filter(
         &self,
-        _session: &mut Session,
-        _upstream_response: &mut ResponseHeader,
+        session: &mut Session,
+        upstream_response: &mut ResponseHeader,
         ctx: &mut Ctx,
     ) -> Result<()> {
         ctx.trace.upstream_answered();
+        if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
+            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
+            shop::response_headers(&active.server.routes[i], &vars, upstream_response)?;
+        }
         Ok(())
     }
 
@@ -245,6 +270,12 @@ impl ProxyHttp for Gateway {
             (ErrorType::HTTPStatus(413), _) => (413, Code::BodyTooLarge),
             (ErrorType::ReadTimedout, ErrorSource::Downstream) => (408, Code::RequestTimeout),
             (ErrorType::HTTPStatus(code), _) => (*code, Code::Internal),
+            // A shop route's upstream that did not connect, answer or read in time: 504, as
+            // Nginx (the sale's order writer stays 502 UPSTREAM_UNAVAILABLE).
+            (
+                ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout,
+                ErrorSource::Upstream,
+            ) if matches!(ctx.upstream, Upstream::Shop(_)) => (504, Code::UpstreamUnavailable),
             // No healthy address in the pool: as unreachable as a refused connect.
             (ErrorType::ConnectNoRoute, _) | (_, ErrorSource::Upstream) => (502, Code::UpstreamUnavailable),
             (
@@ -262,6 +293,10 @@ impl ProxyHttp for Gateway {
         }
         if code > 0 {
             ctx.trace.answered(answer);
+            if let (Upstream::Shop(i), 502 | 504) = (ctx.upstream, code) {
+                let _ = shop_page(session, ctx, i, code).await;
+                return FailToProxy { error_code: code, can_reuse_downstream: false };
+            }
             let message = match answer {
                 Code::BodyTooLarge => crate::limits::BODY_TOO_LARGE.message,
                 Code::RequestTimeout => BODY_TIMEOUT.message,
@@ -314,6 +349,28 @@ impl Gateway {
     }
 }
 
+/// The shop route of `req`, matched on its normalized path (kept in `ctx.uri` when it differs
+/// from the path as sent); a path that cannot be normalized is kept in `ctx.bad_path`.
+fn shop_route(active: &Active, req: &RequestHeader, ctx: &mut Ctx) {
+    match uri::normalize(req.uri.path()) {
+        Ok(path) => {
+            ctx.shop = active.routes.find(host(req), &path);
+            ctx.uri = matches!(path, Cow::Owned(_)).then(|| path.into_owned());
+        }
+        Err(why) => ctx.bad_path = Some(why),
+    }
+}
+
+/// Answers a shop route's visitor with the HTML page of `status`, like Nginx.
+async fn shop_page(session: &mut Session, ctx: &Ctx, route: usize, status: u16) -> Result<bool> {
+    let active = ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
+    let (header, body) = {
+        let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
+        shop::error_page(&active.server.routes[route], &vars, status)?
+    };
+    answer::write_and_close(session, header, body).await
+}
+
 /// The request's host, without port: the `Host` header, else the URI's authority.
 fn host(req: &RequestHeader) -> Option<&str> {
     req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host())
@@ -323,7 +380,7 @@ fn host(req: &RequestHeader) -> Option<&str> {
 fn pool_name(active: &Active, upstream: Upstream) -> Option<&str> {
     match upstream {
         Upstream::OrderWriter => active.order_writer.as_ref().map(|p| p.name()),
-        Upstream::Shop(i) => active.shop_pools.get(i).map(|p| p.name()),
+        Upstream::Shop(i) => active.shop_pools.get(i).and_then(Option::as_ref).map(|p| p.name()),
         Upstream::None => None,
     }
 }

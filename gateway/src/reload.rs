@@ -33,8 +33,8 @@ pub struct Active {
     pub server: ServerConf,
     /// Shop routes.
     pub routes: RouteTable,
-    /// One pool per shop route, same index as `server.routes`.
-    pub shop_pools: Vec<Pool>,
+    /// One pool per shop route, same index as `server.routes` (`None`: a route with `return`).
+    pub shop_pools: Vec<Option<Pool>>,
     /// The order writer's pool (`None` when the sale is off).
     pub order_writer: Option<Pool>,
     /// Each sold campaign's order-answer counters, resolved here so a request only adds.
@@ -44,7 +44,7 @@ pub struct Active {
 impl PoolSet for Active {
     /// The order writer's pool, then the shop pools.
     fn pools(&self) -> Vec<&Pool> {
-        self.order_writer.iter().chain(self.shop_pools.iter()).collect()
+        self.order_writer.iter().chain(self.shop_pools.iter().flatten()).collect()
     }
 }
 
@@ -64,15 +64,17 @@ fn build(server: ServerConf, sale: Option<&Registry>) -> Result<Active, ConfErro
     let shop_pools = server
         .routes
         .iter()
-        .map(|r| Pool::new(&r.name, &r.pool))
+        .map(|r| r.pool.as_ref().map(|p| Pool::new(&r.name, p)).transpose())
         .collect::<Result<Vec<_>, _>>()
         .map_err(pool_err)?;
-    for pool in order_writer.iter().chain(&shop_pools) {
+    for pool in order_writer.iter().chain(shop_pools.iter().flatten()) {
         metrics().pool_loaded(pool.name());
     }
     let campaigns = sale.into_iter().flat_map(|s| s.campaigns.keys());
     let answers = campaigns.map(|id| (id.clone(), metrics().answers_for(id))).collect();
-    Ok(Active { routes: RouteTable::new(&server.routes), server, shop_pools, order_writer, answers })
+    let routes = RouteTable::new(&server.routes)
+        .map_err(|e| ConfError::whole(&server.file, format!("cannot build the routes' regex sets: {e}")))?;
+    Ok(Active { routes, server, shop_pools, order_writer, answers })
 }
 
 impl SharedState {

@@ -33,7 +33,11 @@ impl std::fmt::Debug for Pool {
 
 impl Pool {
     /// Builds a pool; every address starts healthy until a check says otherwise.
+    /// A health check waits at most the pool's timeout, and no longer than its interval (at
+    /// least a second): a route's 60 s timeouts would hold every pool's next check.
     pub fn new(name: &str, conf: &PoolConf) -> std::io::Result<Self> {
+        let bound = conf.health_check_interval.max(Duration::from_secs(1));
+        let (connect, read) = (conf.connect_timeout.min(bound), conf.read_timeout.min(bound));
         let mut lb = LoadBalancer::<RoundRobin>::try_from_iter(conf.upstreams.iter().copied())?;
         match &conf.health_check_path {
             Some(path) => {
@@ -42,13 +46,13 @@ impl Pool {
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
                 req.insert_header("host", "localhost").map_err(|e| std::io::Error::other(e.to_string()))?;
                 hc.req = req;
-                hc.peer_template.options.connection_timeout = Some(conf.connect_timeout);
-                hc.peer_template.options.read_timeout = Some(conf.read_timeout);
+                hc.peer_template.options.connection_timeout = Some(connect);
+                hc.peer_template.options.read_timeout = Some(read);
                 lb.set_health_check(Box::new(hc));
             }
             None => {
                 let mut hc = TcpHealthCheck::new();
-                hc.peer_template.options.connection_timeout = Some(conf.connect_timeout);
+                hc.peer_template.options.connection_timeout = Some(connect);
                 lb.set_health_check(hc);
             }
         }
@@ -71,7 +75,7 @@ impl Pool {
         let mut peer = HttpPeer::new(backend.addr, false, String::new());
         peer.options.connection_timeout = Some(self.conf.connect_timeout);
         peer.options.read_timeout = Some(self.conf.read_timeout);
-        peer.options.write_timeout = Some(self.conf.read_timeout);
+        peer.options.write_timeout = Some(self.conf.send_timeout);
         peer.options.idle_timeout = Some(Duration::from_secs(60));
         peer.group_key = crate::threads::upstream_group_key();
         Some(Box::new(peer))

@@ -14,6 +14,7 @@ mod conf;
 mod defense;
 mod global_limits;
 mod limits;
+mod nginx_routes;
 mod observe;
 mod orders;
 mod polling;

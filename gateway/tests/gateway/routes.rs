@@ -268,7 +268,7 @@ async fn a_dead_upstream_is_skipped_in_both_pools() {
 }
 
 #[tokio::test]
-async fn unreachable_upstreams_answer_502_upstream_unavailable() {
+async fn unreachable_upstreams_answer_502_html_to_the_shop_and_json_to_the_sale() {
     let redis = client(&e2e::stack::redis_url()).await.unwrap();
     let campaign = e2e::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
@@ -283,10 +283,13 @@ async fn unreachable_upstreams_answer_502_upstream_unavailable() {
     // Before and after the health check marks the address down: a refused connect, then no
     // healthy address; both are the upstream's fault, never a 500.
     for _ in 0..3 {
+        // A shop visitor reads an HTML page, as from Nginx; the sale's answer stays JSON.
         let shop = http.get(gw.url("/p")).send().await.unwrap();
-        assert_eq!(shop.status(), 502);
-        let body: serde_json::Value = shop.json().await.unwrap();
-        assert_eq!(body["code"], "UPSTREAM_UNAVAILABLE", "{body}");
+        assert_eq!(
+            (shop.status().as_u16(), shop.headers()["content-type"].to_str().unwrap()),
+            (502, "text/html")
+        );
+        assert!(shop.text().await.unwrap().contains("<h1>502 Bad Gateway</h1>"));
         let result = http
             .get(gw.url(&format!("/seckill/{campaign}/result/some-id")))
             .header("x-result-token", result_token(&campaign, "u", "some-id"))
@@ -294,6 +297,8 @@ async fn unreachable_upstreams_answer_502_upstream_unavailable() {
             .await
             .unwrap();
         assert_eq!(result.status(), 502);
+        let body: serde_json::Value = result.json().await.unwrap();
+        assert_eq!(body["code"], "UPSTREAM_UNAVAILABLE", "{body}");
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
     }
     // An order still reserves and is answered QUEUED: the record waits in the outbox.
