@@ -2,8 +2,8 @@
 //! `order.closed`) produced to a Kafka topic of its own (`[events] topic`) for the shop's payment, marketing and
 //! notification services (the seed: 下游支付、营销和通知通过独立事件异步处理).
 //!
-//! A trigger on `orders` writes each change into the outbox table `order_events` in the
-//! transaction of the change (`sql/0005_order_events.sql`): the writer's batch, the payment
+//! Statement-level triggers on `orders` write each change into the outbox table `order_events`
+//! in the transaction of the change (`sql/0005_order_events.sql`): the writer's batch, the payment
 //! callback and the close worker need no code of their own, and a change that rolls back leaves
 //! no event. The relay here produces the outbox in id order and marks what the broker
 //! acknowledged: **at least once** (a relay that dies between the produce and the mark produces
@@ -154,13 +154,24 @@ fn record(e: &Pending) -> Record {
     }
 }
 
-/// The oldest unproduced events, the event JSON built from each row.
+/// The oldest unproduced events, each event's JSON built from its row and its order's. The
+/// fields a change sets are never changed again, so the order "as the change left it" is its
+/// row now with the later changes' fields left out: a `created` event says PENDING_PAYMENT and
+/// no payment or close, a `paid` one no close.
 async fn read_pending(conn: &mut PgConnection, max: i64) -> anyhow::Result<Vec<Pending>> {
     let rows: Vec<(i64, i64, String, String)> = sqlx::query_as(
-        "SELECT id, order_id, order_id || ':' || kind, \
-                (snapshot || jsonb_build_object('schema', $1::text, 'event_id', id, \
-                  'type', 'order.' || kind, 'idempotency_key', order_id || ':' || kind, 'at', at))::text \
-         FROM order_events WHERE produced_at IS NULL ORDER BY id LIMIT $2",
+        "SELECT e.id, e.order_id, e.order_id || ':' || e.kind, jsonb_build_object(
+                  'schema', $1::text, 'event_id', e.id, 'type', 'order.' || e.kind,
+                  'idempotency_key', e.order_id || ':' || e.kind, 'at', e.at,
+                  'order_id', o.id, 'request_id', o.request_id, 'campaign_id', o.campaign_id,
+                  'user_id', o.user_id, 'sku', o.sku, 'qty', o.qty, 'amount_cents', o.amount_cents,
+                  'status', CASE e.kind WHEN 'created' THEN 'PENDING_PAYMENT' ELSE upper(e.kind) END,
+                  'reserved_at', o.reserved_at, 'created_at', o.created_at, 'pay_by', o.pay_by,
+                  'paid_at', CASE WHEN e.kind = 'paid' THEN o.paid_at END,
+                  'payment_ref', CASE WHEN e.kind = 'paid' THEN o.payment_ref END,
+                  'closed_at', CASE WHEN e.kind = 'closed' THEN o.closed_at END)::text
+           FROM order_events e JOIN orders o ON o.id = e.order_id
+          WHERE e.produced_at IS NULL ORDER BY e.id LIMIT $2",
     )
     .bind(SCHEMA)
     .bind(max)
