@@ -57,6 +57,14 @@ pub struct WriterMetrics {
     pub closer_closed: IntCounter,
     /// Closed orders whose units went back to Redis.
     pub closer_released: IntCounter,
+    /// Partitions this process holds a lease on now (0 with a fixed plan).
+    pub leases_held: IntGauge,
+    /// Partitions this process claimed from a writer whose lease had expired.
+    pub lease_takeovers: IntCounter,
+    /// Leases this process lost (found expired or taken at a renewal, or refused by a fence).
+    pub leases_lost: IntCounter,
+    /// Batches the lease fence refused (their writer no longer held the partition): rolled back.
+    pub fenced_batches: IntCounter,
     orders: IntGaugeVec,
     repairs: IntGaugeVec,
     db_up: IntGauge,
@@ -155,6 +163,23 @@ impl WriterMetrics {
                 "seckill_writer_closer_released_total",
                 "Closed orders whose units went back to Redis",
             ),
+            leases_held: IntGauge::new(
+                "seckill_writer_leases_held",
+                "Partitions this process holds a lease on (partitions by lease)",
+            )
+            .expect("valid metric"),
+            lease_takeovers: counter(
+                "seckill_writer_lease_takeovers_total",
+                "Partitions claimed from a writer whose lease had expired",
+            ),
+            leases_lost: counter(
+                "seckill_writer_leases_lost_total",
+                "Leases lost: expired or taken when renewed, or refused by a batch's fence",
+            ),
+            fenced_batches: counter(
+                "seckill_writer_fenced_batches_total",
+                "Batches refused by the lease fence (the partition had another owner or epoch): rolled back",
+            ),
             orders: gauge_vec(
                 "seckill_writer_orders",
                 "Orders in PostgreSQL by status (read at scrape)",
@@ -184,6 +209,10 @@ impl WriterMetrics {
             Box::new(m.sweeper_transfers_finished.clone()),
             Box::new(m.closer_closed.clone()),
             Box::new(m.closer_released.clone()),
+            Box::new(m.leases_held.clone()),
+            Box::new(m.lease_takeovers.clone()),
+            Box::new(m.leases_lost.clone()),
+            Box::new(m.fenced_batches.clone()),
             Box::new(m.orders.clone()),
             Box::new(m.repairs.clone()),
             Box::new(m.db_up.clone()),
@@ -306,6 +335,11 @@ impl PartitionMetrics {
         self.offsets.next.store(next_offset, Ordering::Relaxed);
         self.up.set(1);
         self.update_lag();
+    }
+
+    /// The partition's writer ended (shutdown, or its lease released or lost).
+    pub fn stopped(&self) {
+        self.up.set(0);
     }
 
     /// A fetch brought `n` records; the partition's end is `high_watermark`.

@@ -65,15 +65,17 @@ async fn tables(url: &str, schema: &str) -> Vec<String> {
     names
 }
 
-const TABLES: [&str; 8] = [
+const TABLES: [&str; 10] = [
     "_sqlx_migrations",
     "audit_log",
     "campaigns",
     "consumer_offsets",
     "dead_letters",
     "orders",
+    "partition_leases",
     "reservation_results",
     "stock_ledger",
+    "writer_heartbeats",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,7 +87,7 @@ async fn migrate_needs_only_a_postgres_url_outside_the_repository() {
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "{run}: {stderr}");
         assert!(
-            stdout.contains("schema shop (compiled in): at migration 4, this binary's newest"),
+            stdout.contains("schema shop (compiled in): at migration 5, this binary's newest"),
             "{stdout}"
         );
     }
@@ -171,7 +173,7 @@ async fn serve_no_migrate_refuses_an_older_schema_and_check_says_why() {
     assert!(
         stderr.contains(
             "schema shop is older than this order-writer: it has migrations up to 3, and lacks 4 \
-             (held per user); run `order-writer migrate` first"
+             (held per user), 5 (partition leases); run `order-writer migrate` first"
         ),
         "{stderr}"
     );
@@ -192,7 +194,7 @@ async fn serve_no_migrate_refuses_an_older_schema_and_check_says_why() {
     let out = run_bounded(command(&conf, &["check"]), Duration::from_secs(60));
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("schema shop at migration 4, this binary's newest"), "{stdout}");
+    assert!(stdout.contains("schema shop at migration 5, this binary's newest"), "{stdout}");
     let topic = format!("topic {} has 1 partitions", env.topic);
     assert!(stdout.contains(&topic), "{stdout}");
 
@@ -235,7 +237,7 @@ async fn check_runs_outside_the_repository_and_refuses_a_missing_key() {
         .unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("the default schema (search_path) at migration 4"), "{stdout}");
+    assert!(stdout.contains("the default schema (search_path) at migration 5"), "{stdout}");
     assert_eq!(stdout.lines().filter(|l| l.starts_with("ok  ")).count(), 4, "{stdout}");
 }
 
