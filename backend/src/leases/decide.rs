@@ -1,12 +1,18 @@
 //! The pure part of the leases: how many partitions a writer should hold, and what it does
 //! about it this round. No I/O; [`super::store`] reads the facts and applies the change.
 
-/// A writer's fair share: `ceil(partitions / writers)` (all of them for a writer alone, at least
-/// one while there are partitions). Every writer aiming at it covers every partition.
-pub(super) fn fair_share(partitions: i32, writers: i64) -> usize {
+/// A writer's fair share of `partitions` among the live writers `live` (their ids, in one
+/// order all writers agree on, this writer's among them at `rank`): `partitions / writers`,
+/// one more for the first `partitions % writers` of them. The shares add up to every partition
+/// exactly (no writer idle while another holds two more than it). A writer not among them yet
+/// (its heartbeat not read back) counts as alone.
+pub(super) fn fair_share(partitions: i32, writers: usize, rank: Option<usize>) -> usize {
     let partitions = partitions.max(0) as usize;
-    let writers = writers.max(1) as usize;
-    partitions.div_ceil(writers)
+    let (writers, rank) = match rank {
+        Some(r) if r < writers => (writers, r),
+        _ => (1, 0),
+    };
+    partitions / writers + usize::from(rank < partitions % writers)
 }
 
 /// What a writer does with its leases in one round.
@@ -46,16 +52,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_share_is_the_ceiling_and_covers_every_partition() {
-        assert_eq!(fair_share(12, 1), 12);
-        assert_eq!(fair_share(12, 2), 6);
-        assert_eq!(fair_share(12, 3), 4);
-        assert_eq!(fair_share(12, 5), 3);
-        assert_eq!(fair_share(12, 20), 1);
-        assert_eq!(fair_share(12, 0), 12, "no heartbeat read yet: this writer alone");
-        assert_eq!(fair_share(0, 3), 0);
+    fn the_shares_add_up_to_every_partition_and_differ_by_one_at_most() {
+        assert_eq!(fair_share(12, 1, Some(0)), 12);
+        assert_eq!((0..3).map(|r| fair_share(12, 3, Some(r))).collect::<Vec<_>>(), [4, 4, 4]);
+        assert_eq!((0..3).map(|r| fair_share(4, 3, Some(r))).collect::<Vec<_>>(), [2, 1, 1]);
+        assert_eq!((0..5).map(|r| fair_share(12, 5, Some(r))).collect::<Vec<_>>(), [3, 3, 2, 2, 2]);
+        assert_eq!(fair_share(2, 3, Some(2)), 0, "more writers than partitions: one idles");
+        assert_eq!(fair_share(12, 3, None), 12, "its heartbeat not read back: alone");
+        assert_eq!(fair_share(0, 3, Some(0)), 0);
         for writers in 1..=30 {
-            assert!(fair_share(12, writers) * writers as usize >= 12, "{writers}");
+            for partitions in [1, 4, 12, 100] {
+                let shares: Vec<usize> =
+                    (0..writers).map(|r| fair_share(partitions, writers, Some(r))).collect();
+                assert_eq!(shares.iter().sum::<usize>(), partitions as usize, "{partitions} over {writers}");
+                assert!(shares.iter().max().unwrap() - shares.iter().min().unwrap() <= 1);
+            }
         }
     }
 

@@ -3,8 +3,8 @@
 //!
 //! Each partition has a row in `partition_leases` (owner, epoch, expiry by PostgreSQL's clock)
 //! and each writer a heartbeat in `writer_heartbeats`. Every `leases.renew_ms` a writer renews
-//! its heartbeat and its leases, counts the live writers and aims at its fair share,
-//! `ceil(partitions / writers)` ([`decide`]): it claims free or expired partitions (a new epoch
+//! its heartbeat and its leases, reads the live writers and aims at its fair share,
+//! `partitions / writers` or one more ([`decide`]): it claims free or expired partitions (a new epoch
 //! each), or releases its surplus when another writer joined (after the partition's writer
 //! finished its batch in flight). A writer that dies stops renewing: its leases expire within
 //! `leases.lease_ms` and the others take them over at their next round, so within
@@ -95,7 +95,8 @@ impl Leases {
             // Ours, but its writer ended (an error): free it for whoever can write it.
             store::release(pool, topic, owner, (*p, *epoch)).await?;
         }
-        let share = decide::fair_share(self.partitions, writers);
+        let rank = writers.iter().position(|w| w == owner);
+        let share = decide::fair_share(self.partitions, writers.len(), rank);
         let now: Vec<i32> = self.held.keys().copied().collect();
         match decide::change(&now, share) {
             decide::Change::Claim(n) => self.claim(n).await?,

@@ -30,14 +30,14 @@ pub(super) async fn ensure_rows(pool: &PgPool, topic: &str, partitions: i32) -> 
     Ok(())
 }
 
-/// Renews this writer's heartbeat for `lease`, forgets the expired ones, and returns how many
-/// writers of `topic` are alive (this one included).
+/// Renews this writer's heartbeat for `lease`, forgets the expired ones, and returns the live
+/// writers of `topic` (this one included), by id.
 pub(super) async fn heartbeat(
     pool: &PgPool,
     topic: &str,
     owner: &str,
     lease: Duration,
-) -> anyhow::Result<i64> {
+) -> anyhow::Result<Vec<String>> {
     sqlx::query(
         "INSERT INTO writer_heartbeats (topic, owner, expires_at)
          VALUES ($1, $2, now() + make_interval(secs => $3))
@@ -54,11 +54,13 @@ pub(super) async fn heartbeat(
         .execute(pool)
         .await
         .context("forgetting expired heartbeats")?;
-    sqlx::query_scalar("SELECT count(*) FROM writer_heartbeats WHERE topic = $1 AND expires_at > now()")
-        .bind(topic)
-        .fetch_one(pool)
-        .await
-        .context("counting writers")
+    sqlx::query_scalar(
+        "SELECT owner FROM writer_heartbeats WHERE topic = $1 AND expires_at > now() ORDER BY owner",
+    )
+    .bind(topic)
+    .fetch_all(pool)
+    .await
+    .context("reading the live writers")
 }
 
 /// Extends every unexpired lease of `owner` by `lease`; returns the (partition, epoch) renewed.
