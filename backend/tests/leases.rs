@@ -34,10 +34,21 @@ impl Writer {
         Self::start_with(env, name, 6)
     }
 
+    /// [`Writer::start_with`], with `args` after `serve` (a fixed plan: `--partitions ...`) and
+    /// writer batches of `batch`; the binary is `ORDER_WRITER_BIN` when set (a release build,
+    /// for [`measure_orders_per_second_by_writers`]).
+    fn start_args(env: &Env, name: &str, batch: usize, args: &[&str]) -> Writer {
+        Self::spawn(env, name, 6, batch, args)
+    }
+
     /// [`Writer::start`] with a sweeper of age `sweep_age_secs` (a long one produces nothing
     /// again during a test: the topic then holds only what the test produced).
     fn start_with(env: &Env, name: &str, sweep_age_secs: u32) -> Writer {
-        let base = std::fs::read_to_string(write_conf(env, 20)).unwrap();
+        Self::spawn(env, name, sweep_age_secs, 20, &[])
+    }
+
+    fn spawn(env: &Env, name: &str, sweep_age_secs: u32, batch: usize, args: &[&str]) -> Writer {
+        let base = std::fs::read_to_string(write_conf(env, batch)).unwrap();
         let base = base.replace("age_secs = 6", &format!("age_secs = {sweep_age_secs}"));
         let port = e2e::stack::free_port();
         let first = base.lines().next().unwrap().to_string();
@@ -50,7 +61,13 @@ impl Writer {
         let conf = env.dir.join(format!("{name}.toml"));
         std::fs::write(&conf, text).unwrap();
         let log = env.dir.join(format!("{name}.log"));
-        let child = command(&conf, &["serve"])
+        let mut cmd = command(&conf, &[&["serve"], args].concat());
+        if let Some(bin) = std::env::var_os("ORDER_WRITER_BIN") {
+            let mut other = Command::new(bin);
+            other.args(cmd.get_args()).envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))));
+            cmd = other;
+        }
+        let child = cmd
             .env("RUST_LOG", "warn,backend::leases=info,backend::writer=info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -357,4 +374,54 @@ async fn the_fence_refuses_a_stale_epoch_another_owner_and_an_expired_lease() {
     assert!(e.downcast_ref::<Fenced>().is_some(), "an expired lease is refused: {e:#}");
     assert_eq!(orders().await, 1);
     assert_eq!(backend::writer::stored_offset(&env.pool, &env.topic, 0).await.unwrap(), 1);
+}
+
+/// A measure, not a test: orders/s of 1, 2 and 3 writers by lease on a 12-partition topic,
+/// beside one writer with a fixed plan of all 12 (how a writer ran before leases), in one run,
+/// each on a fresh database and topic with `MEASURE_ORDERS` (default 12,000) records produced
+/// once the writers are ready, writer batches of 1,000 (the conf's default). Run by hand:
+/// `ORDER_WRITER_BIN=<a release build> cargo test -p backend --test leases -- --ignored
+/// --nocapture measure`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "a measure, run by hand"]
+async fn measure_orders_per_second_by_writers() {
+    let n: i64 = std::env::var("MEASURE_ORDERS").ok().and_then(|v| v.parse().ok()).unwrap_or(12_000);
+    let all: String = (0..PARTITIONS).map(|p| p.to_string()).collect::<Vec<_>>().join(",");
+    let fixed = ["--partitions", all.as_str()];
+    for (label, writers, args) in [
+        ("fixed plan (--partitions 0..11), 1 writer", 1, &fixed[..]),
+        ("by lease, 1 writer", 1, &[][..]),
+        ("by lease, 2 writers", 2, &[][..]),
+        ("by lease, 3 writers", 3, &[][..]),
+    ] {
+        let env = Env::new(n, 1, PARTITIONS).await;
+        let records = reserve(&env, "m", 0, n).await;
+        let ws: Vec<Writer> =
+            (0..writers).map(|i| Writer::start_args(&env, &format!("m{i}"), 1000, args)).collect();
+        if args.is_empty() {
+            let refs: Vec<&Writer> = ws.iter().collect();
+            wait_spread(&env, &refs, PARTITIONS as usize / writers).await;
+        } else {
+            wait_started(&ws[0]).await;
+        }
+        let t0 = Instant::now();
+        produce(&env, records).await;
+        env.wait_offsets(&env.end_offsets().await).await;
+        let secs = t0.elapsed().as_secs_f64();
+        eprintln!("{label}: {n} orders in {secs:.2} s = {:.0} orders/s", n as f64 / secs);
+        assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, n);
+        for w in ws {
+            w.stop();
+        }
+    }
+}
+
+/// Waits (bounded) until `w` runs a writer for each of the 12 partitions (its log's "writer
+/// started" lines).
+async fn wait_started(w: &Writer) {
+    let limit = Instant::now() + Duration::from_secs(60);
+    while w.log().matches("writer started").count() < PARTITIONS as usize {
+        assert!(Instant::now() < limit, "writers not started within 60 s:\n{}", w.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
