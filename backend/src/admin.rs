@@ -35,11 +35,13 @@ pub struct AdminState {
 /// How long a scrape waits for the partitions' ends before it answers with the last ones seen.
 const ENDS_SCRAPE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Reads each assigned partition's end from Kafka (bounded) into the lag gauges.
+/// Reads the end of each partition this process writes (a fixed plan's, or those it holds by
+/// lease now) from Kafka (bounded) into the lag gauges.
 async fn refresh_ends(st: &AdminState) {
     let Some((client, topic)) = &st.kafka else { return };
+    let partitions = if st.assigned.is_empty() { st.metrics.partitions_up() } else { st.assigned.clone() };
     let read = async {
-        for &p in &st.assigned {
+        for &p in &partitions {
             let pc = crate::kafka::partition(client, topic, p, ENDS_SCRAPE_TIMEOUT).await?;
             let end = pc.get_offset(rskafka::client::partition::OffsetAt::Latest).await?;
             st.metrics.end_seen(p, end);

@@ -258,6 +258,15 @@ impl WriterMetrics {
         }
     }
 
+    /// The partitions whose writer runs in this process now, in order (a writer by lease's
+    /// change as it runs).
+    pub fn partitions_up(&self) -> Vec<i32> {
+        let seen: Vec<i32> = self.offsets.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+        let mut up: Vec<i32> = seen.into_iter().filter(|p| self.partition_is_up(*p)).collect();
+        up.sort_unstable();
+        up
+    }
+
     /// Whether `partition`'s writer is running (see [`PartitionMetrics::started`]).
     pub fn partition_is_up(&self, partition: i32) -> bool {
         self.up.with_label_values(&[&partition.to_string()]).get() == 1
@@ -385,5 +394,20 @@ mod tests {
         assert_eq!(m.partition(4).lag.get(), 0, "no lag before the partition's writer started");
         let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
         assert!(names.contains(&"seckill_writer_lag".to_string()), "{names:?}");
+    }
+
+    #[test]
+    fn the_partitions_up_are_those_started_and_not_stopped() {
+        let m = WriterMetrics::new();
+        m.partition(3).started(0);
+        m.partition(1).started(0);
+        let _not_started = m.partition(2);
+        assert_eq!(m.partitions_up(), [1, 3]);
+        m.partition(3).stopped();
+        assert_eq!(m.partitions_up(), [1], "a lease released or lost");
+        let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
+        for name in ["seckill_writer_leases_held", "seckill_writer_fenced_batches_total"] {
+            assert!(names.contains(&name.to_string()), "{name}: {names:?}");
+        }
     }
 }
