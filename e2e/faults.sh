@@ -8,6 +8,11 @@
 #
 # Faults (all by default; --short: all but the flood):
 #   writer          kill -9 of the order writer mid-sale, restarted
+#   writer-kill     three order writers sharing the partitions by lease: kill -9 of one mid-sale,
+#                   not restarted; its partitions are taken over within the lease bound
+#   writer-pause    the same three: one paused (SIGSTOP) mid-sale past its lease, then resumed
+#                   (SIGCONT); its partitions are taken over, it learns it lost them (a late
+#                   batch of its refused by the lease fence), nothing lost or written twice
 #   broker          the Kafka broker killed with kill -9 mid-sale, restarted
 #   broker-leader   on a three-broker Kafka cluster (replication factor 3, min.insync.replicas
 #                   2), kill -9 of the leader of the partitions' most-led broker mid-sale, never
@@ -27,7 +32,8 @@
 #
 # Every server is this script's own: a second stack (Redis, PostgreSQL, Kafka) under
 # .stack/faults on ports of its own (FAULTS_REDIS_PORT 6490, FAULTS_PG_PORT 5490,
-# FAULTS_KAFKA_PORT 19190, FAULTS_KAFKA_CLUSTER_PORT 19692 for broker-leader's three), and its own gateway and order writer (FAULTS_GATEWAY_PORT 18480 .. + 2, metrics +1000).
+# FAULTS_KAFKA_PORT 19190, FAULTS_KAFKA_CLUSTER_PORT 19692 for broker-leader's three), and its own gateway and order writer (FAULTS_GATEWAY_PORT 18480 .. + 2, the
+# writer-kill and writer-pause faults' two more writers + 3 and + 4, metrics +1000).
 # Faults are sent by PID to those processes only; the stack is stopped at the end. Its sales stay
 # for their reports until the next run, which deletes them at its start (SALE_CLEANUP=older;
 # all: at the end of the run; none: never; e2e/lib.sh sales_cleanup). --short: a
@@ -40,7 +46,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SHORT=0
 [[ "${1:-}" == --short ]] && { SHORT=1; shift; }
-ALL_FAULTS=(writer broker broker-leader postgres redis-always redis-everysec gateway two-gateways redis-slow flood)
+ALL_FAULTS=(writer writer-kill writer-pause broker broker-leader postgres redis-always redis-everysec gateway two-gateways redis-slow flood)
 FAULTS=("$@")
 # By default every fault; --short leaves the flood out (e2e/test.sh runs it once, through
 # FLOOD=1 e2e/demo.sh).
@@ -62,6 +68,10 @@ fi
 CONCURRENCY=${CONCURRENCY:-128}
 START_IN=${START_IN:-5}
 PAUSE_SECS=${PAUSE_SECS:-3} # how long redis-slow keeps Redis stopped
+# The leases of writer-kill and writer-pause's writers: a writer that stops renewing loses its
+# partitions to the others within LEASE_MS + RENEW_MS (the bound their verdict allows 5 s over).
+LEASE_MS=${LEASE_MS:-3000}
+RENEW_MS=${RENEW_MS:-500}
 GW_PORT=${FAULTS_GATEWAY_PORT:-18480}
 GW2_PORT=$((GW_PORT + 2))
 WRITER_PORT=$((GW_PORT + 1))
@@ -255,6 +265,113 @@ fault_writer() {
   common_checks
   stop_sale
   verdict writer "$OK" "order writer killed mid-burst, restarted; $COMMON"
+}
+
+# --- writers by lease ---
+
+# The sale's writer conf with the short leases, and two more like it (listen and admin ports of
+# their own): order-writer-2.toml, order-writer-3.toml.
+lease_confs() {
+  sed -i -e "s/^lease_ms = .*/lease_ms = $LEASE_MS/" -e "s/^# renew_ms = .*/renew_ms = $RENEW_MS/" \
+    "$RUN/order-writer.toml"
+  local i port
+  for i in 2 3; do
+    port=$((GW_PORT + i + 1))
+    sed -e "s#^listen = \"127.0.0.1:$WRITER_PORT\"#listen = \"127.0.0.1:$port\"#" \
+      -e "s#^listen = \"127.0.0.1:$((WRITER_PORT + 1000))\"#listen = \"127.0.0.1:$((port + 1000))\"#" \
+      "$RUN/order-writer.toml" >"$RUN/order-writer-$i.toml"
+  done
+}
+
+# Three writers by lease on the sale (the first answers the crowd's result queries): sets
+# WRITER_PID, WRITER2_PID, WRITER3_PID, and waits (30 s at most) until each holds partitions.
+start_writers() {
+  start_writer
+  local i
+  for i in 2 3; do
+    "$BIN/order-writer" --conf "$RUN/order-writer-$i.toml" serve >>"$RUN/order-writer-$i.log" 2>&1 &
+    PIDS+=("$!")
+    printf -v "WRITER${i}_PID" %s "$!"
+    wait_port "order-writer-$i" "$((GW_PORT + i + 1))" "$RUN/order-writer-$i.log"
+  done
+  for _ in $(seq 1 300); do
+    [[ $(lease_sql "SELECT count(DISTINCT owner) FROM partition_leases WHERE expires_at > now()") == 3 ]] && return 0
+    sleep 0.1
+  done
+  echo "the three writers did not share the partitions within 30 s" >&2
+  return 1
+}
+
+lease_sql() { # sql: one value from the sale's database
+  psql "$(sale_db_url "$ID")" -tAc "$1" 2>/dev/null || echo "?"
+}
+
+# Waits (30 s at most) until no live lease names the writer of PID and every partition is held
+# by a live writer; prints the seconds it took (from now), or "never".
+taken_over() { # pid
+  local t0 held others all
+  t0=$(date +%s%N)
+  all=$(lease_sql "SELECT count(*) FROM partition_leases")
+  for _ in $(seq 1 300); do
+    held=$(lease_sql "SELECT count(*) FROM partition_leases WHERE owner LIKE 'pid$1-%' AND expires_at > now()")
+    others=$(lease_sql "SELECT count(*) FROM partition_leases WHERE owner NOT LIKE 'pid$1-%' AND expires_at > now()")
+    if [[ $held == 0 && $others == "$all" ]]; then
+      python3 -c "print(round(($(date +%s%N) - $t0) / 1e9, 1))"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo never
+}
+
+# Whether SECS (a figure, or "never") is within the takeover bound: LEASE_MS + RENEW_MS + 5 s.
+within_bound() { # secs
+  python3 -c "import sys; sys.exit(0 if float('$1') <= ($LEASE_MS + $RENEW_MS) / 1000 + 5 else 1)" 2>/dev/null
+}
+
+fault_writer-kill() {
+  sale writer-kill
+  lease_confs
+  start_writers
+  start_gateway gateway "$GW_PORT"
+  crowd --gateway "http://127.0.0.1:$GW_PORT"
+  wait_crowd "burst started"
+  sleep 0.1
+  local victim=$WRITER2_PID held took
+  held=$(lease_sql "SELECT count(*) FROM partition_leases WHERE owner LIKE 'pid$victim-%'")
+  kill -KILL "$victim"
+  wait "$victim" 2>/dev/null || true
+  took=$(taken_over "$victim")
+  common_checks
+  stop_sale
+  within_bound "$took" || OK=1
+  verdict writer-kill "$OK" "one of 3 writers by lease (holding $held partitions) killed mid-burst, not restarted: its partitions taken over in $took s (lease $LEASE_MS ms, renew $RENEW_MS ms); $COMMON"
+}
+
+fault_writer-pause() {
+  sale writer-pause
+  lease_confs
+  start_writers
+  start_gateway gateway "$GW_PORT"
+  crowd --gateway "http://127.0.0.1:$GW_PORT"
+  wait_crowd "burst started"
+  sleep 0.1
+  local victim=$WRITER2_PID log="$RUN/order-writer-2.log" took lost=1 fenced
+  kill -STOP "$victim"
+  took=$(taken_over "$victim")
+  kill -CONT "$victim"
+  # Resumed, it finds its leases gone: a batch it had in flight is refused by the fence, its
+  # renewal returns nothing; either way it logs the loss and writes nothing more under them.
+  for _ in $(seq 1 100); do
+    grep -q "lease lost" "$log" && { lost=0; break; }
+    sleep 0.1
+  done
+  fenced=$(grep -c "the fence refused the batch" "$log" || true)
+  common_checks
+  stop_sale
+  within_bound "$took" || OK=1
+  ((lost == 0)) || OK=1
+  verdict writer-pause "$OK" "one of 3 writers by lease paused (SIGSTOP) mid-burst: its partitions taken over in $took s (lease $LEASE_MS ms, renew $RENEW_MS ms); resumed, it $([[ $lost == 0 ]] && echo "lost its leases" || echo "did NOT log its lost leases"), ${fenced:-0} late batch(es) refused by the fence; $COMMON"
 }
 
 fault_broker() { server_fault broker kafka 2; }

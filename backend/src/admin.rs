@@ -1,6 +1,7 @@
 //! The order writer's admin listener (`[admin] listen`): Prometheus `/metrics` (see
 //! [`crate::metrics`]), `/healthz` (the process answers) and `/readyz` (PostgreSQL answers
-//! within a second and every assigned partition's writer is running). Keep it off the public
+//! within a second and every partition of a fixed plan has its writer running; a writer by lease
+//! is ready once PostgreSQL answers, its partitions changing as it runs). Keep it off the public
 //! interface: it is not authenticated.
 
 use std::sync::Arc;
@@ -24,7 +25,7 @@ pub struct AdminState {
     pub metrics: Arc<WriterMetrics>,
     /// The order-writing pool (scrape-time counts, readiness).
     pub pool: PgPool,
-    /// The partitions this process writes.
+    /// The partitions of a fixed plan (empty for a writer by lease).
     pub assigned: Vec<i32>,
     /// The Kafka client and topic the scrape reads each assigned partition's end from, so
     /// `seckill_writer_lag` is current even when a writer fetches nothing.
@@ -34,11 +35,13 @@ pub struct AdminState {
 /// How long a scrape waits for the partitions' ends before it answers with the last ones seen.
 const ENDS_SCRAPE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Reads each assigned partition's end from Kafka (bounded) into the lag gauges.
+/// Reads the end of each partition this process writes (a fixed plan's, or those it holds by
+/// lease now) from Kafka (bounded) into the lag gauges.
 async fn refresh_ends(st: &AdminState) {
     let Some((client, topic)) = &st.kafka else { return };
+    let partitions = if st.assigned.is_empty() { st.metrics.partitions_up() } else { st.assigned.clone() };
     let read = async {
-        for &p in &st.assigned {
+        for &p in &partitions {
             let pc = crate::kafka::partition(client, topic, p, ENDS_SCRAPE_TIMEOUT).await?;
             let end = pc.get_offset(rskafka::client::partition::OffsetAt::Latest).await?;
             st.metrics.end_seen(p, end);

@@ -52,6 +52,8 @@ struct Raw {
     #[serde(default)]
     closer: RawCloser,
     #[serde(default)]
+    leases: RawLeases,
+    #[serde(default)]
     admin: Option<RawAdmin>,
     #[serde(default)]
     events: RawEvents,
@@ -212,6 +214,55 @@ impl Default for RawCloser {
     }
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLeases {
+    #[serde(default = "d_lease")]
+    lease_ms: Spanned<i64>,
+    #[serde(default)]
+    renew_ms: Option<Spanned<i64>>,
+}
+fn d_lease() -> Spanned<i64> {
+    Spanned::new(0..0, 10_000)
+}
+impl Default for RawLeases {
+    fn default() -> Self {
+        Self { lease_ms: d_lease(), renew_ms: None }
+    }
+}
+
+/// Which partitions a writer consumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// These, always (`kafka.assigned` or `serve --partitions`): the operator splits the
+    /// partitions between the writers.
+    Fixed(Vec<i32>),
+    /// Those it holds a lease on in PostgreSQL (the default): writers share the partitions
+    /// without a plan, see [`crate::leases`].
+    Leased,
+}
+
+impl Plan {
+    /// The partitions of a fixed plan; empty when leased (they change while it runs).
+    pub fn fixed(&self) -> &[i32] {
+        match self {
+            Plan::Fixed(p) => p,
+            Plan::Leased => &[],
+        }
+    }
+}
+
+/// Partition leases (`[leases]`), for writers without a fixed plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseConf {
+    /// How long a lease lasts unless renewed: a dead writer's partitions are taken over within
+    /// `lease + renew` (plus the new owner's start).
+    pub lease: Duration,
+    /// How often a writer renews its leases and heartbeat and rebalances its share; at most half
+    /// the lease, so one late renewal does not lose it.
+    pub renew: Duration,
+}
+
 /// Kafka settings.
 #[derive(Debug, Clone)]
 pub struct KafkaConf {
@@ -224,8 +275,9 @@ pub struct KafkaConf {
     pub topic: String,
     /// Partition count of the topic (the producer hashes users over it).
     pub partitions: i32,
-    /// Partitions this instance consumes (all by default; `--partitions` overrides).
-    pub assigned: Vec<i32>,
+    /// The partitions this instance consumes: leased by default, a fixed list with
+    /// `kafka.assigned` (`--partitions` overrides either).
+    pub plan: Plan,
     /// Deadline of one produce, retries included.
     pub produce_timeout: Duration,
     /// Most records the sweeper (or `order-writer produce`) puts in one produce request.
@@ -351,6 +403,8 @@ pub struct Conf {
     pub admin_listen: Option<SocketAddr>,
     /// The order events' topic.
     pub events: crate::events::EventsConf,
+    /// Partition leases (used when the plan is [`Plan::Leased`]).
+    pub leases: LeaseConf,
 }
 
 impl Conf {
@@ -401,8 +455,8 @@ impl Conf {
                 "must be 1 to 16, or -1 for the cluster's default.replication.factor",
             ));
         }
-        let assigned = match &k.assigned {
-            None => (0..partitions).collect(),
+        let plan = match &k.assigned {
+            None => Plan::Leased,
             Some(a) => {
                 let list = a.get_ref().clone();
                 if list.is_empty() || list.iter().any(|p| !(0..partitions).contains(p)) {
@@ -412,7 +466,7 @@ impl Conf {
                         format!("must list partitions between 0 and {}", partitions - 1),
                     ));
                 }
-                list
+                Plan::Fixed(list)
             }
         };
         let produce_timeout =
@@ -452,9 +506,11 @@ impl Conf {
         let close_batch = c.bounded(&cl.batch_size, "closer.batch_size", 1, 10_000)?;
         let admin_listen = raw.admin.as_ref().map(|a| c.addr(&a.listen, "admin.listen")).transpose()?;
         let events = events(&c, &raw.events, &topic, partitions)?;
+        let leases = leases(&c, &raw.leases)?;
         Ok(Conf {
             events,
             admin_listen,
+            leases,
             listen,
             redis_url: raw.redis_url.into_inner(),
             redis_password,
@@ -470,7 +526,7 @@ impl Conf {
                 replication_factor: replication_factor as i16,
                 topic,
                 partitions,
-                assigned,
+                plan,
                 produce_timeout,
                 produce_batch,
             },
@@ -518,6 +574,21 @@ fn redis(c: &Checker<'_>, raw: &Raw) -> Result<Option<Password>, ConfError> {
     raw.redis_password.as_ref().map(|p| c.password(p, "redis_password")).transpose()
 }
 
+/// Checks `[leases]`: a lease of 1 s to 10 min, renewed at least twice per lease (by default
+/// four times).
+fn leases(c: &Checker<'_>, raw: &RawLeases) -> Result<LeaseConf, ConfError> {
+    let lease = c.ms(&raw.lease_ms, "leases.lease_ms", 1_000, LEASE_MAX_MS)?;
+    let Some(renew_ms) = &raw.renew_ms else { return Ok(LeaseConf { lease, renew: lease / 4 }) };
+    let half = lease.as_millis() as i64 / 2;
+    let renew = c.ms(renew_ms, "leases.renew_ms", 100, half).map_err(|mut e| {
+        e.message.push_str(" (at most half of leases.lease_ms, so one late renewal does not lose a lease)");
+        e
+    })?;
+    Ok(LeaseConf { lease, renew })
+}
+
+/// The longest `leases.lease_ms`: ten minutes.
+pub const LEASE_MAX_MS: i64 = 600_000;
 /// The longest `kafka.produce_timeout_ms`: a minute.
 pub const PRODUCE_TIMEOUT_MAX_MS: i64 = 60_000;
 /// The longest `sweeper.age_secs`: a day.
@@ -552,7 +623,11 @@ partitions = 4
     #[test]
     fn good_file_parses_with_defaults() {
         let c = parse(&good()).unwrap();
-        assert_eq!(c.kafka.assigned, vec![0, 1, 2, 3]);
+        assert_eq!(c.kafka.plan, Plan::Leased, "no plan: partitions by lease");
+        assert_eq!(
+            c.leases,
+            LeaseConf { lease: Duration::from_secs(10), renew: Duration::from_millis(2500) }
+        );
         assert_eq!(c.writer.batch_size, 1000);
         assert_eq!((c.writer.max_wait.as_i32(), c.writer.idle_wait.as_i32()), (20, 100));
         assert_eq!(
@@ -652,6 +727,23 @@ partitions = 4
         expect(&format!("{}\n[events]\ntopic = \"a b\"\n", good()), 13, "events.topic", "a-z, A-Z");
         expect(&format!("{}\n[events]\npartitions = 0\n", good()), 13, "events.partitions", "0");
         expect(&format!("{}\n[events]\npartition = 2\n", good()), 13, "partition", "unknown field");
+    }
+
+    #[test]
+    fn leases_are_bounded_and_renewed_at_least_twice_per_lease() {
+        let table = |body: &str| format!("{}\n[leases]\n{body}\n", good());
+        let c = parse(&table("lease_ms = 3000\nrenew_ms = 500")).unwrap();
+        assert_eq!(c.leases, LeaseConf { lease: Duration::from_secs(3), renew: Duration::from_millis(500) });
+        assert_eq!(parse(&table("lease_ms = 2000")).unwrap().leases.renew, Duration::from_millis(500));
+        expect(&table("lease_ms = 999"), 13, "leases.lease_ms", "between 1000 and 600000 (ms)");
+        expect(&table("lease_ms = 600001"), 13, "leases.lease_ms", "between 1000 and 600000 (ms)");
+        let e = parse(&table("lease_ms = 3000\nrenew_ms = 1501")).unwrap_err();
+        assert_eq!((e.line, e.column, e.field.as_deref()), (14, 12, Some("leases.renew_ms")), "{e}");
+        assert!(e.to_string().contains("between 100 and 1500 (ms), found 1501 (at most half"), "{e}");
+        expect(&table("renew_ms = 99"), 13, "leases.renew_ms", "between 100 and 5000 (ms)");
+        expect(&table("lease = 1"), 13, "lease", "unknown field");
+        let fixed = good().replace("partitions = 4", "partitions = 4\nassigned = [2, 0]");
+        assert_eq!(parse(&fixed).unwrap().kafka.plan, Plan::Fixed(vec![2, 0]), "a fixed plan: no lease");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! notification services (the seed: 下游支付、营销和通知通过独立事件异步处理).
 //!
 //! Statement-level triggers on `orders` write each change into the outbox table `order_events`
-//! in the transaction of the change (`sql/0005_order_events.sql`): the writer's batch, the payment
+//! in the transaction of the change (`sql/0006_order_events.sql`): the writer's batch, the payment
 //! callback and the close worker need no code of their own, and a change that rolls back leaves
 //! no event. The relay here produces the outbox in id order and marks what the broker
 //! acknowledged: **at least once** (a relay that dies between the produce and the mark produces

@@ -6,6 +6,8 @@
 //!
 //! - [`writer`]: Kafka → PostgreSQL, one transaction per batch, then the Redis ack/compensation;
 //!   a record without the gateway key's signature is dead-lettered;
+//! - [`leases`]: writers without a fixed plan share the partitions by lease in PostgreSQL, each
+//!   batch fenced by its lease's epoch;
 //! - [`sweeper`]: outbox entries without an order after T → Kafka again, signed (through
 //!   [`producer`]);
 //! - [`produce`]: `order-writer produce`, signed test reservations from a file (replayed as
@@ -33,6 +35,7 @@ pub mod db;
 pub mod events;
 pub mod http;
 pub mod kafka;
+pub mod leases;
 pub mod metrics;
 pub mod pay_auth;
 pub mod payment;

@@ -57,6 +57,14 @@ pub struct WriterMetrics {
     pub closer_closed: IntCounter,
     /// Closed orders whose units went back to Redis.
     pub closer_released: IntCounter,
+    /// Partitions this process holds a lease on now (0 with a fixed plan).
+    pub leases_held: IntGauge,
+    /// Partitions this process claimed from a writer whose lease had expired.
+    pub lease_takeovers: IntCounter,
+    /// Leases this process lost (found expired or taken at a renewal, or refused by a fence).
+    pub leases_lost: IntCounter,
+    /// Batches the lease fence refused (their writer no longer held the partition): rolled back.
+    pub fenced_batches: IntCounter,
     orders: IntGaugeVec,
     repairs: IntGaugeVec,
     events_pending: IntGauge,
@@ -156,6 +164,23 @@ impl WriterMetrics {
                 "seckill_writer_closer_released_total",
                 "Closed orders whose units went back to Redis",
             ),
+            leases_held: IntGauge::new(
+                "seckill_writer_leases_held",
+                "Partitions this process holds a lease on (partitions by lease)",
+            )
+            .expect("valid metric"),
+            lease_takeovers: counter(
+                "seckill_writer_lease_takeovers_total",
+                "Partitions claimed from a writer whose lease had expired",
+            ),
+            leases_lost: counter(
+                "seckill_writer_leases_lost_total",
+                "Leases lost: expired or taken when renewed, or refused by a batch's fence",
+            ),
+            fenced_batches: counter(
+                "seckill_writer_fenced_batches_total",
+                "Batches refused by the lease fence (the partition had another owner or epoch): rolled back",
+            ),
             orders: gauge_vec(
                 "seckill_writer_orders",
                 "Orders in PostgreSQL by status (read at scrape)",
@@ -190,6 +215,10 @@ impl WriterMetrics {
             Box::new(m.sweeper_transfers_finished.clone()),
             Box::new(m.closer_closed.clone()),
             Box::new(m.closer_released.clone()),
+            Box::new(m.leases_held.clone()),
+            Box::new(m.lease_takeovers.clone()),
+            Box::new(m.leases_lost.clone()),
+            Box::new(m.fenced_batches.clone()),
             Box::new(m.orders.clone()),
             Box::new(m.repairs.clone()),
             Box::new(m.events_pending.clone()),
@@ -234,6 +263,15 @@ impl WriterMetrics {
             p.offsets.high.fetch_max(end, Ordering::Relaxed);
             p.update_lag();
         }
+    }
+
+    /// The partitions whose writer runs in this process now, in order (a writer by lease's
+    /// change as it runs).
+    pub fn partitions_up(&self) -> Vec<i32> {
+        let seen: Vec<i32> = self.offsets.lock().unwrap_or_else(|e| e.into_inner()).keys().copied().collect();
+        let mut up: Vec<i32> = seen.into_iter().filter(|p| self.partition_is_up(*p)).collect();
+        up.sort_unstable();
+        up
     }
 
     /// Whether `partition`'s writer is running (see [`PartitionMetrics::started`]).
@@ -321,6 +359,11 @@ impl PartitionMetrics {
         self.update_lag();
     }
 
+    /// The partition's writer ended (shutdown, or its lease released or lost).
+    pub fn stopped(&self) {
+        self.up.set(0);
+    }
+
     /// A fetch brought `n` records; the partition's end is `high_watermark`.
     pub fn fetched(&self, n: usize, high_watermark: i64) {
         self.consumed.inc_by(n as u64);
@@ -364,5 +407,20 @@ mod tests {
         assert_eq!(m.partition(4).lag.get(), 0, "no lag before the partition's writer started");
         let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
         assert!(names.contains(&"seckill_writer_lag".to_string()), "{names:?}");
+    }
+
+    #[test]
+    fn the_partitions_up_are_those_started_and_not_stopped() {
+        let m = WriterMetrics::new();
+        m.partition(3).started(0);
+        m.partition(1).started(0);
+        let _not_started = m.partition(2);
+        assert_eq!(m.partitions_up(), [1, 3]);
+        m.partition(3).stopped();
+        assert_eq!(m.partitions_up(), [1], "a lease released or lost");
+        let names: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_string()).collect();
+        for name in ["seckill_writer_leases_held", "seckill_writer_fenced_batches_total"] {
+            assert!(names.contains(&name.to_string()), "{name}: {names:?}");
+        }
     }
 }

@@ -10,13 +10,13 @@ use tokio::sync::watch;
 
 use crate::admin::{self, AdminState};
 use crate::app::Connections;
-use crate::conf::Conf;
+use crate::conf::{Conf, Plan};
 use crate::http::router;
 use crate::metrics::WriterMetrics;
 use crate::producer::Producer;
 use crate::state::{AppState, ResultStore};
 use crate::writer::WriterCtx;
-use crate::{closer, events, sweeper, writer};
+use crate::{closer, events, leases, sweeper, writer};
 
 /// What `serve` does with the PostgreSQL schema before it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,13 +29,14 @@ pub enum AtStart {
 }
 
 /// `order-writer serve [--partitions P,...] [--no-migrate]`: everything, until SIGTERM or
-/// ctrl-c. `partitions` (checked against the topic's count) replaces `kafka.assigned`.
+/// ctrl-c. `partitions` (checked against the topic's count) is a fixed plan: it replaces
+/// `kafka.assigned`, or the leases.
 pub async fn run(mut cfg: Conf, partitions: Option<Vec<i32>>, at_start: AtStart) -> anyhow::Result<()> {
     if let Some(p) = partitions {
         if p.is_empty() || p.iter().any(|x| !(0..cfg.kafka.partitions).contains(x)) {
             anyhow::bail!("--partitions must list partitions between 0 and {}", cfg.kafka.partitions - 1);
         }
-        cfg.kafka.assigned = p;
+        cfg.kafka.plan = Plan::Fixed(p);
     }
     let (tx, _rx) = watch::channel(false);
     serve_as(cfg, tx, true, at_start).await
@@ -55,7 +56,11 @@ pub async fn serve_as(
     at_start: AtStart,
 ) -> anyhow::Result<()> {
     let conns = Connections::new(&cfg);
-    let size = 16 + cfg.kafka.assigned.len() as u32;
+    let writers = match &cfg.kafka.plan {
+        Plan::Fixed(p) => p.len(),
+        Plan::Leased => cfg.kafka.partitions as usize,
+    };
+    let size = 16 + writers as u32;
     let pool = match at_start {
         AtStart::Migrate => conns.migrated_postgres(size).await?,
         AtStart::Verify => conns.checked_postgres(size).await?,
@@ -91,7 +96,7 @@ pub async fn serve_as(
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("cannot listen on {}", cfg.listen))?;
-    tracing::info!(listen = %cfg.listen, topic = cfg.kafka.topic, partitions = ?cfg.kafka.assigned, "order writer serving");
+    tracing::info!(listen = %cfg.listen, topic = cfg.kafka.topic, plan = ?cfg.kafka.plan, "order writer serving");
 
     if signals {
         let tx = shutdown_tx.clone();
@@ -117,7 +122,7 @@ pub async fn serve_as(
             let state = AdminState {
                 metrics: metrics.clone(),
                 pool: pool.clone(),
-                assigned: cfg.kafka.assigned.clone(),
+                assigned: cfg.kafka.plan.fixed().to_vec(),
                 kafka: Some((kc.clone(), cfg.kafka.topic.clone())),
             };
             let mut rx = shutdown_tx.subscribe();
@@ -142,8 +147,16 @@ pub async fn serve_as(
         cfg: cfg.writer.clone(),
         metrics: metrics.clone(),
     };
-    for &p in &cfg.kafka.assigned {
-        tasks.push(tokio::spawn(writer::run_partition(ctx.clone(), p, shutdown_tx.subscribe())));
+    match &cfg.kafka.plan {
+        Plan::Fixed(assigned) => {
+            for &p in assigned {
+                tasks.push(tokio::spawn(writer::run_partition(ctx.clone(), p, shutdown_tx.subscribe())));
+            }
+        }
+        Plan::Leased => {
+            let (leases, n) = (cfg.leases, cfg.kafka.partitions);
+            tasks.push(tokio::spawn(leases::run(ctx.clone(), leases, n, shutdown_tx.subscribe())));
+        }
     }
     let sweep = sweeper::Sweeper {
         pool: pool.clone(),

@@ -70,7 +70,7 @@ fn newest() -> usize {
     std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../sql")).unwrap().count()
 }
 
-const TABLES: [&str; 9] = [
+const TABLES: [&str; 11] = [
     "_sqlx_migrations",
     "audit_log",
     "campaigns",
@@ -78,8 +78,10 @@ const TABLES: [&str; 9] = [
     "dead_letters",
     "order_events",
     "orders",
+    "partition_leases",
     "reservation_results",
     "stock_ledger",
+    "writer_heartbeats",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

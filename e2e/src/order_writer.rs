@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use backend::conf::{Conf, KafkaConf, PostgresConf, WriterConf};
+use backend::conf::{Conf, KafkaConf, LeaseConf, Plan, PostgresConf, WriterConf};
 use protocol::conf::Millis;
 
 use crate::stack;
@@ -31,7 +31,7 @@ pub struct Place<'a> {
     pub campaigns_dir: &'a Path,
     /// Its topic, and the topic's partition count.
     pub topic: &'a str,
-    /// Partitions of `topic` (all assigned to this writer).
+    /// Partitions of `topic` (all assigned to this writer: a fixed plan).
     pub partitions: i32,
     /// The key records are signed with.
     pub gateway_key: &'a [u8],
@@ -63,7 +63,7 @@ pub fn conf(place: Place<'_>) -> Conf {
             replication_factor: 1,
             topic: place.topic.to_string(),
             partitions: place.partitions,
-            assigned: (0..place.partitions).collect(),
+            plan: Plan::Fixed((0..place.partitions).collect()),
             produce_timeout: Duration::from_secs(3),
             produce_batch: 200,
         },
@@ -77,5 +77,6 @@ pub fn conf(place: Place<'_>) -> Conf {
             topic: backend::events::default_topic(place.topic),
             partitions: place.partitions,
         },
+        leases: LeaseConf { lease: Duration::from_secs(10), renew: Duration::from_millis(2500) },
     }
 }

@@ -7,7 +7,7 @@ use protocol::signing::Signer;
 use sqlx::PgPool;
 
 use super::decide::{self, DeadLetter, Facts};
-use super::{retry, store, BatchOutcome, Incoming, Rejected};
+use super::{retry, store, BatchOutcome, Fence, Incoming, Rejected};
 use protocol::record::Reservation;
 
 /// A late-locked batch met a change made since it read: the conditional stock update refused it
@@ -45,31 +45,80 @@ pub async fn write_batch(
     records: &[Incoming],
     signer: &Signer,
 ) -> anyhow::Result<BatchOutcome> {
+    write_batch_fenced(pool, topic, partition, records, signer, None).await
+}
+
+/// [`write_batch`] under a lease: with `fence`, the transaction commits only if the partition's
+/// lease still names `fence`'s owner and epoch and has not expired (checked last, in the same
+/// transaction as the orders and the offset); otherwise it is rolled back with
+/// [`retry::Fenced`].
+pub async fn write_batch_fenced(
+    pool: &PgPool,
+    topic: &str,
+    partition: i32,
+    records: &[Incoming],
+    signer: &Signer,
+    fence: Option<&Fence>,
+) -> anyhow::Result<BatchOutcome> {
     // 1. Verify and decode; a record that is not signed or cannot be decoded is kept as a dead
     // letter, never retried.
     let decoded = decide::decode_batch(records, signer);
-    match write_batch_with(pool, topic, partition, records, &decoded, Locking::Late).await {
+    let place = Place { pool, topic, partition, fence };
+    match write_batch_with(&place, records, &decoded, Locking::Late).await {
         Err(e) if e.downcast_ref::<LateConflict>().is_some() => {
             tracing::debug!(topic, partition, error = %e, "locking first");
-            write_batch_with(pool, topic, partition, records, &decoded, Locking::First).await
+            write_batch_with(&place, records, &decoded, Locking::First).await
         }
         other => other,
     }
 }
 
-async fn write_batch_with(
+/// Where a batch is written: the database, the partition, and its lease if it has one.
+struct Place<'a> {
+    pool: &'a PgPool,
+    topic: &'a str,
+    partition: i32,
+    fence: Option<&'a Fence>,
+}
+
+/// Begins a batch's transaction; under a lease, its idle time is bounded ([`store::bound_idle`]).
+async fn begin<'a>(
     pool: &PgPool,
+    fence: Option<&Fence>,
+) -> anyhow::Result<sqlx::Transaction<'a, sqlx::Postgres>> {
+    let mut tx = pool.begin().await.context(retry::BeginFailed)?;
+    if let Some(f) = fence {
+        store::bound_idle(&mut tx, f).await?;
+    }
+    Ok(tx)
+}
+
+/// Checks the fence (when leased) and commits.
+async fn commit(
+    mut tx: sqlx::Transaction<'_, sqlx::Postgres>,
     topic: &str,
     partition: i32,
+    fence: Option<&Fence>,
+) -> anyhow::Result<()> {
+    if let Some(f) = fence {
+        store::check_fence(&mut tx, topic, partition, f).await?;
+    }
+    tx.commit().await.context("commit")?;
+    Ok(())
+}
+
+async fn write_batch_with(
+    place: &Place<'_>,
     records: &[Incoming],
     decoded: &decide::Decoded,
     locking: Locking,
 ) -> anyhow::Result<BatchOutcome> {
+    let Place { pool, topic, partition, fence } = *place;
     let Some(last) = records.last() else { return Ok(BatchOutcome::default()) };
     let next_offset = last.offset + 1;
     let valid = &decoded.valid;
 
-    let mut tx = pool.begin().await.context(retry::BeginFailed)?;
+    let mut tx = begin(pool, fence).await?;
     let mut out = BatchOutcome { dead: decoded.dead.len(), ..Default::default() };
 
     // 2. Read the campaigns touched; with `Locking::First`, lock them (in id order, so writers
@@ -175,7 +224,8 @@ async fn write_batch_with(
             return Err(LateConflict("the stock guard refused it").into());
         }
     }
-    tx.commit().await.context("commit")?;
+    // 11. Under a lease, the fence, then the commit.
+    commit(tx, topic, partition, fence).await?;
     Ok(out)
 }
 
@@ -184,8 +234,7 @@ async fn write_batch_with(
 /// [`retry::dead_letter_outcome`]).
 pub(super) async fn write_dead_letter(
     pool: &PgPool,
-    topic: &str,
-    partition: i32,
+    (topic, partition, fence): (&str, i32, Option<&Fence>),
     rec: &Incoming,
     error: &str,
     signer: &Signer,
@@ -193,7 +242,7 @@ pub(super) async fn write_dead_letter(
     // An unsigned or forged record never reaches PostgreSQL (it is a dead letter of the batch);
     // checked again so that only a signed record can release units.
     let record = decide::decode(rec.value.as_deref(), rec.signature.as_deref(), signer).ok();
-    let mut tx = pool.begin().await.context(retry::BeginFailed)?;
+    let mut tx = begin(pool, fence).await?;
     let has_order = match &record {
         Some(r) => !store::already_ordered(&mut tx, std::slice::from_ref(&r.request_id)).await?.is_empty(),
         None => false,
@@ -211,6 +260,6 @@ pub(super) async fn write_dead_letter(
     // released its units.
     store::insert_rejected(&mut tx, &outcome.refused).await?;
     store::store_offset(&mut tx, topic, partition, rec.offset + 1).await?;
-    tx.commit().await.context("commit")?;
+    commit(tx, topic, partition, fence).await?;
     Ok(outcome)
 }

@@ -2,14 +2,15 @@
 //! of [`super::retry`] applied. A batch PostgreSQL refuses `writer.batch_retries` times is
 //! written again one record per transaction; a record refused that often alone is dead-lettered
 //! alone, with the next offset, and the partition moves on. While PostgreSQL cannot be reached
-//! the same records are tried again until they commit or shutdown is asked.
+//! the same records are tried again until they commit or shutdown is asked. A write the lease
+//! fence refuses ends it all: the partition is someone else's now.
 
 use std::time::Duration;
 
 use tokio::sync::watch;
 
 use super::retry::{self, Fault, Step};
-use super::{batch, wait_or_shutdown, write_batch, BatchOutcome, Incoming, WriterCtx};
+use super::{batch, wait_or_shutdown, write_batch_fenced, BatchOutcome, Fence, Incoming, WriterCtx};
 
 /// Pause between two tries of the same records.
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
@@ -20,25 +21,43 @@ enum Tries {
     Written(BatchOutcome),
     /// Refused too often: split the batch, or dead-letter the one record (with the last error).
     GaveUp(Step, String),
-    /// Shutdown was asked before a commit.
+    /// Shutdown was asked before a commit, or the fence refused it.
+    Halted(Halt),
+}
+
+/// Why a chunk's writing stopped before every record was committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Halt {
+    /// Shutdown (or the release of the partition's lease) was asked: the records not committed
+    /// are read again by whoever writes the partition next.
     Stopped,
+    /// The lease fence refused a transaction: this writer no longer owns the partition.
+    Fenced,
+}
+
+/// The partition and the lease (if any) a chunk is written under.
+#[derive(Clone, Copy)]
+pub(super) struct Under<'a> {
+    pub partition: i32,
+    pub fence: Option<&'a Fence>,
 }
 
 /// Writes `chunk` (offset order) until every record is committed or dead-lettered. Returns what
-/// Redis must be told of everything committed, and true when shutdown stopped it first (the
-/// records not committed then are read again at the next start).
+/// Redis must be told of everything committed, and why it stopped first if it did (the records
+/// not committed then are read again at the next start).
 pub(super) async fn write_chunk(
     ctx: &WriterCtx,
-    partition: i32,
+    under: Under<'_>,
     chunk: &[Incoming],
     shutdown: &mut watch::Receiver<bool>,
-) -> (BatchOutcome, bool) {
+) -> (BatchOutcome, Option<Halt>) {
+    let partition = under.partition;
     let (Some(first), Some(last)) = (chunk.first(), chunk.last()) else {
-        return (BatchOutcome::default(), false);
+        return (BatchOutcome::default(), None);
     };
-    match tries(ctx, partition, chunk, shutdown).await {
-        Tries::Written(o) => return (o, false),
-        Tries::Stopped => return (BatchOutcome::default(), true),
+    match tries(ctx, under, chunk, shutdown).await {
+        Tries::Written(o) => return (o, None),
+        Tries::Halted(h) => return (BatchOutcome::default(), Some(h)),
         Tries::GaveUp(Step::Split, error) => tracing::warn!(
             partition,
             first = first.offset,
@@ -48,39 +67,41 @@ pub(super) async fn write_chunk(
             "batch refused every try; writing it one record per transaction"
         ),
         Tries::GaveUp(_, error) => {
-            return match dead_letter(ctx, partition, first, &error, shutdown).await {
-                Some(o) => (o, false),
-                None => (BatchOutcome::default(), true),
+            return match dead_letter(ctx, under, first, &error, shutdown).await {
+                Ok(o) => (o, None),
+                Err(h) => (BatchOutcome::default(), Some(h)),
             }
         }
     }
     let mut out = BatchOutcome::default();
     for rec in chunk {
-        let written = match tries(ctx, partition, std::slice::from_ref(rec), shutdown).await {
+        let written = match tries(ctx, under, std::slice::from_ref(rec), shutdown).await {
             Tries::Written(o) => o,
-            Tries::Stopped => return (out, true),
-            Tries::GaveUp(_, error) => match dead_letter(ctx, partition, rec, &error, shutdown).await {
-                Some(o) => o,
-                None => return (out, true),
+            Tries::Halted(h) => return (out, Some(h)),
+            Tries::GaveUp(_, error) => match dead_letter(ctx, under, rec, &error, shutdown).await {
+                Ok(o) => o,
+                Err(h) => return (out, Some(h)),
             },
         };
         out.absorb(written);
     }
-    (out, false)
+    (out, None)
 }
 
 /// Writes `records` in one transaction, again and again as [`retry::next_step`] says.
 async fn tries(
     ctx: &WriterCtx,
-    partition: i32,
+    under: Under<'_>,
     records: &[Incoming],
     shutdown: &mut watch::Receiver<bool>,
 ) -> Tries {
+    let Under { partition, fence } = under;
     let offset = records.first().map(|r| r.offset);
-    let mut rejected = 0;
+    let (mut rejected, mut unreachable) = (0, 0);
     loop {
         let started = std::time::Instant::now();
-        let e = match write_batch(&ctx.pool, &ctx.topic, partition, records, &ctx.signer).await {
+        let e = match write_batch_fenced(&ctx.pool, &ctx.topic, partition, records, &ctx.signer, fence).await
+        {
             Ok(o) => {
                 ctx.metrics.transaction.observe(started.elapsed().as_secs_f64());
                 return Tries::Written(o);
@@ -89,12 +110,15 @@ async fn tries(
         };
         ctx.metrics.transaction_failures.inc();
         let fault = retry::classify(&e);
-        if fault == Fault::Rejected {
-            rejected += 1;
+        match fault {
+            Fault::Rejected => rejected += 1,
+            Fault::Unreachable => unreachable += 1,
+            Fault::Fenced => {}
         }
         let error = format!("{e:#}");
         match retry::next_step(fault, rejected, ctx.cfg.batch_retries, records.len()) {
             step @ (Step::Split | Step::DeadLetter) => return Tries::GaveUp(step, error),
+            Step::Drop => return Tries::Halted(Halt::Fenced),
             Step::Retry => {
                 tracing::warn!(
                     partition,
@@ -113,23 +137,25 @@ async fn tries(
                 "PostgreSQL unreachable; retrying until it answers"
             ),
         }
-        if wait_or_shutdown(shutdown, RETRY_PAUSE).await {
-            return Tries::Stopped;
+        if wait_or_shutdown(shutdown, retry::pause(fault, unreachable, RETRY_PAUSE)).await {
+            return Tries::Halted(Halt::Stopped);
         }
     }
 }
 
 /// Dead-letters `rec` alone with the next offset, retrying that transaction until it commits;
-/// `None` when shutdown was asked first.
+/// why not when shutdown was asked or the fence refused it first.
 async fn dead_letter(
     ctx: &WriterCtx,
-    partition: i32,
+    under: Under<'_>,
     rec: &Incoming,
     error: &str,
     shutdown: &mut watch::Receiver<bool>,
-) -> Option<BatchOutcome> {
+) -> Result<BatchOutcome, Halt> {
+    let Under { partition, fence } = under;
     loop {
-        match batch::write_dead_letter(&ctx.pool, &ctx.topic, partition, rec, error, &ctx.signer).await {
+        let place = (ctx.topic.as_str(), partition, fence);
+        match batch::write_dead_letter(&ctx.pool, place, rec, error, &ctx.signer).await {
             Ok(o) => {
                 tracing::error!(
                     partition,
@@ -137,8 +163,9 @@ async fn dead_letter(
                     error,
                     "record refused by PostgreSQL; dead-lettered"
                 );
-                return Some(o);
+                return Ok(o);
             }
+            Err(e) if retry::classify(&e) == Fault::Fenced => return Err(Halt::Fenced),
             Err(e) => tracing::warn!(
                 partition,
                 offset = rec.offset,
@@ -147,7 +174,7 @@ async fn dead_letter(
             ),
         }
         if wait_or_shutdown(shutdown, RETRY_PAUSE).await {
-            return None;
+            return Err(Halt::Stopped);
         }
     }
 }

@@ -21,6 +21,11 @@
 //! A batch PostgreSQL keeps refusing does not block its partition: after `writer.batch_retries`
 //! tries it is written one record per transaction, and a record refused that often alone is
 //! dead-lettered alone. An unreachable PostgreSQL is waited for; nothing is dead-lettered then.
+//!
+//! A partition held by lease ([`crate::leases`]) is written under a [`Fence`]: each transaction
+//! commits only if the lease still names this writer and epoch, checked in that transaction; a
+//! refused one is rolled back and the partition dropped (its new owner reads it from the stored
+//! offset).
 
 mod batch;
 mod decide;
@@ -33,7 +38,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use batch::write_batch;
+pub use batch::{write_batch, write_batch_fenced};
+pub use retry::Fenced;
 pub use store::stored_offset;
 
 use fred::prelude::{Client as RedisClient, HashesInterface};
@@ -169,6 +175,20 @@ pub async fn settle(redis: &RedisClient, scripts: &RedisScripts, outcome: &Batch
     }
 }
 
+/// The lease a partition is written under: every transaction checks that the partition's lease
+/// row still names `owner` and `epoch` and has not expired.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    /// This writer's id in `partition_leases.owner`.
+    pub owner: Arc<str>,
+    /// The epoch of the claim.
+    pub epoch: i64,
+    /// The longest a transaction of the partition may idle before PostgreSQL ends its session
+    /// (the lease's renewal interval: short, so a paused writer's locks are freed well within
+    /// a lease).
+    pub idle: Duration,
+}
+
 /// What a partition consumer needs.
 #[derive(Clone)]
 pub struct WriterCtx {
@@ -195,8 +215,19 @@ pub struct WriterCtx {
 pub async fn run_partition(
     ctx: WriterCtx,
     partition: i32,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
+    run_partition_under(ctx, partition, None, shutdown).await.map(|_| ())
+}
+
+/// [`run_partition`], under `fence` when the partition is leased. Returns whether the fence
+/// refused a batch (the lease is lost: nothing more was written).
+pub async fn run_partition_under(
+    ctx: WriterCtx,
+    partition: i32,
+    fence: Option<Fence>,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<bool> {
     let deadline = Duration::from_secs(5);
     let pc = loop {
         match kafka::partition(&ctx.kafka, &ctx.topic, partition, deadline).await {
@@ -204,7 +235,7 @@ pub async fn run_partition(
             Err(e) => {
                 tracing::warn!(partition, error = %format!("{e:#}"), "partition not reachable; retrying");
                 if wait_or_shutdown(&mut shutdown, Duration::from_secs(1)).await {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
         }
@@ -215,12 +246,12 @@ pub async fn run_partition(
             Err(e) => {
                 tracing::warn!(partition, error = %format!("{e:#}"), "cannot read the stored offset; retrying");
                 if wait_or_shutdown(&mut shutdown, Duration::from_secs(1)).await {
-                    return Ok(());
+                    return Ok(false);
                 }
             }
         }
     };
-    tracing::info!(partition, offset, "writer started");
+    tracing::info!(partition, offset, epoch = fence.as_ref().map(|f| f.epoch), "writer started");
     let pm = ctx.metrics.partition(partition);
     pm.started(offset);
     // The fetch of the next records overlaps the transaction of the current ones: a fetcher task
@@ -235,6 +266,8 @@ pub async fn run_partition(
         pm.clone(),
         shutdown.clone(),
     ));
+    let under = fallback::Under { partition, fence: fence.as_ref() };
+    let mut fenced = false;
     'outer: loop {
         let incoming = tokio::select! {
             r = rx.recv() => match r { Some(v) => v, None => break },
@@ -248,11 +281,12 @@ pub async fn run_partition(
             // Retried, split or dead-lettered until every record is committed (see `fallback`),
             // or we are told to stop; the offset only moves with a commit. What committed is
             // settled either way.
-            let (outcome, stopped) = fallback::write_chunk(&ctx, partition, chunk, &mut shutdown).await;
+            let (outcome, halt) = fallback::write_chunk(&ctx, under, chunk, &mut shutdown).await;
             let t2 = std::time::Instant::now();
             log_outcome(partition, &outcome);
             settle(&ctx.redis, &ctx.scripts, &outcome).await;
-            if stopped {
+            if halt.is_some() {
+                fenced = halt == Some(fallback::Halt::Fenced);
                 break 'outer;
             }
             offset = chunk.last().map(|r| r.offset + 1).unwrap_or(offset);
@@ -270,8 +304,18 @@ pub async fn run_partition(
         }
     }
     fetcher.abort();
-    tracing::info!(partition, offset, "writer stopped");
-    Ok(())
+    pm.stopped();
+    if fenced {
+        ctx.metrics.fenced_batches.inc();
+        tracing::warn!(
+            partition,
+            offset,
+            "lease lost: the fence refused the batch (rolled back); partition dropped"
+        );
+    } else {
+        tracing::info!(partition, offset, "writer stopped");
+    }
+    Ok(fenced)
 }
 
 /// The request id of every reservation a committed batch decided, in the log: the id the

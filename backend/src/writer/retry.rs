@@ -22,9 +22,17 @@ impl std::fmt::Display for BeginFailed {
     }
 }
 
+/// The error of a transaction the lease fence refused: the partition's lease is not (or no
+/// longer) this writer's, under this epoch.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the partition's lease is no longer this writer's: refused by the fence, rolled back")]
+pub struct Fenced;
+
 /// Why a write failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Fault {
+    /// The lease fence refused it: another writer owns the partition now.
+    Fenced,
     /// PostgreSQL cannot be reached (connection refused or lost, pool timed out or closed, no
     /// BEGIN): the records have nothing to do with it.
     Unreachable,
@@ -33,13 +41,28 @@ pub(super) enum Fault {
 }
 
 /// SQLSTATEs that mean the connection, not the statement, failed: class 08 (connection
-/// exception), the server shutting down or starting (57P01-57P03), too many connections.
+/// exception), the server shutting down or starting (57P01-57P03), too many connections, the
+/// session ended for idling in a transaction (25P03: a leased partition's writer was paused).
 fn unreachable_sqlstate(code: &str) -> bool {
-    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300")
+    code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03" | "53300" | "25P03")
+}
+
+/// The pause before writing the same records again: none after the first lost connection (a
+/// pooled connection that died, e.g. ended by PostgreSQL while its writer was paused, is
+/// replaced by a fresh one at once, and a leased partition then meets its fence before anything
+/// else), `pause` otherwise.
+pub(super) fn pause(fault: Fault, unreachable: u32, pause: std::time::Duration) -> std::time::Duration {
+    if fault == Fault::Unreachable && unreachable <= 1 {
+        return std::time::Duration::ZERO;
+    }
+    pause
 }
 
 /// Classifies an error of [`super::write_batch`] (or of a dead letter's transaction).
 pub(super) fn classify(e: &anyhow::Error) -> Fault {
+    if e.downcast_ref::<Fenced>().is_some() {
+        return Fault::Fenced;
+    }
     if e.downcast_ref::<BeginFailed>().is_some() {
         return Fault::Unreachable;
     }
@@ -72,12 +95,16 @@ pub(super) enum Step {
     DeadLetter,
     /// PostgreSQL is away: write the same records again once it answers, never dead-letter.
     WaitForDatabase,
+    /// The lease is lost: write nothing more, drop the partition (its new owner reads it from
+    /// the stored offset).
+    Drop,
 }
 
 /// Decides the next step. `rejected` counts the tries PostgreSQL refused so far, this one
 /// included; `max` is `writer.batch_retries`; `records` is how many records the write held.
 pub(super) fn next_step(fault: Fault, rejected: u32, max: u32, records: usize) -> Step {
     match fault {
+        Fault::Fenced => Step::Drop,
         Fault::Unreachable => Step::WaitForDatabase,
         Fault::Rejected if rejected < max => Step::Retry,
         Fault::Rejected if records > 1 => Step::Split,
@@ -149,8 +176,25 @@ mod tests {
     }
 
     #[test]
+    fn only_the_first_lost_connection_is_retried_at_once() {
+        let p = std::time::Duration::from_millis(500);
+        assert_eq!(pause(Fault::Unreachable, 1, p), std::time::Duration::ZERO);
+        assert_eq!(pause(Fault::Unreachable, 2, p), p);
+        assert_eq!(pause(Fault::Rejected, 1, p), p);
+    }
+
+    #[test]
+    fn a_fenced_write_drops_the_partition_whatever_came_before() {
+        let e = anyhow::Error::from(Fenced).context("commit");
+        assert_eq!(classify(&e), Fault::Fenced);
+        for (rejected, records) in [(0, 20), (3, 20), (0, 1), (100, 1)] {
+            assert_eq!(next_step(Fault::Fenced, rejected, 3, records), Step::Drop);
+        }
+    }
+
+    #[test]
     fn sqlstates_of_a_lost_connection_are_unreachable() {
-        for code in ["08006", "08001", "57P01", "57P03", "53300"] {
+        for code in ["08006", "08001", "57P01", "57P03", "53300", "25P03"] {
             assert!(unreachable_sqlstate(code), "{code}");
         }
         for code in ["P0001", "23505", "23514", "40001", "42501"] {

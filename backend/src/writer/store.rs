@@ -8,7 +8,8 @@ use protocol::record::Reservation;
 use sqlx::{PgConnection, PgPool};
 
 use super::decide::{CampaignRow, DeadLetter};
-use super::Rejected;
+use super::retry::Fenced;
+use super::{Fence, Rejected};
 
 /// The stored next offset of a partition (0 when none).
 pub async fn stored_offset(pool: &PgPool, topic: &str, partition: i32) -> anyhow::Result<i64> {
@@ -340,4 +341,47 @@ pub(super) async fn take_stock(
     .execute(conn)
     .await?
     .rows_affected())
+}
+
+/// For a leased partition, at the start of its transaction: PostgreSQL ends the session if it
+/// idles in this transaction longer than [`Fence::idle`]. A writer paused in a transaction
+/// would otherwise hold what it locked (the campaign row every writer needs, its lease row) for
+/// as long as it is paused, and its other partitions' transactions queued behind the lock would
+/// each take it in turn. A live writer never idles that long in a transaction; if it did, the
+/// lost connection is retried like any other.
+pub(super) async fn bound_idle(conn: &mut PgConnection, fence: &Fence) -> anyhow::Result<()> {
+    sqlx::query("SELECT set_config('idle_in_transaction_session_timeout', $1, true)")
+        .bind(fence.idle.as_millis().max(1).to_string())
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The fence, last before the commit: the partition's lease row must still name this writer and
+/// epoch and not have expired (PostgreSQL's clock). The row stays locked to the commit, so a
+/// claim cannot slip in between; a claim committed before makes this fail ([`Fenced`]) and the
+/// transaction is rolled back.
+pub(super) async fn check_fence(
+    conn: &mut PgConnection,
+    topic: &str,
+    partition: i32,
+    fence: &Fence,
+) -> anyhow::Result<()> {
+    let held = sqlx::query(
+        "UPDATE partition_leases SET epoch = epoch
+          WHERE topic = $1 AND partition = $2 AND owner = $3 AND epoch = $4
+            AND expires_at > clock_timestamp()",
+    )
+    .bind(topic)
+    .bind(partition)
+    .bind(&*fence.owner)
+    .bind(fence.epoch)
+    .execute(conn)
+    .await
+    .context("checking the lease")?
+    .rows_affected();
+    if held == 0 {
+        return Err(Fenced.into());
+    }
+    Ok(())
 }

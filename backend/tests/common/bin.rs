@@ -71,6 +71,12 @@ pub fn spawn(conf: &Path, args: &[&str]) -> Running {
 /// A started `order-writer`, killed (SIGKILL) and reaped on drop unless it already ended.
 pub struct Running(Child);
 
+impl From<Child> for Running {
+    fn from(child: Child) -> Running {
+        Running(child)
+    }
+}
+
 impl std::ops::Deref for Running {
     type Target = Child;
     fn deref(&self) -> &Child {

@@ -153,7 +153,7 @@ async fn run_in(a: &BenchArgs, url: &str, tag: &str) -> anyhow::Result<()> {
     events_cost(a, &pool, &redis, &scripts, tag, rm).await
 }
 
-/// The order events' trigger (`sql/0005_order_events.sql`, an outbox row an order) in the
+/// The order events' trigger (`sql/0006_order_events.sql`, an outbox row an order) in the
 /// database stage: the stage again without it, then with it once more (the machine's noise
 /// between two identical legs beside the difference).
 async fn events_cost(
