@@ -456,18 +456,33 @@ async fn a_pre_queue_place_whose_session_is_over_joins_again_at_the_back() {
     assert_eq!(ticket_place(&again.1, &c, "pa"), RoomPlace::Position(pa_new), "{}", again.1);
     assert_eq!(stored("pa").await, Some(format!("p{pa_new}")), "Redis holds the new place");
     // Asked again without the ticket: the same new place (one place per account).
+    // With no one else queued, the back is a turn or two past the serving line (10 a second): a
+    // machine slow between two asks may see that turn come, and then the answer is the
+    // admission (to the captcha), only once the schedule serves the place.
+    let turn_came = |answer: &(u16, Value), place: u64| {
+        let serving = schedule.serving(now_ms() - start_ms);
+        assert_eq!(code(answer), (403, "CAPTCHA_FAILED"), "{}", answer.1);
+        assert!(serving >= place, "admitted at its turn only ({place}, serving {serving}): {}", answer.1);
+    };
     let same = ask(&http, gw, &c, "pa", "dev-pa", None, json!({})).await;
-    assert_eq!(code(&same), (200, "WAITING"), "{}", same.1);
-    assert_eq!(position(&same.1), pa_new, "{}", same.1);
+    match code(&same) {
+        (200, "WAITING") => assert_eq!(position(&same.1), pa_new, "{}", same.1),
+        _ => turn_came(&same, pa_new),
+    }
     // pb presents the ticket of its position, which Redis keeps as the pre-queue's "a2": at the
     // back too, after pa.
     assert_eq!(stored("pb").await.as_deref(), Some("a2"));
     let pb = ask(&http, gw, &c, "pb", "dev-pb", Some(&pb_ticket), json!({})).await;
-    assert_eq!(code(&pb), (200, "WAITING"), "{}", pb.1);
-    assert!(pb.1["ticket"].is_string(), "a new ticket: {}", pb.1);
-    let pb_new = position(&pb.1);
-    assert!(pb_new > pa_new, "pb (first at {pb_first}) joins after pa: {}", pb.1);
-    assert_eq!(stored("pb").await, Some(format!("p{pb_new}")));
+    let kept = stored("pb").await.unwrap_or_default();
+    let pb_new: u64 = kept.strip_prefix('p').and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{kept}"));
+    assert!(pb_new > pa_new, "pb (first at {pb_first}) joins after pa: {kept}, {}", pb.1);
+    match code(&pb) {
+        (200, "WAITING") => {
+            assert!(pb.1["ticket"].is_string(), "a new ticket: {}", pb.1);
+            assert_eq!(position(&pb.1), pb_new, "{}", pb.1);
+        }
+        _ => turn_came(&pb, pb_new),
+    }
     cleanup(&redis, &c).await;
 }
 
