@@ -197,5 +197,8 @@ status=0
 
 log "reconciliation"
 "${OW[@]}" reconcile "$ID" || status=$?
+order_events_check "$ID" "$RUN"
+log "order events ($ID's topic reservations.$ID.order-events): $EVENTS"
+[[ $EVENTS_OK == 0 ]] || { log "the order events do not match the orders' transitions"; status=1; }
 log "report: $RUN/report.json, $RUN/report.html"
 exit "$status"

@@ -217,37 +217,12 @@ verdict() { # fault ok(0/1) detail
   [[ $2 == 0 ]] || log "its files: $RUN (crowd.log, report.json, reconcile.log, *.log)"
 }
 
-# The order events (backend::events) after the fault: the outbox produced (30 s at most), one
-# event produced per transition (created = orders, paid = PAID, closed = CLOSED), and with kcat
-# (e2e/interop.sh installs it) at least as many records on the events topic (a repeat after a
-# fault is allowed: at least once). Sets EVENTS_OK (0: yes) and EVENTS (the figures).
-events_checks() {
-  local db pending=1 produced transitions on_topic="?"
-  db=$(sale_db_url "$ID")
-  for _ in $(seq 1 60); do
-    pending=$(psql "$db" -tAc "SELECT count(*) FROM order_events WHERE produced_at IS NULL" 2>/dev/null || echo 1)
-    [[ "$pending" == 0 ]] && break
-    sleep 0.5
-  done
-  produced=$(psql "$db" -tAc "SELECT count(*) FILTER (WHERE kind = 'created') || '/' || count(*) FILTER (WHERE kind = 'paid') || '/' || count(*) FILTER (WHERE kind = 'closed') FROM order_events WHERE produced_at IS NOT NULL" 2>/dev/null || echo "?")
-  transitions=$(psql "$db" -tAc "SELECT count(*) || '/' || count(*) FILTER (WHERE status = 'PAID') || '/' || count(*) FILTER (WHERE status = 'CLOSED') FROM orders" 2>/dev/null || echo "!")
-  EVENTS_OK=$([[ "$pending" == 0 && "$produced" == "$transitions" ]] && echo 0 || echo 1)
-  if command -v kcat >/dev/null 2>&1; then
-    local brokers total # the sale's own (broker-leader's three), from its writer's conf
-    brokers=$(sed -n 's/^brokers = \[\(.*\)\]/\1/p' "$RUN/order-writer.toml" | head -n 1 | tr -d '" ')
-    on_topic=$(timeout 60 kcat -C -b "$brokers" -t "reservations.$ID.order-events" -o beginning -e -q -f '%o\n' 2>/dev/null | wc -l)
-    total=$(( ${produced//\// + } ))
-    [[ $on_topic -ge $total ]] || EVENTS_OK=1
-  fi
-  EVENTS="events created/paid/closed $produced produced for $transitions transitions, $pending pending, $on_topic on the topic"
-}
-
 # The checks every fault ends with: the crowd's invariants, then the outbox drained and
 # reconcile clean, and the order events told. Sets OK (0 when all held) and COMMON (the figures).
 common_checks() {
   end_crowd
   settle_and_reconcile
-  events_checks
+  order_events_check "$ID" "$RUN"
   OK=$((CROWD_RC == 0 && SETTLED == 0 && EVENTS_OK == 0 ? 0 : 1))
   # A sale that sold nothing proves nothing: every fault's sale must have reserved stock.
   local queued
