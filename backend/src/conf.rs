@@ -402,7 +402,7 @@ pub struct Conf {
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`); off when `None`.
     pub admin_listen: Option<SocketAddr>,
     /// The order events' topic.
-    pub events: crate::events::EventsConf,
+    pub events: EventsConf,
     /// Partition leases (used when the plan is [`Plan::Leased`]).
     pub leases: LeaseConf,
 }
@@ -539,14 +539,25 @@ impl Conf {
     }
 }
 
+/// `[events]` of the writer's conf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventsConf {
+    /// The events topic (`[events] topic`, default [`default_topic`]).
+    pub topic: String,
+    /// Its partition count (`[events] partitions`, default the reservations topic's).
+    pub partitions: i32,
+}
+
+/// The events topic when the conf names none: the reservations topic's name and
+/// `.order-events` (two installs on one Kafka, each with its topic, keep their events apart;
+/// the shipped conf names `seckill.order-events`).
+pub fn default_topic(reservations: &str) -> String {
+    format!("{reservations}.order-events")
+}
+
 /// Checks `[events]`: a topic name Kafka takes (default: the reservations `topic`'s, see
-/// [`crate::events::default_topic`]), and 1 to the most partitions (default: its `partitions`).
-fn events(
-    c: &Checker<'_>,
-    e: &RawEvents,
-    topic: &str,
-    partitions: i32,
-) -> Result<crate::events::EventsConf, ConfError> {
+/// [`default_topic`]), and 1 to the most partitions (default: its `partitions`).
+fn events(c: &Checker<'_>, e: &RawEvents, topic: &str, partitions: i32) -> Result<EventsConf, ConfError> {
     let events_topic = match &e.topic {
         Some(t) if !protocol::kafka::topic_name_ok(t.get_ref()) => {
             return Err(c.err(
@@ -556,13 +567,13 @@ fn events(
             ))
         }
         Some(t) => t.get_ref().clone(),
-        None => crate::events::default_topic(topic),
+        None => default_topic(topic),
     };
     let partitions = match &e.partitions {
         Some(p) => c.bounded(p, "events.partitions", 1, protocol::kafka::PARTITIONS_MAX)?,
         None => partitions,
     };
-    Ok(crate::events::EventsConf { topic: events_topic, partitions })
+    Ok(EventsConf { topic: events_topic, partitions })
 }
 
 /// Checks the Redis URL, without a password in it, and reads its password (`redis_password`)
@@ -718,12 +729,11 @@ partitions = 4
     #[test]
     fn the_events_topic_is_the_reservations_ones_by_default_or_named() {
         let c = parse(&good()).unwrap();
-        let derived =
-            crate::events::EventsConf { topic: "seckill.reservations.order-events".into(), partitions: 4 };
+        let derived = EventsConf { topic: "seckill.reservations.order-events".into(), partitions: 4 };
         assert_eq!(c.events, derived);
         let named =
             parse(&format!("{}\n[events]\ntopic = \"shop.orders\"\npartitions = 12\n", good())).unwrap();
-        assert_eq!(named.events, crate::events::EventsConf { topic: "shop.orders".into(), partitions: 12 });
+        assert_eq!(named.events, EventsConf { topic: "shop.orders".into(), partitions: 12 });
         expect(&format!("{}\n[events]\ntopic = \"a b\"\n", good()), 13, "events.topic", "a-z, A-Z");
         expect(&format!("{}\n[events]\npartitions = 0\n", good()), 13, "events.partitions", "0");
         expect(&format!("{}\n[events]\npartition = 2\n", good()), 13, "partition", "unknown field");

@@ -30,17 +30,11 @@ use rskafka::record::Record;
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::watch;
 
+pub use crate::conf::{default_topic, EventsConf};
 use crate::kafka;
 
 /// The events' schema name and version, in every event.
 pub const SCHEMA: &str = "seckill.order-event/1";
-
-/// The events topic when the conf names none: the reservations topic's name and
-/// `.order-events` (two installs on one Kafka, each with its topic, keep their events apart;
-/// the shipped conf names `seckill.order-events`).
-pub fn default_topic(reservations: &str) -> String {
-    format!("{reservations}.order-events")
-}
 
 /// The Kafka header carrying the event's idempotency key (also in the JSON).
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
@@ -56,15 +50,6 @@ pub const TAKE_OVER: Duration = Duration::from_secs(1);
 
 /// How long a produced event stays in the outbox (for inspection), then is deleted.
 pub const KEEP: Duration = Duration::from_secs(24 * 3600);
-
-/// `[events]` of the writer's conf.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventsConf {
-    /// The events topic (`[events] topic`, default [`default_topic`]).
-    pub topic: String,
-    /// Its partition count (`[events] partitions`, default the reservations topic's).
-    pub partitions: i32,
-}
 
 /// Creates the events topic if it is missing, and checks its partition count (events are
 /// hashed by order id over it).
