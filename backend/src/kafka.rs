@@ -61,7 +61,12 @@ pub async fn create_topic(
             wait_for_leaders(client, topic, partitions).await?;
             Ok(true)
         }
-        Err(KafkaError::ServerError { protocol_error: ProtocolError::TopicAlreadyExists, .. }) => Ok(false),
+        // Another process created it a moment ago (writers starting together make the events
+        // topic at once): the brokers may not list it yet.
+        Err(KafkaError::ServerError { protocol_error: ProtocolError::TopicAlreadyExists, .. }) => {
+            wait_listed(client, topic).await?;
+            Ok(false)
+        }
         Err(e) => Err(e).with_context(|| format!("creating topic {topic}")),
     }
 }
@@ -76,6 +81,22 @@ pub async fn ensure_topic(client: &Client, kafka: &crate::conf::KafkaConf) -> an
         .map_err(|e| anyhow::anyhow!("reading the metadata of topic {}: {e}", kafka.topic))?;
     protocol::kafka::partitions_match(&kafka.topic, kafka.partitions, found).map_err(anyhow::Error::msg)?;
     Ok(created)
+}
+
+/// Waits (at most [`LEADERS_WITHIN`]) until the brokers list `topic`, with its partitions.
+async fn wait_listed(client: &Client, topic: &str) -> anyhow::Result<()> {
+    let until = tokio::time::Instant::now() + LEADERS_WITHIN;
+    loop {
+        let known = client.list_topics().await.context("listing topics")?;
+        if known.iter().any(|t| t.name == topic && !t.partitions.is_empty()) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < until,
+            "topic {topic} exists (its create was refused) but the brokers do not list it after {LEADERS_WITHIN:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// How long a new topic's partitions may take to get their leaders.

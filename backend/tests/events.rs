@@ -181,3 +181,34 @@ async fn orders_committed_with_no_relay_running_are_produced_by_the_next_writer(
     }
     assert_eq!(seen, 3, "the writer's relay produced the outbox to {topic}");
 }
+
+/// Writers started together make the events topic at once: the ones whose create is refused
+/// (it exists) wait until the brokers list it, rather than stop on "topic does not exist" (the
+/// lease test's third writer never served on a fresh clone's CI).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_started_together_all_serve_on_a_new_events_topic() {
+    let env = Env::new(10, 1, 3).await;
+    let base = std::fs::read_to_string(common::bin::write_conf(&env, 100)).unwrap();
+    let first = base.lines().next().unwrap().to_string();
+    let mut writers = Vec::new();
+    for p in 0..3 {
+        let port = e2e::stack::free_port();
+        let conf = env.dir.join(format!("w{p}.toml"));
+        std::fs::write(&conf, base.replacen(&first, &format!("listen = \"127.0.0.1:{port}\""), 1)).unwrap();
+        writers.push((port, common::bin::spawn(&conf, &["serve", "--partitions", &p.to_string()])));
+    }
+    let http = reqwest::Client::new();
+    for (port, writer) in &mut writers {
+        let mut up = false;
+        for _ in 0..200 {
+            assert!(writer.try_wait().unwrap().is_none(), "writer on :{port} stopped at start");
+            let health = http.get(format!("http://127.0.0.1:{port}/healthz")).send().await;
+            if health.is_ok_and(|r| r.status().is_success()) {
+                up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(up, "writer on :{port} serves within 20 s");
+    }
+}
