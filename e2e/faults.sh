@@ -330,14 +330,19 @@ within_bound() { # secs
   python3 -c "import sys; sys.exit(0 if float('$1') <= ($LEASE_MS + $RENEW_MS) / 1000 + 5 else 1)" 2>/dev/null
 }
 
-fault_writer-kill() {
-  sale writer-kill
+# Sale NAME with three order writers by lease and one gateway, 0.1 s into its burst.
+lease_sale() { # name
+  sale "$1"
   lease_confs
   start_writers
   start_gateway gateway "$GW_PORT"
   crowd --gateway "http://127.0.0.1:$GW_PORT"
   wait_crowd "burst started"
   sleep 0.1
+}
+
+fault_writer-kill() {
+  lease_sale writer-kill
   local victim=$WRITER2_PID held took
   held=$(lease_sql "SELECT count(*) FROM partition_leases WHERE owner LIKE 'pid$victim-%'")
   kill -KILL "$victim"
@@ -350,13 +355,7 @@ fault_writer-kill() {
 }
 
 fault_writer-pause() {
-  sale writer-pause
-  lease_confs
-  start_writers
-  start_gateway gateway "$GW_PORT"
-  crowd --gateway "http://127.0.0.1:$GW_PORT"
-  wait_crowd "burst started"
-  sleep 0.1
+  lease_sale writer-pause
   local victim=$WRITER2_PID log="$RUN/order-writer-2.log" took lost=1 fenced
   kill -STOP "$victim"
   took=$(taken_over "$victim")

@@ -55,14 +55,6 @@ async fn deliver(adapter: &str, body: Vec<u8>, secret: &[u8], t: i64) -> (u16, S
     (status, v["result"].as_str().unwrap_or_default().to_string())
 }
 
-async fn status_of(env: &Env, id: i64) -> (String, Option<String>) {
-    sqlx::query_as("SELECT status, payment_ref FROM orders WHERE id = $1")
-        .bind(id)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap()
-}
-
 fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -87,12 +79,12 @@ async fn the_worked_payment_adapter_pays_orders_from_a_providers_webhooks() {
     assert_eq!(deliver(&adapter, succeeded("pi_a", a), PROVIDER_SECRET, now() - 600).await.0, 400);
     let unsigned = reqwest::Client::new().post(format!("{adapter}/webhook")).body("{}").send().await.unwrap();
     assert_eq!(unsigned.status().as_u16(), 400);
-    assert_eq!(status_of(&env, a).await, ("PENDING_PAYMENT".into(), None), "nothing refused paid");
+    assert_eq!(env.order_status(a).await, ("PENDING_PAYMENT".into(), None), "nothing refused paid");
 
     // The provider's: paid, and the provider's retry of the same event is the same 200.
     assert_eq!(deliver(&adapter, succeeded("pi_a", a), PROVIDER_SECRET, now()).await, (200, "paid".into()));
     assert_eq!(deliver(&adapter, succeeded("pi_a", a), PROVIDER_SECRET, now()).await, (200, "paid".into()));
-    assert_eq!(status_of(&env, a).await, ("PAID".into(), Some("pi_a".into())));
+    assert_eq!(env.order_status(a).await, ("PAID".into(), Some("pi_a".into())));
 
     // Events a retry cannot change are taken (200) and told to the shop: another event type, a
     // payment without its order, the same payment for another order (refund it).
@@ -104,7 +96,7 @@ async fn the_worked_payment_adapter_pays_orders_from_a_providers_webhooks() {
             .unwrap();
     assert_eq!(deliver(&adapter, bare, PROVIDER_SECRET, now()).await, (200, "ignored".into()));
     assert_eq!(deliver(&adapter, succeeded("pi_a", b), PROVIDER_SECRET, now()).await, (200, "refund".into()));
-    assert_eq!(status_of(&env, b).await, ("PENDING_PAYMENT".into(), None), "one reference pays one order");
+    assert_eq!(env.order_status(b).await, ("PENDING_PAYMENT".into(), None), "one reference pays one order");
 
     // The writer out of reach: 502, the provider retries; the adapter's own key wrong: 500.
     let dead = start_adapter(&format!("http://127.0.0.1:{}", e2e::stack::free_port()), PAYMENT_KEY).await;
@@ -114,9 +106,9 @@ async fn the_worked_payment_adapter_pays_orders_from_a_providers_webhooks() {
         deliver(&wrong, succeeded("pi_b", b), PROVIDER_SECRET, now()).await,
         (500, "misconfigured".into())
     );
-    assert_eq!(status_of(&env, b).await, ("PENDING_PAYMENT".into(), None));
+    assert_eq!(env.order_status(b).await, ("PENDING_PAYMENT".into(), None));
 
     // The provider's retry once the writer is back (here: the right adapter) pays b.
     assert_eq!(deliver(&adapter, succeeded("pi_b", b), PROVIDER_SECRET, now()).await, (200, "paid".into()));
-    assert_eq!(status_of(&env, b).await, ("PAID".into(), Some("pi_b".into())));
+    assert_eq!(env.order_status(b).await, ("PAID".into(), Some("pi_b".into())));
 }

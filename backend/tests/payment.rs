@@ -64,14 +64,6 @@ async fn order_ids(env: &Env) -> Vec<i64> {
         .unwrap()
 }
 
-async fn status_of(env: &Env, id: i64) -> (String, Option<String>) {
-    sqlx::query_as("SELECT status, payment_ref FROM orders WHERE id = $1")
-        .bind(id)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_callback_is_bound_to_its_order_its_time_and_its_body() {
     let env = Env::new(5, 1, 1).await;
@@ -109,8 +101,8 @@ async fn a_callback_is_bound_to_its_order_its_time_and_its_body() {
         let (s, v) = pay_at(&base, a, "ref-a", PAYMENT_KEY, ts).await;
         assert_eq!((s, v["code"].as_str()), (401, Some("STALE_TIMESTAMP")), "{v}");
     }
-    assert_eq!(status_of(&env, a).await, ("PENDING_PAYMENT".into(), None), "nothing refused paid");
-    assert_eq!(status_of(&env, b).await, ("PENDING_PAYMENT".into(), None));
+    assert_eq!(env.order_status(a).await, ("PENDING_PAYMENT".into(), None), "nothing refused paid");
+    assert_eq!(env.order_status(b).await, ("PENDING_PAYMENT".into(), None));
 
     // The genuine callback pays a; sent again (as is, or signed anew) it is the same 200 PAID.
     let (s, v) = send(&base, a, body.clone(), Some(ts), Some(sig_a.clone())).await;
@@ -123,8 +115,8 @@ async fn a_callback_is_bound_to_its_order_its_time_and_its_body() {
     // The same reference, validly signed for order b: refused, b stays unpaid.
     let (s, v) = pay(&base, b, "ref-a", PAYMENT_KEY).await;
     assert_eq!((s, v["code"].as_str()), (409, Some("PAYMENT_REF_USED")), "{v}");
-    assert_eq!(status_of(&env, a).await, ("PAID".into(), Some("ref-a".into())));
-    assert_eq!(status_of(&env, b).await, ("PENDING_PAYMENT".into(), None));
+    assert_eq!(env.order_status(a).await, ("PAID".into(), Some("ref-a".into())));
+    assert_eq!(env.order_status(b).await, ("PENDING_PAYMENT".into(), None));
     // b pays with its own reference.
     let (s, v) = pay(&base, b, "ref-b", PAYMENT_KEY).await;
     assert_eq!((s, v["code"].as_str()), (200, Some("PAID")), "{v}");

@@ -75,8 +75,9 @@ def check(record, key, partitions):
     return value
 
 
-def read(broker, topic, key_env, kcat_file):
-    key = os.environ[key_env].encode()
+def read_all(broker, topic, keep):
+    """Reads every record of `topic` from the beginning to the end offsets it had when asked,
+    calling keep(record, partition count) on each; returns the partition count."""
     consumer = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, group_id=None)
     partitions = sorted(consumer.partitions_for_topic(topic) or [])
     if not partitions:
@@ -85,16 +86,24 @@ def read(broker, topic, key_env, kcat_file):
     consumer.assign(tps)
     consumer.seek_to_beginning(*tps)
     ends = consumer.end_offsets(tps)
-    seen = {}
     deadline = time.monotonic() + READ_DEADLINE_SECS
     while any(consumer.position(tp) < ends[tp] for tp in tps):
         if time.monotonic() > deadline:
             fail(f"could not read to the end offsets {ends} within {READ_DEADLINE_SECS} s")
         for batch in consumer.poll(timeout_ms=500).values():
             for r in batch:
-                value = check(r, key, len(partitions))
-                seen[(r.partition, r.offset)] = (value["request_id"], r.headers)
+                keep(r, len(partitions))
     consumer.close()
+    return len(partitions)
+
+
+def read(broker, topic, key_env, kcat_file):
+    key = os.environ[key_env].encode()
+    seen = {}
+    def keep(r, partitions):
+        value = check(r, key, partitions)
+        seen[(r.partition, r.offset)] = (value["request_id"], r.headers)
+    partitions = read_all(broker, topic, keep)
 
     # kcat's view (-J: one JSON object a record, headers as a flat [name, value, ...] list).
     kcat = {}
@@ -114,38 +123,25 @@ def read(broker, topic, key_env, kcat_file):
     for place, (rid, headers) in seen.items():
         if kcat[place][0] != rid or kcat[place][1] != dict(headers)[SIGNATURE_HEADER].decode():
             fail(f"{place}: kcat and kafka-python disagree on the record")
-    print(json.dumps({"records": len(seen), "partitions": len(partitions), "agree_with_kcat": True}))
+    print(json.dumps({"records": len(seen), "partitions": partitions, "agree_with_kcat": True}))
 
 
 def events(broker, topic, kcat_file):
     """The order writer's events topic: every event of schema seckill.order-event/1, keyed by its
     order, its idempotency-key header equal to the JSON's; kcat reads the same events. Prints the
     count by type and the distinct idempotency keys."""
-    consumer = KafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, group_id=None)
-    partitions = sorted(consumer.partitions_for_topic(topic) or [])
-    if not partitions:
-        fail(f"topic {topic} not found")
-    tps = [TopicPartition(topic, p) for p in partitions]
-    consumer.assign(tps)
-    consumer.seek_to_beginning(*tps)
-    ends = consumer.end_offsets(tps)
     seen, types, keys = {}, {}, set()
-    deadline = time.monotonic() + READ_DEADLINE_SECS
-    while any(consumer.position(tp) < ends[tp] for tp in tps):
-        if time.monotonic() > deadline:
-            fail(f"could not read to the end offsets {ends} within {READ_DEADLINE_SECS} s")
-        for batch in consumer.poll(timeout_ms=500).values():
-            for r in batch:
-                event = json.loads(r.value)
-                header = dict(r.headers).get("idempotency-key", b"").decode()
-                if event.get("schema") != "seckill.order-event/1":
-                    fail(f"{r.partition}/{r.offset}: schema {event.get('schema')!r}")
-                if r.key.decode() != str(event["order_id"]) or header != event["idempotency_key"]:
-                    fail(f"{r.partition}/{r.offset}: key or idempotency header disagree with the event")
-                seen[(r.partition, r.offset)] = event["idempotency_key"]
-                types[event["type"]] = types.get(event["type"], 0) + 1
-                keys.add(header)
-    consumer.close()
+    def keep(r, _partitions):
+        event = json.loads(r.value)
+        header = dict(r.headers).get("idempotency-key", b"").decode()
+        if event.get("schema") != "seckill.order-event/1":
+            fail(f"{r.partition}/{r.offset}: schema {event.get('schema')!r}")
+        if r.key.decode() != str(event["order_id"]) or header != event["idempotency_key"]:
+            fail(f"{r.partition}/{r.offset}: key or idempotency header disagree with the event")
+        seen[(r.partition, r.offset)] = event["idempotency_key"]
+        types[event["type"]] = types.get(event["type"], 0) + 1
+        keys.add(header)
+    read_all(broker, topic, keep)
     kcat = {}
     with open(kcat_file, encoding="utf-8") as f:
         for line in f:

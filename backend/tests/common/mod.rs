@@ -57,6 +57,15 @@ pub fn campaign_toml_buckets(id: &str, stock: i64, limit: i64, buckets: u32) -> 
 }
 
 impl Env {
+    /// Order `id`'s status and payment reference.
+    pub async fn order_status(&self, id: i64) -> (String, Option<String>) {
+        sqlx::query_as("SELECT status, payment_ref FROM orders WHERE id = $1")
+            .bind(id)
+            .fetch_one(&self.pool)
+            .await
+            .unwrap()
+    }
+
     /// The order writer's HTTP surface (result query, payment callback) on this env, on a free
     /// loopback port, signed with [`PAYMENT_KEY`]; returns its base URL.
     pub async fn serve_http(&self) -> String {
