@@ -11,11 +11,6 @@ use common::{Env, PAYMENT_KEY};
 use protocol::signing::{Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 use serde_json::Value;
 
-/// The order writer's HTTP surface on `env`, on a free port; returns its base URL.
-async fn start(env: &Env) -> String {
-    env.serve_http().await
-}
-
 fn now() -> i64 {
     chrono::Utc::now().timestamp()
 }
@@ -72,7 +67,7 @@ async fn a_callback_is_bound_to_its_order_its_time_and_its_body() {
     env.drain(10).await;
     let ids = order_ids(&env).await;
     let (a, b) = (ids[0], ids[1]);
-    let base = start(&env).await;
+    let base = env.serve_http().await;
 
     // A valid callback for order a, replayed onto order b: the path is signed.
     let body = body_of("ref-a");
@@ -158,7 +153,7 @@ async fn two_hundred_pay_close_races_end_exactly_once_each() {
     assert_eq!(ids.len() as i64, N);
     let (paid_first, rest) = ids.split_at(50);
     let (closed_first, raced) = rest.split_at(50);
-    let base = start(&env).await;
+    let base = env.serve_http().await;
 
     // Both outcomes are made to happen: 50 orders are paid before any is due, then 50 are closed
     // before their callbacks come, then the other 100 are raced.
