@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use plugins::token::RESULT_TOKEN_HEADER;
-use plugins::waiting_room::TICKET_HEADER;
+use plugins::issue::RESULT_TOKEN_HEADER;
+use plugins::room::TICKET_HEADER;
 use protocol::signing::{order_canonical, DEVICE_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use ring::hmac;
 use serde_json::{json, Value};
@@ -145,7 +145,7 @@ const MAX_FLOOR: Duration = Duration::from_secs(5);
 /// Past a lottery's draw by this much when coming back at it.
 const PAST_ETA: Duration = Duration::from_millis(20);
 /// Before a turn's ETA by this much when coming back at it, with the work: the gateway holds a
-/// request whose turn is under 100 ms away (`plugins::waiting_room::ADMIT_IN_PLACE_MS`) and
+/// request whose turn is under 100 ms away (`plugins::room::ADMIT_IN_PLACE_MS`) and
 /// lets it through at its turn, so the buyer gets in at its ETA, not a round trip after it.
 const BEFORE_ETA: Duration = Duration::from_millis(50);
 

@@ -1,9 +1,9 @@
-//! The gateway's reservations collected per bucket (`plugins::batch`) through
+//! The gateway's reservations collected per bucket (`plugins::reserve::batch`) through
 //! `plugins::reserve::Reserver`, on real Redis servers: many buyers at once are served in
 //! batches and never get more than the stock or their limit; a batch whose answer does not come
 //! back (a private Redis stalled by a long script) is undone order by order, nonces included,
 //! so that the same signed orders sent again reserve, and the orders past the bucket's adaptive
-//! limit are refused at once, unsent (`plugins::admission`); orders still waiting unsent at their
+//! limit are refused at once, unsent (`plugins::reserve::admission`); orders still waiting unsent at their
 //! deadline while Redis keeps answering the bucket's calls (behind, not down) are told to try
 //! later, not that the service is down; with `max = 1` every order is its own call.
 
@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use e2e::stack;
 use fred::prelude::*;
-use plugins::admission::INITIAL_LIMIT;
-use plugins::batch::BatchConf;
+use plugins::reserve::BatchConf;
+use plugins::reserve::INITIAL_LIMIT;
 use plugins::reserve::{Order, ReserveError, Reserver};
 use protocol::keys::Bucket;
 use protocol::scripts::{self, Nonce, PublishSpec, ReserveOutcome, Scripts};

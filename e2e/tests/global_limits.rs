@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use e2e::stack;
 use fred::prelude::*;
-use plugins::global_limit::{limit_rules, Subject};
+use plugins::checks::{limit_rules, Subject};
 use protocol::global_limit::{GlobalLimit, LimitBy, OnError};
 use protocol::keys::Bucket;
 use protocol::scripts::{self, LimitRule, Nonce, PublishSpec, ReserveCall, ReserveOutcome, Scripts};

@@ -75,7 +75,7 @@ async fn a_redis_password_given_by_reference_is_sent() {
         &std::fs::read_to_string(dir.join("server.toml")).unwrap(),
     )
     .unwrap();
-    let pool = plugins::redis::connect(&conf.redis, &protocol::scripts::Scripts::builtin()).await.unwrap();
+    let pool = plugins::setup::connect(&conf.redis, &protocol::scripts::Scripts::builtin()).await.unwrap();
     let pong: String = pool.next().ping(None).await.expect("the sale's pool authenticated");
     assert_eq!(pong, "PONG");
     let _ = pool.quit().await;

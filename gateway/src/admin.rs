@@ -231,7 +231,7 @@ impl Live {
 
     /// Reads the sale's state into its families.
     fn update_sale(&self, sale: &FlashSale) {
-        let now = plugins::sold_out::now_ms();
+        let now = plugins::checks::now_ms();
         self.sold_out.reset();
         for (id, entry) in &sale.registry().campaigns {
             self.sold_out.with_label_values(&[id.as_str()]).set(entry.sold_out.is_set(now) as i64);
@@ -266,7 +266,7 @@ impl Live {
                 continue;
             }
             let stats = room.stats().take(id);
-            let length = plugins::waiting_room::queue_length(c, &stats, now);
+            let length = plugins::room::queue_length(c, &stats, now);
             self.room_queue.with_label_values(&[id.as_str()]).set(length.min(i64::MAX as u64) as i64);
             catch_up(&self.room_admitted.with_label_values(&[id.as_str()]), stats.admitted);
             let errors = self.room_eta_error.with_label_values(&[id.as_str()]);

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ipnet::IpNet;
-use plugins::client_ip::TrustedProxies;
+use plugins::checks::client_ip::TrustedProxies;
 use protocol::conf::{self, Checker, ConfError};
 use serde::de::IgnoredAny;
 use serde::Deserialize;

@@ -42,9 +42,9 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_http::RequestHeader;
 use pingora_proxy::Session;
-use plugins::client_ip::{self, TrustedProxies};
-use plugins::edge::X_FORWARDED_FOR;
-use plugins::token::RESULT_TOKEN_HEADER;
+use plugins::checks::client_ip::{self, TrustedProxies};
+use plugins::checks::X_FORWARDED_FOR;
+use plugins::issue::RESULT_TOKEN_HEADER;
 use protocol::signing::{
     NONCE_HEADER, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER, RECORD_SIGNATURE_HEADER,
     SIGNATURE_HEADER, TIMESTAMP_HEADER,

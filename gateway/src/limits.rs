@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use pingora_http::RequestHeader;
-use plugins::token::RESULT_TOKEN_HEADER;
+use plugins::issue::RESULT_TOKEN_HEADER;
 use protocol::codes::Code;
 use protocol::signing::{DEVICE_HEADER, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 

@@ -18,7 +18,7 @@ use crate::admin::{self, Live, SharedLive};
 use crate::conf::ServerConf;
 use crate::metrics::{metrics, RouteKind};
 use crate::reload::Active;
-use plugins::route::{Endpoint, SaleRoute};
+use plugins::{Endpoint, SaleRoute};
 
 /// What the proxy decided of a request, for its logging phase.
 #[derive(Debug, Clone, Copy)]

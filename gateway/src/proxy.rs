@@ -1,5 +1,5 @@
 //! The hot path: one `ProxyHttp` impl, readable top to bottom. The sale's checks and the
-//! reservation are `plugins::edge`'s (the API any Pingora proxy embeds); this file routes,
+//! reservation are `plugins::FlashSale`'s (the API any Pingora proxy embeds); this file routes,
 //! reads bodies, writes answers and proxies the rest of the shop.
 //!
 //! `request_filter` decides every request, cheapest check first:
@@ -24,7 +24,7 @@
 //!
 //! A reservation is answered `202 QUEUED` (with its `poll_url`) at once: the record the script
 //! wrote to the Redis outbox is the promise. The record, signed, is handed to the background
-//! Kafka producer without waiting (`plugins::sale`, `plugins::queue`); if that queue is full or
+//! Kafka producer without waiting (`plugins::reserve::sale`, `plugins::queue`); if that queue is full or
 //! Kafka is down, the order writer's sweeper produces it from the outbox later. Nothing of the
 //! answer waits on Kafka, the order writer or PostgreSQL. Nothing is ever reserved twice: the script
 //! runs once per request and is never retried. The sale's own headers (an order's signature,
@@ -42,7 +42,7 @@ use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
-use plugins::budget::Permit;
+use plugins::checks::Permit;
 use plugins::pingora::PingoraRequest;
 use plugins::{Denial, FlashSale, Handled, Reply, SaleRoute};
 use protocol::codes::{Answer, Code};

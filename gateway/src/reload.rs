@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use plugins::registry::Registry;
+use plugins::setup::Registry;
 use plugins::FlashSale;
 use protocol::conf::ConfError;
 

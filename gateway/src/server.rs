@@ -12,7 +12,7 @@ use pingora_core::listeners::TcpSocketOptions;
 use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
 use pingora_core::services::listening::Service;
-use plugins::registry::Registry;
+use plugins::setup::Registry;
 use plugins::{FlashSale, Start};
 use protocol::scripts::Scripts;
 

@@ -110,7 +110,7 @@ where
     loop {
         tick.tick().await;
         let set = current();
-        let now = plugins::sold_out::now_ms();
+        let now = plugins::checks::now_ms();
         let checks = set.pools().into_iter().map(|p| p.check_if_due(now));
         futures::future::join_all(checks).await;
     }

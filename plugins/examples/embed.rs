@@ -6,8 +6,9 @@ use std::{path::Path, sync::Arc};
 use async_trait::async_trait;
 use pingora_core::{server::Server, upstreams::peer::HttpPeer, Result};
 use pingora_proxy::{ProxyHttp, Session};
+use plugins::checks::{Permit, TrustedProxies};
 use plugins::pingora::{client, write, PingoraRequest};
-use plugins::{budget::Permit, client_ip::TrustedProxies, FlashSale, Handled, SaleRoute, Start};
+use plugins::{FlashSale, Handled, SaleRoute, Start};
 
 struct Shop {
     sale: Arc<FlashSale>,

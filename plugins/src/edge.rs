@@ -22,7 +22,7 @@
 
 mod issue;
 
-pub use issue::{Issued, TokenAsked};
+pub use issue::Issued;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -37,28 +37,27 @@ use protocol::keys::Bucket;
 use protocol::scripts::{Nonce, Scripts};
 use protocol::signing::{Signer, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
-use crate::auth::{JwtCheck, LoginVerifier};
-use crate::budget::{Budget, Holder, Permit};
-use crate::captcha::SpentChallenges;
+use crate::checks::budget::{Budget, Holder, Permit};
 #[cfg(doc)]
-use crate::client_ip;
-use crate::conf::RedisConf;
-use crate::eligibility::Eligibility;
-use crate::global_limit::{GlobalCheck, Subject};
-use crate::input::{self, DEVICE_HEADER};
-use crate::pressure::Pressure;
+use crate::checks::client_ip;
+use crate::checks::eligibility::Eligibility;
+use crate::checks::global_limit::{GlobalCheck, Subject};
+use crate::checks::input::{self, DEVICE_HEADER};
+use crate::checks::pressure::Pressure;
+use crate::checks::rate_limit::RateLimiter;
+use crate::checks::signature::{self, Request};
+use crate::checks::sold_out::{now_ms, SoldOutFlag};
+use crate::checks::{switches, window};
+use crate::denial::Denial;
+use crate::issue::auth::{JwtCheck, LoginVerifier};
+use crate::issue::captcha::SpentChallenges;
+use crate::issue::token::{CampaignClaims, EdgeKeys, RESULT_TOKEN_GRACE_SECS, RESULT_TOKEN_HEADER};
 use crate::queue::ReservationQueue;
-use crate::rate_limit::RateLimiter;
+use crate::reserve::sale::{Effects, Queued, Seller};
 use crate::reserve::Order;
 use crate::reserve::Reserver;
-use crate::sale::{Effects, Queued, Seller};
-use crate::signature::{self, Request};
-use crate::sold_out::{now_ms, SoldOutFlag};
-use crate::token::{CampaignClaims, EdgeKeys, RESULT_TOKEN_GRACE_SECS, RESULT_TOKEN_HEADER};
-use crate::waiting_room::WaitingRoom;
-use crate::{switches, window, Denial};
-
-pub use crate::client_ip::X_FORWARDED_FOR;
+use crate::room::WaitingRoom;
+use crate::setup::conf::RedisConf;
 
 /// The request line and headers of a request, as any proxy has them.
 #[derive(Debug, Clone, Copy)]
@@ -99,7 +98,7 @@ pub struct Conf<'a> {
     pub signer: &'a Signer,
     /// How long a sold-out flag lives without a replenish message.
     pub sold_out_ttl: Duration,
-    /// Past this lag the costly endpoints are shed ([`crate::pressure`]); `None`: never.
+    /// Past this lag the costly endpoints are shed ([`crate::checks::pressure`]); `None`: never.
     pub shed_at_lag: Option<Duration>,
 }
 

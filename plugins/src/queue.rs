@@ -207,7 +207,7 @@ impl Throttle {
 }
 
 fn now_ms() -> i64 {
-    crate::sold_out::now_ms() as i64
+    crate::checks::sold_out::now_ms() as i64
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@
 //! says so (the result URL will tell).
 //!
 //! An order of a campaign with `[[global_limit]]` rules carries them into its first call
-//! ([`crate::global_limit`]): they are checked and counted there, before the nonce, and a rule
+//! (`crate::checks::global_limit`): they are checked and counted there, before the nonce, and a rule
 //! `on_error = "closed"` bounds that call's wait by `global_timeout_ms`.
 //!
 //! Hot-stock buckets (seed: 热点 Key 分桶): a campaign with B buckets reserves in the buyer's home
@@ -19,6 +19,17 @@
 //! buckets, in order and at most `tries` of them (`lua/transfer.lua`: at least half of what the
 //! other bucket has, so one move serves the next buyers too), and the reservation is asked again.
 //! "Sold out" for the local flag means every bucket was found empty.
+//!
+//! Around the call: the orders of one bucket sent together while a call of it is in flight
+//! (`batch`), no more at once than the bucket's adaptive limit (`admission`), and the whole step
+//! of an order (reserve, sold-out flag, answer, hand-off to the queue) in `sale`.
+
+pub(crate) mod admission;
+pub(crate) mod batch;
+pub(crate) mod sale;
+
+pub use admission::INITIAL_LIMIT;
+pub use batch::BatchConf;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -31,9 +42,9 @@ use protocol::scripts::{
 };
 use protocol::timing::undo_timeout;
 
-use crate::batch::{Attempt, BatchConf, Batcher};
-use crate::global_limit::{self, GlobalCheck};
-use crate::Denial;
+use crate::checks::global_limit::{self, GlobalCheck};
+use crate::denial::Denial;
+use crate::reserve::batch::{Attempt, Batcher};
 
 /// Runs the reservation script over a pool of Redis connections.
 #[derive(Clone)]
@@ -73,14 +84,14 @@ pub enum ReserveError {
         undo: String,
     },
     /// Not sent: the bucket's orders at the script step are at its adaptive limit
-    /// ([`crate::admission`]). Nothing was reserved or spent; the buyer is answered `TRY_LATER`.
+    /// (`crate::reserve::admission`). Nothing was reserved or spent; the buyer is answered `TRY_LATER`.
     #[error("{limit} orders of this bucket are already at the reservation step")]
     Overloaded {
         /// The limit.
         limit: usize,
     },
     /// Not sent by its deadline while Redis kept answering the bucket's calls: Redis is behind
-    /// the crowd, not down ([`Attempt::Behind`]). Nothing was reserved or spent; the buyer is
+    /// the crowd, not down (`Attempt::Behind`). Nothing was reserved or spent; the buyer is
     /// answered `TRY_LATER`.
     #[error("waited {0:?} behind this bucket's calls, never sent")]
     Behind(Duration),

@@ -2,10 +2,11 @@
 //! campaign token, the login JWT and the token endpoint's body. Whatever the bytes, no panic,
 //! and a refusal is always a 4xx with a code.
 
-use plugins::auth::{JwtCheck, LoginAlg, LoginVerifier};
-use plugins::captcha::{self, Solution};
-use plugins::token::EdgeKeys;
-use plugins::{input, signature, Denial};
+use plugins::checks::{input, signature};
+use plugins::issue::captcha::{self, Solution};
+use plugins::issue::EdgeKeys;
+use plugins::issue::{JwtCheck, LoginAlg, LoginVerifier};
+use plugins::Denial;
 use proptest::prelude::*;
 use protocol::defense::Defense;
 
@@ -76,7 +77,7 @@ proptest! {
         flip in any::<prop::sample::Index>(),
     ) {
         let k = keys();
-        let login = plugins::auth::Login { user: user.clone(), ..Default::default() };
+        let login = plugins::issue::Login { user: user.clone(), ..Default::default() };
         let issued = k.issue(&login, "c1", &device, 60, chrono::Utc::now().timestamp()).unwrap();
         let auth = format!("Bearer {}", issued.token);
         let claims = k.verify(Some(auth.as_bytes()), "c1", Some(&device));
@@ -138,7 +139,7 @@ proptest! {
 #[test]
 fn a_genuine_token_passes_the_same_parsers() {
     let k = keys();
-    let login = plugins::auth::Login { user: "u1".into(), ..Default::default() };
+    let login = plugins::issue::Login { user: "u1".into(), ..Default::default() };
     let t = k.issue(&login, "c1", "d1", 60, chrono::Utc::now().timestamp()).unwrap();
     let claims = k.verify(Some(format!("Bearer {}", t.token).as_bytes()), "c1", Some("d1")).unwrap();
     assert!(k.check_path(&claims, &t.path).is_ok());

@@ -2,7 +2,7 @@
 //! network, no Pingora), so the gateway's per-request figures of `e2e/bench/gateway.sh` can be
 //! split: what the checks cost and what the framework around them costs.
 //!
-//! Issues one campaign token with the gateway's own code (`plugins::token`), signs an order with
+//! Issues one campaign token with the gateway's own code (`plugins::issue::token`), signs an order with
 //! it as a client would, then times `--rounds` calls of each step: the campaign token's
 //! verification (JWT HS256: base64, JSON, HMAC, claims), the hidden path, the signing key's
 //! derivation, the signature headers' parse, the request signature's check (SHA-256 of the body
@@ -13,10 +13,10 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use clap::Parser;
-use plugins::auth::Login;
-use plugins::rate_limit::RateLimiter;
-use plugins::signature::{self, Request, Signed};
-use plugins::token::EdgeKeys;
+use plugins::checks::signature::{self, Request, Signed};
+use plugins::checks::RateLimiter;
+use plugins::issue::EdgeKeys;
+use plugins::issue::Login;
 use protocol::campaign::Limits;
 
 #[derive(Parser)]

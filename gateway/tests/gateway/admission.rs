@@ -1,4 +1,4 @@
-//! The reservation step's adaptive limit (`plugins::admission`) answers `TRY_LATER` only when
+//! The reservation step's adaptive limit (`plugins::reserve::admission`) answers `TRY_LATER` only when
 //! the Redis step is the bottleneck: not for a gateway whose own threads are starved by its
 //! crowd while Redis is healthy; still for a Redis too slow for the crowd, before any
 //! `SERVICE_DEGRADED`; and after a Redis stall the limit is back within a bounded time.

@@ -85,8 +85,8 @@ async fn every_order_refusal_has_its_code_and_touches_no_stock() {
     let forged_token = e2e::client::Ticket { token: format!("{}x", t.token), ..t.clone() };
     cases.push(("forged token", forged_token.send(&http, &base, &fresh()).await, (401, "BAD_TOKEN")));
     // An expired token, as a gateway with the same master key would have issued it.
-    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
-    let login = plugins::auth::Login { user: "alice".into(), ..Default::default() };
+    let keys = plugins::issue::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let login = plugins::issue::Login { user: "alice".into(), ..Default::default() };
     let expired = keys.issue(&login, &c, "dev-alice", 10, now() - 100).unwrap();
     let late = e2e::client::Ticket {
         token: expired.token,
@@ -131,7 +131,7 @@ async fn a_replayed_nonce_is_refused_on_any_gateway_and_a_safe_retry_learns_the_
         assert_eq!(again.1["request_id"], first.1["request_id"]);
         assert_eq!(again.1["poll_url"], first.1["poll_url"]);
         // With the result token of the first request, for its buyer.
-        let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+        let keys = plugins::issue::EdgeKeys::derive(KEY.as_bytes()).unwrap();
         let token = again.1["result_token"].as_str().expect("a safe retry's answer carries a result token");
         let id = first.1["request_id"].as_str().unwrap();
         assert_eq!(keys.check_result_token(Some(token.as_bytes()), &c, id, now()).unwrap(), "carol");

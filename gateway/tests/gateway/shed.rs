@@ -1,4 +1,4 @@
-//! The rest of the shop goes first (`[sale] shed_at_lag_ms`, `plugins::pressure`): while the
+//! The rest of the shop goes first (`[sale] shed_at_lag_ms`, `plugins::checks::pressure`): while the
 //! gateway's threads run late, the sale's challenge, token and order endpoints answer
 //! `TRY_LATER` with `Retry-After`, and the shop's routes and `/info` are still served. The
 //! lateness is made for real: the whole gateway process is stopped (`SIGSTOP`) for 300 ms with

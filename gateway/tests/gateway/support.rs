@@ -20,7 +20,7 @@ pub fn auth() -> e2e::client::Auth {
 /// The result token the test gateways (master key [`KEY`]) give with a QUEUED answer of
 /// `user`'s `request_id`, for a poll of a request no test ordered.
 pub fn result_token(campaign: &str, user: &str, request_id: &str) -> String {
-    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let keys = plugins::issue::EdgeKeys::derive(KEY.as_bytes()).unwrap();
     keys.result_token(campaign, user, request_id, chrono::Utc::now().timestamp() + 3600)
 }
 

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use plugins::waiting_room::{Lotteries, Schedule, Ticket, TICKET_HEADER};
+use plugins::room::{Lotteries, Schedule, Ticket, TICKET_HEADER};
 use protocol::keys::CampaignKeys;
 use protocol::scripts::RoomPlace;
 use serde_json::{json, Value};
@@ -105,7 +105,7 @@ fn position(body: &Value) -> u64 {
 
 /// The place a WAITING answer's ticket holds, read from the signed ticket itself.
 fn ticket_place(body: &Value, campaign: &str, user: &str) -> RoomPlace {
-    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let keys = plugins::issue::EdgeKeys::derive(KEY.as_bytes()).unwrap();
     let t = body["ticket"].as_str().unwrap_or_else(|| panic!("no ticket in {body}"));
     let now = chrono::Utc::now().timestamp();
     Ticket::verify(keys.room_key(), t.as_bytes(), campaign, user, &format!("dev-{user}"), now)
@@ -202,7 +202,7 @@ async fn a_ticket_for_another_user_device_or_campaign_forged_or_expired_is_refus
         assert_eq!(code(reply), (403, "BAD_TICKET"), "{why}: {}", reply.1);
     }
     // Expired: a genuine ticket (signed with the gateways' room key) past its life.
-    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let keys = plugins::issue::EdgeKeys::derive(KEY.as_bytes()).unwrap();
     let now = chrono::Utc::now().timestamp();
     let expired = Ticket {
         campaign: c.clone(),
@@ -321,7 +321,7 @@ async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
         // The promise is the schedule's, to the ms: served at start + served_at(p); or, for a
         // turn nearer than MIN_PROMISE_MS, that far (the ticket keeps it).
         let (eta_at, turn_at) = (body["eta_at_ms"].as_i64().unwrap(), start_ms + schedule.served_at(p));
-        if body["eta_ms"].as_i64() == Some(plugins::waiting_room::MIN_PROMISE_MS) {
+        if body["eta_ms"].as_i64() == Some(plugins::room::MIN_PROMISE_MS) {
             assert!(eta_at >= turn_at, "{body}");
         } else {
             assert_eq!(eta_at, turn_at, "{body}");
@@ -864,7 +864,7 @@ async fn a_turn_under_100_ms_away_is_waited_for_in_place_when_the_work_comes_wit
     assert_eq!(code(&reply), (200, "TOKEN_ISSUED"), "{}", reply.1);
     let held = reply.1["held_ms"].as_i64().unwrap_or_else(|| panic!("not held: {}", reply.1));
     assert!(held >= 0, "{}", reply.1);
-    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let keys = plugins::issue::EdgeKeys::derive(KEY.as_bytes()).unwrap();
     let t = reply.1["ticket"].as_str().unwrap();
     let now = chrono::Utc::now().timestamp();
     let p = match Ticket::verify(keys.room_key(), t.as_bytes(), &c, "h0", "dev-h0", now).unwrap().place {
@@ -880,7 +880,7 @@ async fn a_turn_under_100_ms_away_is_waited_for_in_place_when_the_work_comes_wit
     // work; the ticket keeps the promise.
     let reply = ask(&http, gw, &c, "h1", "dev-h1", None, json!({})).await;
     assert_eq!(code(&reply), (200, "WAITING"), "{}", reply.1);
-    assert_eq!(reply.1["eta_ms"].as_i64(), Some(plugins::waiting_room::MIN_PROMISE_MS), "{}", reply.1);
+    assert_eq!(reply.1["eta_ms"].as_i64(), Some(plugins::room::MIN_PROMISE_MS), "{}", reply.1);
     let eta_at = reply.1["eta_at_ms"].as_i64().unwrap();
     let ticket = reply.1["ticket"].as_str().unwrap().to_string();
     let now = chrono::Utc::now().timestamp();
@@ -905,11 +905,7 @@ async fn a_turn_under_100_ms_away_is_waited_for_in_place_when_the_work_comes_wit
     let answered = chrono::Utc::now().timestamp_millis();
     assert_eq!(code(&reply), (200, "TOKEN_ISSUED"), "{}", reply.1);
     assert!(answered >= eta_at, "let in {} ms before its promise: {}", eta_at - answered, reply.1);
-    eprintln!(
-        "promised {} ms, admitted {} ms past it",
-        plugins::waiting_room::MIN_PROMISE_MS,
-        answered - eta_at
-    );
+    eprintln!("promised {} ms, admitted {} ms past it", plugins::room::MIN_PROMISE_MS, answered - eta_at);
     // Farther: on a campaign at 1/s, the buyer right behind another is a second behind it, so
     // its turn is more than 100 ms away (unless the two requests, one round trip apart, were
     // 900 ms apart): told to wait, work or not.
@@ -1293,7 +1289,7 @@ async fn a_first_admission_is_counted_once_and_paced_with_or_without_its_ticket_
     assert_eq!(told["retry_after"].as_u64(), Some(1), "{told}");
     let RoomPlace::Position(p) = ticket_place(&told, &c, &c_user) else { panic!("{told}") };
     assert_eq!(position(&told), p, "{told}");
-    let keys = plugins::token::EdgeKeys::derive(KEY.as_bytes()).unwrap();
+    let keys = plugins::issue::EdgeKeys::derive(KEY.as_bytes()).unwrap();
     let now = chrono::Utc::now().timestamp();
     let t = told["ticket"].as_str().unwrap();
     let issued = Ticket::verify(keys.room_key(), t.as_bytes(), &c, &c_user, &format!("dev-{c_user}"), now)

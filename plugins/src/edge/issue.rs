@@ -16,8 +16,8 @@
 //! limits per IP, device and campaign → the login JWT → the account's rate), then
 //! [`Edge::token`] (the campaign's waiting room, when on: `WAITING` with a queue ticket until
 //! the buyer's turn, or held until it when it is under 100 ms away and the body brings the
-//! captcha's answer, [`crate::waiting_room`] → the body → the captcha (a proof of work judged at
-//! the bits in force now, [`crate::captcha`]; refused `CAPTCHA_FAILED` with a fresh challenge at
+//! captcha's answer, [`crate::room`] → the body → the captcha (a proof of work judged at
+//! the bits in force now, [`crate::issue::captcha`]; refused `CAPTCHA_FAILED` with a fresh challenge at
 //! those bits, so the buyer solves that one and asks again) →
 //! eligibility → the captcha spent: single use, Redis `SET NX` → `TOKEN_ISSUED` with the
 //! campaign token, its hidden order path and URL, its signing key and expiry).
@@ -30,12 +30,13 @@ use protocol::defense::CaptchaKind;
 use serde_json::{json, Value};
 
 use super::{CampaignRef, Conf, Edge, Head};
-use crate::auth::Login;
-use crate::captcha::{self, Solution};
-use crate::input::{self, DEVICE_HEADER};
-use crate::sold_out::now_ms;
-use crate::waiting_room::{self, Asker, Pass, TICKET_HEADER};
-use crate::{switches, Denial};
+use crate::checks::input::{self, DEVICE_HEADER};
+use crate::checks::sold_out::now_ms;
+use crate::checks::switches;
+use crate::denial::Denial;
+use crate::issue::auth::Login;
+use crate::issue::captcha::{self, Solution};
+use crate::room::{self, Asker, Pass, TICKET_HEADER};
 
 /// The rate limits' key of a campaign's captcha or token requests: the campaign's `[limits]`
 /// apply to each endpoint as well, counted apart from its orders.
@@ -89,7 +90,7 @@ impl Edge {
         let now = Utc::now();
         // A waiting room's pre-queue opens the challenge with the token endpoint: a buyer who
         // arrives early may solve its work before its turn, as after the start.
-        waiting_room::check_window(campaign, now)?;
+        room::check_window(campaign, now)?;
         switches::check(&campaign.switches)?;
         self.pressure.check(conf.shed_at_lag)?;
         let device = input::device_id(head.header(DEVICE_HEADER))?;
@@ -169,7 +170,7 @@ impl Edge {
             return Err(Denial::new(Code::BadRequest, "ask for a token with a POST"));
         }
         let campaign = c.campaign;
-        waiting_room::check_window(campaign, Utc::now())?;
+        room::check_window(campaign, Utc::now())?;
         switches::check(&campaign.switches)?;
         c.sold_out.check(now_ms())?;
         self.pressure.check(conf.shed_at_lag)?;

@@ -1,0 +1,14 @@
+//! The sale's face to a proxy: [`FlashSale`] answers every sale endpoint (`flash_sale`) on the
+//! paths of `route` with a [`Reply`] (`reply`), serves the buyer's page (`page`), and, with
+//! the `pingora` feature, adapts itself to a Pingora `Session` ([`pingora`]).
+
+pub(crate) mod flash_sale;
+pub(crate) mod page;
+#[cfg(feature = "pingora")]
+pub mod pingora;
+pub(crate) mod reply;
+pub(crate) mod route;
+
+pub use flash_sale::{FlashSale, Handled, SaleRequest, Start, StartError};
+pub use reply::Reply;
+pub use route::{Endpoint, SaleRoute};

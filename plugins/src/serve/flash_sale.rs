@@ -1,0 +1,391 @@
+//! The whole sale behind one entry point, for any proxy's request filter ([`FlashSale`]).
+//!
+//! ```text
+//! let sale = runtime.block_on(FlashSale::start(Path::new("sale.toml"), Start::on(runtime.handle())))?;
+//! // per request, in the proxy's request filter:
+//! let Some(route) = SaleRoute::of(path) else { /* not the sale's: proxy it */ };
+//! match sale.handle(&route, &mut request, &request_id).await {
+//!     Handled::Reply(reply) => /* write reply.status, reply.headers, reply.body */,
+//!     Handled::ToOrderWriter => /* a checked result query: proxy it to the order writer */,
+//! }
+//! ```
+//!
+//! `start` reads the sale's sections of the file ([`crate::setup::conf`]) and its campaigns, connects
+//! Redis with the pool's safety settings ([`crate::setup::redis`]), checks the Kafka topic, starts the
+//! producer ([`crate::queue`]) and the replenish listener ([`crate::setup::replenish`]). The campaigns
+//! reload with [`FlashSale::reload`] (or on `SIGHUP` with [`FlashSale::watch_sighup`]). A request
+//! reaches the sale as [`SaleRequest`] (its head, then its body, read only by the endpoints that
+//! have one, at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`]); every answer is a [`Reply`]
+//! the proxy writes as it is. `plugins::pingora` is that adapter for a Pingora `Session`.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fred::clients::Pool;
+use http::Method;
+use protocol::codes::Code;
+use protocol::conf::ConfError;
+use protocol::scripts::Scripts;
+
+use crate::denial::Denial;
+use crate::edge::{Edge, Head, Issued};
+use crate::queue::{self, ReservationQueue, TopicAtStart};
+use crate::reserve::sale::Queued;
+use crate::serve::reply::Reply;
+use crate::serve::route::{Endpoint, SaleRoute};
+use crate::setup::registry::{CampaignEntry, Registrar, Registry};
+
+/// Longest order or token request body read.
+pub const MAX_BODY: usize = 4096;
+
+/// Longest wait for an order's or a token request's body.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A request as the sale reads it: its head at any time, its body once.
+pub trait SaleRequest: Send {
+    /// The request line and headers, with the client's address the proxy decided.
+    fn head(&self) -> Head<'_>;
+    /// The body's next chunk; `None` at its end; `Err` when it cannot be read.
+    fn body_chunk(&mut self) -> impl Future<Output = Result<Option<Bytes>, ()>> + Send;
+}
+
+/// What the sale made of a request.
+#[derive(Debug)]
+pub enum Handled {
+    /// Answer this.
+    Reply(Reply),
+    /// A result query whose result token is the request's: proxy it to the order writer.
+    ToOrderWriter,
+}
+
+/// Where the sale's background work runs.
+#[derive(Debug, Clone)]
+pub struct Start {
+    /// Runs the sale's I/O: the Redis connections, the reservation batches' sends and answers
+    /// (`crate::reserve::batch`) and the Kafka producer's lanes. Best a runtime of its own, apart from
+    /// the proxy's request threads (a batch's answer then never waits behind their requests)
+    /// and from the control tasks; one thread is enough (the gateway's `gw-sale-io`). On one
+    /// thread a reservation's batch is written, answered and its record produced with no
+    /// hand-over between threads but the order's own.
+    pub io: tokio::runtime::Handle,
+    /// The Lua scripts (compiled in unless a folder is given).
+    pub scripts: Scripts,
+}
+
+impl Start {
+    /// Everything on `runtime`, with the scripts compiled in.
+    pub fn on(runtime: &tokio::runtime::Handle) -> Self {
+        Self { io: runtime.clone(), scripts: Scripts::builtin() }
+    }
+}
+
+/// Why the sale did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A file is invalid (file:line:column: field).
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    /// The Redis client could not be built.
+    #[error("{file}: redis: {error}")]
+    Redis {
+        /// The sale's conf file.
+        file: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// The topic answered and does not match the conf (partition count).
+    #[error("{file}: {error}")]
+    Topic {
+        /// The sale's conf file.
+        file: String,
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// The sale of one process: its campaigns, its Redis and Kafka clients, its checks.
+#[derive(Debug)]
+pub struct FlashSale {
+    registrar: Arc<Registrar>,
+    edge: Edge,
+    redis: Pool,
+    queue: ReservationQueue,
+}
+
+impl FlashSale {
+    /// Checks `file`'s sale sections and its campaigns without connecting anything.
+    pub fn check(file: &Path) -> Result<Arc<Registry>, ConfError> {
+        Ok(Registrar::load(file)?.active())
+    }
+
+    /// Starts the sale of `file`: call it on the runtime that runs the replenish listener (the
+    /// proxy's, or one of its own); the Redis connections and the Kafka lanes run on
+    /// [`Start::io`]. Redis being down is not an error (orders answer `SERVICE_DEGRADED` until
+    /// it is back); a topic that answers with another partition count is.
+    pub async fn start(file: &Path, start: Start) -> Result<Self, StartError> {
+        crate::serve::page::warm();
+        let registrar = Arc::new(Registrar::load(file)?);
+        let conf = registrar.active().conf.clone();
+        let shown = file.display().to_string();
+        // Connected from `io`, so that the pool's connection tasks run there.
+        let (redis_conf, scripts) = (conf.redis.clone(), start.scripts.clone());
+        let connected =
+            start.io.spawn(async move { crate::setup::redis::connect(&redis_conf, &scripts).await });
+        let redis = match connected.await {
+            Ok(connected) => connected.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("the connecting task ended: {e}")),
+        }
+        .map_err(|error| StartError::Redis { file: shown.clone(), error })?;
+        tokio::spawn(crate::setup::replenish::run(conf.redis.clone(), Arc::clone(&registrar)));
+        match queue::check_topic(&conf.kafka).await {
+            Ok(TopicAtStart::Matches) => {}
+            Ok(TopicAtStart::Unknown(why)) => tracing::warn!(
+                topic = %conf.kafka.topic, why = %why,
+                "kafka topic not checked at start; the lanes retry, reservations wait in the outbox"
+            ),
+            Err(error) => return Err(StartError::Topic { file: shown, error }),
+        }
+        let queue = ReservationQueue::start(conf.kafka.clone(), &start.io);
+        tracing::info!(brokers = ?conf.kafka.connection.brokers(), topic = %conf.kafka.topic, "kafka producer started");
+        let edge = Edge::new(redis.clone(), start.scripts, queue.clone(), &conf.redis, start.io);
+        Ok(Self { registrar, edge, redis, queue })
+    }
+
+    /// The active campaigns and settings (a snapshot).
+    pub fn registry(&self) -> Arc<Registry> {
+        self.registrar.active()
+    }
+
+    /// Reads the files again; on error the old campaigns stay (file:line:column: field).
+    pub fn reload(&self) -> Result<Arc<Registry>, ConfError> {
+        self.registrar.reload()
+    }
+
+    /// Reloads on every `SIGHUP`, forever (for a proxy that has no reload of its own).
+    pub async fn watch_sighup(self: Arc<Self>) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::error!("cannot listen for SIGHUP: reload is off");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let _ = self.reload();
+        }
+    }
+
+    /// The Kafka producer (its depth and counters, for metrics).
+    pub fn queue(&self) -> &ReservationQueue {
+        &self.queue
+    }
+
+    /// The Redis pool (its connections, for metrics and readiness).
+    pub fn redis(&self) -> &Pool {
+        &self.redis
+    }
+
+    /// The largest smoothed lag of the threads serving the sale since the last call
+    /// (`crate::checks::pressure`; zero while `[sale] shed_at_lag_ms` is off, since nothing probes
+    /// then): for a scrape.
+    pub fn take_peak_lag(&self) -> std::time::Duration {
+        self.edge.pressure().take_peak()
+    }
+
+    /// The waiting room (its stats and the proof of work's bits, for metrics).
+    pub fn waiting_room(&self) -> &crate::room::WaitingRoom {
+        self.edge.room()
+    }
+
+    /// The per-process rate estimators (a proxy's own limits may use them too).
+    pub fn limiter(&self) -> &crate::checks::rate_limit::RateLimiter {
+        self.edge.limiter()
+    }
+
+    /// Answers a request on a sale `route`, under the id the proxy gave it.
+    pub async fn handle<R: SaleRequest>(&self, route: &SaleRoute, req: &mut R, request_id: &str) -> Handled {
+        let registry = self.registrar.active();
+        let entry = match (&route.endpoint, registry.campaign(&route.campaign)) {
+            (Endpoint::Unknown, _) => {
+                let d = Denial::new(Code::RouteNotFound, "no route for this host and path");
+                return Handled::Reply(Reply::denied(&d, request_id));
+            }
+            (_, None) => return Handled::Reply(Reply::denied(&unknown_campaign(), request_id)),
+            (_, Some(entry)) => entry,
+        };
+        let denied = |d: Denial| Handled::Reply(Reply::denied(&d, request_id));
+        // The lag is probed only where it can shed: a proxy without the knob runs no probe.
+        if route.endpoint.costly() && registry.conf.shed_at_lag.is_some() {
+            self.edge.pressure().watch_this_thread();
+        }
+        match &route.endpoint {
+            Endpoint::Unknown => unreachable!("answered above"),
+            Endpoint::Info => Handled::Reply(Reply::info(&entry.campaign)),
+            Endpoint::Page(asset) => match reads(&req.head()) {
+                Ok(head_only) => {
+                    let head = req.head();
+                    let text =
+                        |name| head.headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
+                    let (encoding, tag) =
+                        (text(http::header::ACCEPT_ENCODING), text(http::header::IF_NONE_MATCH));
+                    Handled::Reply(Reply::page(asset, head_only, encoding, tag))
+                }
+                Err(d) => denied(d),
+            },
+            Endpoint::PageNoSlash => match reads(&req.head()) {
+                Ok(_) => Handled::Reply(Reply::to_page(&route.campaign)),
+                Err(d) => denied(d),
+            },
+            Endpoint::Captcha => {
+                match self.edge.challenge(&registry.edge_conf(), &entry.as_ref(), &req.head()) {
+                    Ok(issued) => Handled::Reply(Reply::issued(issued, request_id)),
+                    Err(d) => denied(d),
+                }
+            }
+            Endpoint::Token => match self.token(&registry, entry, req).await {
+                Ok(issued) => Handled::Reply(Reply::issued(issued, request_id)),
+                Err(d) => denied(d),
+            },
+            Endpoint::Result { request_id: asked } => {
+                // Polling has its own per-address limit, so a storm of polls stops here; then the
+                // result is the buyer's alone: the request's result token, one HMAC, no lookup.
+                let head = req.head();
+                let checked = self
+                    .edge
+                    .limiter()
+                    .check_result(&route.campaign, &entry.campaign.limits, head.client)
+                    .and_then(|()| {
+                        self.edge.check_result(&registry.edge_conf(), &route.campaign, &head, asked)
+                    });
+                match checked {
+                    Ok(_) => Handled::ToOrderWriter,
+                    Err(d) => denied(d),
+                }
+            }
+            Endpoint::Order { hidden_path } => {
+                let mut notes = OrderNotes::default();
+                let answer = self.order(&registry, entry, hidden_path, req, request_id, &mut notes).await;
+                let mut reply = match answer {
+                    Ok(token) => {
+                        let id = notes.answered_as.as_deref().unwrap_or(request_id);
+                        Reply::queued(&route.campaign, id, &token)
+                    }
+                    Err(d) => match notes.result_token.take() {
+                        Some(token) => Reply::may_hold(&d, &route.campaign, request_id, &token),
+                        None => Reply::denied(&d, request_id),
+                    },
+                };
+                reply.answered_as = notes.answered_as;
+                reply.permit = notes.permit;
+                reply.reserve_took = notes.reserve_took;
+                reply.global_limits_failed_open = notes.global_limits_failed_open;
+                Handled::Reply(reply)
+            }
+        }
+    }
+
+    /// `POST /seckill/{c}/token`: the headers' checks, the body, the captcha and the token.
+    async fn token<R: SaleRequest>(
+        &self,
+        registry: &Registry,
+        entry: &CampaignEntry,
+        req: &mut R,
+    ) -> Result<Issued, Denial> {
+        let (conf, c) = (registry.edge_conf(), entry.as_ref());
+        let asked = self.edge.admit_token(&conf, &c, &req.head())?;
+        let body = read_body(req).await?;
+        self.edge.token(&conf, &c, asked, &body).await
+    }
+
+    /// An order, every check in the order of `crate::edge`'s list; `Ok` is QUEUED with its
+    /// result token. What the answer carries besides (a safe retry's first id, the budget place,
+    /// timings, the result token of a request that may hold a reservation) goes into `notes`.
+    async fn order<R: SaleRequest>(
+        &self,
+        registry: &Registry,
+        entry: &CampaignEntry,
+        hidden_path: &str,
+        req: &mut R,
+        request_id: &str,
+        notes: &mut OrderNotes,
+    ) -> Result<String, Denial> {
+        let (conf, c) = (registry.edge_conf(), entry.as_ref());
+        let admitted = self.edge.admit(&conf, &c, &req.head(), hidden_path)?;
+        let body = read_body(req).await?;
+        let order = self.edge.verify(&conf, &c, admitted, &req.head(), &body).await?;
+        // Held until the answer is written (the proxy drops the reply's permit then).
+        notes.permit = Some(self.edge.hold(&c, &order)?);
+        let asked = Instant::now();
+        let queued = self.edge.reserve(&conf, &c, &order, request_id).await;
+        let took = asked.elapsed();
+        notes.reserve_took = Some(took);
+        notes.global_limits_failed_open = order.global.waited_open(took);
+        let first = match queued {
+            Ok(Queued::New) => None,
+            Ok(Queued::Retry(first)) => Some(first),
+            Err(d) => {
+                if d.may_hold {
+                    notes.result_token = Some(self.edge.result_token(&conf, &c, &order, request_id));
+                }
+                return Err(d);
+            }
+        };
+        let token = self.edge.result_token(&conf, &c, &order, first.as_deref().unwrap_or(request_id));
+        notes.answered_as = first;
+        Ok(token)
+    }
+}
+
+/// What an order's answer carries besides its code.
+#[derive(Debug, Default)]
+struct OrderNotes {
+    answered_as: Option<String>,
+    permit: Option<crate::checks::budget::Permit>,
+    reserve_took: Option<Duration>,
+    global_limits_failed_open: bool,
+    /// The request's result token when its denial says it may hold a reservation.
+    result_token: Option<String>,
+}
+
+/// A request for the buyer's page: GET or HEAD (`Ok(true)` for HEAD).
+fn reads(head: &Head<'_>) -> Result<bool, Denial> {
+    match *head.method {
+        Method::GET => Ok(false),
+        Method::HEAD => Ok(true),
+        _ => Err(Denial::new(Code::BadRequest, "the page is read with GET")),
+    }
+}
+
+/// The campaign a path names is not one this process sells.
+pub fn unknown_campaign() -> Denial {
+    Denial::new(Code::CampaignUnknown, "no such campaign")
+}
+
+/// Reads the request body, at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`]: past it
+/// `BODY_TOO_LARGE` (413, declared or counted), unreadable or late `BAD_REQUEST`.
+async fn read_body<R: SaleRequest>(req: &mut R) -> Result<Vec<u8>, Denial> {
+    let too_large = || Denial::new(Code::BodyTooLarge, format!("the body is larger than {MAX_BODY} bytes"));
+    let declared = req
+        .head()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok().map(str::to_string));
+    if declared.and_then(|v| v.parse::<usize>().ok()).is_some_and(|n| n > MAX_BODY) {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut body = Vec::new();
+        while let Some(chunk) = req.body_chunk().await? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_BODY {
+                return Ok(Err(too_large()));
+            }
+        }
+        Ok(Ok(body))
+    };
+    match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(())) | Err(_) => Err(Denial::new(Code::BadRequest, "the body could not be read")),
+    }
+}
