@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # All tests of the workspace against the real local stack: the README's test command, and what
 # CI runs (.ci/run). Brings the stack up (installing what is missing) with its Redis Cluster,
-# then checks formatting, lints, runs `cargo test --workspace` (the cluster tests need the
+# then checks formatting, lints, the docs (`cargo doc`, links denied), runs `cargo test --workspace` (the cluster tests need the
 # cluster), standard Kafka clients against the project's topic (e2e/interop.sh), a small
 # end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster in three hot-stock buckets
 # with two gateways and two order writers, the flood at a small size (FLOOD=1 e2e/demo.sh), and
@@ -57,6 +57,10 @@ cargo fmt --all --check
 
 phase "cargo clippy"
 cargo clippy --locked --workspace --all-targets -- -D warnings
+
+# The docs compile: a broken or private intra-doc link fails (the doctests run in cargo test).
+phase "cargo doc"
+RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
 
 phase "cargo test"
 cargo test --locked --workspace

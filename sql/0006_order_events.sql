@@ -1,7 +1,7 @@
 -- The order events' outbox: every state change of an order (created, paid, closed) gets a row
 -- here, written by statement-level triggers in the transaction of the change, so no path that
 -- changes an order can forget its event and no event exists for a change that rolled back. The
--- order writer's relay (backend/src/events.rs) produces them in id order, each with the order's
+-- order writer's relay (backend/src/workers/events.rs) produces them in id order, each with the order's
 -- fields (those a change sets are never changed again: the event is the order as that change
 -- left it), and marks them produced; produced rows are deleted after a day. Orders made before
 -- this migration have no events.

@@ -1,8 +1,10 @@
 //! The order writer's admin listener (`[admin] listen`): Prometheus `/metrics` (see
-//! [`crate::metrics`]), `/healthz` (the process answers) and `/readyz` (PostgreSQL answers
+//! [`crate::admin::metrics`]), `/healthz` (the process answers) and `/readyz` (PostgreSQL answers
 //! within a second and every partition of a fixed plan has its writer running; a writer by lease
 //! is ready once PostgreSQL answers, its partitions changing as it runs). Keep it off the public
 //! interface: it is not authenticated.
+
+pub mod metrics;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use prometheus::{Encoder, TextEncoder};
 use serde_json::json;
 use sqlx::PgPool;
 
-use crate::metrics::WriterMetrics;
+use crate::admin::metrics::WriterMetrics;
 
 /// What the admin handlers read.
 #[derive(Clone)]

@@ -7,8 +7,9 @@ use fred::prelude::Client as RedisClient;
 use sqlx::PgPool;
 
 use crate::conf::{Conf, PostgresConf};
+use crate::db::{self, schema};
 use crate::redis::RedisScripts;
-use crate::{db, kafka, redis, schema};
+use crate::{kafka, redis};
 
 /// PostgreSQL connections of a one-shot subcommand (migrate, publish, rebalance, reconcile).
 pub const COMMAND_POOL: u32 = 2;

@@ -11,7 +11,7 @@ use protocol::secret::redact_url;
 
 use crate::app::{self, Connections, COMMAND_POOL};
 use crate::conf::Conf;
-use crate::schema;
+use crate::db::schema;
 
 /// How long one server's check may take.
 const EACH_WITHIN: Duration = Duration::from_secs(15);

@@ -18,7 +18,7 @@ use protocol::secret::Password;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::schema::Schema;
+use crate::db::schema::Schema;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -59,7 +59,7 @@ struct Raw {
     events: RawEvents,
 }
 
-/// `[events]`: the order events' topic (`crate::events`).
+/// `[events]`: the order events' topic (`crate::workers::events`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawEvents {
@@ -238,7 +238,7 @@ pub enum Plan {
     /// partitions between the writers.
     Fixed(Vec<i32>),
     /// Those it holds a lease on in PostgreSQL (the default): writers share the partitions
-    /// without a plan, see [`crate::leases`].
+    /// without a plan, see [`crate::writer::leases`].
     Leased,
 }
 

@@ -1,5 +1,7 @@
-//! PostgreSQL: the connection pool (in the conf's schema, [`crate::schema`]) and the migrations
+//! PostgreSQL: the connection pool (in the conf's schema, [`crate::db::schema`]) and the migrations
 //! of a folder (tests and benchmarks that read `sql/`; the binary's own are compiled in).
+
+pub mod schema;
 
 use std::path::Path;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use anyhow::Context;
 use protocol::secret::{redact_url, Password};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
-use crate::schema::Schema;
+use crate::db::schema::Schema;
 
 /// Opens a pool of at most `max` connections, failing within a few seconds when the server is away.
 pub async fn connect(url: &str, max: u32) -> anyhow::Result<PgPool> {
@@ -47,7 +49,7 @@ pub async fn connect_in(
 }
 
 /// Applies every migration of `dir` (the `sql/` folder) that is not applied yet, in the server's
-/// `search_path` (tests and benchmarks; the binary applies its own with [`crate::schema::migrate`]).
+/// `search_path` (tests and benchmarks; the binary applies its own with [`crate::db::schema::migrate`]).
 pub async fn migrate(pool: &PgPool, dir: &Path) -> anyhow::Result<()> {
     let migrator = sqlx::migrate::Migrator::new(dir)
         .await

@@ -1,5 +1,11 @@
 //! The order writer's HTTP surface: the router over the handlers. The handlers share
-//! [`crate::state::AppState`] and answer through [`crate::reply`].
+//! [`crate::http::state::AppState`] and answer through [`crate::http::reply`].
+
+pub mod pay_auth;
+pub mod payment;
+pub mod reply;
+pub mod result;
+pub mod state;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -7,15 +13,15 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::json;
 
-use crate::state::AppState;
+use crate::http::state::AppState;
 
 /// The router: result query, payment callback, and the health check the gateway's load balancer
 /// polls. Reservations do not come in over HTTP: the gateway produces them to Kafka itself.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
-        .route("/seckill/{campaign}/result/{request_id}", get(crate::result::handle))
-        .route("/orders/{id}/pay", post(crate::payment::handle))
+        .route("/seckill/{campaign}/result/{request_id}", get(crate::http::result::handle))
+        .route("/orders/{id}/pay", post(crate::http::payment::handle))
         .with_state(state)
 }
 

@@ -1,6 +1,9 @@
 //! Kafka plumbing shared by the sweeper, `order-writer produce` and the writer: clients with
 //! deadlines, topic creation, and the user → partition hash.
 
+pub mod produce;
+pub mod producer;
+
 use std::time::Duration;
 
 use anyhow::Context;

@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use backend::app::Connections;
+use backend::campaign::{publish, rebalance};
 use backend::conf::{Conf, PostgresConf};
-use backend::produce::{self, generate};
-use backend::schema::Schema;
+use backend::db::schema::Schema;
+use backend::kafka::produce::{self, generate};
 use backend::serve::AtStart;
-use backend::{check, publish, rebalance, reconcile, serve, setup};
+use backend::workers::reconcile;
+use backend::{check, serve, setup};
 use clap::{ArgGroup, Parser, Subcommand};
 
 #[derive(Parser)]
@@ -74,7 +76,7 @@ enum Command {
         command: CampaignCommand,
     },
     /// Produces signed test reservations to the topic, so the writer runs without a gateway
-    /// (the record format is documented in backend/src/produce.rs).
+    /// (the record format is documented in backend/src/kafka/produce.rs).
     #[command(group(ArgGroup::new("source").required(true).args(["file", "generate"])))]
     Produce {
         /// JSON lines, one reservation record per line, produced as written (signed). A bad

@@ -8,15 +8,16 @@ use anyhow::Context;
 use protocol::signing::Signer;
 use tokio::sync::watch;
 
+use crate::admin::metrics::WriterMetrics;
 use crate::admin::{self, AdminState};
 use crate::app::Connections;
 use crate::conf::{Conf, Plan};
 use crate::http::router;
-use crate::metrics::WriterMetrics;
-use crate::producer::Producer;
-use crate::state::{AppState, ResultStore};
+use crate::http::state::{AppState, ResultStore};
+use crate::kafka::producer::Producer;
+use crate::workers::{closer, events, sweeper};
 use crate::writer::WriterCtx;
-use crate::{closer, events, leases, sweeper, writer};
+use crate::writer::{self, leases};
 
 /// What `serve` does with the PostgreSQL schema before it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 
 use crate::app::{self, Connections, COMMAND_POOL};
 use crate::conf::PostgresConf;
+use crate::db::schema;
 use crate::kafka::ensure_topic;
-use crate::schema;
 
 /// `order-writer migrate`: creates the schema when missing and applies the migrations compiled
 /// into the binary (or those of `migrations_dir`). Needs PostgreSQL only.

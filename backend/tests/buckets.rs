@@ -8,9 +8,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use backend::publish::{publish, Published};
-use backend::reconcile::{reconcile, Kind};
-use backend::{closer, rebalance, sweeper};
+use backend::campaign::publish::{publish, Published};
+use backend::campaign::rebalance;
+use backend::workers::reconcile::{reconcile, Kind};
+use backend::workers::{closer, sweeper};
 use common::Env;
 use fred::prelude::*;
 use protocol::record::Reservation;
@@ -250,8 +251,9 @@ async fn generated_reservations_move_stock_to_short_home_buckets_until_every_buc
     let env = Env::with_buckets(7, 1, 1, 3).await;
     let scripts = &env.scripts.shared;
     // 7 units, 10 users: every unit is sold wherever its buyer's home is, then sold out.
-    let g =
-        backend::produce::generate::generate(&env.redis, scripts, &env.campaign, 3, 10, 10).await.unwrap();
+    let g = backend::kafka::produce::generate::generate(&env.redis, scripts, &env.campaign, 3, 10, 10)
+        .await
+        .unwrap();
     assert_eq!(g.records.len(), 7, "{:?}", g.stopped);
     assert!(g.stopped.unwrap_or_default().contains("sold out"));
     assert_eq!(env.bucket_stocks().await, vec![0, 0, 0]);
@@ -269,19 +271,32 @@ async fn generated_reservations_move_stock_to_short_home_buckets_until_every_buc
     for prefix in ["x", "y", "z"] {
         let user = user_in(&env, 0, prefix);
         let rid = format!("rid-{prefix}");
-        let out =
-            backend::produce::generate::reserve_home(&env.redis, scripts, &env.campaign, 3, &rid, &user)
-                .await
-                .unwrap();
+        let out = backend::kafka::produce::generate::reserve_home(
+            &env.redis,
+            scripts,
+            &env.campaign,
+            3,
+            &rid,
+            &user,
+        )
+        .await
+        .unwrap();
         assert!(matches!(out, ReserveOutcome::Reserved { .. }), "{user}: {out:?}");
     }
     let sent: i64 =
         hlen(&env, &env.all_buckets()[1].keys.sent).await + hlen(&env, &env.all_buckets()[2].keys.sent).await;
     assert_eq!((sent, hlen(&env, &env.all_buckets()[0].keys.received).await), (2, 2));
     let last = user_in(&env, 0, "w");
-    let out = backend::produce::generate::reserve_home(&env.redis, scripts, &env.campaign, 3, "rid-w", &last)
-        .await
-        .unwrap();
+    let out = backend::kafka::produce::generate::reserve_home(
+        &env.redis,
+        scripts,
+        &env.campaign,
+        3,
+        "rid-w",
+        &last,
+    )
+    .await
+    .unwrap();
     assert_eq!(out, ReserveOutcome::SoldOut { remaining: 0 });
 }
 

@@ -1,4 +1,4 @@
-//! The order events (`backend::events`): every order's created, paid and closed told once (at
+//! The order events (`backend::workers::events`): every order's created, paid and closed told once (at
 //! least once, by idempotency key) on the events topic, in order per order; a produce that fails
 //! loses none; orders committed while no relay ran are produced by the next writer to serve.
 
@@ -7,8 +7,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use backend::closer;
-use backend::events::{EventsConf, Relay, IDEMPOTENCY_HEADER, SCHEMA};
+use backend::workers::closer;
+use backend::workers::events::{EventsConf, Relay, IDEMPOTENCY_HEADER, SCHEMA};
 use common::{Env, PAYMENT_KEY};
 use protocol::signing::{Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 use serde_json::Value;
@@ -168,7 +168,7 @@ async fn orders_committed_with_no_relay_running_are_produced_by_the_next_writer(
 
     let conf = common::bin::write_conf(&env, 100);
     let _writer = common::bin::spawn(&conf, &["serve"]);
-    let topic = backend::events::default_topic(&env.topic);
+    let topic = backend::workers::events::default_topic(&env.topic);
     let mut seen = 0;
     for _ in 0..100 {
         if unproduced(&env).await == 0 {

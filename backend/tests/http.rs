@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backend::http::router;
-use backend::state::{AppState, ResultStore};
+use backend::http::state::{AppState, ResultStore};
 use common::{Env, PAYMENT_KEY};
 use e2e::stack;
 use protocol::signing::Signer;
@@ -136,7 +136,7 @@ async fn the_sweeper_produces_outbox_entries_older_than_t() {
         env.reserve(&format!("s{i}"), 1).await;
     }
     // Nothing is old enough yet.
-    let n = backend::sweeper::sweep_once(
+    let n = backend::workers::sweeper::sweep_once(
         &env.pool,
         &env.redis,
         &env.scripts,
@@ -146,15 +146,17 @@ async fn the_sweeper_produces_outbox_entries_older_than_t() {
     .await
     .unwrap();
     assert_eq!(n, 0);
-    let n = backend::sweeper::sweep_once(&env.pool, &env.redis, &env.scripts, &producer, Duration::ZERO)
-        .await
-        .unwrap();
+    let n =
+        backend::workers::sweeper::sweep_once(&env.pool, &env.redis, &env.scripts, &producer, Duration::ZERO)
+            .await
+            .unwrap();
     assert_eq!(n, 3);
     env.drain(10).await;
     assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 3);
     assert_eq!(env.outbox_len().await, 0);
-    let n = backend::sweeper::sweep_once(&env.pool, &env.redis, &env.scripts, &producer, Duration::ZERO)
-        .await
-        .unwrap();
+    let n =
+        backend::workers::sweeper::sweep_once(&env.pool, &env.redis, &env.scripts, &producer, Duration::ZERO)
+            .await
+            .unwrap();
     assert_eq!(n, 0, "acked entries are not swept again");
 }

@@ -68,7 +68,7 @@ impl Writer {
             cmd = other;
         }
         let child = cmd
-            .env("RUST_LOG", "warn,backend::leases=info,backend::writer=info")
+            .env("RUST_LOG", "warn,backend::writer::leases=info,backend::writer=info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use backend::closer;
+use backend::workers::closer;
 use common::{Env, PAYMENT_KEY};
 use protocol::signing::{Signer, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 use serde_json::Value;

@@ -2,7 +2,7 @@
 
 mod common;
 
-use backend::publish::{publish, Published};
+use backend::campaign::publish::{publish, Published};
 use common::Env;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,10 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use backend::reconcile::{reconcile, Kind};
 use backend::redis::RepairClaim;
-use backend::{closer, writer};
+use backend::workers::closer;
+use backend::workers::reconcile::{reconcile, Kind};
+use backend::writer;
 use common::Env;
 use fred::prelude::*;
 use protocol::record::Reservation;

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use backend::reconcile::reconcile;
+use backend::workers::reconcile::reconcile;
 use common::{campaign_toml, Env, Replenish};
 use fred::prelude::*;
 use protocol::record::Reservation;
@@ -18,9 +18,15 @@ async fn set_pause(env: &Env, paused: bool) {
     let text =
         format!("{}\n[switches]\npause_replenish = {paused}\n", campaign_toml(&env.campaign, 2, 1, 900));
     std::fs::write(&file, text).unwrap();
-    backend::publish::publish(&env.pool, &env.redis, &env.scripts, &env.dir.join("campaigns"), &env.campaign)
-        .await
-        .unwrap();
+    backend::campaign::publish::publish(
+        &env.pool,
+        &env.redis,
+        &env.scripts,
+        &env.dir.join("campaigns"),
+        &env.campaign,
+    )
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -42,8 +48,11 @@ async fn pause_replenish_sets_released_units_aside_until_it_is_turned_off() {
         .execute(&env.pool)
         .await
         .unwrap();
-    assert_eq!(backend::closer::close_due(&env.pool, 10).await.unwrap(), 1);
-    assert_eq!(backend::closer::release_closed(&env.pool, &env.redis, &env.scripts, 10).await.unwrap(), 1);
+    assert_eq!(backend::workers::closer::close_due(&env.pool, 10).await.unwrap(), 1);
+    assert_eq!(
+        backend::workers::closer::release_closed(&env.pool, &env.redis, &env.scripts, 10).await.unwrap(),
+        1
+    );
     assert_eq!(env.redis_stock().await, 0, "nothing goes back to the sale while paused");
     assert_eq!(env.stat("aside_qty").await, 1);
     assert!(!replenish.heard(&env.campaign, Duration::from_millis(300)).await);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use backend::schema::{self, Schema};
+use backend::db::schema::{self, Schema};
 use common::bin::{command, write_conf};
 use common::Env;
 use e2e::{cleanup, stack};

@@ -142,7 +142,7 @@ pub async fn check(
         c.aside_qty += redis.hget::<Option<i64>, _, _>(&keys.stats, "aside_qty").await?.unwrap_or(0);
         c.redis_initial += redis.hget::<Option<i64>, _, _>(&keys.meta, "total").await?.unwrap_or(0);
         let s: std::collections::HashMap<String, String> = redis.hgetall(&keys.sent).await?;
-        sent += backend::buckets::parse_sent(&s).iter().map(|t| t.qty).sum::<i64>();
+        sent += backend::campaign::buckets::parse_sent(&s).iter().map(|t| t.qty).sum::<i64>();
         received += redis.hvals::<Vec<i64>, _>(&keys.received).await?.iter().sum::<i64>();
     }
     // Units in flight between two buckets (sent, not yet received) are stock not yet sold.

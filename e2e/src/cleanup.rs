@@ -200,7 +200,7 @@ impl Drop for Topic {
         // With the order writer's events topic of it, when a writer made one.
         block_on_own_thread(format!("topic {name}"), move || async move {
             delete_topic(&broker, &name).await?;
-            delete_topic(&broker, &backend::events::default_topic(&name)).await.map(|_| ())
+            delete_topic(&broker, &backend::workers::events::default_topic(&name)).await.map(|_| ())
         });
     }
 }

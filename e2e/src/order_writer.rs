@@ -73,8 +73,8 @@ pub fn conf(place: Place<'_>) -> Conf {
         close_interval: Duration::from_millis(100),
         close_batch: 50,
         admin_listen: None,
-        events: backend::events::EventsConf {
-            topic: backend::events::default_topic(place.topic),
+        events: backend::workers::events::EventsConf {
+            topic: backend::workers::events::default_topic(place.topic),
             partitions: place.partitions,
         },
         leases: LeaseConf { lease: Duration::from_secs(10), renew: Duration::from_millis(2500) },

@@ -32,11 +32,11 @@ pub struct Sample {
     pub t: f64,
     /// Units left in Redis (every bucket), when it answered.
     pub stock_left: Option<i64>,
-    /// The series of [`SERIES`], summed over every `/metrics` endpoint that answered.
+    /// The series of `SERIES`, summed over every `/metrics` endpoint that answered.
     pub series: BTreeMap<String, f64>,
 }
 
-/// The [`SERIES`] of one Prometheus text scrape, each summed over its label sets.
+/// The `SERIES` of one Prometheus text scrape, each summed over its label sets.
 pub fn pick(text: &str) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for line in text.lines().filter(|l| !l.starts_with('#')) {

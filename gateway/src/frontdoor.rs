@@ -323,7 +323,7 @@ const SALE_OWNED: [&str; 7] = [
     RESULT_TOKEN_HEADER,
 ];
 
-/// Removes the sale's own headers ([`SALE_OWNED`]) from a request on its way upstream;
+/// Removes the sale's own headers (`SALE_OWNED`) from a request on its way upstream;
 /// `Authorization` (the shop's login) and everything else go on.
 pub fn strip_sale_headers(upstream_request: &mut RequestHeader) {
     for name in SALE_OWNED {

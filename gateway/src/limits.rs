@@ -112,7 +112,7 @@ fn check_once(headers: &http::HeaderMap, once: &[(&str, Refusal)]) -> Result<(),
 }
 
 /// Checks a request to the gateway's own paths (`/seckill/...`): each field the sale reads at
-/// most once ([`ONCE_FOR_THE_SALE`]).
+/// most once (`ONCE_FOR_THE_SALE`).
 pub fn check_sale_fields(req: &RequestHeader) -> Result<(), Refusal> {
     check_once(&req.headers, &ONCE_FOR_THE_SALE)
 }

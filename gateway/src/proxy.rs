@@ -15,12 +15,12 @@
 //!    (bounded timeout). Every order is answered here; the buyer is the token's user,
 //!    never a header;
 //! 3. `captcha` and `token` (before an order: the login JWT, a solved captcha, a token) are
-//!    answered by [`crate::issue`];
+//!    answered by `crate::issue`;
 //! 4. a result query: the campaign exists → the per-address polling limit → the request's
 //!    result token (`X-Result-Token`, given with its QUEUED answer; one HMAC, no lookup), then
 //!    proxied to the order writer. Anyone else learns nothing, not even whether the id exists.
 //! 5. the buyer's page (`GET /seckill/{c}/` and its files) is answered from memory
-//!    ([`crate::page`]): the campaign exists → the bytes, gzipped once at start.
+//!    (`crate::page`): the campaign exists → the bytes, gzipped once at start.
 //!
 //! A reservation is answered `202 QUEUED` (with its `poll_url`) at once: the record the script
 //! wrote to the Redis outbox is the promise. The record, signed, is handed to the background

@@ -124,7 +124,7 @@ pub enum ReserveOutcome {
 /// of `reserve.lua`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Nonce {
-    /// Its key, [`CampaignKeys::nonce`].
+    /// Its key, `CampaignKeys::nonce`.
     pub key: String,
     /// How long Redis remembers it (at least the timestamp window).
     pub ttl_secs: u32,
@@ -186,10 +186,10 @@ impl ReserveCall {
 }
 
 /// One `[[global_limit]]` rule of an order of a `reserve.lua` call ([`ReserveCall::limits`]):
-/// its two counters (in the order's bucket, [`CampaignKeys::global_limit`]) and its bounds.
+/// its two counters (in the order's bucket, `CampaignKeys::global_limit`) and its bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LimitRule {
-    /// The counter of the current window ([`CampaignKeys::global_limit`]).
+    /// The counter of the current window (`CampaignKeys::global_limit`).
     pub current: String,
     /// The counter of the window before it.
     pub previous: String,

@@ -35,7 +35,7 @@ enum Locking {
 /// whose signature is not `signer`'s (the gateway key's) is dead-lettered, like one that cannot
 /// be decoded.
 ///
-/// The batch is first written with the campaign rows locked late (see [`Locking`]); if the
+/// The batch is first written with the campaign rows locked late (see `Locking`); if the
 /// conditional stock update refuses it, it is rolled back and written again with the rows locked
 /// first. Either way the stock guard runs in the same transaction as the orders.
 pub async fn write_batch(

@@ -7,8 +7,8 @@ use protocol::signing::RECORD_SIGNATURE_HEADER;
 use tokio::sync::watch;
 
 use super::{wait_or_shutdown, Incoming};
+use crate::admin::metrics::PartitionMetrics;
 use crate::conf::WriterConf;
-use crate::metrics::PartitionMetrics;
 
 /// Reads a partition ahead of the writer, from `offset` on, into `tx`.
 pub(super) async fn fetch_ahead(

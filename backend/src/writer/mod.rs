@@ -9,20 +9,20 @@
 //! produces it again, and the redelivered record settles again (both steps are idempotent).
 //!
 //! Every record must carry the gateway key's signature of its value (Kafka header
-//! [`protocol::signing::RECORD_SIGNATURE_HEADER`], see [`crate::produce`] for the record format): one without it,
+//! [`protocol::signing::RECORD_SIGNATURE_HEADER`], see [`crate::kafka::produce`] for the record format): one without it,
 //! or with one that does not match, is dead-lettered with its offset and never becomes an order,
 //! so only what the gateway, the sweeper or `order-writer produce` signed can take stock.
 //!
-//! Inside: [`decide`] (pure: verifying and decoding records, and the decision for each), [`store`] (the SQL),
-//! [`batch`] (one batch's transaction), [`fetch`] (the read-ahead task), [`retry`] (pure: what
-//! to do after a failed write) and [`fallback`] (applying it); this module holds the partition
+//! Inside: `decide` (pure: verifying and decoding records, and the decision for each), `store` (the SQL),
+//! `batch` (one batch's transaction), `fetch` (the read-ahead task), `retry` (pure: what
+//! to do after a failed write) and `fallback` (applying it); this module holds the partition
 //! loop and the Redis settlement.
 //!
 //! A batch PostgreSQL keeps refusing does not block its partition: after `writer.batch_retries`
 //! tries it is written one record per transaction, and a record refused that often alone is
 //! dead-lettered alone. An unreachable PostgreSQL is waited for; nothing is dead-lettered then.
 //!
-//! A partition held by lease ([`crate::leases`]) is written under a [`Fence`]: each transaction
+//! A partition held by lease ([`crate::writer::leases`]) is written under a [`Fence`]: each transaction
 //! commits only if the lease still names this writer and epoch, checked in that transaction; a
 //! refused one is rolled back and the partition dropped (its new owner reads it from the stored
 //! offset).
@@ -33,6 +33,8 @@ mod fallback;
 mod fetch;
 mod retry;
 mod store;
+
+pub mod leases;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,9 +52,9 @@ use rskafka::client::Client as KafkaClient;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
+use crate::admin::metrics::WriterMetrics;
 use crate::conf::WriterConf;
 use crate::kafka;
-use crate::metrics::WriterMetrics;
 use crate::redis::RedisScripts;
 
 /// One fetched Kafka record: its offset, value and signature header.
@@ -345,7 +347,7 @@ fn log_outcome(partition: i32, outcome: &BatchOutcome) {
 /// Counts a committed chunk of `n` records, whose next offset is `next_offset`.
 fn count_outcome(
     metrics: &WriterMetrics,
-    pm: &crate::metrics::PartitionMetrics,
+    pm: &crate::admin::metrics::PartitionMetrics,
     n: usize,
     outcome: &BatchOutcome,
     next_offset: i64,

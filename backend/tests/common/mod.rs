@@ -8,10 +8,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backend::campaign::publish;
 use backend::conf::Conf;
 use backend::redis::RedisScripts;
 use backend::writer::{run_partition, WriterCtx};
-use backend::{db, kafka, publish, redis};
+use backend::{db, kafka, redis};
 use e2e::{cleanup, stack};
 use protocol::record::Reservation;
 use protocol::scripts::{ReserveCall, ReserveOutcome};
@@ -69,11 +70,11 @@ impl Env {
     /// The order writer's HTTP surface (result query, payment callback) on this env, on a free
     /// loopback port, signed with [`PAYMENT_KEY`]; returns its base URL.
     pub async fn serve_http(&self) -> String {
-        let state = backend::state::AppState {
+        let state = backend::http::state::AppState {
             pool: self.pool.clone(),
             payment: Arc::new(Signer::new(PAYMENT_KEY)),
             payment_max_skew_secs: 300,
-            results: backend::state::ResultStore {
+            results: backend::http::state::ResultStore {
                 pool: self.pool.clone(),
                 redis: self.redis.clone(),
                 buckets: Default::default(),
@@ -156,12 +157,12 @@ impl Env {
     }
 
     /// What a reconciliation of this environment reads and writes, with sweep age `sweep_age`.
-    pub fn stores(&self, sweep_age: Duration) -> backend::reconcile::Stores<'_> {
-        backend::reconcile::Stores {
+    pub fn stores(&self, sweep_age: Duration) -> backend::workers::reconcile::Stores<'_> {
+        backend::workers::reconcile::Stores {
             pool: &self.pool,
             redis: &self.redis,
             scripts: &self.scripts,
-            topic: Some(backend::reconcile::Topic {
+            topic: Some(backend::workers::reconcile::Topic {
                 kafka: &self.kafka,
                 name: &self.topic,
                 partitions: self.partitions,
@@ -267,7 +268,7 @@ impl Env {
             topic: self.topic.clone(),
             signer: Arc::new(Signer::new(GATEWAY_KEY)),
             cfg: e2e::order_writer::writer_conf(batch),
-            metrics: Arc::new(backend::metrics::WriterMetrics::new()),
+            metrics: Arc::new(backend::admin::metrics::WriterMetrics::new()),
         };
         let tasks: Vec<_> = (0..self.partitions)
             .map(|p| tokio::spawn(run_partition(ctx.clone(), p, tx.subscribe())))
@@ -304,8 +305,8 @@ impl Env {
     }
 
     /// A producer to this test's topic, signing with [`GATEWAY_KEY`] as the gateway does.
-    pub fn producer(&self) -> backend::producer::Producer {
-        backend::producer::Producer::start(
+    pub fn producer(&self) -> backend::kafka::producer::Producer {
+        backend::kafka::producer::Producer::start(
             self.kafka.clone(),
             &self.topic,
             self.partitions,

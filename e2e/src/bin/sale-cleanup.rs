@@ -110,7 +110,7 @@ async fn delete_sale(args: &Args, id: &str, force: bool) -> anyhow::Result<Outco
         return Err(e);
     }
     cleanup::delete_topic(&args.broker, &topic_of(id)).await?;
-    cleanup::delete_topic(&args.broker, &backend::events::default_topic(&topic_of(id))).await?;
+    cleanup::delete_topic(&args.broker, &backend::workers::events::default_topic(&topic_of(id))).await?;
     let mut keys = 0;
     for url in &args.redis {
         keys += cleanup::delete_campaign_keys(url, id).await?;
@@ -126,7 +126,7 @@ async fn sales_of(args: &Args, prefix: &str) -> anyhow::Result<BTreeSet<String>>
         found.insert(db["sale_".len()..].to_string());
     }
     for topic in cleanup::topics_like(&args.broker, &topic_of(prefix)).await? {
-        // A sale's events topic (`backend::events::default_topic`) names the same sale.
+        // A sale's events topic (`backend::workers::events::default_topic`) names the same sale.
         let id = &topic["reservations.".len()..];
         found.insert(id.strip_suffix(".order-events").unwrap_or(id).to_string());
     }

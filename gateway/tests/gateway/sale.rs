@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use backend::campaign::publish::Published;
 use backend::conf::Conf;
-use backend::publish::Published;
 use backend::redis::RedisScripts;
 use fred::prelude::*;
 use protocol::keys::CampaignKeys;
@@ -94,9 +94,10 @@ impl Sale {
             .replace("stock = 100", &format!("stock = {stock}"));
         std::fs::write(dir.join("campaigns").join(format!("{campaign}.toml")), text).unwrap();
         let scripts = RedisScripts::load(&root.join("lua")).unwrap();
-        let out = backend::publish::publish(&pool, &redis, &scripts, &dir.join("campaigns"), &campaign)
-            .await
-            .unwrap();
+        let out =
+            backend::campaign::publish::publish(&pool, &redis, &scripts, &dir.join("campaigns"), &campaign)
+                .await
+                .unwrap();
         assert!(matches!(out, Published::Ready { .. }), "{out:?}");
         let _owned = (database, owned_topic, owned_campaign);
         Sale { pg_url, pool, redis_url: redis_url.into(), redis, kafka, topic, campaign, dir, _owned }

@@ -154,7 +154,7 @@ pub async fn leg(
             idle_wait: protocol::conf::Millis::new(100).expect("a wait"),
             batch_retries: 3,
         },
-        metrics: Arc::new(backend::metrics::WriterMetrics::new()),
+        metrics: Arc::new(backend::admin::metrics::WriterMetrics::new()),
     };
     let start = Instant::now();
     let tasks: Vec<_> =

@@ -29,5 +29,5 @@ pub struct ResultStore {
     /// Redis client of its own.
     pub redis: RedisClient,
     /// Each campaign's bucket count, read once (`campaigns.buckets`).
-    pub buckets: crate::buckets::CountCache,
+    pub buckets: crate::campaign::buckets::CountCache,
 }

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use super::difference::{Difference, Kind};
-use crate::buckets::Sent;
+use crate::campaign::buckets::Sent;
 
 /// What Redis holds in one bucket.
 #[derive(Debug, Clone, Default)]

@@ -4,7 +4,7 @@
 /// its order: the sweeper has produced it at least twice by then.
 pub const REPAIR_AGE_FACTOR: u32 = 3;
 
-/// Why a [`Kind::ReservedWithoutOrder`] repair must not act now, or `None` when it may: the
+/// Why a `Kind::ReservedWithoutOrder` repair must not act now, or `None` when it may: the
 /// entry must be older than [`REPAIR_AGE_FACTOR`] × the sweep age by Redis' clock, and the
 /// writer's committed offset must have reached the end of the user's partition (nothing of it
 /// can still be waiting in Kafka).

@@ -24,8 +24,8 @@ use protocol::codes::Code;
 use protocol::keys::Bucket;
 use serde_json::json;
 
-use crate::reply::{answer, with_retry_after};
-use crate::state::{AppState, ResultStore};
+use crate::http::reply::{answer, with_retry_after};
+use crate::http::state::{AppState, ResultStore};
 
 /// What the result query found for a request id.
 #[derive(Debug, Clone, PartialEq, Eq)]

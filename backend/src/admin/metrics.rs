@@ -313,7 +313,7 @@ impl WriterMetrics {
                     self.orders.with_label_values(&[status.as_str()]).set(n);
                 }
                 self.repairs.reset();
-                for kind in crate::reconcile::find::Kind::ALL {
+                for kind in crate::workers::reconcile::find::Kind::ALL {
                     self.repairs.with_label_values(&[kind.as_str()]).set(0);
                 }
                 for (kind, n) in repairs {

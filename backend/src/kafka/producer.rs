@@ -6,7 +6,7 @@
 //! (key = user, partition = [`protocol::record::partition_for`]). Every record carries the
 //! gateway key's signature of its value in the `seckill-signature` header, built by
 //! [`SignedRecord`] as the gateway's own records are: the writer dead-letters anything else
-//! (see [`crate::produce`] for the record format).
+//! (see [`crate::kafka::produce`] for the record format).
 
 use std::sync::Arc;
 use std::time::Duration;

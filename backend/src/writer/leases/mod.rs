@@ -4,7 +4,7 @@
 //! Each partition has a row in `partition_leases` (owner, epoch, expiry by PostgreSQL's clock)
 //! and each writer a heartbeat in `writer_heartbeats`. Every `leases.renew_ms` a writer renews
 //! its heartbeat and its leases, reads the live writers and aims at its fair share,
-//! `partitions / writers` or one more ([`decide`]): it claims free or expired partitions (a new epoch
+//! `partitions / writers` or one more (`decide`): it claims free or expired partitions (a new epoch
 //! each), or releases its surplus when another writer joined (after the partition's writer
 //! finished its batch in flight). A writer that dies stops renewing: its leases expire within
 //! `leases.lease_ms` and the others take them over at their next round, so within

@@ -24,7 +24,7 @@
 //!  "price_cents":1999,"price_version":1,"stock_version":1,"reserved_at_ms":1700000000000}
 //! ```
 //!
-//! The gateway, the sweeper ([`crate::producer`]) and this subcommand write records this way. The
+//! The gateway, the sweeper ([`crate::kafka::producer`]) and this subcommand write records this way. The
 //! writer signs nothing and trusts nothing else: a record without the header, or whose signature
 //! does not match its value, goes to `dead_letters` with its offset ("unsigned record" /
 //! "signature does not match") and never becomes an order; so does a signed value that is not a
@@ -54,7 +54,7 @@ use protocol::record::Reservation;
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
 
 use crate::app::Connections;
-use crate::producer::Producer;
+use crate::kafka::producer::Producer;
 
 pub mod generate;
 

@@ -10,7 +10,7 @@ use sqlx::PgPool;
 use super::find::{PgOrder, Snapshot};
 use super::ledger::BucketSnap;
 use super::BetweenReads;
-use crate::buckets::{parse_sent, redis_now_ms};
+use crate::campaign::buckets::{parse_sent, redis_now_ms};
 
 /// Reads both stores for `campaign`: PostgreSQL first, then Redis, so that a reservation made
 /// between the two reads shows in Redis with its outbox entry (balanced), never as an order

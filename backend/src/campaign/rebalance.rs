@@ -120,7 +120,7 @@ pub async fn rebalance(
     scripts: &Scripts,
     id: &str,
 ) -> anyhow::Result<Rebalanced> {
-    let Some(count) = crate::buckets::count(pool, id).await? else {
+    let Some(count) = crate::campaign::buckets::count(pool, id).await? else {
         anyhow::bail!("unknown campaign {id:?}: not in PostgreSQL (publish it first)")
     };
     if count <= 1 {

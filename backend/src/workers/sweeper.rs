@@ -1,7 +1,7 @@
 //! The sweeper: every reservation still in a campaign's outbox after T (the gateway's produce
 //! failed or timed out, a process was killed, Redis was down when the writer settled) is
 //! produced again, signed with the gateway key and keyed by its user like the gateway's own
-//! record (see [`crate::producer`]). Duplicates are harmless downstream: the writer's unique
+//! record (see [`crate::kafka::producer`]). Duplicates are harmless downstream: the writer's unique
 //! keys absorb them.
 //!
 //! The sweeper claims each entry in Redis before producing it (`lua/claim.lua`), with Redis'
@@ -19,7 +19,7 @@
 //! (Kafka down), passes run as before: their produces fail and are retried.
 //!
 //! A campaign with hot-stock buckets is swept bucket by bucket. Each pass also finishes the
-//! transfers between buckets left in flight ([`crate::buckets::finish_transfers`]); that part
+//! transfers between buckets left in flight ([`crate::campaign::buckets::finish_transfers`]); that part
 //! does not wait for the writer, the topic has nothing to do with it.
 
 use std::time::Duration;
@@ -30,9 +30,9 @@ use protocol::record::Reservation;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
+use crate::admin::metrics::WriterMetrics;
+use crate::kafka::producer::Producer;
 use crate::kafka::Topic;
-use crate::metrics::WriterMetrics;
-use crate::producer::Producer;
 use crate::redis::RedisScripts;
 
 /// Most entries re-produced per campaign per pass (bounds one pass; the next pass continues).
@@ -82,7 +82,8 @@ pub async fn finish_transfers_once(
 ) -> anyhow::Result<usize> {
     let mut taken = 0;
     for (campaign, count) in published(pool).await? {
-        taken += crate::buckets::finish_transfers(redis, &scripts.shared, &campaign, count, age).await?;
+        taken +=
+            crate::campaign::buckets::finish_transfers(redis, &scripts.shared, &campaign, count, age).await?;
     }
     Ok(taken)
 }

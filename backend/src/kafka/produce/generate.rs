@@ -45,7 +45,7 @@ pub async fn run(conns: &Connections<'_>, plan: &Plan) -> anyhow::Result<Generat
     let redis = conns.redis().await?;
     let scripts = conns.scripts()?;
     let pool = conns.postgres(1).await?;
-    let buckets = crate::buckets::count(&pool, &plan.campaign).await?.unwrap_or(1);
+    let buckets = crate::campaign::buckets::count(&pool, &plan.campaign).await?.unwrap_or(1);
     let g = generate(&redis, &scripts.shared, &plan.campaign, buckets, plan.n, plan.users).await?;
     if g.records.is_empty() {
         anyhow::bail!("nothing reserved: {}", g.stopped.unwrap_or_default());

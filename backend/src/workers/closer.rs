@@ -16,7 +16,7 @@ use protocol::scripts::ReleaseCall;
 use sqlx::PgPool;
 use tokio::sync::watch;
 
-use crate::metrics::WriterMetrics;
+use crate::admin::metrics::WriterMetrics;
 use crate::redis::RedisScripts;
 
 /// Closed orders released in one `release.lua` call (one bucket's): one call each gave back about

@@ -2,7 +2,7 @@
 //!
 //! Headers `x-payment-timestamp` (unix seconds) and `x-payment-signature` = hex
 //! HMAC-SHA256(payment key, `METHOD\nPATH\nTIMESTAMP\nhex(SHA-256(body))`), checked by
-//! [`crate::pay_auth`]: missing or wrong → 401 BAD_SIGNATURE (a callback replayed onto another
+//! [`crate::http::pay_auth`]: missing or wrong → 401 BAD_SIGNATURE (a callback replayed onto another
 //! order fails here, the path is signed), signed but outside ± `payment_max_skew_secs` → 401
 //! STALE_TIMESTAMP. Body `{"payment_ref": "..."}`.
 //!
@@ -20,9 +20,9 @@ use protocol::signing::{PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::pay_auth::{self, Callback};
-use crate::reply::answer;
-use crate::state::AppState;
+use crate::http::pay_auth::{self, Callback};
+use crate::http::reply::answer;
+use crate::http::state::AppState;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
