@@ -6,14 +6,11 @@
 //!
 //! 1. route: a campaign path (`/seckill/{c}/{path}/order|captcha|token|info|result/{id}`) or a
 //!    shop route; none → 404;
-//! 2. for an order: the campaign exists → its window is open (server time) → its switches →
-//!    its concurrency budget → the local sold-out flag → the inputs (device, qty) → the rate
-//!    limits per IP, device and campaign → the campaign token (bound to user, campaign and
-//!    device) → the account's rate → the hidden path → the timestamp → the request signature
-//!    (body read here) → eligibility → `reserve.lua` in Redis, which counts the campaign's
-//!    global limits (when it has `[[global_limit]]` rules) and spends the nonce in the same call
-//!    (bounded timeout). Every order is answered here; the buyer is the token's user,
-//!    never a header;
+//! 2. for an order: the campaign exists → the sale's checks, in the order written once in
+//!    `plugins::checks` (window, switches, sold-out flag, lag, inputs, rates, token, hidden path,
+//!    timestamp, then with the body the signature, eligibility, global limits and the budget) →
+//!    `reserve.lua` in Redis (bounded timeout). Every order is answered here; the buyer is the
+//!    token's user, never a header;
 //! 3. `captcha` and `token` (before an order: the login JWT, a solved captcha, a token) are
 //!    answered by `crate::issue`;
 //! 4. a result query: the campaign exists → the per-address polling limit → the request's

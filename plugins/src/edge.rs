@@ -197,10 +197,9 @@ impl Edge {
         &self.pressure
     }
 
-    /// Every check of an order's request line and headers, cheapest first: method → window →
-    /// switches → sold-out flag → the proxy's lag → device and quantity → rates per IP, device and
-    /// campaign → campaign token → the account's rate → hidden `path` → timestamp. No place of
-    /// the campaign's budget is taken yet: the body may be slow to come ([`Edge::hold`]).
+    /// Every check of an order's request line and headers, cheapest first (after the method:
+    /// steps 1 to 10 of the list in `crate::checks`, whose test holds it against this code). No
+    /// place of the campaign's budget is taken yet: the body may be slow to come ([`Edge::hold`]).
     pub fn admit(
         &self,
         conf: &Conf<'_>,
