@@ -1,6 +1,9 @@
 //! The life of one `[[tls.acme]]` entry: serve what the store holds, order a certificate when
 //! none is there or the one there is two thirds through its lifetime (under the store's lock,
-//! looking again once it is held), and retry a failure with a doubling wait.
+//! looking again once it is held), and retry a failure with a doubling wait. The wait is
+//! written in the store (`retry`: not before when, after how many failures), so the gateways
+//! sharing it wait it together and the count doubles across them: the ACME server sees one
+//! attempt per wait, however many gateways there are.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,7 +32,6 @@ pub(super) struct Entry {
 /// Keeps the entry's certificate served and renewed until shutdown.
 pub(super) async fn run(entry: Entry, live: Arc<Live>, mut shutdown: ShutdownWatch) {
     let store = Store::new(&entry.conf.store, entry.conf.name());
-    let name = entry.conf.name().to_string();
     let mut failures = 0u32;
     loop {
         let wait = match step(&entry, &store, &live).await {
@@ -38,14 +40,9 @@ pub(super) async fn run(entry: Entry, live: Arc<Live>, mut shutdown: ShutdownWat
                 next
             }
             Err(e) => {
+                // The store itself failed (no marker can be written): this gateway's own count.
                 failures += 1;
-                metrics::get().failures.with_label_values(&[name.as_str()]).inc();
-                let wait = backoff(&entry.conf, failures);
-                tracing::error!(
-                    cert = %name, error = format!("{e:#}"), failures, retry_in_secs = wait.as_secs(),
-                    "ACME attempt failed; the certificate served now (if any) stays"
-                );
-                wait
+                failed(&entry.conf, &e, failures)
             }
         };
         tokio::select! {
@@ -61,24 +58,73 @@ fn backoff(conf: &AcmeConf, failures: u32) -> Duration {
     conf.retry_min.saturating_mul(factor).min(conf.retry_max)
 }
 
-/// One look: serves what is stored; orders when it is due and this gateway gets the lock.
-/// Returns how long to sleep before the next look.
+/// Counts and logs failure number `failures`; returns the wait before the next attempt.
+fn failed(conf: &AcmeConf, e: &anyhow::Error, failures: u32) -> Duration {
+    let name = conf.name();
+    metrics::get().failures.with_label_values(&[name]).inc();
+    let wait = backoff(conf, failures);
+    tracing::error!(
+        cert = %name, error = format!("{e:#}"), failures, retry_in_secs = wait.as_secs(),
+        "ACME attempt failed; the certificate served now (if any) stays"
+    );
+    wait
+}
+
+/// One look: serves what is stored; orders when it is due, no failure asks to wait (the
+/// store's retry marker, shared by its gateways) and this gateway gets the lock. Returns how
+/// long to sleep before the next look.
 async fn step(entry: &Entry, store: &Store, live: &Live) -> anyhow::Result<Duration> {
-    if let Some(s) = stored(entry, store, live) {
-        if !due(&s) {
-            return Ok(until_due(&s));
-        }
+    if let Some(wait) = wait_for(entry, store, live) {
+        return Ok(wait);
     }
     let Some(_lock) = store.try_lock().context("the store's lock")? else {
         tracing::debug!(cert = %entry.conf.name(), "another gateway is ordering; looking again soon");
         return Ok(LOCK_POLL);
     };
-    // Held: another gateway may have stored a new certificate since the look above.
-    if let Some(s) = stored(entry, store, live) {
-        if !due(&s) {
-            return Ok(until_due(&s));
+    // Held: another gateway may have stored a certificate, or failed, since the look above.
+    if let Some(wait) = wait_for(entry, store, live) {
+        return Ok(wait);
+    }
+    match attempt(entry, store, live).await {
+        Ok(s) => {
+            keep_retry(entry, store, None);
+            Ok(until_due(&s))
+        }
+        Err(e) => {
+            // Recent failures of any gateway of the store count: the wait doubles across them.
+            // A marker older than the longest wait plus an attempt is from an earlier streak.
+            let window = (entry.conf.retry_max + ATTEMPT).as_secs() as i64;
+            let recent = store.retry().filter(|r| now() < r.not_before + window);
+            let failures = recent.map_or(0, |r| r.failures) + 1;
+            let wait = failed(&entry.conf, &e, failures);
+            keep_retry(entry, store, Some((now() + wait.as_secs() as i64, failures)));
+            Ok(wait)
         }
     }
+}
+
+/// Writes (or removes) the store's retry marker; a store that refuses is logged, not counted
+/// as an ACME failure (the wait is then this gateway's alone).
+fn keep_retry(entry: &Entry, store: &Store, retry: Option<(i64, u32)>) {
+    if let Err(e) = store.set_retry(retry) {
+        tracing::warn!(cert = %entry.conf.name(), error = %e, "ACME: cannot write the store's retry marker");
+    }
+}
+
+/// How long to wait before ordering: until the stored certificate is due, or until the store's
+/// retry marker allows; `None`: order now.
+fn wait_for(entry: &Entry, store: &Store, live: &Live) -> Option<Duration> {
+    if let Some(s) = stored(entry, store, live) {
+        if !due(&s) {
+            return Some(until_due(&s));
+        }
+    }
+    let retry = store.retry().filter(|r| r.not_before > now())?;
+    Some(Duration::from_secs((retry.not_before - now()) as u64).min(LOOK_AGAIN))
+}
+
+/// One order, stored and served.
+async fn attempt(entry: &Entry, store: &Store, live: &Live) -> anyhow::Result<Stored> {
     let name = entry.conf.name();
     metrics::get().attempts.with_label_values(&[name]).inc();
     tracing::info!(cert = %name, hosts = ?entry.conf.hosts, directory = %entry.conf.directory, "ACME: ordering a certificate");
@@ -93,7 +139,7 @@ async fn step(entry: &Entry, store: &Store, live: &Live) -> anyhow::Result<Durat
         cert = %name, serial = %s.serial, not_after = s.not_after, took_ms = started.elapsed().as_millis() as u64,
         "ACME: certificate issued and served"
     );
-    Ok(until_due(&s))
+    Ok(s)
 }
 
 /// What the store holds, served when it is new to this gateway; `None` when nothing usable is

@@ -31,6 +31,14 @@ impl Stored {
     }
 }
 
+/// The store's retry marker: no attempt before `not_before` (Unix time), after `failures`
+/// failed ones in a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Retry {
+    pub not_before: i64,
+    pub failures: u32,
+}
+
 /// The files of one entry.
 pub(super) struct Store {
     dir: PathBuf,
@@ -105,6 +113,22 @@ impl Store {
         replace(&self.cert_file(), chain_pem.as_bytes(), 0o644)
     }
 
+    /// The retry marker, when a failed attempt left one.
+    pub fn retry(&self) -> Option<Retry> {
+        let text = std::fs::read_to_string(self.dir.join("retry")).ok()?;
+        let (at, failures) = text.trim().split_once(' ')?;
+        Some(Retry { not_before: at.parse().ok()?, failures: failures.parse().ok()? })
+    }
+
+    /// Writes the retry marker (`not_before`, `failures`), or removes it (`None`).
+    pub fn set_retry(&self, retry: Option<(i64, u32)>) -> std::io::Result<()> {
+        let file = self.dir.join("retry");
+        match retry {
+            Some((at, failures)) => replace(&file, format!("{at} {failures}\n").as_bytes(), 0o644),
+            None => std::fs::remove_file(&file).or_else(not_found_ok),
+        }
+    }
+
     /// Takes the entry's lock if no other process holds it.
     pub fn try_lock(&self) -> std::io::Result<Option<Lock>> {
         std::fs::create_dir_all(&self.dir)?;
@@ -131,11 +155,15 @@ impl Store {
                 std::fs::create_dir_all(&self.challenges)?;
                 replace(&file, k.as_bytes(), 0o644)
             }
-            None => std::fs::remove_file(&file).or_else(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Ok(()),
-                _ => Err(e),
-            }),
+            None => std::fs::remove_file(&file).or_else(not_found_ok),
         }
+    }
+}
+
+fn not_found_ok(e: std::io::Error) -> std::io::Result<()> {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => Ok(()),
+        _ => Err(e),
     }
 }
 
@@ -162,13 +190,19 @@ mod tests {
     }
 
     #[test]
-    fn one_lock_holder_at_a_time_and_the_lock_goes_with_its_holder() {
+    fn one_lock_holder_at_a_time_the_lock_goes_with_its_holder_and_the_retry_marker_is_shared() {
         let dir = std::env::temp_dir().join(format!("acme-lock-{}", uuid::Uuid::new_v4()));
         let (a, b) = (Store::new(&dir, "shop.test"), Store::new(&dir, "shop.test"));
         let held = a.try_lock().unwrap().expect("the first takes it");
         assert!(b.try_lock().unwrap().is_none(), "a second open file of the same lock is refused");
         drop(held);
         assert!(b.try_lock().unwrap().is_some(), "free again once its holder is gone");
+        assert_eq!(a.retry(), None);
+        a.set_retry(Some((1_800_000_000, 3))).unwrap();
+        assert_eq!(b.retry(), Some(Retry { not_before: 1_800_000_000, failures: 3 }), "shared by the store");
+        a.set_retry(None).unwrap();
+        a.set_retry(None).unwrap();
+        assert_eq!(b.retry(), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

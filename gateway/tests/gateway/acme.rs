@@ -244,6 +244,14 @@ async fn a_failing_challenge_is_retried_with_backoff_counted_and_logged_while_th
     let now_served = g.get(&g.https(&seeded_ca)).await;
     assert_eq!(now_served, Some(seeded.clone()), "the stored certificate still serves new handshakes");
     assert_eq!(g.metric("seckill_gateway_acme_issued_total").await, 0.0);
+    // The wait is in the store, for every gateway sharing it: not before when, after how many.
+    let marker = g.dir.join("store").join(HOST).join("retry");
+    let counted = |text: String| text.split_whitespace().nth(1).and_then(|n| n.parse::<u32>().ok());
+    let in_store = eventually(Duration::from_secs(10), || {
+        let text = std::fs::read_to_string(&marker).unwrap_or_default();
+        async move { counted(text).is_some_and(|n| n >= 3) }
+    });
+    assert!(in_store.await, "{:?}", std::fs::read_to_string(&marker));
 
     // Validation reaches the gateway again: the next retry gets the certificate.
     pebble.restart(&PebbleConf { http_port: g.port, validity_secs: 3600 }).await;
@@ -252,6 +260,7 @@ async fn a_failing_challenge_is_retried_with_backoff_counted_and_logged_while_th
     let issued = issued.unwrap_or_else(|| panic!("issued after the failures; log:\n{}", gw.log()));
     assert_ne!(issued.serial, seeded.serial);
     assert_eq!(g.metric("seckill_gateway_acme_issued_total").await, 1.0);
+    assert!(!marker.exists(), "a success clears the wait");
     remove_unless_failed(&g.dir);
 }
 
