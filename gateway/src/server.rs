@@ -55,8 +55,12 @@ pub fn check(opts: &Options) -> anyhow::Result<String> {
         }
         None => "a proxy only: no sale".to_string(),
     };
+    let acme = match active.server.tls.as_ref().map_or(0, |t| t.acme.len()) {
+        0 => String::new(),
+        n => format!(", [[tls.acme]] entries: {n}"),
+    };
     Ok(format!(
-        "{}: ok ({mode}, {} routes, listen {})",
+        "{}: ok ({mode}, {} routes{acme}, listen {})",
         opts.conf.display(),
         active.shop_pools.len(),
         active.server.listen

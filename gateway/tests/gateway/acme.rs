@@ -309,7 +309,7 @@ async fn check_refuses_bad_acme_entries_with_file_line_column_and_field() {
     let pebble = Pebble::start(&PebbleConf { http_port: g.port, validity_secs: 3600 }).await;
     let good = g.conf(&pebble);
     let (ok, said) = check(&good);
-    assert!(ok, "{said}");
+    assert!(ok && said.contains("[[tls.acme]] entries: 1"), "{said}");
     let line_of = |text: &str, key: &str| text.lines().position(|l| l.starts_with(key)).unwrap() + 1;
     let cases = [
         ("hosts = [", "hosts = [\"*.shop.test\"]", "tls.acme[0].hosts", "DNS-01"),

@@ -1,4 +1,4 @@
-//! Pebble, Let's Encrypt's ACME test server, for the ACME tests: each test starts its own on
+//! Pebble (v2.10.3), Let's Encrypt's ACME test server, for the ACME tests: each test starts its own on
 //! loopback ports of its own, with a config written here (HTTPS certificate made by the test,
 //! certificate lifetime, the port it validates HTTP-01 on), a DNS responder of the test's that
 //! answers 127.0.0.1 for every name (Pebble's `-dnsserver`), and Pebble's test knobs:
