@@ -1,7 +1,8 @@
 //! Certificates by ACME against Pebble (`pebble.rs`), the gateway a proxy only (no Redis,
 //! Kafka or PostgreSQL): issued at start with HTTP-01 answered on the gateway's plain listener,
 //! kept in the store and served from it after a restart; renewed at two thirds of a short
-//! lifetime while a client's connection stays open and keeps working; a failing challenge
+//! lifetime (HTTP-01 on the redirecting listener) while a client's connection stays open and
+//! keeps working; a failing challenge
 //! retried with a doubling wait, counted and logged while the stored certificate keeps serving;
 //! two gateways on one store ordering once; bad `[[tls.acme]]` entries refused by `--check`.
 
@@ -36,6 +37,8 @@ fn seen(der: &[u8]) -> Seen {
 struct Setup {
     shop: MockServer,
     port: u16,
+    /// `tls.redirect_listen`, the other plain listener that answers HTTP-01.
+    redirect: u16,
     tls: u16,
     admin: u16,
     dir: PathBuf,
@@ -57,7 +60,7 @@ impl Setup {
                 d
             }
         };
-        Self { shop, port: free_port(), tls: free_port(), admin: free_port(), dir }
+        Self { shop, port: free_port(), redirect: free_port(), tls: free_port(), admin: free_port(), dir }
     }
 
     /// The server file: a proxy to the shop, the admin listener, TLS by ACME from `pebble`.
@@ -66,7 +69,7 @@ impl Setup {
             "[server]\nlisten = \"127.0.0.1:{}\"\nworkers = {}\n\n\
              [[route]]\nname = \"shop\"\npath_prefix = \"/\"\nupstreams = [\"{}\"]\n\n\
              [admin]\nlisten = \"127.0.0.1:{}\"\n\n\
-             [tls]\nlisten = \"127.0.0.1:{}\"\n\n\
+             [tls]\nlisten = \"127.0.0.1:{}\"\nredirect_listen = \"127.0.0.1:{}\"\n\n\
              [[tls.acme]]\nhosts = [\"{HOST}\", \"www.{HOST}\"]\ncontact = [\"mailto:ops@{HOST}\"]\n\
              directory = \"{}\"\ndirectory_ca_file = \"{}\"\naccount_key = \"file:{}\"\n\
              store = \"{}\"\nretry_min_secs = 1\nretry_max_secs = 4\n",
@@ -75,6 +78,7 @@ impl Setup {
             self.shop.address(),
             self.admin,
             self.tls,
+            self.redirect,
             pebble.directory(),
             pebble.ca_file().display(),
             self.dir.join("account.key").display(),
@@ -165,8 +169,8 @@ async fn a_certificate_is_issued_at_start_stored_and_served_from_the_store_after
 #[tokio::test]
 async fn a_renewal_at_two_thirds_reaches_new_handshakes_while_an_open_connection_keeps_working() {
     let g = Setup::new(None).await;
-    // 30 s certificates: renewed 20 s after their start.
-    let pebble = Pebble::start(&PebbleConf { http_port: g.port, validity_secs: 30 }).await;
+    // 30 s certificates: renewed 20 s after their start. HTTP-01 on the redirecting listener.
+    let pebble = Pebble::start(&PebbleConf { http_port: g.redirect, validity_secs: 30 }).await;
     let mut gw = g.start(&pebble).await;
     let root = pebble.root_pem().await;
     let first = g.served(&root, Duration::from_secs(60), |_| true).await.expect("issued");
