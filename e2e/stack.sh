@@ -870,4 +870,31 @@ main() {
   esac
 }
 
+# ---------------------------------------------------------------------------------------------
+# Pebble, Let's Encrypt's ACME test server (the gateway's ACME tests start their own, each on its
+# own loopback ports: nothing runs here). `up pebble` installs it (e2e/test.sh does; `up`
+# without names does not, so the demo needs no Go). Built from the Go module proxy into $STACK/bin/pebble
+# (`go install`, GOBIN there), once: a binary that reports the pinned version is kept. Needs Go
+# 1.21 or newer (it fetches the toolchain Pebble's go.mod asks for, GOTOOLCHAIN=auto).
+PEBBLE_MODULE=github.com/letsencrypt/pebble/v2
+PEBBLE_VERSION=v2.10.3 # also named by gateway/tests/gateway/pebble.rs
+install_pebble() {
+  local bin=$STACK/bin/pebble t
+  if ! command -v go >/dev/null 2>&1; then
+    [[ -x $bin ]] && return 0 # built before; its version cannot be read without Go
+    die "Pebble needs Go 1.21 or newer to build (https://go.dev/dl/, then put go/bin on PATH)"
+  fi
+  go version -m "$bin" 2>/dev/null | grep -q "mod[[:space:]]*$PEBBLE_MODULE[[:space:]]*$PEBBLE_VERSION" && return 0
+  log "installing Pebble $PEBBLE_VERSION (go install) into $STACK/bin"
+  t=$SECONDS
+  mkdir -p "$STACK/bin"
+  GOBIN="$STACK/bin" GOTOOLCHAIN=${GOTOOLCHAIN:-auto} go install "$PEBBLE_MODULE/cmd/pebble@$PEBBLE_VERSION" ||
+    die "go install of Pebble failed"
+  log "Pebble installed in $((SECONDS - t)) s"
+}
+if [[ ${1:-} == up && $# == 2 && $2 == pebble ]]; then
+  install_pebble
+  exit 0
+fi
+
 main "$@"

@@ -49,6 +49,7 @@ trap finish EXIT
 phase "stack up"
 bash e2e/stack.sh up
 bash e2e/stack.sh up cluster
+bash e2e/stack.sh up pebble # the ACME tests' server (gateway/tests/gateway/acme.rs); needs Go
 # shellcheck source=/dev/null
 . .stack/env
 

@@ -19,6 +19,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 use toml::Spanned;
 
+pub mod acme;
 mod action;
 mod headers;
 pub mod limits;

@@ -17,7 +17,8 @@
 //! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
 //! - [`limits`]: those limits as pure decisions;
 //! - [`tls`]: certificates by SNI from the active conf, HTTP/2 by ALPN, the HTTPS redirect;
-//!   [`certs`]: the certificate pairs and the table they are picked from;
+//!   [`certs`]: the certificate pairs and the table they are picked from; [`acme`]: the
+//!   certificates the gateway gets and renews itself (RFC 8555, HTTP-01);
 //! - [`metrics`]: the Prometheus metrics of the request path; [`admin`]: the admin listener
 //!   (`/metrics`, `/healthz`, `/readyz`) and what is read at scrape time;
 //! - [`access_log`]: one line per request, written by a thread of its own, reopened on `SIGUSR1`;
@@ -26,6 +27,7 @@
 //! - [`server`]: wires it all into a Pingora server.
 
 pub mod access_log;
+pub mod acme;
 pub mod admin;
 pub mod answer;
 pub mod certs;

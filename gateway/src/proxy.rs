@@ -78,6 +78,16 @@ impl Gateway {
     }
 }
 
+/// Writes the key authorization of an ACME HTTP-01 challenge.
+async fn answer_challenge(session: &mut Session, key_auth: String) -> Result<bool> {
+    let mut header = ResponseHeader::build(200, Some(2))?;
+    header.insert_header(http::header::CONTENT_TYPE, "text/plain")?;
+    header.insert_header(http::header::CONTENT_LENGTH, key_auth.len())?;
+    session.write_response_header(Box::new(header), false).await?;
+    session.write_response_body(Some(Bytes::from(key_auth)), true).await?;
+    Ok(true)
+}
+
 /// Where a request that passed `request_filter` goes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Upstream {
@@ -159,6 +169,10 @@ impl ProxyHttp for Gateway {
             Err(r) => return answer::refuse(session, &mut ctx.trace, &ctx.request_id, &r).await,
         }
 
+        // ACME's HTTP-01 challenge, before any route (`crate::acme`).
+        if let Some(key_auth) = self.shared.acme.challenge(session.req_header().uri.path()) {
+            return answer_challenge(session, key_auth).await;
+        }
         if let Some(why) = ctx.bad_path {
             let d = Denial::new(Code::BadRequest, why);
             return self.reply(session, ctx, Reply::denied(&d, &ctx.request_id)).await;

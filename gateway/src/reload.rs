@@ -53,6 +53,9 @@ impl PoolSet for Active {
 pub struct SharedState {
     conf_file: PathBuf,
     active: ArcSwap<Active>,
+    /// The certificates by ACME and their challenges, for the life of the process (the
+    /// `[[tls.acme]]` entries of the conf it started with).
+    pub acme: Arc<crate::acme::Live>,
 }
 
 /// `sale`: the sale's campaigns when it is on (`server.sells()`).
@@ -81,7 +84,8 @@ impl SharedState {
     /// The state of a validated server file, next to the sale's campaigns when it is on.
     pub fn new(server: ServerConf, sale: Option<&Registry>) -> Result<Self, ConfError> {
         let conf_file = server.file.clone();
-        Ok(Self { conf_file, active: ArcSwap::from_pointee(build(server, sale)?) })
+        let acme = Arc::new(crate::acme::Live::new(server.tls.as_ref().map_or(&[], |t| t.acme.as_slice())));
+        Ok(Self { conf_file, active: ArcSwap::from_pointee(build(server, sale)?), acme })
     }
 
     /// The active conf (a snapshot: keep it for the whole request).
@@ -128,6 +132,10 @@ pub fn reload(shared: &SharedState, sale: Option<&FlashSale>) -> Result<Arc<Acti
     }
     if o.admin != n.admin || o.access_log != n.access_log {
         tracing::warn!("[admin] and [access_log] take effect only after a restart");
+    }
+    let acme = |t: &Option<crate::conf::tls::TlsConf>| t.as_ref().map(|t| t.acme.clone()).unwrap_or_default();
+    if acme(&o.tls) != acme(&n.tls) {
+        tracing::warn!("[[tls.acme]] changes take effect only after a restart");
     }
     shared.active.store(Arc::clone(&new));
     tracing::info!(

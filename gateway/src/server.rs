@@ -11,6 +11,7 @@ use std::sync::Arc;
 use pingora_core::listeners::TcpSocketOptions;
 use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
+use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
 use plugins::setup::Registry;
 use plugins::{FlashSale, Start};
@@ -54,8 +55,12 @@ pub fn check(opts: &Options) -> anyhow::Result<String> {
         }
         None => "a proxy only: no sale".to_string(),
     };
+    let acme = match active.server.tls.as_ref().map_or(0, |t| t.acme.len()) {
+        0 => String::new(),
+        n => format!(", [[tls.acme]] entries: {n}"),
+    };
     Ok(format!(
-        "{}: ok ({mode}, {} routes, listen {})",
+        "{}: ok ({mode}, {} routes{acme}, listen {})",
         opts.conf.display(),
         active.shop_pools.len(),
         active.server.listen
@@ -155,18 +160,29 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     if let Some(tls) = &server_conf.tls {
         tracing::info!(listen = %tls.listen, http2 = tls.http2, certs = tls.certs.entries.len(), "TLS listener");
         if let Some(plain) = tls.redirect_listen {
-            let mut redirect =
-                Service::new("https redirect".to_string(), tls::Redirect { https_port: tls.listen.port() });
+            let app = tls::Redirect { https_port: tls.listen.port(), acme: Arc::clone(&shared.acme) };
+            let mut redirect = Service::new("https redirect".to_string(), app);
             redirect.add_tcp(&plain.to_string());
             server.add_service(redirect);
         }
     }
+    add_acme(&mut server, &shared, &server_conf);
     tracing::info!(
         listen = %server_conf.listen, workers = server_conf.workers, threads = server_conf.threads,
         sale = server_conf.sells(), conf = %opts.conf.display(), "gateway starting"
     );
     let (_control, _started) = (control, started);
     server.run_forever()
+}
+
+/// The background service that issues and renews the `[[tls.acme]]` certificates, when any.
+fn add_acme(server: &mut Server, shared: &Arc<SharedState>, conf: &crate::conf::ServerConf) {
+    let Some(entries) = conf.tls.as_ref().map(|t| t.acme.clone()).filter(|a| !a.is_empty()) else {
+        return;
+    };
+    tracing::info!(entries = entries.len(), "ACME: certificates by ACME, HTTP-01 on the plain listeners");
+    let service = crate::acme::AcmeService::new(entries, Arc::clone(&shared.acme));
+    server.add_service(background_service("acme", service));
 }
 
 /// Worker `worker`'s name of the address `addr`: the same socket address, spelled with `worker`

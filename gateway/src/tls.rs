@@ -6,6 +6,9 @@
 //! active now, so a `SIGHUP` that reloads the conf also reloads the certificates (a bad
 //! certificate file refuses the whole reload and the old ones stay). A client without SNI, or
 //! with a name no entry lists, gets the first entry's certificate (Nginx's default server).
+//! Certificates by ACME (`crate::acme`) are looked up first, by exact name, in a table of their
+//! own that changes as they are issued and renewed; without any `[[tls.cert]]`, the first ACME
+//! entry's certificate is the default.
 
 use std::sync::Arc;
 
@@ -27,9 +30,16 @@ pub struct SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let sni = hello.server_name();
+        if let Some(pair) = self.shared.acme.pick(sni) {
+            return Some(pair);
+        }
         let active = self.shared.active();
         let tls = active.server.tls.as_ref()?;
-        Some(tls.certs.table().pick(hello.server_name()))
+        match tls.certs.table() {
+            Some(table) => Some(table.pick(sni)),
+            None => self.shared.acme.default_cert(),
+        }
     }
 }
 
@@ -45,10 +55,23 @@ pub fn settings(shared: Arc<SharedState>, http2: bool) -> pingora_core::Result<T
     Ok(settings)
 }
 
-/// The plain-HTTP listener that sends every request to HTTPS (308, so a POST stays a POST).
+/// The plain-HTTP listener that sends every request to HTTPS (308, so a POST stays a POST),
+/// but answers ACME's HTTP-01 challenges itself.
 pub struct Redirect {
     /// The HTTPS listener's port (left out of the location when it is 443).
     pub https_port: u16,
+    /// The challenges being answered.
+    pub acme: Arc<crate::acme::Live>,
+}
+
+/// The answer to an ACME HTTP-01 request: the key authorization, as text.
+pub fn challenge_answer(key_auth: String) -> Response<Vec<u8>> {
+    Response::builder()
+        .status(200)
+        .header(http::header::CONTENT_TYPE, "text/plain")
+        .header(http::header::CONTENT_LENGTH, key_auth.len())
+        .body(key_auth.into_bytes())
+        .unwrap_or_default()
 }
 
 /// Where a plain-HTTP request is sent: `https://host[:port]/path?query`; `None` when the
@@ -76,6 +99,9 @@ pub fn https_location(host: Option<&str>, path_and_query: &str, https_port: u16)
 impl ServeHttp for Redirect {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
         let req = session.req_header();
+        if let Some(key_auth) = self.acme.challenge(req.uri.path()) {
+            return challenge_answer(key_auth);
+        }
         let host = req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or(req.uri.host());
         let path = req.uri.path_and_query().map_or("/", |p| p.as_str());
         let built = match https_location(host, path, self.https_port) {

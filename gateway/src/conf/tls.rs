@@ -1,6 +1,7 @@
 //! The `[tls]` table of the server file: the HTTPS listener, HTTP/2, the redirecting plain
 //! listener, and one `[[tls.cert]]` per certificate (host names, PEM files by path, relative
-//! to the server file). The files are read and checked at load, so `--check` and a `SIGHUP`
+//! to the server file), and one `[[tls.acme]]` per certificate the gateway gets itself
+//! ([`super::acme`]). The files are read and checked at load, so `--check` and a `SIGHUP`
 //! reload refuse a missing file, a key that does not match its certificate, or a bad PEM.
 
 use std::net::SocketAddr;
@@ -21,8 +22,10 @@ pub(super) struct RawTls {
     http2: Option<S<bool>>,
     #[serde(default)]
     redirect_listen: Option<S<String>>,
-    #[serde(rename = "cert")]
-    certs: S<Vec<RawCert>>,
+    #[serde(default, rename = "cert")]
+    certs: Option<S<Vec<RawCert>>>,
+    #[serde(default)]
+    acme: Vec<super::acme::RawAcme>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,19 +52,24 @@ pub struct CertConf {
 pub struct Certs {
     /// The entries, in file order (the first is the default certificate).
     pub entries: Vec<CertConf>,
-    table: Arc<CertTable>,
+    /// `None` when every certificate comes by ACME.
+    table: Option<Arc<CertTable>>,
 }
 
 impl Certs {
-    /// The loaded certificates, by host name.
-    pub fn table(&self) -> &CertTable {
-        &self.table
+    /// The loaded certificates, by host name (`None`: no `[[tls.cert]]`).
+    pub fn table(&self) -> Option<&CertTable> {
+        self.table.as_deref()
     }
 }
 
 impl PartialEq for Certs {
     fn eq(&self, other: &Self) -> bool {
-        self.entries == other.entries && Arc::ptr_eq(&self.table, &other.table)
+        let same_table = match (&self.table, &other.table) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        };
+        self.entries == other.entries && same_table
     }
 }
 impl Eq for Certs {}
@@ -77,9 +85,12 @@ pub struct TlsConf {
     pub redirect_listen: Option<SocketAddr>,
     /// Certificates (reloaded on `SIGHUP`).
     pub certs: Certs,
+    /// Certificates by ACME (restart to change).
+    pub acme: Vec<super::acme::AcmeConf>,
 }
 
-fn host_ok(h: &str) -> bool {
+/// A host name (letters, digits, `-`, dot-separated labels), or `*.` and one.
+pub(super) fn host_ok(h: &str) -> bool {
     let name = h.strip_prefix("*.").unwrap_or(h);
     !name.is_empty()
         && name.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
@@ -90,11 +101,15 @@ pub(super) fn check(c: &Checker<'_>, raw: &RawTls, base: &Path) -> Result<TlsCon
     let listen = c.addr(&raw.listen, "tls.listen")?;
     let redirect_listen =
         raw.redirect_listen.as_ref().map(|a| c.addr(a, "tls.redirect_listen")).transpose()?;
-    if raw.certs.get_ref().is_empty() {
-        return Err(c.err(raw.certs.span(), "tls.cert", "must list at least one certificate"));
+    let none: &[RawCert] = &[];
+    let raw_certs = raw.certs.as_ref().map_or(none, |c| c.get_ref().as_slice());
+    if raw_certs.is_empty() && raw.acme.is_empty() {
+        let span = raw.certs.as_ref().map_or(raw.listen.span(), |c| c.span());
+        let msg = "must list at least one certificate ([[tls.cert]], or [[tls.acme]])";
+        return Err(c.err(span, "tls.cert", msg));
     }
     let (mut entries, mut loaded) = (Vec::new(), Vec::new());
-    for (i, cert) in raw.certs.get_ref().iter().enumerate() {
+    for (i, cert) in raw_certs.iter().enumerate() {
         let field = |name: &str| format!("tls.cert[{i}].{name}");
         if cert.hosts.get_ref().is_empty() {
             return Err(c.err(cert.hosts.span(), &field("hosts"), "must list at least one host name"));
@@ -116,13 +131,14 @@ pub(super) fn check(c: &Checker<'_>, raw: &RawTls, base: &Path) -> Result<TlsCon
         loaded.push((hosts.clone(), pair));
         entries.push(CertConf { hosts, cert_file, key_file });
     }
-    let table =
-        CertTable::new(loaded).ok_or_else(|| c.err(raw.certs.span(), "tls.cert", "no certificate"))?;
+    let static_hosts: Vec<String> = entries.iter().flat_map(|e: &CertConf| e.hosts.clone()).collect();
+    let acme = super::acme::check(c, &raw.acme, base, &static_hosts)?;
     Ok(TlsConf {
         listen,
         http2: raw.http2.as_ref().is_none_or(|b| *b.get_ref()),
         redirect_listen,
-        certs: Certs { entries, table: Arc::new(table) },
+        certs: Certs { entries, table: CertTable::new(loaded).map(Arc::new) },
+        acme,
     })
 }
 

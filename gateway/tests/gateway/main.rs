@@ -6,8 +6,10 @@
 //! relay the test controls between one gateway and Redis; `proxy_only` runs it without the sale,
 //! with none of the stack.
 
+mod pebble;
 mod support;
 
+mod acme;
 mod admission;
 mod cluster;
 mod conf;

@@ -324,8 +324,12 @@ impl Gateway {
     /// Starts the gateway on a server file of the test's own: `server` with `{port}` replaced by
     /// a free port's number (nothing else is written: no key, no campaign).
     pub async fn start_text(server: &str) -> Self {
+        Self::start_text_at(server, free_port()).await
+    }
+
+    /// The same on a port the test chose (one a server it started first must know).
+    pub async fn start_text_at(server: &str, port: u16) -> Self {
         let dir = temp_dir("gw-");
-        let port = free_port();
         let file = dir.join("server.toml");
         std::fs::write(&file, server.replace("{port}", &port.to_string())).unwrap();
         Self::spawn(dir, file, port).await
