@@ -22,7 +22,7 @@
 -- call's state lives in Lua tables. Per order there remains its nonce (one SET) and its record's
 -- text. Why: inside a script Redis spends its time per command run and per number made text
 -- (a printf each), not per call, so a batch is only cheaper per order when each order runs fewer
--- commands (figures: docs/benchmarks.md, "One write per key per call").
+-- commands (figures: docs/benchmarks-journal.md, "One write per key per call").
 -- No counters: reconciliation derives what was reserved from `bought` (Σ bought = reserved -
 -- released + re-taken).
 -- ARGV:

@@ -106,7 +106,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     // connections, the reservation batches (written and answered there) and the Kafka lanes
     // (they connect in the background; a broker that is down is logged and retried). One
     // thread, not one each: a reservation then crosses threads only to reach it and come back
-    // (measured: `e2e/bench/gateway.sh`, `docs/benchmarks.md`).
+    // (measured: `e2e/bench/gateway.sh`, `docs/benchmarks-journal.md`).
     let control = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("gw-control")
