@@ -21,7 +21,7 @@ pub struct Ticket {
     /// Expires at, unix seconds.
     pub expires_at: i64,
     /// The admission it promised, unix ms, when that is later than its position's turn (a wait
-    /// padded to [`MIN_PROMISE_MS`]): the buyer is not admitted before it.
+    /// padded to [`MIN_PROMISE_MS`](super::MIN_PROMISE_MS)): the buyer is not admitted before it.
     pub promised_ms: Option<i64>,
 }
 
