@@ -13,7 +13,8 @@
 # the other half's orders close after PAY_WINDOW_SECS and their stock is sold again to a resale
 # wave. Then the report (text, JSON and an HTML page), the invariants, the reconciliation; it
 # stops what it started and exits non-zero when an invariant breaks.
-# What it leaves: its sale (database, topic, Redis keys) stays for its report until the next demo,
+# What it leaves: the stack's servers it started (Redis, PostgreSQL, Kafka; it says so at the end,
+# `bash e2e/stack.sh down` stops them); its sale (database, topic, Redis keys) stays for its report until the next demo,
 # which deletes it (SALE_CLEANUP=older, e2e/lib.sh sales_cleanup); SALE_CLEANUP=all deletes it
 # at the end, none keeps every demo's.
 # Knobs (environment): STOCK (1000), USERS (50000), REQUESTS_PER_USER (4), POW_BITS (8),
@@ -73,6 +74,11 @@ export BUCKETS
 log() { printf '%s demo: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
 log "bringing the stack up"
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+require_rust # the one thing not installed here: it says how to get it
+# The servers down now are started for the demo and left running for its report: said at the end.
+mapfile -t STARTED < <(bash e2e/stack.sh stopped redis postgres kafka)
 bash e2e/stack.sh up
 # shellcheck disable=SC1091
 . .stack/env
@@ -83,8 +89,6 @@ SECKILL_REDIS_URL=${REDIS_URL:-$SECKILL_REDIS_URL}
 export SECKILL_REDIS_URL
 
 log "building $PROFILE binaries"
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
 # shellcheck source=e2e/page.sh
 source e2e/page.sh
 build_all "$PROFILE"
@@ -201,4 +205,9 @@ order_events_check "$ID" "$RUN"
 log "order events ($ID's topic reservations.$ID.order-events): $EVENTS"
 [[ $EVENTS_OK == 0 ]] || { log "the order events do not match the orders' transitions"; status=1; }
 log "report: $RUN/report.json, $RUN/report.html"
+if ((${#STARTED[@]})); then
+  log "left running: ${STARTED[*]} (started for this demo; data under .stack/). Stop them with: bash e2e/stack.sh down"
+else
+  log "the stack's servers were running before the demo and are left running"
+fi
 exit "$status"

@@ -8,8 +8,40 @@
 # the benches therefore all build with this one command: the whole workspace, every binary and
 # example, so whichever runs first builds for all of them and the others start at once.
 
+# The one thing the scripts need and do not install: Rust (rustc and cargo) at the workspace's
+# `rust-version`. Says how to get it, and stops, when it is missing or older.
+RUST_MIN=1.95
+require_rust() {
+  local v
+  v=$(rustc --version 2>/dev/null | awk '{print $2}')
+  if [[ -z "$v" ]] || ! printf '%s\n%s\n' "$RUST_MIN" "${v%%-*}" | sort -C -V; then
+    echo "Rust $RUST_MIN or newer is needed (found: ${v:-none}); these scripts install everything else." >&2
+    echo "Install it with rustup, then open a new shell:" >&2
+    echo "  curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y" >&2
+    exit 2
+  fi
+}
+
+# Installs the Debian packages whose command is missing, as root (apt-get), or says what to
+# install. Arguments are command:package pairs, e.g. wrk:wrk nginx:nginx-light.
+need_packages() { # command:package...
+  local pair pkgs=()
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || pkgs+=("${pair#*:}")
+  done
+  ((${#pkgs[@]})) || return 0
+  if [[ $(id -u) != 0 ]]; then
+    echo "missing: ${pkgs[*]} (sudo apt-get install -y ${pkgs[*]})" >&2
+    exit 1
+  fi
+  echo "installing ${pkgs[*]} (apt-get)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq </dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pkgs[@]}" </dev/null >/dev/null
+}
+
 # Builds every binary and example of the workspace: release, or the dev profile with `debug`.
 build_all() { # [release|debug]
+  require_rust
   if [[ "${1:-release}" == debug ]]; then
     cargo build --locked --workspace --bins --examples
   else

@@ -28,7 +28,7 @@
 # min.insync.replicas=2, so a topic created there survives one node lost with every acked record.
 # Topics are not created automatically: the binaries create theirs.
 #
-#   up       installs what is missing (apt-get: redis-server postgresql cmake wrk nginx-light python3,
+#   up       installs what is missing (apt-get: redis-server postgresql cmake python3,
 #            and for Kafka openjdk-17-jre-headless and maven if absent; mvn: Apache Kafka), starts
 #            the servers that are not running, waits until each answers, writes .stack/env.
 #            Running it again is harmless.
@@ -98,8 +98,6 @@ install_missing() {
     pkgs+=(redis-server redis-tools)
   [[ -n "$(pg_bin)" ]] || pkgs+=(postgresql)
   command -v cmake >/dev/null 2>&1 || pkgs+=(cmake) # pingora's zlib-ng build
-  command -v wrk >/dev/null 2>&1 || pkgs+=(wrk)     # benchmarks: outside load tool
-  command -v nginx >/dev/null 2>&1 || pkgs+=(nginx-light) # benchmarks: the peer
   command -v python3 >/dev/null 2>&1 || pkgs+=(python3)   # e2e/faults.sh reads the crowd's JSON report
   if [[ " $* " == *" kafka"* ]]; then # Apache Kafka runs on a JVM; Maven resolves its jars
     command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)

@@ -15,6 +15,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+require_rust # the one thing not installed here: it says how to get it
+
 T0=$SECONDS
 PHASE_T=$SECONDS
 PHASE=""
@@ -70,6 +74,11 @@ cargo test --locked --workspace
 # a request behaves the same whichever worker takes it, and whatever their number.
 phase "gateway tests, one worker"
 SECKILL_TEST_WORKERS=1 cargo test --locked -p gateway --test gateway
+
+# The systemd units and the deploy files (conf/systemd/, conf/deploy/; docs/deploy.md): verified,
+# checked, and both binaries started and stopped through the units' command lines.
+phase "systemd units and deploy files"
+bash e2e/units.sh
 
 # Standard Kafka clients (kcat, kafka-python) read the project's records off the topic and check
 # them against the README's format; their foreign records are dead-lettered, never orders.

@@ -36,12 +36,13 @@ RUNS=${RUNS:-s 1 3 1x2 3x2 3b1}
 wanted() { [[ " $RUNS " == *" $1 "* ]]; }
 SINGLE_URL=${SECKILL_REDIS_URL:?the stack is not up: bash e2e/stack.sh up}
 CLUSTER_URL=${SECKILL_REDIS_CLUSTER_URL:?the cluster is not up: bash e2e/stack.sh up cluster}
-for tool in wrk redis-cli python3 curl; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
-done
 
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
+need_packages wrk:wrk curl:curl
+for tool in wrk redis-cli python3 curl; do
+  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
+done
 build_all release
 
 WORK=$(mktemp -d -t cluster-bench.XXXXXX)

@@ -70,11 +70,12 @@ DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
 
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+need_packages wrk:wrk nginx:nginx-light redis-benchmark:redis-tools
 for tool in wrk nginx redis-benchmark redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk nginx-light redis-tools)" >&2; exit 1; }
 done
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
 bench_redis
 build_all release
 

@@ -30,11 +30,12 @@ THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
 ROUNDS=${ROUNDS:-2}
 
+# shellcheck source=e2e/lib.sh
+source e2e/lib.sh
+need_packages wrk:wrk curl:curl
 for tool in wrk redis-cli curl python3; do
   command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk redis-tools curl)" >&2; exit 1; }
 done
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
 bench_redis
 build_all release
 # The edge's keys for this run (each gateway's [defense]); the login key also signs the one

@@ -25,9 +25,9 @@ DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-50}
 ROUNDS=${ROUNDS:-30}
-command -v wrk >/dev/null || { echo "missing: wrk (apt-get install wrk)" >&2; exit 1; }
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
+need_packages wrk:wrk
 bench_redis
 # shellcheck source=e2e/page.sh
 source e2e/page.sh

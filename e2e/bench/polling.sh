@@ -35,12 +35,13 @@ ADMIN=${SECKILL_PG_ADMIN_URL:-postgres://postgres@127.0.0.1:5440/postgres}
 REDIS_URL=${SECKILL_REDIS_URL:-redis://127.0.0.1:6390}
 BROKER=${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}
 [[ "$COUNT" =~ ^[0-9]+$ && "$COUNT" -ge 100 ]] || { echo "COUNT must be a number >= 100" >&2; exit 2; }
-for tool in wrk psql curl python3; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool (bash e2e/stack.sh up installs it)" >&2; exit 1; }
-done
 
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
+need_packages wrk:wrk curl:curl
+for tool in wrk psql curl python3; do
+  command -v "$tool" >/dev/null || { echo "missing: $tool (bash e2e/stack.sh up installs it)" >&2; exit 1; }
+done
 build_all release
 OW=target/release/order-writer
 PROBE=target/release/drain-probe

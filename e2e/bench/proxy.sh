@@ -49,12 +49,13 @@ if [[ -z "${SECKILL_REDIS_URL:-}" && -f .stack/env ]]; then
 fi
 REDIS_URL=${SECKILL_REDIS_URL:-}
 
-for tool in wrk nginx openssl curl python3; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk nginx-light openssl curl)" >&2; exit 1; }
-done
 
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
+need_packages wrk:wrk nginx:nginx-light openssl:openssl curl:curl
+for tool in wrk nginx openssl curl python3; do
+  command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk nginx-light openssl curl)" >&2; exit 1; }
+done
 build_all release
 
 WORK=$(mktemp -d -t proxy-bench.XXXXXX)
