@@ -89,6 +89,7 @@ run_unit() { # unit port name
     # shellcheck source=/dev/null
     . "$env"
     set +a
+    cd / # systemd's default WorkingDirectory: nothing is read from the checkout
     exec "${argv[@]}"
   ) >"$RUN/$name.log" 2>&1 &
   pid=$!
