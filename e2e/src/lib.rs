@@ -23,4 +23,5 @@ pub mod sampler;
 pub mod shop;
 pub mod stack;
 pub mod undersell;
+pub mod verdict;
 pub mod watch;

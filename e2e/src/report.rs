@@ -8,17 +8,7 @@ pub use crate::checks::{check, wait_closed, Checks};
 use crate::load::{Crowd, Outcome};
 use crate::mix::Kind;
 use crate::sampler::Sample;
-
-/// One invariant and whether it held.
-#[derive(Debug, Serialize)]
-pub struct Verdict {
-    /// What was checked.
-    pub name: &'static str,
-    /// Whether it held.
-    pub ok: bool,
-    /// The figures behind it.
-    pub detail: String,
-}
+pub use crate::verdict::Verdict;
 
 /// When Redis was published with the database's stock, the edge can only reserve what the
 /// database has, so a database refusal means the two disagreed: zero refusals is the invariant.

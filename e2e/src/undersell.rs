@@ -5,7 +5,7 @@
 //! Nothing is undersold when the crowd wanted less than the stock (nobody was turned away) or
 //! the stock is gone.
 
-use crate::report::Verdict;
+use crate::verdict::Verdict;
 
 /// Whether `code` (an attempt's last answer, after its resends) is a refusal that says "try
 /// again", not a decision: `TRY_LATER`, `SERVICE_DEGRADED`, no answer (`ERROR`, or a 503 without

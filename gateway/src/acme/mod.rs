@@ -37,18 +37,6 @@ mod store;
 /// Where the ACME server asks for an HTTP-01 key authorization.
 pub const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
 
-/// The PKCS#8 DER of an ACME account key given as PEM (`-----BEGIN PRIVATE KEY-----`, an
-/// ECDSA P-256 key: `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`).
-pub fn account_key_der(pem: &[u8]) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::PrivatePkcs8KeyDer;
-    let der = PrivatePkcs8KeyDer::from_pem_slice(pem)
-        .map_err(|e| format!("must be a PKCS#8 PEM private key (BEGIN PRIVATE KEY): {e}"))?;
-    instant_acme::Key::from_pkcs8_der(der.clone_key())
-        .map_err(|e| format!("must be an ECDSA P-256 key: {e}"))?;
-    Ok(der.secret_pkcs8_der().to_vec())
-}
-
 /// The ACME certificates being served, and the challenges being answered.
 #[derive(Debug, Default)]
 pub struct Live {

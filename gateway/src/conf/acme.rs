@@ -140,7 +140,7 @@ fn hosts(
         let name = h.get_ref().to_ascii_lowercase();
         let why = if name.starts_with("*.") {
             Some("a wildcard needs DNS-01, which the gateway does not answer".to_string())
-        } else if !super::tls::host_ok(&name) {
+        } else if !super::matching::host_ok(&name) {
             Some(format!("{:?} is not a host name", h.get_ref()))
         } else if seen.contains(&name) {
             Some(format!("{name} is already served by another [[tls.cert]] or [[tls.acme]] entry"))
@@ -198,7 +198,7 @@ fn ca_file(
 
 fn account_key(c: &Checker<'_>, v: &S<String>, field: &str) -> Result<AccountKey, ConfError> {
     let pem = c.secret(v, field)?;
-    let der = crate::acme::account_key_der(&pem).map_err(|e| c.err(v.span(), field, e))?;
+    let der = account_key_der(&pem).map_err(|e| c.err(v.span(), field, e))?;
     Ok(AccountKey(der))
 }
 
@@ -211,6 +211,18 @@ fn store(c: &Checker<'_>, v: &S<String>, base: &Path, field: &str) -> Result<Pat
         return Err(c.err(v.span(), field, msg));
     }
     Ok(path)
+}
+
+/// The PKCS#8 DER of an ACME account key given as PEM (`-----BEGIN PRIVATE KEY-----`, an
+/// ECDSA P-256 key: `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`).
+pub(crate) fn account_key_der(pem: &[u8]) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivatePkcs8KeyDer;
+    let der = PrivatePkcs8KeyDer::from_pem_slice(pem)
+        .map_err(|e| format!("must be a PKCS#8 PEM private key (BEGIN PRIVATE KEY): {e}"))?;
+    instant_acme::Key::from_pkcs8_der(der.clone_key())
+        .map_err(|e| format!("must be an ECDSA P-256 key: {e}"))?;
+    Ok(der.secret_pkcs8_der().to_vec())
 }
 
 #[cfg(test)]

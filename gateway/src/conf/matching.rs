@@ -189,3 +189,10 @@ pub(super) fn location(
         )),
     }
 }
+
+/// A host name (letters, digits, `-`, dot-separated labels), or `*.` and one.
+pub(super) fn host_ok(h: &str) -> bool {
+    let name = h.strip_prefix("*.").unwrap_or(h);
+    !name.is_empty()
+        && name.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+}

@@ -89,13 +89,6 @@ pub struct TlsConf {
     pub acme: Vec<super::acme::AcmeConf>,
 }
 
-/// A host name (letters, digits, `-`, dot-separated labels), or `*.` and one.
-pub(super) fn host_ok(h: &str) -> bool {
-    let name = h.strip_prefix("*.").unwrap_or(h);
-    !name.is_empty()
-        && name.split('.').all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
-}
-
 /// Validates the table and loads its certificates.
 pub(super) fn check(c: &Checker<'_>, raw: &RawTls, base: &Path) -> Result<TlsConf, ConfError> {
     let listen = c.addr(&raw.listen, "tls.listen")?;
@@ -116,7 +109,7 @@ pub(super) fn check(c: &Checker<'_>, raw: &RawTls, base: &Path) -> Result<TlsCon
         }
         let mut hosts = Vec::new();
         for h in cert.hosts.get_ref() {
-            if !host_ok(h.get_ref()) {
+            if !super::matching::host_ok(h.get_ref()) {
                 return Err(c.err(
                     h.span(),
                     &field("hosts"),
