@@ -18,6 +18,8 @@
 //! Every check answers `Ok` or a [`Denial`]: the code, the message and, for "try later" answers,
 //! a `Retry-After` hint, which [`Reply::denied`] turns into the JSON answer.
 
+#![warn(missing_docs)]
+
 pub mod checks;
 mod denial;
 pub(crate) mod edge;

@@ -18,6 +18,8 @@
 //! - [`timing`]: the one timing rule between the gateway's undo and the order writer's sweeper;
 //! - [`logging`]: the log output every binary sets up the same way.
 
+#![warn(missing_docs)]
+
 pub mod campaign;
 pub mod cluster;
 pub mod codes;
