@@ -46,13 +46,21 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SHORT=0
 [[ "${1:-}" == --short ]] && { SHORT=1; shift; }
-ALL_FAULTS=(writer writer-kill writer-pause broker broker-leader postgres redis-always redis-everysec gateway two-gateways redis-slow flood)
+NET_FAULTS=(net-latency net-timeout net-reset net-bandwidth net-partition)
+ALL_FAULTS=(writer writer-kill writer-pause broker broker-leader postgres redis-always redis-everysec gateway two-gateways redis-slow net "${NET_FAULTS[@]}" flood)
 FAULTS=("$@")
-# By default every fault; --short leaves the flood out (e2e/test.sh runs it once, through
-# FLOOD=1 e2e/demo.sh).
+# By default every fault but `net` (the network classes in one sale: the five net-* cover it
+# link by link); --short leaves the flood out (e2e/test.sh runs it once, through FLOOD=1
+# e2e/demo.sh) and runs `net` in place of the five net-* (one sale, not five: CI's budget).
 if ((${#FAULTS[@]} == 0)); then
-  FAULTS=("${ALL_FAULTS[@]}")
-  ((SHORT)) && FAULTS=("${ALL_FAULTS[@]:0:${#ALL_FAULTS[@]}-1}")
+  for f in "${ALL_FAULTS[@]}"; do
+    if ((SHORT)); then
+      [[ $f == flood || " ${NET_FAULTS[*]} " == *" $f "* ]] && continue
+    else
+      [[ $f == net ]] && continue
+    fi
+    FAULTS+=("$f")
+  done
 fi
 for f in "${FAULTS[@]}"; do
   [[ " ${ALL_FAULTS[*]} " == *" $f "* ]] || { echo "unknown fault '$f' (one of: ${ALL_FAULTS[*]})" >&2; exit 2; }
@@ -85,6 +93,11 @@ export SECKILL_PG_PORT=${FAULTS_PG_PORT:-5490}
 export SECKILL_KAFKA_PORT=${FAULTS_KAFKA_PORT:-19190}
 export SECKILL_KAFKA_CLUSTER_PORT=${FAULTS_KAFKA_CLUSTER_PORT:-19692}
 export SECKILL_REDIS_APPENDFSYNC=everysec
+# The network faults' Toxiproxy (its API) and its proxies' listen ports (NET_PORT + 1 ..), and
+# the broker's two listeners advertised through the Kafka proxies (e2e/stack.sh).
+export SECKILL_TOXIPROXY_PORT=${FAULTS_TOXIPROXY_PORT:-18474}
+NET_PORT=${FAULTS_PROXY_PORT:-26400}
+export SECKILL_KAFKA_PROXIED="GWPROXY:$((SECKILL_KAFKA_PORT + 4)):$((NET_PORT + 3)) WRPROXY:$((SECKILL_KAFKA_PORT + 5)):$((NET_PORT + 6))"
 # The writer's sweeper at its shortest (6 s): records a killed gateway or broker dropped are
 # produced again sooner.
 export SWEEP_AGE_SECS=6
@@ -106,13 +119,16 @@ cleanup() {
   local pid
   for pid in "${PIDS[@]}"; do stop_pid "$pid"; done
   sales_cleanup end f
-  bash e2e/stack.sh down redis postgres kafka kafka-cluster >/dev/null 2>&1 || true
+  bash e2e/stack.sh down redis postgres kafka kafka-cluster toxiproxy >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 
 log "bringing the fault stack up under .stack/faults"
 bash e2e/stack.sh down >/dev/null 2>&1 || true
 bash e2e/stack.sh up
+if [[ " ${FAULTS[*]} " == *" net"* ]]; then
+  bash e2e/stack.sh up toxiproxy
+fi
 # shellcheck disable=SC1091
 . "$SECKILL_STACK_DIR/env"
 sales_cleanup start f
@@ -439,6 +455,11 @@ redis_fault() { # fault policy
   found=$(sed -n 's/^  differences: //p' "$RUN/repair.log" 2>/dev/null | head -n 1)
   verdict "$1" "$OK" "appendfsync $2: Redis killed mid-burst, restarted from its AOF; reconcile --repair after the drain found ${found:-?} differences; lost $(figure "len(r['checks']['queued_without_outcome'])") of $(figure "r['codes'].get('QUEUED',0)") QUEUED answers; $COMMON"
   export SECKILL_REDIS_APPENDFSYNC=everysec
+# The network faults' Toxiproxy (its API) and its proxies' listen ports (NET_PORT + 1 ..), and
+# the broker's two listeners advertised through the Kafka proxies (e2e/stack.sh).
+export SECKILL_TOXIPROXY_PORT=${FAULTS_TOXIPROXY_PORT:-18474}
+NET_PORT=${FAULTS_PROXY_PORT:-26400}
+export SECKILL_KAFKA_PROXIED="GWPROXY:$((SECKILL_KAFKA_PORT + 4)):$((NET_PORT + 3)) WRPROXY:$((SECKILL_KAFKA_PORT + 5)):$((NET_PORT + 6))"
   bash e2e/stack.sh down redis >/dev/null
   bash e2e/stack.sh up redis >/dev/null
 }
@@ -541,6 +562,264 @@ fault_flood() {
   local targets
   targets=$(figure "'; '.join(('PASS ' if t['met'] else 'MISS ') + t['name'] for t in r['flood']['targets'])")
   verdict flood "$ok" "$FLOOD_USERS accounts in the first second, stock $STOCK, room off then on (admit_per_sec $admit): ${figures}room on: $targets"
+}
+
+# --- network faults (Toxiproxy) -----------------------------------------------------------------
+
+# Each link between two parts is a Toxiproxy proxy (e2e/stack.sh up toxiproxy) listening on
+# NET_PORT + n; a net sale's confs name the proxies instead of the servers, the other faults'
+# do not. The Kafka proxies lead to the broker's listeners advertised as the proxies' ports.
+TOXI="http://127.0.0.1:$SECKILL_TOXIPROXY_PORT"
+NET_LINKS=(gw-redis gw2-redis gw-kafka gw-writer writer-pg writer-kafka writer-redis)
+link_port() { # link
+  local i
+  for i in "${!NET_LINKS[@]}"; do [[ ${NET_LINKS[$i]} == "$1" ]] && echo $((NET_PORT + i + 1)); done
+}
+link_upstream() { # link
+  case $1 in
+    gw-redis | gw2-redis | writer-redis) echo "127.0.0.1:$SECKILL_REDIS_PORT" ;;
+    gw-kafka) echo "127.0.0.1:$((SECKILL_KAFKA_PORT + 4))" ;;
+    writer-kafka) echo "127.0.0.1:$((SECKILL_KAFKA_PORT + 5))" ;;
+    gw-writer) echo "127.0.0.1:$WRITER_PORT" ;;
+    writer-pg) echo "127.0.0.1:$SECKILL_PG_PORT" ;;
+  esac
+}
+toxi() { # method path [json]: Toxiproxy's API; fails on an HTTP error
+  curl -sf --max-time 5 -X "$1" "$TOXI$2" ${3:+-H 'Content-Type: application/json' -d "$3"} >/dev/null
+}
+
+# Every link's proxy, enabled and without toxics (made once, then reset).
+net_proxies() {
+  local l
+  toxi POST /reset
+  for l in "${NET_LINKS[@]}"; do
+    toxi GET "/proxies/$l" 2>/dev/null ||
+      toxi POST /proxies "{\"name\":\"$l\",\"listen\":\"127.0.0.1:$(link_port "$l")\",\"upstream\":\"$(link_upstream "$l")\"}"
+  done
+}
+
+# A sale whose gateways and writer reach Redis, Kafka, PostgreSQL and each other through the
+# proxies; both gateways and the writer started, the crowd round robin over the gateways, 0.1 s
+# into its burst.
+net_sale() { # name
+  net_proxies
+  STOCK=$NET_STOCK sale "$1"
+  local r="127.0.0.1:$SECKILL_REDIS_PORT" k="127.0.0.1:$SECKILL_KAFKA_PORT"
+  sed -i -e "s#^url = \"redis://$r\"#url = \"redis://127.0.0.1:$(link_port gw-redis)\"#" "$RUN/gateway.toml"
+  sed -i -e "s#^url = \"redis://$r\"#url = \"redis://127.0.0.1:$(link_port gw2-redis)\"#" "$RUN/gateway2.toml"
+  sed -i -e "s#^brokers = \\[\"$k\"\\]#brokers = [\"127.0.0.1:$(link_port gw-kafka)\"]#" \
+    -e "s#^upstreams = \\[\"127.0.0.1:$WRITER_PORT\"\\]#upstreams = [\"127.0.0.1:$(link_port gw-writer)\"]#" \
+    "$RUN/gateway.toml" "$RUN/gateway2.toml"
+  sed -i -e "s#^redis_url = \"redis://$r\"#redis_url = \"redis://127.0.0.1:$(link_port writer-redis)\"#" \
+    -e "s#^postgres_url = \"\\(.*\\)@127.0.0.1:$SECKILL_PG_PORT/#postgres_url = \"\\1@127.0.0.1:$(link_port writer-pg)/#" \
+    -e "s#^brokers = \\[\"$k\"\\]#brokers = [\"127.0.0.1:$(link_port writer-kafka)\"]#" "$RUN/order-writer.toml"
+  local l n
+  for l in "${NET_LINKS[@]}"; do
+    n=$(grep -c "127.0.0.1:$(link_port "$l")" "$RUN/gateway.toml" "$RUN/gateway2.toml" "$RUN/order-writer.toml" | awk -F: '{s += $2} END {print s}')
+    ((n > 0)) || { echo "net_sale: no conf names the $l proxy" >&2; return 1; }
+  done
+  start_writer
+  start_gateway gateway "$GW_PORT"
+  start_gateway gateway2 "$GW2_PORT"
+  crowd --gateway "http://127.0.0.1:$GW_PORT" --gateway "http://127.0.0.1:$GW2_PORT"
+  wait_crowd "burst started"
+  sleep 0.1
+  WINDOWS=()
+  NET_OK=0
+}
+
+# The sum of metric NAME's samples (those whose labels contain MATCH) at the admin listener on
+# PORT; 0 when it does not answer.
+metric() { # port name [match]
+  curl -s --max-time 1 "http://127.0.0.1:$1/metrics" 2>/dev/null |
+    awk -v n="$2" -v m="${3:-}" '($1 == n || index($1, n "{") == 1) && index($1, m) {s += $NF} END {printf "%d", s}'
+}
+gw_answers() { # code: both gateways' answers of CODE so far
+  echo $(($(metric $((GW_PORT + 1000)) seckill_gateway_order_answers_total "code=\"$1\"") + \
+    $(metric $((GW2_PORT + 1000)) seckill_gateway_order_answers_total "code=\"$1\"")))
+}
+warnings() { grep -cE ' (WARN|ERROR) ' "$1" 2>/dev/null || true; } # log
+
+# What says LINK is in trouble, as one number that grows while it is (its consumer's error
+# counters, or warning lines of its log); and whether the consumer sees the link as up.
+link_errors() { # link
+  local g1=$((GW_PORT + 1000)) g2=$((GW2_PORT + 1000)) w=$((WRITER_PORT + 1000))
+  case $1 in
+    gw-redis) metric $g1 seckill_gateway_redis_errors_total ;;
+    gw2-redis) metric $g2 seckill_gateway_redis_errors_total ;;
+    gw-kafka) echo $(($(metric $g1 seckill_gateway_kafka_dropped_total) + $(metric $g2 seckill_gateway_kafka_dropped_total))) ;;
+    gw-writer) echo $(($(metric $g1 seckill_gateway_upstream_errors_total) + $(metric $g2 seckill_gateway_upstream_errors_total))) ;;
+    writer-pg) echo $(($(metric $w seckill_writer_transaction_failures_total) + $(warnings "$RUN/order-writer.log"))) ;;
+    writer-kafka) echo $(($(metric $w seckill_writer_sweeper_errors_total) + $(warnings "$RUN/order-writer.log"))) ;;
+    writer-redis) warnings "$RUN/order-writer.log" ;;
+  esac
+}
+link_up() { # link
+  case $1 in
+    gw-redis) (($(metric $((GW_PORT + 1000)) seckill_gateway_redis_connected) > 0)) ;;
+    gw2-redis) (($(metric $((GW2_PORT + 1000)) seckill_gateway_redis_connected) > 0)) ;;
+    writer-pg) curl -sf --max-time 1 "http://127.0.0.1:$((WRITER_PORT + 1000))/readyz" >/dev/null ;;
+    writer-kafka) (($(metric $((WRITER_PORT + 1000)) seckill_writer_partition_up) == 4)) ;;
+    *) true ;;
+  esac
+}
+# Connections from the link's consumer to its proxy (established).
+link_conns() { ss -Htn state established "( dport = :$(link_port "$1") )" 2>/dev/null | wc -l; }
+# The most the link may hold at once: its consumer's pool (gateway Redis pool_size 4, the
+# writer's pools, a Kafka client per broker) and 8 more for reconnects in passing; the result
+# queries' connections are the crowd's (one per request in flight: its concurrency).
+link_bound() { # link before
+  case $1 in
+    gw-writer) echo $((CONCURRENCY + 16)) ;;
+    *) echo $(($2 + 8)) ;;
+  esac
+}
+
+# The toxic(s) of KIND on LINK: latency50 (50 ms ± 20), latency400, timeout (answers never
+# come: the link accepts and drops what the server sends), reset (each connection reset by peer
+# 200 ms after the toxic meets it), bandwidth (64 KB/s each way), partition (the proxy disabled:
+# connections cut, new ones refused).
+toxic_on() { # link kind
+  local p="/proxies/$1/toxics"
+  case $2 in
+    latency50) toxi POST "$p" '{"name":"f","type":"latency","stream":"downstream","attributes":{"latency":50,"jitter":20}}' ;;
+    latency400) toxi POST "$p" '{"name":"f","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":0}}' ;;
+    timeout) toxi POST "$p" '{"name":"f","type":"timeout","stream":"downstream","attributes":{"timeout":0}}' ;;
+    reset) toxi POST "$p" '{"name":"f","type":"reset_peer","stream":"downstream","attributes":{"timeout":200}}' ;;
+    bandwidth)
+      toxi POST "$p" '{"name":"f","type":"bandwidth","stream":"downstream","attributes":{"rate":64}}'
+      toxi POST "$p" '{"name":"f2","type":"bandwidth","stream":"upstream","attributes":{"rate":64}}'
+      ;;
+    partition) toxi POST "/proxies/$1" '{"enabled":false}' ;;
+  esac
+}
+toxic_off() { # link kind
+  case $2 in
+    partition) toxi POST "/proxies/$1" '{"enabled":true}' ;;
+    bandwidth) toxi DELETE "/proxies/$1/toxics/f" && toxi DELETE "/proxies/$1/toxics/f2" ;;
+    *) toxi DELETE "/proxies/$1/toxics/f" ;;
+  esac
+}
+
+# One window of a net sale: KIND on LINK for SECS, then healed. Figures: the answers that changed
+# (both gateways' SERVICE_DEGRADED and TRY_LATER from the toxic until back to normal), the
+# connections to the proxy (before, at most during and after), and the time back to normal: from
+# the heal to the link's last error (stable 1 s and the consumer sees it up; 30 s at most).
+# Appends a line to WINDOWS; NET_OK=1 when the connections piled up or it never came back.
+net_window() { # link kind secs
+  local link=$1 kind=$2 before max c sd0 tl0 q0 heal last e e0 stable=0 back="never" bound n
+  before=$(link_conns "$link")
+  max=$before
+  sd0=$(gw_answers SERVICE_DEGRADED)
+  tl0=$(gw_answers TRY_LATER)
+  q0=$(metric $((GW2_PORT + 1000)) seckill_gateway_order_answers_total 'code="QUEUED"')
+  toxic_on "$link" "$kind" || { WINDOWS+=("$link $kind: the toxic was refused"); NET_OK=1; return 0; }
+  for _ in $(seq 1 $(($3 * 5))); do
+    c=$(link_conns "$link")
+    ((c > max)) && max=$c
+    sleep 0.2
+  done
+  local q1 gw2_sold=""
+  if [[ $kind == partition ]]; then
+    q1=$(metric $((GW2_PORT + 1000)) seckill_gateway_order_answers_total 'code="QUEUED"')
+    gw2_sold=", the other gateway QUEUED $((q1 - q0)) meanwhile"
+    # While the stock lasts, the other gateway must go on selling.
+    [[ $(redis-cli -p "$SECKILL_REDIS_PORT" get "sk:{$ID}:stock" 2>/dev/null) =~ ^[1-9] ]] && ((q1 == q0)) && NET_OK=1
+  fi
+  toxic_off "$link" "$kind" || NET_OK=1
+  heal=$(date +%s%N)
+  last=$heal
+  e0=$(link_errors "$link")
+  for n in $(seq 1 300); do
+    c=$(link_conns "$link")
+    ((c > max)) && max=$c
+    e=$(link_errors "$link")
+    if [[ $e != "$e0" ]] || ! link_up "$link"; then
+      last=$(date +%s%N)
+      e0=$e
+      stable=0
+    else
+      stable=$((stable + 1))
+    fi
+    if ((stable >= 10)); then
+      back=$(python3 -c "print(round(($last - $heal) / 1e9, 1))")
+      break
+    fi
+    sleep 0.1
+  done
+  ((n >= 0)) # bounded: 300 polls
+  bound=$(link_bound "$link" "$before")
+  ((max <= bound)) || NET_OK=1
+  [[ $back != never ]] || NET_OK=1
+  WINDOWS+=("$link $kind ${3}s: SERVICE_DEGRADED +$(($(gw_answers SERVICE_DEGRADED) - sd0)), TRY_LATER +$(($(gw_answers TRY_LATER) - tl0))$gw2_sold; connections $before before, at most $max (bound $bound), $(link_conns "$link") after; back to normal in $back s")
+}
+
+# The end of a net sale: every proxy healed, the common checks, the answers' latencies against
+# the gateway's bound (timeout_ms 100, an undo within 5x it: under 2 s, as redis-slow), and the
+# verdict with one clause per window.
+net_end() { # fault what
+  toxi POST /reset || true
+  common_checks
+  stop_sale
+  local sd tl sd_max tl_max bound_ms=2000 ok=$OK
+  sd=$(figure "r['codes'].get('SERVICE_DEGRADED',0)")
+  tl=$(figure "r['codes'].get('TRY_LATER',0)")
+  sd_max=$(figure "r['latency_ms'].get('SERVICE_DEGRADED',{}).get('max',0)")
+  tl_max=$(figure "r['latency_ms'].get('TRY_LATER',{}).get('max',0)")
+  python3 -c "import sys; sys.exit(0 if max(float('$sd_max'), float('$tl_max')) < $bound_ms else 1)" 2>/dev/null || ok=1
+  ((NET_OK == 0)) || ok=1
+  local w
+  w=$(printf '%s; ' "${WINDOWS[@]}")
+  verdict "$1" "$ok" "$2: ${w}SERVICE_DEGRADED $sd (max $sd_max ms), TRY_LATER $tl (max $tl_max ms), bound $bound_ms ms; $COMMON"
+}
+
+# Link by link seconds of each window: short, the sale's burst is about 6 s. Its stock is twice
+# the others' (short: 1,200 for 1,500 buyers), so the sale still sells while the gateways' links
+# are hit (600 sell out in 2 s).
+NET_STOCK=$((SHORT ? STOCK * 2 : STOCK))
+LAT_SECS=$((SHORT ? 1 : 3))
+NET_SECS=$((SHORT ? 2 : 3))
+
+fault_net-latency() {
+  net_sale net-latency
+  local l lat
+  for lat in latency50 latency400; do
+    for l in "${NET_LINKS[@]}"; do net_window "$l" "$lat" "$LAT_SECS"; done
+  done
+  net_end net-latency "latency 50 ms ± 20, then 400 ms, on each link in turn, mid-sale"
+}
+fault_net-timeout() {
+  net_sale net-timeout
+  local l
+  for l in "${NET_LINKS[@]}"; do net_window "$l" timeout 5; done
+  net_end net-timeout "each link in turn accepts and never answers (timeout toxic) for 5 s"
+}
+fault_net-reset() {
+  net_sale net-reset
+  local l
+  for l in "${NET_LINKS[@]}"; do net_window "$l" reset "$NET_SECS"; done
+  net_end net-reset "each link in turn has its connections reset mid-stream (reset_peer, 200 ms)"
+}
+fault_net-bandwidth() {
+  net_sale net-bandwidth
+  local l
+  for l in "${NET_LINKS[@]}"; do net_window "$l" bandwidth "$NET_SECS"; done
+  net_end net-bandwidth "each link in turn capped to 64 KB/s each way"
+}
+fault_net-partition() {
+  net_sale net-partition
+  net_window gw-redis partition $((SHORT ? 3 : 5))
+  net_end net-partition "one gateway cut from Redis (its proxy disabled) while the other sells, then healed"
+}
+# The classes in one sale, one link each (--short: what e2e/test.sh runs).
+fault_net() {
+  net_sale net
+  net_window gw-redis latency400 1
+  net_window gw-redis partition 2
+  net_window writer-pg timeout 5
+  net_window gw-kafka reset 1
+  net_window writer-kafka bandwidth 2
+  net_end net "one of each class"
 }
 
 # --- run --------------------------------------------------------------------------------------
