@@ -622,55 +622,59 @@ net_sale() { # name
   start_gateway gateway "$GW_PORT"
   start_gateway gateway2 "$GW2_PORT"
   crowd --gateway "http://127.0.0.1:$GW_PORT" --gateway "http://127.0.0.1:$GW2_PORT"
+  mkdir -p "$RUN/windows"
   wait_crowd "burst started"
   sleep 0.1
-  WINDOWS=()
-  NET_OK=0
 }
 
 # The sum of metric NAME's samples (those whose labels contain MATCH) at the admin listener on
-# PORT; 0 when it does not answer.
+# PORT; "x" when it does not answer within 3 s (the writer's scrape reads PostgreSQL).
 metric() { # port name [match]
-  curl -s --max-time 1 "http://127.0.0.1:$1/metrics" 2>/dev/null |
-    awk -v n="$2" -v m="${3:-}" '($1 == n || index($1, n "{") == 1) && index($1, m) {s += $NF} END {printf "%d", s}'
+  local page
+  page=$(curl -sf --max-time 3 "http://127.0.0.1:$1/metrics" 2>/dev/null) || { echo x; return 0; }
+  awk -v n="$2" -v m="${3:-}" '($1 == n || index($1, n "{") == 1) && index($1, m) {s += $NF} END {printf "%d", s}' <<<"$page"
 }
+metric0() { local v; v=$(metric "$@"); echo "${v/x/0}"; } # port name [match]: x read as 0
 gw_answers() { # code: both gateways' answers of CODE so far
-  echo $(($(metric $((GW_PORT + 1000)) seckill_gateway_order_answers_total "code=\"$1\"") + \
-    $(metric $((GW2_PORT + 1000)) seckill_gateway_order_answers_total "code=\"$1\"")))
+  echo $(($(metric0 $((GW_PORT + 1000)) seckill_gateway_order_answers_total "code=\"$1\"") + \
+    $(metric0 $((GW2_PORT + 1000)) seckill_gateway_order_answers_total "code=\"$1\"")))
 }
 warnings() { grep -cE ' (WARN|ERROR) ' "$1" 2>/dev/null || true; } # log
 
-# What says LINK is in trouble, as one number that grows while it is (its consumer's error
-# counters, or warning lines of its log); and whether the consumer sees the link as up.
+# What says LINK is in trouble, as numbers that grow while it is (its consumer's error counters,
+# or warning lines of its log; "x" in them: a scrape that did not answer); and whether the
+# consumer sees the link as up.
 link_errors() { # link
   local g1=$((GW_PORT + 1000)) g2=$((GW2_PORT + 1000)) w=$((WRITER_PORT + 1000))
   case $1 in
     gw-redis) metric $g1 seckill_gateway_redis_errors_total ;;
     gw2-redis) metric $g2 seckill_gateway_redis_errors_total ;;
-    gw-kafka) echo $(($(metric $g1 seckill_gateway_kafka_dropped_total) + $(metric $g2 seckill_gateway_kafka_dropped_total))) ;;
-    gw-writer) echo $(($(metric $g1 seckill_gateway_upstream_errors_total) + $(metric $g2 seckill_gateway_upstream_errors_total))) ;;
-    writer-pg) echo $(($(metric $w seckill_writer_transaction_failures_total) + $(warnings "$RUN/order-writer.log"))) ;;
-    writer-kafka) echo $(($(metric $w seckill_writer_sweeper_errors_total) + $(warnings "$RUN/order-writer.log"))) ;;
+    gw-kafka) echo "$(metric $g1 seckill_gateway_kafka_dropped_total) $(metric $g2 seckill_gateway_kafka_dropped_total)" ;;
+    gw-writer) echo "$(metric $g1 seckill_gateway_upstream_errors_total) $(metric $g2 seckill_gateway_upstream_errors_total)" ;;
+    writer-pg) echo "$(metric $w seckill_writer_transaction_failures_total) $(warnings "$RUN/order-writer.log")" ;;
+    writer-kafka) echo "$(metric $w seckill_writer_sweeper_errors_total) $(warnings "$RUN/order-writer.log")" ;;
     writer-redis) warnings "$RUN/order-writer.log" ;;
   esac
 }
 link_up() { # link
   case $1 in
-    gw-redis) (($(metric $((GW_PORT + 1000)) seckill_gateway_redis_connected) > 0)) ;;
-    gw2-redis) (($(metric $((GW2_PORT + 1000)) seckill_gateway_redis_connected) > 0)) ;;
-    writer-pg) curl -sf --max-time 1 "http://127.0.0.1:$((WRITER_PORT + 1000))/readyz" >/dev/null ;;
-    writer-kafka) (($(metric $((WRITER_PORT + 1000)) seckill_writer_partition_up) == 4)) ;;
+    gw-redis) (($(metric0 $((GW_PORT + 1000)) seckill_gateway_redis_connected) > 0)) ;;
+    gw2-redis) (($(metric0 $((GW2_PORT + 1000)) seckill_gateway_redis_connected) > 0)) ;;
+    writer-pg) curl -sf --max-time 3 "http://127.0.0.1:$((WRITER_PORT + 1000))/readyz" >/dev/null ;;
+    writer-kafka) (($(metric0 $((WRITER_PORT + 1000)) seckill_writer_partition_up) == 4)) ;;
     *) true ;;
   esac
 }
 # Connections from the link's consumer to its proxy (established).
 link_conns() { ss -Htn state established "( dport = :$(link_port "$1") )" 2>/dev/null | wc -l; }
-# The most the link may hold at once: its consumer's pool (gateway Redis pool_size 4, the
-# writer's pools, a Kafka client per broker) and 8 more for reconnects in passing; the result
-# queries' connections are the crowd's (one per request in flight: its concurrency).
+# The most the link may hold at once: the writer's PostgreSQL pools at their max (16 + one per
+# partition, result_pool_size 4, one for its scrape: 25); the result queries' connections are the
+# crowd's (one per request in flight: its concurrency, + 16); else what the consumer held before
+# (a Redis pool, a Kafka client per broker) and 8 more for reconnects in passing.
 link_bound() { # link before
   case $1 in
     gw-writer) echo $((CONCURRENCY + 16)) ;;
+    writer-pg) echo 25 ;;
     *) echo $(($2 + 8)) ;;
   esac
 }
@@ -702,18 +706,28 @@ toxic_off() { # link kind
 }
 
 # One window of a net sale: KIND on LINK for SECS, then healed. Figures: the answers that changed
-# (both gateways' SERVICE_DEGRADED and TRY_LATER from the toxic until back to normal), the
-# connections to the proxy (before, at most during and after), and the time back to normal: from
-# the heal to the link's last error (stable 1 s and the consumer sees it up; 30 s at most).
-# Appends a line to WINDOWS; NET_OK=1 when the connections piled up or it never came back.
+# (both gateways' SERVICE_DEGRADED and TRY_LATER from the toxic until back to normal; windows run
+# at once on two links share them), the connections to the proxy (before, at most during and
+# after), and the time back to normal: from the heal to the link's last error (stable 1 s and the
+# consumer sees it up; 30 s at most). Whether the burst was still on when the toxic came is said.
+# Writes its clause to RUN/windows/ (net_end reads them), and a FAIL mark there when the
+# connections piled up, the link never came back, or a partitioned gateway's peer stopped
+# selling while stock was left. Runs in the background as well (two windows at once).
 net_window() { # link kind secs
-  local link=$1 kind=$2 before max c sd0 tl0 q0 heal last e e0 stable=0 back="never" bound n
+  local link=$1 kind=$2 before max c sd0 tl0 q0 heal last e e0 stable=0 back="never" bound n ok=0 when
+  local out
+  out="$RUN/windows/$(date +%s%N)-$link-$kind"
+  when=$(grep -q "burst done" "$RUN/crowd.log" 2>/dev/null && echo "after the burst" || echo "mid-burst")
   before=$(link_conns "$link")
   max=$before
   sd0=$(gw_answers SERVICE_DEGRADED)
   tl0=$(gw_answers TRY_LATER)
-  q0=$(metric $((GW2_PORT + 1000)) seckill_gateway_order_answers_total 'code="QUEUED"')
-  toxic_on "$link" "$kind" || { WINDOWS+=("$link $kind: the toxic was refused"); NET_OK=1; return 0; }
+  q0=$(metric0 $((GW2_PORT + 1000)) seckill_gateway_order_answers_total 'code="QUEUED"')
+  if ! toxic_on "$link" "$kind"; then
+    echo "$link $kind: the toxic was refused" >"$out"
+    touch "$out.FAIL"
+    return 0
+  fi
   for _ in $(seq 1 $(($3 * 5))); do
     c=$(link_conns "$link")
     ((c > max)) && max=$c
@@ -721,12 +735,12 @@ net_window() { # link kind secs
   done
   local q1 gw2_sold=""
   if [[ $kind == partition ]]; then
-    q1=$(metric $((GW2_PORT + 1000)) seckill_gateway_order_answers_total 'code="QUEUED"')
+    q1=$(metric0 $((GW2_PORT + 1000)) seckill_gateway_order_answers_total 'code="QUEUED"')
     gw2_sold=", the other gateway QUEUED $((q1 - q0)) meanwhile"
     # While the stock lasts, the other gateway must go on selling.
-    [[ $(redis-cli -p "$SECKILL_REDIS_PORT" get "sk:{$ID}:stock" 2>/dev/null) =~ ^[1-9] ]] && ((q1 == q0)) && NET_OK=1
+    [[ $(redis-cli -p "$SECKILL_REDIS_PORT" get "sk:{$ID}:stock" 2>/dev/null) =~ ^[1-9] ]] && ((q1 == q0)) && ok=1
   fi
-  toxic_off "$link" "$kind" || NET_OK=1
+  toxic_off "$link" "$kind" || ok=1
   heal=$(date +%s%N)
   last=$heal
   e0=$(link_errors "$link")
@@ -734,7 +748,9 @@ net_window() { # link kind secs
     c=$(link_conns "$link")
     ((c > max)) && max=$c
     e=$(link_errors "$link")
-    if [[ $e != "$e0" ]] || ! link_up "$link"; then
+    if [[ $e == *x* || $e0 == *x* ]]; then
+      e0=$e # a scrape unanswered: neither a change nor a calm poll
+    elif [[ $e != "$e0" ]] || ! link_up "$link"; then
       last=$(date +%s%N)
       e0=$e
       stable=0
@@ -749,76 +765,88 @@ net_window() { # link kind secs
   done
   ((n >= 0)) # bounded: 300 polls
   bound=$(link_bound "$link" "$before")
-  ((max <= bound)) || NET_OK=1
-  [[ $back != never ]] || NET_OK=1
-  WINDOWS+=("$link $kind ${3}s: SERVICE_DEGRADED +$(($(gw_answers SERVICE_DEGRADED) - sd0)), TRY_LATER +$(($(gw_answers TRY_LATER) - tl0))$gw2_sold; connections $before before, at most $max (bound $bound), $(link_conns "$link") after; back to normal in $back s")
+  ((max <= bound)) || ok=1
+  [[ $back != never ]] || ok=1
+  echo "$link $kind ${3} s $when: SERVICE_DEGRADED +$(($(gw_answers SERVICE_DEGRADED) - sd0)), TRY_LATER +$(($(gw_answers TRY_LATER) - tl0))$gw2_sold; connections $before before, at most $max (bound $bound), $(link_conns "$link") after; back to normal in $back s" >"$out"
+  ((ok == 0)) || touch "$out.FAIL"
 }
 
 # The end of a net sale: every proxy healed, the common checks, the answers' latencies against
 # the gateway's bound (timeout_ms 100, an undo within 5x it: under 2 s, as redis-slow), and the
-# verdict with one clause per window.
-net_end() { # fault what
+# verdict with one clause per window, in the order they began.
+net_end() { # verdict-name what
   toxi POST /reset || true
   common_checks
   stop_sale
-  local sd tl sd_max tl_max bound_ms=2000 ok=$OK
+  local sd tl sd_max tl_max bound_ms=2000 ok=$OK f w=""
   sd=$(figure "r['codes'].get('SERVICE_DEGRADED',0)")
   tl=$(figure "r['codes'].get('TRY_LATER',0)")
   sd_max=$(figure "r['latency_ms'].get('SERVICE_DEGRADED',{}).get('max',0)")
   tl_max=$(figure "r['latency_ms'].get('TRY_LATER',{}).get('max',0)")
   python3 -c "import sys; sys.exit(0 if max(float('$sd_max'), float('$tl_max')) < $bound_ms else 1)" 2>/dev/null || ok=1
-  ((NET_OK == 0)) || ok=1
-  local w
-  w=$(printf '%s; ' "${WINDOWS[@]}")
+  for f in "$RUN"/windows/*; do
+    [[ $f == *.FAIL ]] && { ok=1; continue; }
+    w+="$(cat "$f")$([[ -e $f.FAIL ]] && echo " (FAIL)"); "
+  done
+  [[ -n $w ]] || ok=1
   verdict "$1" "$ok" "$2: ${w}SERVICE_DEGRADED $sd (max $sd_max ms), TRY_LATER $tl (max $tl_max ms), bound $bound_ms ms; $COMMON"
 }
 
-# Link by link seconds of each window: short, the sale's burst is about 6 s. Its stock is twice
-# the others' (short: 1,200 for 1,500 buyers), so the sale still sells while the gateways' links
-# are hit (600 sell out in 2 s).
+# A class on every link: one sale per pair of links, a gateway's and the writer's hit at once
+# (two processes: neither link's errors are the other's), each pair's windows 0.1 s into its
+# burst; the lone gw-writer last. One verdict line per sale. KIND may be two kinds (latency50
+# then latency400, each for SECS, on the same links).
+NET_PAIRS=("gw-redis writer-pg" "gw2-redis writer-kafka" "gw-kafka writer-redis" "gw-writer")
+net_class() { # fault secs kind... (the sentence of the verdict in NET_WHAT)
+  local fault=$1 secs=$2 pair l k pids
+  shift 2
+  for pair in "${NET_PAIRS[@]}"; do
+    net_sale "$fault"
+    pids=()
+    for l in $pair; do
+      (for k in "$@"; do net_window "$l" "$k" "$secs"; done) &
+      pids+=("$!")
+    done
+    wait "${pids[@]}"
+    net_end "$fault" "$NET_WHAT on ${pair/ / and }"
+  done
+}
+
+# Seconds of each window: short, a sale's burst is about 6 s. A net sale's stock is twice the
+# others' when short (1,200 for 1,500 buyers), so it still sells while the gateways' links are
+# hit (600 sell out in 2 s).
 NET_STOCK=$((SHORT ? STOCK * 2 : STOCK))
 LAT_SECS=$((SHORT ? 1 : 3))
 NET_SECS=$((SHORT ? 2 : 3))
 
 fault_net-latency() {
-  net_sale net-latency
-  local l lat
-  for lat in latency50 latency400; do
-    for l in "${NET_LINKS[@]}"; do net_window "$l" "$lat" "$LAT_SECS"; done
-  done
-  net_end net-latency "latency 50 ms ± 20, then 400 ms, on each link in turn, mid-sale"
+  NET_WHAT="latency 50 ms ± 20, then 400 ms" net_class net-latency "$LAT_SECS" latency50 latency400
 }
 fault_net-timeout() {
-  net_sale net-timeout
-  local l
-  for l in "${NET_LINKS[@]}"; do net_window "$l" timeout 5; done
-  net_end net-timeout "each link in turn accepts and never answers (timeout toxic) for 5 s"
+  NET_WHAT="accepts and never answers (timeout toxic) for 5 s" net_class net-timeout 5 timeout
 }
 fault_net-reset() {
-  net_sale net-reset
-  local l
-  for l in "${NET_LINKS[@]}"; do net_window "$l" reset "$NET_SECS"; done
-  net_end net-reset "each link in turn has its connections reset mid-stream (reset_peer, 200 ms)"
+  NET_WHAT="connections reset mid-stream (reset_peer, 200 ms)" net_class net-reset "$NET_SECS" reset
 }
 fault_net-bandwidth() {
-  net_sale net-bandwidth
-  local l
-  for l in "${NET_LINKS[@]}"; do net_window "$l" bandwidth "$NET_SECS"; done
-  net_end net-bandwidth "each link in turn capped to 64 KB/s each way"
+  NET_WHAT="capped to 64 KB/s each way" net_class net-bandwidth "$NET_SECS" bandwidth
 }
 fault_net-partition() {
   net_sale net-partition
   net_window gw-redis partition $((SHORT ? 3 : 5))
   net_end net-partition "one gateway cut from Redis (its proxy disabled) while the other sells, then healed"
 }
-# The classes in one sale, one link each (--short: what e2e/test.sh runs).
+# The classes in one sale, one link each, a gateway's and the writer's at once (--short: what
+# e2e/test.sh runs): the first gateway partitioned from Redis, then its Redis 400 ms late, then
+# the gateways' Kafka reset; meanwhile the writer's PostgreSQL black-holed, then its Kafka capped.
 fault_net() {
   net_sale net
-  net_window gw-redis latency400 1
-  net_window gw-redis partition 2
-  net_window writer-pg timeout 5
-  net_window gw-kafka reset 1
-  net_window writer-kafka bandwidth 2
+  local pids=()
+  (net_window gw-redis partition 2 && net_window gw-redis latency400 1 && net_window gw-kafka reset 1) &
+  pids+=("$!")
+  (net_window writer-pg timeout 5 && net_window writer-kafka bandwidth 2) &
+  pids+=("$!")
+  wait "${pids[@]}"
   net_end net "one of each class"
 }
 
