@@ -6,7 +6,8 @@
 #
 #   bash e2e/faults.sh [--short] [FAULT...]
 #
-# Faults (all by default; --short: all but the flood):
+# Faults (all by default but net; --short: all but the flood and the five net-*, net in their
+# place):
 #   writer          kill -9 of the order writer mid-sale, restarted
 #   writer-kill     three order writers sharing the partitions by lease: kill -9 of one mid-sale,
 #                   not restarted; its partitions are taken over within the lease bound
@@ -24,6 +25,15 @@
 #   two-gateways    two gateways on one Redis behind the crowd: limits, dedupe, nonces hold
 #   redis-slow      Redis paused (SIGSTOP) mid-burst: SERVICE_DEGRADED within the gateway's
 #                   bound, its connections do not pile up; then resumed (SIGCONT)
+#   net-latency     the network, through Toxiproxy (below): latency 50 ms ± 20, then 400 ms, on
+#                   each link, mid-burst
+#   net-timeout     each link accepts and never answers (`timeout` toxic) for 5 s, then recovers
+#   net-reset       each link's connections reset mid-stream (`reset_peer`, 200 ms)
+#   net-bandwidth   each link capped to 64 KB/s each way
+#   net-partition   one gateway cut from Redis (its proxy disabled) while a second one sells, healed
+#   net             one sale with one link per class (what --short runs in place of the five):
+#                   a gateway partitioned from Redis then its Redis 400 ms late, the gateways'
+#                   Kafka reset, the writer's PostgreSQL black-holed 5 s then its Kafka capped
 #   flood           no server fault: FLOOD_USERS accounts (ten times the room's admit_per_sec)
 #                   send their token requests in the sale's first second, 10 % of them at the
 #                   start instant; the waiting room off, then the same flood with it on (seckill-load
@@ -34,7 +44,21 @@
 # .stack/faults on ports of its own (FAULTS_REDIS_PORT 6490, FAULTS_PG_PORT 5490,
 # FAULTS_KAFKA_PORT 19190, FAULTS_KAFKA_CLUSTER_PORT 19692 for broker-leader's three), and its own gateway and order writer (FAULTS_GATEWAY_PORT 18480 .. + 2, the
 # writer-kill and writer-pause faults' two more writers + 3 and + 4, metrics +1000).
-# Faults are sent by PID to those processes only; the stack is stopped at the end. Its sales stay
+# Faults are sent by PID to those processes only; the stack is stopped at the end.
+# The net faults: Shopify's Toxiproxy (e2e/stack.sh up toxiproxy; its API on
+# FAULTS_TOXIPROXY_PORT 18474) with a proxy per link on FAULTS_PROXY_PORT 26400 + 1..7: each
+# gateway to Redis (two links, one per gateway), the gateways to Kafka and to the order writer
+# (result queries), the writer to PostgreSQL, Kafka and Redis (the broker advertises the two
+# Kafka proxies on listeners of their own, FAULTS_KAFKA_PORT + 4 and + 5). A net sale runs two
+# gateways (the crowd round robin) and a writer whose confs name the proxies; each class is one
+# sale per pair of links (a gateway's and the writer's hit at once, 0.1 s into the burst, the
+# gateways' result link alone last), one verdict line per sale: the invariants, per window the
+# SERVICE_DEGRADED and TRY_LATER answers it brought (both gateways'; two windows at once share
+# them), the connections to the proxy (at most the consumer's before + 8; the writer's
+# PostgreSQL pools 25; result queries the crowd's concurrency + 16), the time back to normal
+# after the heal (the consumer's last error on the link, 30 s at most), and the answers'
+# latencies (SERVICE_DEGRADED and TRY_LATER under 2 s, as redis-slow); --short, a net sale's
+# stock is 1,200 so that it still sells while the gateways' links are hit. The script's sales stay
 # for their reports until the next run, which deletes them at its start (SALE_CLEANUP=older;
 # all: at the end of the run; none: never; e2e/lib.sh sales_cleanup). --short: a
 # small crowd (1,500 users x 2 on stock 600) and debug binaries (the test command); else
@@ -718,6 +742,7 @@ net_window() { # link kind secs
   local out
   out="$RUN/windows/$(date +%s%N)-$link-$kind"
   when=$(grep -q "burst done" "$RUN/crowd.log" 2>/dev/null && echo "after the burst" || echo "mid-burst")
+  when+=", stock left $(redis-cli -p "$SECKILL_REDIS_PORT" get "sk:{$ID}:stock" 2>/dev/null || echo "?")"
   before=$(link_conns "$link")
   max=$before
   sd0=$(gw_answers SERVICE_DEGRADED)
@@ -836,13 +861,15 @@ fault_net-partition() {
   net_window gw-redis partition $((SHORT ? 3 : 5))
   net_end net-partition "one gateway cut from Redis (its proxy disabled) while the other sells, then healed"
 }
-# The classes in one sale, one link each, a gateway's and the writer's at once (--short: what
-# e2e/test.sh runs): the first gateway partitioned from Redis, then its Redis 400 ms late, then
-# the gateways' Kafka reset; meanwhile the writer's PostgreSQL black-holed, then its Kafka capped.
+# The classes in one sale, one link each, three links at once (--short: what e2e/test.sh runs):
+# the first gateway partitioned from Redis, then its Redis 400 ms late; the gateways' Kafka
+# connections reset; the writer's PostgreSQL black-holed, then its Kafka capped.
 fault_net() {
   net_sale net
   local pids=()
-  (net_window gw-redis partition 2 && net_window gw-redis latency400 1 && net_window gw-kafka reset 1) &
+  (net_window gw-redis partition 2 && net_window gw-redis latency400 1) &
+  pids+=("$!")
+  net_window gw-kafka reset 1 &
   pids+=("$!")
   (net_window writer-pg timeout 5 && net_window writer-kafka bandwidth 2) &
   pids+=("$!")
