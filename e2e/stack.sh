@@ -6,8 +6,9 @@
 #   Apache Kafka 4.4.0, KRaft, one node    127.0.0.1:19092  (its controller: port + 1)
 #   Redis Cluster, 3 masters (on demand)   127.0.0.1:7390..7392 (cluster bus: port + 10000)
 #   Kafka cluster, 3 nodes (on demand)     127.0.0.1:19392..19394 (controllers: port + 100)
+#   Toxiproxy 2.5.0 (on demand)            127.0.0.1:18474 (its HTTP API; proxies: the caller's)
 #
-# Usage: e2e/stack.sh up|down|kill|status|stopped [redis|postgres|kafka|cluster|kafka-cluster]...
+# Usage: e2e/stack.sh up|down|kill|status|stopped [redis|postgres|kafka|cluster|kafka-cluster|toxiproxy]...
 #
 # Without names a command means redis, postgres and kafka (`status` adds the clusters once they
 # have been started in this folder). The clusters are started only when named.
@@ -71,7 +72,7 @@ KAFKA_CLUSTER_HEAP=${SECKILL_KAFKA_CLUSTER_HEAP:-384m} # each of the three's
 READY_TIMEOUT=${SECKILL_STACK_READY_TIMEOUT:-90} # seconds, per server (a JVM starts in ~10 s)
 STOP_TIMEOUT=30                                  # seconds, per server
 ALL=(redis postgres kafka)                         # what a command without names means
-KNOWN=(redis postgres kafka cluster kafka-cluster) # what a command accepts
+KNOWN=(redis postgres kafka cluster kafka-cluster toxiproxy) # what a command accepts
 
 CARGO_BIN="${CARGO_HOME:-$HOME/.cargo}/bin"
 export PATH="$CARGO_BIN:$PATH"
@@ -117,6 +118,7 @@ install_missing() {
 
   # Kafka's jars are resolved only when a broker is asked for.
   [[ " $* " == *" kafka"* ]] && install_kafka
+  [[ " $* " == *" toxiproxy "* ]] && install_toxiproxy
   return 0
 }
 
@@ -141,10 +143,12 @@ pidfile() {
     postgres) echo "$STACK/pg/data/postmaster.pid" ;;
     kafka) echo "$STACK/kafka/kafka.pid" ;;
     cluster) echo "$STACK/cluster/$CLUSTER_PORT/redis.pid" ;; # its first node
+    toxiproxy) echo "$STACK/toxiproxy/toxiproxy.pid" ;;
   esac
 }
 progname() {
-  case $1 in redis | cluster) echo redis-server ;; postgres) echo postgres ;; kafka) echo kafka.Kafka ;; esac
+  case $1 in redis | cluster) echo redis-server ;; postgres) echo postgres ;; kafka) echo kafka.Kafka ;;
+    toxiproxy) echo toxiproxy-server ;; esac
 }
 port() {
   case $1 in
@@ -153,6 +157,7 @@ port() {
     kafka) echo "$KAFKA_PORT" ;;
     cluster) echo "$CLUSTER_PORT" ;;
     kafka-cluster) echo "$KAFKA_CLUSTER_PORT" ;;
+    toxiproxy) echo "$TOXIPROXY_PORT" ;;
   esac
 }
 logfile() {
@@ -161,6 +166,7 @@ logfile() {
     postgres) echo "$STACK/pg/postgres.log" ;;
     kafka) echo "$STACK/kafka/kafka.log" ;;
     cluster) echo "$STACK/cluster/$CLUSTER_PORT/redis.log" ;;
+    toxiproxy) echo "$STACK/toxiproxy/toxiproxy.log" ;;
   esac
 }
 
@@ -448,6 +454,7 @@ write_kafka_conf() {
     listeners+=",SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT,SASL_SSL://$HOST:$KAFKA_TLS_PORT"
     advertised+=",SASL_PLAINTEXT://$HOST:$KAFKA_SASL_PORT,SASL_SSL://$HOST:$KAFKA_TLS_PORT"
     protocols+=",SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+    kafka_proxied_listeners listeners advertised protocols
   fi
   min_isr=$((replicas > 1 ? 2 : 1))
   cat >"$dir/server.properties" <<EOF
@@ -654,6 +661,63 @@ status_kafka_cluster() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Toxiproxy (Shopify's TCP fault proxy, e2e/faults.sh's network faults): its server from the Go
+# module proxy (`go install github.com/Shopify/toxiproxy/v2/cmd/server@TOXIPROXY_VERSION`, once,
+# shared by every stack of this checkout; the module names the command `server`, kept as
+# .stack/bin/toxiproxy-server), one process listening on 127.0.0.1:SECKILL_TOXIPROXY_PORT (its
+# HTTP API; `up toxiproxy` installs it when missing). It starts with no proxy: its caller creates them through the API. Counts as up
+# when GET /version answers. With SECKILL_KAFKA_PROXIED="NAME:PORT:ADVERTISED ..." the single
+# Kafka broker gets one more PLAINTEXT listener per entry, bound to PORT and advertising
+# ADVERTISED (a proxy's listen port in front of PORT), so a client bootstrapped through that proxy
+# keeps talking through it (a broker's Metadata names the advertised address).
+
+TOXIPROXY_VERSION=v2.5.0
+TOXIPROXY_PORT=${SECKILL_TOXIPROXY_PORT:-18474}
+TOXIPROXY_BIN=$ROOT/.stack/bin/toxiproxy-server
+
+install_toxiproxy() {
+  [[ -x "$TOXIPROXY_BIN" ]] && return 0
+  command -v go >/dev/null 2>&1 || die "go not found (Toxiproxy is installed with go install)"
+  mkdir -p "$ROOT/.stack/bin"
+  (
+    flock -w 600 9 || die "timed out waiting for another Toxiproxy install"
+    [[ -x "$TOXIPROXY_BIN" ]] && exit 0
+    log "installing toxiproxy-server $TOXIPROXY_VERSION (go install, from the Go module proxy)"
+    local t=$SECONDS
+    GOBIN="$ROOT/.stack/bin/toxiproxy" GOFLAGS=-buildvcs=false go install \
+      "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION" </dev/null \
+      >"$ROOT/.stack/bin/toxiproxy-install.log" 2>&1 || {
+      tail -n 20 "$ROOT/.stack/bin/toxiproxy-install.log" >&2
+      die "go install of Toxiproxy's server failed (log: .stack/bin/toxiproxy-install.log)"
+    }
+    mv "$ROOT/.stack/bin/toxiproxy/server" "$TOXIPROXY_BIN"
+    log "toxiproxy-server installed in $((SECONDS - t)) s"
+  ) 9>"$ROOT/.stack/bin/toxiproxy.lock"
+}
+
+toxiproxy_ready() { curl -sf --max-time 1 "http://$HOST:$TOXIPROXY_PORT/version" >/dev/null; }
+
+up_toxiproxy() {
+  local dir="$STACK/toxiproxy"
+  mkdir -p "$dir"
+  # Its own log at warn: at its default it writes a trace line per connection event (50 MB a run).
+  LOG_LEVEL=warn setsid "$TOXIPROXY_BIN" -host "$HOST" -port "$TOXIPROXY_PORT" </dev/null >>"$dir/toxiproxy.log" 2>&1 &
+  echo $! >"$dir/toxiproxy.pid"
+  wait_ready toxiproxy toxiproxy_ready
+}
+
+# The Kafka listeners of SECKILL_KAFKA_PROXIED: NAME:PORT:ADVERTISED entries, space-separated.
+kafka_proxied_listeners() { # listeners advertised protocols: the three variables' names
+  local e name bind adv
+  for e in ${SECKILL_KAFKA_PROXIED:-}; do
+    IFS=: read -r name bind adv <<<"$e"
+    printf -v "$1" '%s,%s://%s:%s' "${!1}" "$name" "$HOST" "$bind"
+    printf -v "$2" '%s,%s://%s:%s' "${!2}" "$name" "$HOST" "$adv"
+    printf -v "$3" '%s,%s:PLAINTEXT' "${!3}" "$name"
+  done
+}
+
+# ---------------------------------------------------------------------------------------------
 # Commands
 
 # stop_pid NAME: SIGTERM to the PID of our PID file, then wait (bounded), then SIGKILL.
@@ -706,6 +770,9 @@ EOF
   fi
   if kafka_cluster_running; then
     echo "export SECKILL_KAFKA_CLUSTER_BROKERS=$(kcluster_brokers)" >>"$STACK/env"
+  fi
+  if running toxiproxy; then
+    echo "export SECKILL_TOXIPROXY_URL=http://$HOST:$TOXIPROXY_PORT" >>"$STACK/env"
   fi
 }
 

@@ -126,7 +126,9 @@ FLOOD=1 PROFILE=debug STOCK=100 ADMIT_PER_SEC=50 USERS=500 START_IN=6 PAY_WINDOW
 
 # The same sale under faults, short: the order writer, the broker, the leader of a three-broker
 # Kafka cluster (never restarted), PostgreSQL, Redis (both fsync policies), the gateway killed
-# mid-sale and restarted, two gateways on one Redis, Redis paused.
+# mid-sale and restarted, two gateways on one Redis, Redis paused, and the network faults'
+# classes in one sale through Toxiproxy (net: a partition, latency, a reset, a black hole, a
+# bandwidth cap).
 # A stack of its own (e2e/faults.sh): the servers it kills are its own.
 phase "faults (short)"
 bash e2e/faults.sh --short

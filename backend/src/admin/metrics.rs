@@ -11,7 +11,7 @@
 //! Names: every metric starts with `seckill_writer_`; the README lists them.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -349,19 +349,29 @@ pub struct PartitionMetrics {
 struct Offsets {
     high: AtomicI64,
     next: AtomicI64,
+    /// Writers of the partition running in this process: two for a moment when its lease was
+    /// lost and claimed again while the old writer still finishes the batch the fence refuses.
+    running: AtomicU32,
 }
 
 impl PartitionMetrics {
     /// The writer runs from `next_offset` (its stored offset).
     pub fn started(&self, next_offset: i64) {
         self.offsets.next.store(next_offset, Ordering::Relaxed);
+        self.offsets.running.fetch_add(1, Ordering::Relaxed);
         self.up.set(1);
         self.update_lag();
     }
 
-    /// The partition's writer ended (shutdown, or its lease released or lost).
+    /// The partition's writer ended (shutdown, or its lease released or lost). A writer of the
+    /// partition started since in this process keeps it up.
     pub fn stopped(&self) {
-        self.up.set(0);
+        let running = &self.offsets.running;
+        let before =
+            running.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| Some(n.saturating_sub(1)));
+        if before.unwrap_or(0) <= 1 {
+            self.up.set(0);
+        }
     }
 
     /// A fetch brought `n` records; the partition's end is `high_watermark`.
@@ -422,5 +432,21 @@ mod tests {
         for name in ["seckill_writer_leases_held", "seckill_writer_fenced_batches_total"] {
             assert!(names.contains(&name.to_string()), "{name}: {names:?}");
         }
+    }
+    #[test]
+    fn a_writer_stopping_after_its_successor_started_leaves_the_partition_up() {
+        let m = WriterMetrics::new();
+        let old = m.partition(2);
+        old.started(0);
+        // Its lease lost (PostgreSQL black-holed past the lease) and claimed again by this
+        // process: the new writer starts while the old one still retries the batch the fence
+        // then refuses, and stops after it.
+        let new = m.partition(2);
+        new.started(0);
+        old.stopped();
+        assert_eq!(m.partitions_up(), [2], "the new writer runs");
+        assert_eq!(new.up.get(), 1);
+        new.stopped();
+        assert!(m.partitions_up().is_empty());
     }
 }
