@@ -19,7 +19,7 @@ cd "$ROOT"
 . .stack/env
 # shellcheck source=e2e/lib.sh
 source e2e/lib.sh
-command -v systemd-analyze >/dev/null || need_packages systemd-analyze:systemd
+need_packages systemd-analyze:systemd openssl:openssl nginx:nginx-light
 PROFILE=${PROFILE:-debug}
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE"
 [[ -x "$BIN/gateway" && -x "$BIN/order-writer" ]] || build_all "$PROFILE"
@@ -135,10 +135,8 @@ deploy_check() { # conf name
   ) >"$RUN/deploy/$2.check" 2>&1 || { cat "$RUN/deploy/$2.check" >&2; log "FAIL: $1 --check"; return 1; }
   log "$1: gateway --check: $(tail -n 1 "$RUN/deploy/$2.check")"
 }
-command -v openssl >/dev/null || need_packages openssl:openssl
 deploy_check conf/deploy/front-door.toml front-door
 deploy_check conf/deploy/behind-nginx.toml behind-nginx
-need_packages nginx:nginx-light
 printf 'events {}\nhttp {\n    include %s;\n}\n' "$ROOT/conf/deploy/nginx-seckill.conf" >"$RUN/deploy/nginx.conf"
 nginx -t -q -p "$RUN/deploy/" -c "$RUN/deploy/nginx.conf" -g "pid $RUN/deploy/nginx.pid; error_log stderr;" ||
   { log "FAIL: nginx -t on conf/deploy/nginx-seckill.conf"; exit 1; }
