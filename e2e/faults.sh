@@ -593,6 +593,8 @@ fault_flood() {
 # NET_PORT + n; a net sale's confs name the proxies instead of the servers, the other faults'
 # do not. The Kafka proxies lead to the broker's listeners advertised as the proxies' ports.
 TOXI="http://127.0.0.1:$SECKILL_TOXIPROXY_PORT"
+# shellcheck source=e2e/toxics.sh
+source e2e/toxics.sh
 NET_LINKS=(gw-redis gw2-redis gw-kafka gw-writer writer-pg writer-kafka writer-redis)
 link_port() { # link
   local i
@@ -606,9 +608,6 @@ link_upstream() { # link
     gw-writer) echo "127.0.0.1:$WRITER_PORT" ;;
     writer-pg) echo "127.0.0.1:$SECKILL_PG_PORT" ;;
   esac
-}
-toxi() { # method path [json]: Toxiproxy's API; fails on an HTTP error
-  curl -sf --max-time 5 -X "$1" "$TOXI$2" ${3:+-H 'Content-Type: application/json' -d "$3"} >/dev/null
 }
 
 # Every link's proxy, enabled and without toxics (made once, then reset).
@@ -702,31 +701,6 @@ link_bound() { # link before
   esac
 }
 
-# The toxic(s) of KIND on LINK: latency50 (50 ms ± 20), latency400, timeout (answers never
-# come: the link accepts and drops what the server sends), reset (each connection reset by peer
-# 200 ms after the toxic meets it), bandwidth (64 KB/s each way), partition (the proxy disabled:
-# connections cut, new ones refused).
-toxic_on() { # link kind
-  local p="/proxies/$1/toxics"
-  case $2 in
-    latency50) toxi POST "$p" '{"name":"f","type":"latency","stream":"downstream","attributes":{"latency":50,"jitter":20}}' ;;
-    latency400) toxi POST "$p" '{"name":"f","type":"latency","stream":"downstream","attributes":{"latency":400,"jitter":0}}' ;;
-    timeout) toxi POST "$p" '{"name":"f","type":"timeout","stream":"downstream","attributes":{"timeout":0}}' ;;
-    reset) toxi POST "$p" '{"name":"f","type":"reset_peer","stream":"downstream","attributes":{"timeout":200}}' ;;
-    bandwidth)
-      toxi POST "$p" '{"name":"f","type":"bandwidth","stream":"downstream","attributes":{"rate":64}}'
-      toxi POST "$p" '{"name":"f2","type":"bandwidth","stream":"upstream","attributes":{"rate":64}}'
-      ;;
-    partition) toxi POST "/proxies/$1" '{"enabled":false}' ;;
-  esac
-}
-toxic_off() { # link kind
-  case $2 in
-    partition) toxi POST "/proxies/$1" '{"enabled":true}' ;;
-    bandwidth) toxi DELETE "/proxies/$1/toxics/f" && toxi DELETE "/proxies/$1/toxics/f2" ;;
-    *) toxi DELETE "/proxies/$1/toxics/f" ;;
-  esac
-}
 
 # One window of a net sale: KIND on LINK for SECS, then healed. Figures: the answers that changed
 # (both gateways' SERVICE_DEGRADED and TRY_LATER from the toxic until back to normal; windows run

@@ -233,15 +233,14 @@ redis_url_for_sed() {
   printf '%s' "${SECKILL_REDIS_URL//&/\\&}"
 }
 
-# Writes RUN/campaigns/ID.toml (every edge defense on) and RUN/order-writer.toml, creates the
-# sale's database and topic, and publishes the stock to Redis. STARTS_AT: an RFC 3339 time.
-# BUCKETS (environment, default 1): above 1, the campaign's stock is split over that many
+# A campaign's file on stdout: ID, STOCK units, its window opening at STARTS_AT (an RFC 3339
+# time; an hour long), every defense on (what the demo's, the fault runs' and the soak's sales
+# sell). BUCKETS (environment, default 1): above 1, the campaign's stock is split over that many
 # buckets (`buckets = BUCKETS`).
-sale_create() { # run id stock starts_at writer_port bin_dir
-  local run=$1 id=$2 stock=$3 starts=$4 wport=$5 bin=$6 buckets=""
+campaign_toml() { # id stock starts_at
+  local id=$1 stock=$2 starts=$3 buckets=""
   ((${BUCKETS:-1} > 1)) && buckets="buckets = $BUCKETS"
-  mkdir -p "$run/campaigns"
-  cat >"$run/campaigns/$id.toml" <<TOML
+  cat <<TOML
 id = "$id"
 sku = "SKU-DEMO-PHONE"
 stock = $stock
@@ -277,6 +276,14 @@ max = 20
 window_secs = 10
 on_error = "open"
 TOML
+}
+
+# Writes RUN/campaigns/ID.toml (campaign_toml) and RUN/order-writer.toml, creates the sale's
+# database and topic, and publishes the stock to Redis.
+sale_create() { # run id stock starts_at writer_port bin_dir
+  local run=$1 id=$2 stock=$3 starts=$4 wport=$5 bin=$6
+  mkdir -p "$run/campaigns"
+  campaign_toml "$id" "$stock" "$starts" >"$run/campaigns/$id.toml"
   sed -e "s#^listen = .*#listen = \"127.0.0.1:$wport\"#" \
     -e "s#^redis_url = .*#redis_url = \"$(redis_url_for_sed)\"#" \
     -e "s#^postgres_url = .*#postgres_url = \"$(sale_db_url "$id")\"#" \

@@ -21,6 +21,7 @@ pub mod report;
 pub mod resend;
 pub mod sampler;
 pub mod shop;
+pub mod soak;
 pub mod stack;
 pub mod undersell;
 pub mod verdict;
