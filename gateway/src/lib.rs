@@ -35,6 +35,7 @@ pub mod conf;
 pub mod frontdoor;
 pub mod limits;
 pub mod metrics;
+pub mod nginx;
 pub mod observe;
 pub mod proxy;
 pub mod reload;

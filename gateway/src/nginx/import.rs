@@ -1,0 +1,658 @@
+//! nginx.conf's `http` → the gateway's `[server]` and `[[route]]`s (the proxy on its own), and a
+//! note for every directive not mapped, or mapped with a different meaning, at its place. A
+//! `location` becomes a route of its `server`'s names; what a `server` sets for its locations
+//! is inherited as Nginx inherits it (an array directive, `proxy_set_header`, `add_header`,
+//! `proxy_hide_header`, only when the location sets none of its own). Nothing is mapped into a
+//! different behaviour without a note saying so.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use super::parse::{Directive, Place};
+
+/// What could not be mapped as it is, at its place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Note {
+    /// Where the directive is.
+    pub at: Place,
+    /// The directive's name.
+    pub directive: String,
+    /// Mapped with another meaning (said how), else not mapped at all.
+    pub mapped: bool,
+    /// Why.
+    pub why: String,
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let what = if self.mapped { "mapped differently" } else { "not mapped" };
+        write!(f, "{}: {}: {what}: {}", self.at, self.directive, self.why)
+    }
+}
+
+/// The gateway's conf for what maps, and the notes.
+#[derive(Debug, Default)]
+pub struct Import {
+    /// The conf (TOML).
+    pub toml: String,
+    /// Every directive not mapped or mapped differently.
+    pub notes: Vec<Note>,
+}
+
+/// What a level (`server`, `location`) sets that its locations inherit.
+#[derive(Debug, Clone, Default)]
+struct Inherited {
+    set_header: Option<Vec<(String, String)>>,
+    add_header: Option<Vec<(String, String, bool)>>,
+    hide_header: Option<Vec<String>>,
+    timeouts: BTreeMap<&'static str, i64>,
+    max_body: Option<i64>,
+    gzip: Option<bool>,
+    gzip_level: Option<i64>,
+}
+
+/// One route being built.
+#[derive(Debug, Default)]
+struct Route {
+    name: String,
+    hosts: Vec<String>,
+    default_server: bool,
+    path: String,
+    upstreams: Vec<String>,
+    replace_prefix: Option<String>,
+    answer: Option<String>,
+    rewrite: Option<(String, String)>,
+    inherited: Inherited,
+}
+
+/// Imports the directives of a whole file (its `http` block).
+pub fn import(top: &[Directive]) -> Import {
+    let mut out = Import::default();
+    let mut upstreams = BTreeMap::new();
+    let mut routes = Vec::new();
+    let mut listen: Option<String> = None;
+    for d in top {
+        match (d.name.as_str(), &d.block) {
+            ("http", Some(http)) => {
+                for d in http.iter().filter(|d| d.name == "upstream") {
+                    upstream(d, &mut upstreams, &mut out.notes);
+                }
+                let http_level = level(http, Inherited::default(), &["server", "upstream"], &mut out.notes);
+                for d in http.iter().filter(|d| d.name == "server") {
+                    server(d, &http_level, &upstreams, &mut routes, &mut listen, &mut out.notes);
+                }
+            }
+            ("events" | "worker_processes" | "worker_connections" | "pid" | "user" | "error_log", _) => note(
+                &mut out.notes,
+                d,
+                false,
+                "process settings: the gateway's own are [server] workers/threads and its log",
+            ),
+            _ => note(&mut out.notes, d, false, "outside `http`: only http's servers are imported"),
+        }
+    }
+    out.toml = render(listen.as_deref(), &routes);
+    out
+}
+
+fn note(notes: &mut Vec<Note>, d: &Directive, mapped: bool, why: &str) {
+    notes.push(Note { at: d.at.clone(), directive: d.name.clone(), mapped, why: why.to_string() });
+}
+
+/// `upstream NAME { server ADDR [weight=N]...; }`: its IP:port servers by name.
+fn upstream(d: &Directive, all: &mut BTreeMap<String, Vec<String>>, notes: &mut Vec<Note>) {
+    let Some(name) = d.args.first() else { return note(notes, d, false, "an upstream without a name") };
+    let mut servers = Vec::new();
+    for s in d.block.iter().flatten() {
+        if s.name != "server" {
+            note(
+                notes,
+                s,
+                false,
+                "only `server` lines are read: the gateway balances round robin over healthy addresses",
+            );
+            continue;
+        }
+        let Some(addr) = s.args.first() else { continue };
+        if addr.parse::<std::net::SocketAddr>().is_err() {
+            note(notes, s, false, "an upstream server is IP:port here (names are not resolved)");
+            continue;
+        }
+        servers.push(addr.clone());
+        for p in &s.args[1..] {
+            if p != "weight=1" {
+                note(notes, s, true, &format!("`{p}` left out: round robin, every address alike"));
+            }
+        }
+    }
+    all.insert(name.clone(), servers);
+}
+
+/// The settings of a level's directives on top of `outer`'s; the others noted unless `skip`.
+fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<Note>) -> Inherited {
+    let mut l = outer;
+    let (mut set, mut add, mut hide) = (None::<Vec<_>>, None::<Vec<_>>, None::<Vec<_>>);
+    for d in list {
+        match d.name.as_str() {
+            n if skip.contains(&n) => {}
+            "proxy_set_header" if d.args.len() == 2 => {
+                let list = set.get_or_insert_with(Vec::new);
+                if header_value(d, notes) {
+                    list.push((d.args[0].clone(), d.args[1].clone()));
+                }
+            }
+            "add_header" if (2..=3).contains(&d.args.len()) => {
+                let always = d.args.get(2).is_some_and(|a| a == "always");
+                let list = add.get_or_insert_with(Vec::new);
+                if header_value(d, notes) {
+                    list.push((d.args[0].clone(), d.args[1].clone(), always));
+                }
+            }
+            "proxy_hide_header" if d.args.len() == 1 => hide.get_or_insert_with(Vec::new).push(d.args[0].clone()),
+            "proxy_connect_timeout" | "proxy_read_timeout" | "proxy_send_timeout" => match d.args.first().and_then(|a| millis(a)) {
+                Some(ms) => {
+                    l.timeouts.insert(timeout_field(&d.name), ms);
+                }
+                None => note(notes, d, false, "a time as Nginx writes it (60s, 1m, 500ms) was expected"),
+            },
+            "client_max_body_size" => match d.args.first().and_then(|a| bytes(a)) {
+                Some(b) => l.max_body = Some(b),
+                None => note(notes, d, false, "a size as Nginx writes it (1m, 512k) was expected"),
+            },
+            "gzip" => {
+                l.gzip = Some(d.args.first().is_some_and(|a| a == "on"));
+                if l.gzip == Some(true) {
+                    note(notes, d, true, "compression_level: gzip, brotli or zstd as the client accepts, whatever the type");
+                }
+            }
+            "gzip_comp_level" => l.gzip_level = d.args.first().and_then(|a| a.parse().ok()),
+            "error_page" => note(notes, d, false, "error_page names a URI, the gateway's route error_page a file: write it by hand"),
+            "location" | "proxy_pass" | "return" | "rewrite" | "server_name" | "listen" => {}
+            "gzip_types" | "gzip_min_length" | "gzip_vary" | "gzip_proxied" => note(
+                notes,
+                d,
+                true,
+                "the gateway compresses any proxied body the client accepts (gzip, brotli or zstd) at compression_level",
+            ),
+            _ => note(notes, d, false, why_not(&d.name)),
+        }
+    }
+    l.set_header = set.or(l.set_header);
+    l.add_header = add.or(l.add_header);
+    l.hide_header = hide.or(l.hide_header);
+    l
+}
+
+/// Whether a header directive's value maps (its variables are the gateway's); noted if not. The
+/// directive still counts as setting its level's list (Nginx's inheritance).
+fn header_value(d: &Directive, notes: &mut Vec<Note>) -> bool {
+    if d.args[0].eq_ignore_ascii_case("x-forwarded-for") || d.args[0].eq_ignore_ascii_case("x-real-ip") {
+        note(
+            notes,
+            d,
+            true,
+            "the gateway sets X-Forwarded-For and X-Real-IP itself ([server] trusted_proxies)",
+        );
+        return false;
+    }
+    match crate::template::Template::parse(&d.args[1]) {
+        Ok(_) => true,
+        Err(e) => {
+            note(notes, d, false, &e);
+            false
+        }
+    }
+}
+
+/// Why a directive with no counterpart is not mapped.
+fn why_not(name: &str) -> &'static str {
+    match name {
+        "root" | "alias" | "index" | "try_files" | "autoindex" | "expires" => {
+            "static files are not served by the gateway (not built yet)"
+        }
+        "limit_req" | "limit_conn" | "limit_req_zone" | "limit_conn_zone" => {
+            "per-route rate and connection limits are not built (the gateway has [limits] and the sale's own)"
+        }
+        "ssl_certificate" | "ssl_certificate_key" | "ssl_protocols" | "ssl_ciphers" => {
+            "TLS is the gateway's [tls] section: write it by hand"
+        }
+        "access_log" | "log_format" => {
+            "the access log is the gateway's [access_log] (text or JSON, one format)"
+        }
+        "if" | "set" | "map" => "conditions and variables are not built",
+        "proxy_buffering" | "proxy_buffer_size" | "proxy_buffers" | "proxy_request_buffering" => {
+            "the gateway streams bodies without buffering them"
+        }
+        "proxy_http_version" => "the gateway speaks HTTP/1.1 to upstreams",
+        "real_ip_header" | "set_real_ip_from" | "real_ip_recursive" => {
+            "trusted proxies are [server] trusted_proxies (X-Forwarded-For)"
+        }
+        _ => "no counterpart in the gateway",
+    }
+}
+
+fn timeout_field(name: &str) -> &'static str {
+    match name {
+        "proxy_connect_timeout" => "connect_timeout_ms",
+        "proxy_read_timeout" => "read_timeout_ms",
+        _ => "send_timeout_ms",
+    }
+}
+
+/// Nginx's time: `60`, `60s`, `1m`, `500ms`, `1h` → ms.
+fn millis(t: &str) -> Option<i64> {
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: i64 = n.parse().ok()?;
+    Some(match unit {
+        "ms" => n,
+        "" | "s" => n * 1000,
+        "m" => n * 60_000,
+        "h" => n * 3_600_000,
+        _ => return None,
+    })
+}
+
+/// Nginx's size: `1024`, `512k`, `10m`, `1g` → bytes.
+fn bytes(t: &str) -> Option<i64> {
+    let (n, mult) = match t.chars().last()? {
+        'k' | 'K' => (&t[..t.len() - 1], 1024),
+        'm' | 'M' => (&t[..t.len() - 1], 1024 * 1024),
+        'g' | 'G' => (&t[..t.len() - 1], 1024 * 1024 * 1024),
+        _ => (t, 1),
+    };
+    n.parse::<i64>().ok().map(|n| n * mult)
+}
+
+/// A `server`: its names and listen, its level's settings, and a route per location.
+fn server(
+    d: &Directive,
+    http: &Inherited,
+    upstreams: &BTreeMap<String, Vec<String>>,
+    routes: &mut Vec<Route>,
+    listen: &mut Option<String>,
+    notes: &mut Vec<Note>,
+) {
+    let body = d.block.as_deref().unwrap_or_default();
+    let mut hosts = Vec::new();
+    let mut default_server = false;
+    for s in body {
+        match s.name.as_str() {
+            "server_name" => {
+                hosts.extend(s.args.iter().filter(|h| !matches!(h.as_str(), "_" | "\"\"" | "")).cloned())
+            }
+            "listen" => default_server |= the_listen(s, listen, notes),
+            "rewrite" | "return" if body.iter().any(|l| l.name == "location") => note(
+                notes,
+                s,
+                false,
+                "a server-level rewrite or return runs before the locations: not mapped",
+            ),
+            _ => {}
+        }
+    }
+    let level = level(body, http.clone(), &["server_name", "listen"], notes);
+    let base = Route { hosts, default_server, inherited: level, ..Default::default() };
+    let locations: Vec<&Directive> = body.iter().filter(|l| l.name == "location").collect();
+    if locations.is_empty() {
+        // A server that only answers (`return`) is a route of its own at /, but the redirect of
+        // plain HTTP to https://, which is [tls] redirect_listen's.
+        if let Some(r) = body.iter().find(|l| l.name == "return") {
+            if r.args.len() == 2
+                && ["301", "302", "307", "308"].contains(&r.args[0].as_str())
+                && r.args[1].starts_with("https://")
+            {
+                return note(notes, r, true, "plain HTTP redirected to https:// is [tls] redirect_listen's (a 308 to the same host and path)");
+            }
+            let mut route = Route { path: "/".into(), name: format!("server-{}", d.at.line), ..base };
+            route.answer = answer(r, notes);
+            if route.answer.is_some() {
+                push(route, r, routes, notes);
+            }
+        }
+        return;
+    }
+    for l in locations {
+        location(l, &base, upstreams, routes, notes);
+    }
+}
+
+/// `listen`: the gateway has one listener; the first address is its `[server] listen`, the
+/// others are noted. Whether it is `default_server`.
+fn the_listen(s: &Directive, listen: &mut Option<String>, notes: &mut Vec<Note>) -> bool {
+    let addr = s.args.first().cloned().unwrap_or_default();
+    let addr = if addr.parse::<u16>().is_ok() { format!("0.0.0.0:{addr}") } else { addr };
+    let mut tls = false;
+    for flag in &s.args[1..] {
+        match flag.as_str() {
+            "default_server" | "default" => {}
+            "ssl" | "http2" => {
+                tls = true;
+                note(notes, s, false, "TLS and HTTP/2 are the gateway's [tls] section (listen, certificates): write it by hand; the routes serve both listeners")
+            }
+            other => note(notes, s, false, &format!("listen's `{other}` has no counterpart")),
+        }
+    }
+    match listen {
+        _ if tls => {}
+        None => *listen = Some(addr),
+        Some(first) if *first == addr => {}
+        Some(first) => note(
+            notes,
+            s,
+            true,
+            &format!("one listener for all: {first} (this one's routes are served there)"),
+        ),
+    }
+    s.args.iter().any(|a| a == "default_server" || a == "default")
+}
+
+/// A `location` into a route (nested locations and named ones are noted).
+fn location(
+    l: &Directive,
+    base: &Route,
+    upstreams: &BTreeMap<String, Vec<String>>,
+    routes: &mut Vec<Route>,
+    notes: &mut Vec<Note>,
+) {
+    let path = l.args.join(" ");
+    if l.args.first().is_some_and(|a| a.starts_with('@')) {
+        return note(notes, l, false, "named locations are not built");
+    }
+    let body = l.block.as_deref().unwrap_or_default();
+    for inner in body.iter().filter(|d| d.name == "location") {
+        note(notes, inner, false, "nested locations are not built");
+    }
+    let inherited = level(body, base.inherited.clone(), &["location"], notes);
+    let mut route = Route {
+        name: format!("{}-{}", slug(&path), l.at.line),
+        hosts: base.hosts.clone(),
+        default_server: base.default_server,
+        path,
+        inherited,
+        ..Default::default()
+    };
+    let mut rewrites = body.iter().filter(|d| d.name == "rewrite");
+    if let Some(r) = rewrites.next() {
+        route.rewrite = rewrite(r, notes);
+    }
+    for extra in rewrites {
+        note(notes, extra, false, "one rewrite per route");
+    }
+    if let Some(r) = body.iter().find(|d| d.name == "return") {
+        route.answer = answer(r, notes);
+    } else if let Some(p) = body.iter().find(|d| d.name == "proxy_pass") {
+        proxy_pass(p, &l.args, upstreams, &mut route, notes);
+    }
+    if route.answer.is_none() && route.upstreams.is_empty() {
+        return note(
+            notes,
+            l,
+            false,
+            "neither proxied nor answered here (static files, or a pass not mapped): no route",
+        );
+    }
+    push(route, l, routes, notes);
+}
+
+/// Adds `route` unless an earlier one has a host of its and its path (Nginx told their servers
+/// apart by port; the gateway's routes serve every listener): then noted.
+fn push(route: Route, d: &Directive, routes: &mut Vec<Route>, notes: &mut Vec<Note>) {
+    let hosts = |r: &Route| -> Vec<String> {
+        if r.hosts.is_empty() {
+            vec![String::new()]
+        } else {
+            r.hosts.clone()
+        }
+    };
+    let clash =
+        routes.iter().find(|r| r.path == route.path && hosts(r).iter().any(|h| hosts(&route).contains(h)));
+    match clash {
+        Some(r) => note(
+            notes,
+            d,
+            false,
+            &format!(
+                "route {} has a host of its and its path (one set of routes for every listener)",
+                r.name
+            ),
+        ),
+        None => routes.push(route),
+    }
+}
+
+/// `proxy_pass http://NAME|IP:PORT[/uri]`.
+fn proxy_pass(
+    p: &Directive,
+    loc: &[String],
+    upstreams: &BTreeMap<String, Vec<String>>,
+    route: &mut Route,
+    notes: &mut Vec<Note>,
+) {
+    let target = p.args.first().map(String::as_str).unwrap_or_default();
+    let Some(rest) = target.strip_prefix("http://") else {
+        return note(
+            notes,
+            p,
+            false,
+            "only plain http:// upstreams are built (not https://, unix: or variables)",
+        );
+    };
+    let (host, uri) = rest.find('/').map_or((rest, None), |i| (&rest[..i], Some(&rest[i..])));
+    route.upstreams = match upstreams.get(host) {
+        Some(servers) => servers.clone(),
+        None if host.parse::<std::net::SocketAddr>().is_ok() => vec![host.to_string()],
+        None => return note(notes, p, false, "an upstream is IP:port or an `upstream` block's name here"),
+    };
+    if let Some(uri) = uri {
+        match loc {
+            [_] | [_, _] if loc[0] != "=" && !loc[0].starts_with('~') => {
+                route.replace_prefix = Some(uri.to_string())
+            }
+            _ => note(notes, p, false, "a URI in proxy_pass replaces a prefix location's path only"),
+        }
+    }
+}
+
+/// `return CODE [URL|TEXT]` / `return URL`.
+fn answer(r: &Directive, notes: &mut Vec<Note>) -> Option<String> {
+    let text = r.args.join(" ");
+    match crate::template::Template::parse(&text) {
+        Ok(_) => Some(text),
+        Err(e) => {
+            note(notes, r, false, &e);
+            None
+        }
+    }
+}
+
+/// `rewrite REGEX REPLACEMENT [break]`: `last` and no flag search the locations again, the
+/// redirect flags answer: not mapped.
+fn rewrite(r: &Directive, notes: &mut Vec<Note>) -> Option<(String, String)> {
+    match r.args.as_slice() {
+        [regex, replacement, flag] if flag == "break" => Some((regex.clone(), replacement.clone())),
+        [_, _] | [_, _, _] => {
+            note(
+                notes,
+                r,
+                false,
+                "only `rewrite … break` is built (the gateway does not search the locations again)",
+            );
+            None
+        }
+        _ => {
+            note(notes, r, false, "rewrite takes a regex, a replacement and a flag");
+            None
+        }
+    }
+}
+
+fn slug(path: &str) -> String {
+    let s: String = path.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let s = s.trim_matches('-').to_string();
+    if s.is_empty() {
+        "root".into()
+    } else {
+        s.chars().take(40).collect()
+    }
+}
+
+/// A TOML string.
+fn q(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+/// The conf file.
+fn render(listen: Option<&str>, routes: &[Route]) -> String {
+    let mut out = String::from(
+        "# Imported from nginx.conf by `gateway import-nginx` (its notes on stderr).\n\n[server]\n",
+    );
+    let _ = writeln!(out, "listen = {}", q(listen.unwrap_or("0.0.0.0:80")));
+    for r in routes {
+        route(&mut out, r);
+    }
+    out
+}
+
+fn route(out: &mut String, r: &Route) {
+    let _ = write!(out, "\n[[route]]\nname = {}\n", q(&r.name));
+    if !r.hosts.is_empty() {
+        let hosts: Vec<String> = r.hosts.iter().map(|h| q(h)).collect();
+        let _ = writeln!(out, "hosts = [{}]", hosts.join(", "));
+        if r.default_server {
+            out.push_str("default_server = true\n");
+        }
+    }
+    let _ = writeln!(out, "path = {}", q(&r.path));
+    if let Some(a) = &r.answer {
+        let _ = writeln!(out, "return = {}", q(a));
+    } else {
+        let ups: Vec<String> = r.upstreams.iter().map(|u| q(u)).collect();
+        let _ = writeln!(out, "upstreams = [{}]", ups.join(", "));
+    }
+    if let Some(p) = &r.replace_prefix {
+        let _ = writeln!(out, "replace_prefix = {}", q(p));
+    }
+    if let Some((regex, replacement)) = &r.rewrite {
+        let _ = writeln!(out, "rewrite = {{ regex = {}, replacement = {} }}", q(regex), q(replacement));
+    }
+    let i = &r.inherited;
+    for (field, ms) in &i.timeouts {
+        let _ = writeln!(out, "{field} = {ms}");
+    }
+    if let Some(b) = i.max_body {
+        let _ = writeln!(out, "client_max_body_size = {b}");
+    }
+    if i.gzip == Some(true) {
+        let _ = writeln!(out, "compression_level = {}", i.gzip_level.unwrap_or(1));
+    }
+    table(out, "proxy_set_header", i.set_header.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())));
+    let (always, not): (Vec<_>, Vec<_>) = i.add_header.iter().flatten().partition(|h| h.2);
+    table(out, "add_header", not.iter().map(|h| (h.0.as_str(), h.1.as_str())));
+    table(out, "add_header_always", always.iter().map(|h| (h.0.as_str(), h.1.as_str())));
+    if let Some(hide) = &i.hide_header {
+        let hide: Vec<String> = hide.iter().map(|h| q(h)).collect();
+        let _ = writeln!(out, "proxy_hide_header = [{}]", hide.join(", "));
+    }
+}
+
+/// `field = { "Name" = "value", ... }` when there is any.
+fn table<'a>(out: &mut String, field: &str, pairs: impl Iterator<Item = (&'a str, &'a str)>) {
+    let pairs: Vec<String> = pairs.map(|(k, v)| format!("{} = {}", q(k), q(v))).collect();
+    if !pairs.is_empty() {
+        let _ = writeln!(out, "{field} = {{ {} }}", pairs.join(", "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    fn shop() -> super::Import {
+        let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../conf/nginx/shop.conf");
+        crate::nginx::import_file(&file).expect("the shop's nginx.conf reads")
+    }
+
+    /// The notes as `file:line: directive: what` (file names without their folder).
+    fn notes(i: &super::Import) -> Vec<String> {
+        i.notes
+            .iter()
+            .map(|n| {
+                let file = n.at.file.file_name().unwrap().to_string_lossy().to_string();
+                let what = if n.mapped { "differently" } else { "not mapped" };
+                format!("{file}:{}: {}: {what}", n.at.line, n.directive)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_shop_conf_becomes_a_proxy_only_conf_the_gateway_loads() {
+        let i = shop();
+        let conf = crate::conf::parse_server(Path::new("imported.toml"), &i.toml)
+            .unwrap_or_else(|e| panic!("{e}\n{}", i.toml));
+        // The locations proxied or answered: /, = /healthz, ^~ /api/, /old/, /search (the static
+        // one and the `last` rewrite are not mapped; the redirect to https is [tls]'s).
+        assert_eq!(i.toml.matches("[[route]]").count(), 5, "{}", i.toml);
+        assert!(format!("{conf:?}").contains("shop_app") || i.toml.contains("127.0.0.1:9001"));
+        for want in [
+            "listen = \"0.0.0.0:80\"",
+            "return = \"200 ok\"",
+            "path = \"^~ /api/\"\nupstreams = [\"127.0.0.1:9100\"]\nreplace_prefix = \"/v2/\"",
+            "read_timeout_ms = 5000",
+            "client_max_body_size = 1048576",
+            "client_max_body_size = 8388608",
+            "compression_level = 5",
+            "proxy_set_header = { \"X-Api\" = \"1\" }",
+            "proxy_set_header = { \"Host\" = \"$host\", \"X-Forwarded-Proto\" = \"$scheme\" }",
+            "add_header_always = { \"X-Frame-Options\" = \"SAMEORIGIN\" }",
+            "rewrite = { regex = \"^/old/(.*)$\", replacement = \"/new/$1\" }",
+            "proxy_hide_header = [\"X-Powered-By\"]",
+            "hosts = [\"shop.example.com\", \"*.shop.example.com\"]\ndefault_server = true",
+        ] {
+            assert!(i.toml.contains(want), "{want:?} missing from:\n{}", i.toml);
+        }
+    }
+
+    #[test]
+    fn every_directive_not_mapped_is_noted_at_its_place() {
+        let got = notes(&shop());
+        for want in [
+            "shop.conf:3: user: not mapped",
+            "shop.conf:6: events: not mapped",
+            "shop.conf:12: default_type: not mapped",
+            "mime.types:1: types: not mapped",
+            "shop.conf:16: gzip: differently",
+            "shop.conf:18: gzip_types: differently",
+            "shop.conf:22: server: differently",
+            "shop.conf:26: server: differently",
+            "shop.conf:33: return: differently",
+            "shop-https.conf:2: listen: not mapped",
+            "shop-https.conf:4: ssl_certificate: not mapped",
+            "shop-https.conf:8: proxy_set_header: differently",
+            "shop-https.conf:28: location: not mapped",
+            "shop-https.conf:29: root: not mapped",
+            "shop-https.conf:30: expires: not mapped",
+            "shop-https.conf:38: location: not mapped",
+            "shop-https.conf:39: rewrite: not mapped",
+            "shop-https.conf:43: limit_req: not mapped",
+            "shop-https.conf:44: if: not mapped",
+            "shop-https.conf:49: error_page: not mapped",
+            "shop-https.conf:50: access_log: not mapped",
+        ] {
+            assert!(got.contains(&want.to_string()), "{want:?} not in {got:#?}");
+        }
+        // Nothing else: every note is one of those, or the upstream server's second flag.
+        assert_eq!(got.len(), 26, "{got:#?}");
+    }
+
+    #[test]
+    fn nginx_times_and_sizes() {
+        assert_eq!(super::millis("60"), Some(60_000));
+        assert_eq!(super::millis("500ms"), Some(500));
+        assert_eq!(super::millis("2m"), Some(120_000));
+        assert_eq!(super::millis("1d"), None);
+        assert_eq!(super::bytes("8m"), Some(8 << 20));
+        assert_eq!(super::bytes("512k"), Some(512 << 10));
+        assert_eq!(super::bytes("x"), None);
+    }
+}
