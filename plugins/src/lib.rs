@@ -33,5 +33,12 @@ pub mod setup;
 pub use denial::Denial;
 #[cfg(feature = "pingora")]
 pub use serve::pingora;
-pub use serve::{Endpoint, FlashSale, Handled, Reply, SaleRequest, SaleRoute, Start};
+pub use serve::{Endpoint, FlashSale, Handled, Reply, SaleCtx, SaleRequest, SaleRoute, Start, StartError};
 pub use setup::conf;
+
+/// The README, whose embedding section (`plugins/examples/embed.rs`, the whole proxy) is
+/// compiled here as a doctest: the README's example cannot stop compiling unnoticed.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+pub use setup::SaleSource;

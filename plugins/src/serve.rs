@@ -2,13 +2,16 @@
 //! paths of `route` with a [`Reply`] (`reply`), serves the buyer's page (`page`), and, with
 //! the `pingora` feature, adapts itself to a Pingora `Session` ([`pingora`]).
 
+pub(crate) mod ctx;
 pub(crate) mod flash_sale;
+pub mod metrics;
 pub(crate) mod page;
 #[cfg(feature = "pingora")]
 pub mod pingora;
 pub(crate) mod reply;
 pub(crate) mod route;
 
+pub use ctx::SaleCtx;
 pub use flash_sale::{FlashSale, Handled, SaleRequest, Start, StartError};
 pub use reply::Reply;
 pub use route::{Endpoint, SaleRoute};
