@@ -1,10 +1,11 @@
 //! A platform team's own Pingora proxy with the whole sale embedded, everything else proxied to
 //! one upstream, its metrics on a listener of their own.
-const USAGE: &str = "usage: embed <listen> <shop upstream> <order writer> <sale conf file> <metrics listen>";
 use async_trait::async_trait;
 use pingora_core::{server::Server, upstreams::peer::HttpPeer, Result};
+use pingora_http::RequestHeader as Header;
 use pingora_proxy::{ProxyHttp, Session};
 use plugins::{FlashSale, SaleCtx};
+const USAGE: &str = "usage: embed <listen> <shop upstream> <order writer> <sale conf file> <metrics listen>";
 
 struct Shop {
     sale: std::sync::Arc<FlashSale>,
@@ -24,6 +25,9 @@ impl ProxyHttp for Shop {
     async fn upstream_peer(&self, _: &mut Session, ctx: &mut SaleCtx) -> Result<Box<HttpPeer>> {
         let to = if ctx.to_order_writer() { &self.order_writer } else { &self.upstream };
         Ok(Box::new(HttpPeer::new(to.as_str(), false, String::new())))
+    }
+    async fn upstream_request_filter(&self, s: &mut Session, h: &mut Header, c: &mut SaleCtx) -> Result<()> {
+        self.sale.upstream_request_filter(s, h, c).await // the sale's own headers stay here
     }
 }
 

@@ -1,8 +1,9 @@
 //! The whole sale behind one entry point, for any proxy's request filter ([`FlashSale`]).
 //!
 //! ```text
-//! let sale = runtime.block_on(FlashSale::start(Path::new("sale.toml"), Start::on(runtime.handle())))?;
-//! // per request, in the proxy's request filter:
+//! let sale = FlashSale::from_file("sale.toml")?;       // or from_toml(name, text), from_conf(conf)
+//! // in a Pingora proxy: server.add_services(sale.services()); then per request
+//! // sale.request_filter(session, &mut sale_ctx) (`plugins::pingora`). Without Pingora:
 //! let Some(route) = SaleRoute::of(path) else { /* not the sale's: proxy it */ };
 //! match sale.handle(&route, &mut request, &request_id).await {
 //!     Handled::Reply(reply) => /* write reply.status, reply.headers, reply.body */,
@@ -10,13 +11,17 @@
 //! }
 //! ```
 //!
-//! `start` reads the sale's sections of the file ([`crate::setup::conf`]) and its campaigns, connects
-//! Redis with the pool's safety settings ([`crate::setup::redis`]), checks the Kafka topic, starts the
-//! producer ([`crate::queue`]) and the replenish listener ([`crate::setup::replenish`]). The campaigns
-//! reload with [`FlashSale::reload`] (or on `SIGHUP` with [`FlashSale::watch_sighup`]). A request
-//! reaches the sale as [`SaleRequest`] (its head, then its body, read only by the endpoints that
-//! have one, at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`]); every answer is a [`Reply`]
-//! the proxy writes as it is. `plugins::pingora` is that adapter for a Pingora `Session`.
+//! Starting reads the sale's sections ([`crate::setup::conf`]: from a file, a file's text or
+//! checked settings, [`SaleSource`]) and its campaigns, connects Redis with the pool's safety
+//! settings ([`crate::setup::redis`]) on the sale's own I/O thread, checks the Kafka topic,
+//! starts the producer ([`crate::queue`]) and registers the sale's metrics
+//! ([`crate::serve::metrics`]). The replenish listener ([`FlashSale::replenish`]) and the
+//! reload on `SIGHUP` ([`FlashSale::watch_sighup`]) are futures the proxy runs (with Pingora:
+//! background services); the campaigns reload with [`FlashSale::reload`] too. A request
+//! reaches the sale as [`SaleRequest`] (its head, then its body, read only by the endpoints
+//! that have one, at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`]); every answer is a
+//! [`Reply`] the proxy writes as it is. `plugins::pingora` is that adapter for a Pingora
+//! `Session`, with the hooks a `ProxyHttp` calls.
 
 use std::future::Future;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! The sale in a Pingora proxy, shaped like Pingora's own: [`SaleCtx`] in the proxy's `CTX`,
 //! hooks named and typed as `ProxyHttp`'s ([`FlashSale::request_filter`], returning whether it
-//! answered, and [`FlashSale::logging`]), and its background work as Pingora background
+//! answered, [`FlashSale::upstream_request_filter`] and [`FlashSale::logging`]), and its background work as Pingora background
 //! services ([`FlashSale::services`]); [`FlashSale::metrics_service`] serves the metrics the
 //! sale registers:
 //!
@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use pingora_http::ResponseHeader;
+use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
 
 use async_trait::async_trait;
@@ -79,6 +79,28 @@ pub fn client(session: &Session, trusted: &crate::checks::client_ip::TrustedProx
         crate::checks::client_ip::forwarded_lines(&session.req_header().headers),
         trusted,
     )
+}
+
+/// The sale's own headers: an order's signature, a payment callback's, a record's, a result
+/// query's token (checked at the edge). No upstream reads them through the proxy (the shop has
+/// its own login, result queries need none of them), and a shop should never learn a buyer's
+/// order signature.
+pub const SALE_OWNED: [&str; 7] = [
+    protocol::signing::SIGNATURE_HEADER,
+    protocol::signing::NONCE_HEADER,
+    protocol::signing::TIMESTAMP_HEADER,
+    protocol::signing::PAYMENT_SIGNATURE_HEADER,
+    protocol::signing::PAYMENT_TIMESTAMP_HEADER,
+    protocol::signing::RECORD_SIGNATURE_HEADER,
+    crate::issue::RESULT_TOKEN_HEADER,
+];
+
+/// Removes the sale's own headers ([`SALE_OWNED`]) from a request on its way upstream;
+/// `Authorization` (the shop's login) and everything else go on.
+pub fn strip_sale_headers(upstream_request: &mut RequestHeader) {
+    for name in SALE_OWNED {
+        upstream_request.remove_header(name);
+    }
 }
 
 /// Writes `reply` as the whole answer.
@@ -157,6 +179,22 @@ impl FlashSale {
         }
         write(session, &reply).await?;
         Ok(true)
+    }
+
+    /// The sale's `upstream_request_filter`: every proxied request (the shop's and a result
+    /// query alike) loses the sale's own headers ([`strip_sale_headers`]), and one the sale gave
+    /// an id carries it as `X-Request-Id`, for the order writer's log.
+    pub async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut SaleCtx,
+    ) -> pingora_core::Result<()> {
+        strip_sale_headers(upstream_request);
+        if !ctx.request_id.is_empty() {
+            upstream_request.insert_header("x-request-id", ctx.request_id.as_str())?;
+        }
+        Ok(())
     }
 
     /// The sale's `logging`: the answer is written, the campaign's budget place goes back (it
