@@ -87,11 +87,13 @@ impl SaleCtx {
     }
 
     /// Marks a checked result query for the order writer.
+    #[cfg_attr(not(feature = "pingora"), allow(dead_code))]
     pub(crate) fn send_to_order_writer(&mut self) {
         self.to_order_writer = true;
     }
 
     /// Records the code of the sale's answer.
+    #[cfg_attr(not(feature = "pingora"), allow(dead_code))]
     pub(crate) fn answered(&mut self, code: Option<Code>) {
         self.code = code;
     }

@@ -39,6 +39,7 @@ use crate::denial::Denial;
 use crate::edge::{Edge, Head, Issued};
 use crate::queue::{self, ReservationQueue, TopicAtStart};
 use crate::reserve::sale::Queued;
+use crate::serve::metrics::metrics;
 use crate::serve::reply::Reply;
 use crate::serve::route::{Endpoint, SaleRoute};
 use crate::setup::conf::SaleConf;
@@ -343,6 +344,7 @@ impl FlashSale {
                 reply.permit = notes.permit;
                 reply.reserve_took = notes.reserve_took;
                 reply.global_limits_failed_open = notes.global_limits_failed_open;
+                count(&reply, &route.campaign);
                 Handled::Reply(reply)
             }
         }
@@ -397,6 +399,16 @@ impl FlashSale {
         let token = self.edge.result_token(&conf, &c, &order, first.as_deref().unwrap_or(request_id));
         notes.answered_as = first;
         Ok(token)
+    }
+}
+
+/// Counts an order's reservation step in the sale's metrics (`crate::serve::metrics`).
+fn count(reply: &Reply, campaign: &str) {
+    if let Some(took) = reply.reserve_took {
+        metrics().reserved(took, reply.code == Some(Code::ServiceDegraded));
+    }
+    if reply.global_limits_failed_open {
+        metrics().global_limits_failed_open(campaign);
     }
 }
 

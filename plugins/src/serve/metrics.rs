@@ -4,8 +4,8 @@
 //!
 //! Two kinds, every name starting with `seckill_gateway_` (the names the gateway has always
 //! used; dashboards and alerts read them):
-//! - **counted on the request path** (by [`FlashSale::request_filter`](crate::FlashSale)'s
-//!   answer): the reservation step's latency (`seckill_gateway_reserve_duration_seconds`),
+//! - **counted on the request path** (as [`FlashSale::handle`](crate::FlashSale::handle) answers
+//!   an order, under every hook): the reservation step's latency (`seckill_gateway_reserve_duration_seconds`),
 //!   reservations Redis gave no decision for (`seckill_gateway_redis_errors_total`), orders
 //!   whose global limits were waited for past their timeout
 //!   (`seckill_gateway_global_limits_failed_open_total`);

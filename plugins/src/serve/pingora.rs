@@ -37,7 +37,6 @@ use pingora_prometheus::PrometheusServer;
 use crate::edge::Head;
 use crate::serve::ctx::SaleCtx;
 use crate::serve::flash_sale::{FlashSale, Handled, SaleRequest};
-use crate::serve::metrics::metrics;
 use crate::serve::reply::Reply;
 use crate::setup::registry::Registrar;
 
@@ -158,8 +157,7 @@ impl FlashSale {
 
     /// Writes the sale's `reply` as the whole answer (`Ok(true)`, as `request_filter` answers):
     /// its budget place is kept in `ctx` until [`FlashSale::logging`], a safe retry's first id
-    /// becomes the request's, its code is kept ([`SaleCtx::code`]) and its reservation timings
-    /// are counted in the sale's metrics.
+    /// becomes the request's and its code is kept ([`SaleCtx::code`]).
     pub async fn respond(
         &self,
         session: &mut Session,
@@ -170,12 +168,6 @@ impl FlashSale {
         ctx.permit = reply.permit.take();
         if let Some(first) = reply.answered_as.take() {
             ctx.request_id = first;
-        }
-        if let Some(took) = reply.reserve_took {
-            metrics().reserved(took, reply.code == Some(protocol::codes::Code::ServiceDegraded));
-        }
-        if let (true, Some(route)) = (reply.global_limits_failed_open, ctx.route()) {
-            metrics().global_limits_failed_open(&route.campaign);
         }
         write(session, &reply).await?;
         Ok(true)
