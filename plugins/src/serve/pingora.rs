@@ -1,8 +1,8 @@
 //! The sale in a Pingora proxy, shaped like Pingora's own: [`SaleCtx`] in the proxy's `CTX`,
 //! hooks named and typed as `ProxyHttp`'s ([`FlashSale::request_filter`], returning whether it
-//! answered, [`FlashSale::upstream_request_filter`] and [`FlashSale::logging`]), and its background work as Pingora background
-//! services ([`FlashSale::services`]); [`FlashSale::metrics_service`] serves the metrics the
-//! sale registers:
+//! answered, [`FlashSale::upstream_request_filter`], [`FlashSale::logging`]), its background
+//! work as Pingora background services ([`FlashSale::services`]), and
+//! [`FlashSale::metrics_service`] to serve the metrics the sale registers:
 //!
 //! ```text
 //! type CTX = SaleCtx;                     // or a field of the proxy's own CTX
@@ -10,7 +10,8 @@
 //! async fn request_filter(&self, session: &mut Session, ctx: &mut SaleCtx) -> Result<bool> {
 //!     self.sale.request_filter(session, ctx).await   // true: answered; false: proxy it
 //! }
-//! // upstream_peer: ctx.to_order_writer() → the order writer, else the proxy's own upstream.
+//! // upstream_peer: ctx.to_order_writer() → the order writer, else the proxy's own upstream;
+//! // upstream_request_filter: self.sale.upstream_request_filter(session, header, ctx).await
 //! ```
 //!
 //! Below the hooks, for a proxy that does its own bookkeeping between the sale's decision and
@@ -22,17 +23,16 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use pingora_http::{RequestHeader, ResponseHeader};
-use pingora_proxy::Session;
-
-use async_trait::async_trait;
 use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::{background_service, BackgroundService, GenBackgroundService};
 use pingora_core::services::listening::Service;
 use pingora_core::services::ServiceWithDependents;
+use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_prometheus::PrometheusServer;
+use pingora_proxy::Session;
 
 use crate::edge::Head;
 use crate::serve::ctx::SaleCtx;
