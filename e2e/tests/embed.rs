@@ -2,8 +2,8 @@
 //! the whole sale in its `request_filter` (`plugins::FlashSale`) sells through the whole client
 //! protocol on the stack's Redis, refuses a forged signature and a second order, answers
 //! `/info` and the buyer's page, passes a result query with its token to the order writer, clears
-//! its sold-out flag on a replenish message, reloads its campaigns on `SIGHUP`, and proxies the
-//! rest of the shop.
+//! its sold-out flag on a replenish message, reloads its campaigns on `SIGHUP`, serves the
+//! sale's metrics (registered by the sale itself) and proxies the rest of the shop.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -114,10 +114,16 @@ async fn a_proxy_of_its_own_sells_through_the_whole_sale() {
     std::fs::create_dir_all(dir.join("campaigns")).unwrap();
     let campaign_path = dir.join("campaigns").join(format!("{campaign}.toml"));
     std::fs::write(&campaign_path, campaign_file(&campaign, false)).unwrap();
-    let (login_key, port) = ("embed-login-key-0123456789abcdef", free_port());
+    let (login_key, port, metrics_port) = ("embed-login-key-0123456789abcdef", free_port(), free_port());
     let conf = sale_conf(&dir, login_key);
     let child = Command::new(example())
-        .args([&format!("127.0.0.1:{port}"), &upstream("shop"), &upstream("writer"), conf.to_str().unwrap()])
+        .args([
+            &format!("127.0.0.1:{port}"),
+            &upstream("shop"),
+            &upstream("writer"),
+            conf.to_str().unwrap(),
+            &format!("127.0.0.1:{metrics_port}"),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -203,6 +209,17 @@ async fn a_proxy_of_its_own_sells_through_the_whole_sale() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(closed, "the reload closed the campaign");
+
+    // The sale's metrics, with the names the gateway's dashboards read.
+    let metrics = http.get(format!("http://127.0.0.1:{metrics_port}/metrics")).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let reserve_steps = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("seckill_gateway_reserve_duration_seconds_count "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(reserve_steps >= Some(3), "two reserved, one sold out at least:\n{metrics}");
+    assert!(metrics.contains(&format!("seckill_gateway_sold_out{{campaign=\"{campaign}\"}}")), "{metrics}");
+    assert!(metrics.contains("seckill_gateway_redis_connected "), "{metrics}");
 
     let stock: i64 = redis.get(CampaignKeys::new(&campaign).stock).await.unwrap();
     assert_eq!(stock, 0, "two units reserved, by the two valid orders");

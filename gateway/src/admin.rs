@@ -3,7 +3,8 @@
 //! (it can sell: at least one Redis connection is up; Kafka being down does not make the gateway
 //! unready, the outbox holds the records). Keep it off the public interface.
 //!
-//! [`Live`] holds the families read at scrape time (see [`crate::metrics`]).
+//! [`Live`] holds the gateway's families read at scrape time (see [`crate::metrics`]); the
+//! sale's are registered by the sale itself, in the same registry.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,7 @@ use pingora_prometheus::PrometheusHttpApp;
 use plugins::FlashSale;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use prometheus::IntCounter;
 
 use crate::access_log::LogStats;
 
@@ -67,101 +68,28 @@ pub fn service(listen: &str, live: Arc<Live>) -> Service<HttpServer<AdminApp>> {
 
 /// What is read at scrape time.
 pub struct Live {
-    /// The sale, when it is on (its families are left out without it).
+    /// The sale, when it is on (its readiness is its Redis pool's).
     sale: Option<Arc<FlashSale>>,
     log: Option<Arc<LogStats>>,
     /// One scrape at a time updates the families below.
     lock: Mutex<()>,
-    sold_out: IntGaugeVec,
-    depth: IntGauge,
-    capacity: IntGauge,
-    produced: IntCounter,
-    batches: IntCounter,
-    dropped: IntCounterVec,
-    redis_connected: IntGauge,
-    lag_peak_us: IntGauge,
     log_lines: IntCounter,
     log_dropped: IntCounter,
-    room_queue: IntGaugeVec,
-    room_admitted: IntCounterVec,
-    room_eta_error: HistogramVec,
-    pow_bits: IntGaugeVec,
 }
-
-/// Buckets of the waiting room's ETA error (seconds past the promised admission): the polling
-/// interval plus a request's latency is the normal error; many seconds is a client that came
-/// back late, or clocks apart.
-const ETA_ERROR_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 
 impl Live {
     /// The scrape-time families over the process's state.
     pub fn new(sale: Option<Arc<FlashSale>>, log: Option<Arc<LogStats>>) -> Self {
-        let gauge = |name: &str, help: &str| IntGauge::new(name, help).expect("valid metric");
         let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric");
         Self {
             sale,
             log,
             lock: Mutex::new(()),
-            sold_out: IntGaugeVec::new(
-                Opts::new("seckill_gateway_sold_out", "1 while the campaign's local sold-out flag is set"),
-                &["campaign"],
-            )
-            .expect("valid metric"),
-            depth: gauge(
-                "seckill_gateway_kafka_queue_depth",
-                "Reserved records waiting for their Kafka produce",
-            ),
-            capacity: gauge("seckill_gateway_kafka_queue_capacity", "Most records the Kafka queue holds"),
-            produced: counter("seckill_gateway_kafka_produced_total", "Records the brokers acknowledged"),
-            batches: counter("seckill_gateway_kafka_batches_total", "Produce requests (batches) sent"),
-            dropped: IntCounterVec::new(
-                Opts::new(
-                    "seckill_gateway_kafka_dropped_total",
-                    "Records dropped from memory (left in the outbox for the sweeper), by reason",
-                ),
-                &["reason"],
-            )
-            .expect("valid metric"),
-            redis_connected: gauge("seckill_gateway_redis_connected", "Connected clients of the Redis pool"),
-            lag_peak_us: gauge(
-                "seckill_gateway_lag_peak_us",
-                "The largest smoothed lag of the threads serving the sale since the last scrape, microseconds (probed only with [sale] shed_at_lag_ms)",
-            ),
             log_lines: counter("seckill_gateway_access_log_lines_total", "Access lines written"),
             log_dropped: counter(
                 "seckill_gateway_access_log_dropped_total",
                 "Access lines dropped because the writer's queue was full",
             ),
-            room_queue: IntGaugeVec::new(
-                Opts::new(
-                    "seckill_gateway_room_queue_length",
-                    "Waiting room: places issued (as room.lua last counted them) minus positions served",
-                ),
-                &["campaign"],
-            )
-            .expect("valid metric"),
-            room_admitted: IntCounterVec::new(
-                Opts::new(
-                    "seckill_gateway_room_admitted_total",
-                    "Waiting room: tokens issued on a ticket given while it waited (once per wait)",
-                ),
-                &["campaign"],
-            )
-            .expect("valid metric"),
-            room_eta_error: HistogramVec::new(
-                HistogramOpts::new(
-                    "seckill_gateway_room_eta_error_seconds",
-                    "Waiting room: actual admission minus the promised one (0 when earlier)",
-                )
-                .buckets(ETA_ERROR_BUCKETS.to_vec()),
-                &["campaign"],
-            )
-            .expect("valid metric"),
-            pow_bits: IntGaugeVec::new(
-                Opts::new("seckill_gateway_room_pow_bits", "Proof-of-work bits a challenge asks now"),
-                &["campaign"],
-            )
-            .expect("valid metric"),
         }
     }
 
@@ -183,9 +111,6 @@ fn catch_up(counter: &IntCounter, value: u64) {
 impl Collector for Live {
     fn desc(&self) -> Vec<&Desc> {
         let mut d = Vec::new();
-        if self.sale.is_some() {
-            d.extend(self.sale_families().into_iter().flat_map(|f| f.desc()));
-        }
         if self.log.is_some() {
             d.extend(self.log_lines.desc());
             d.extend(self.log_dropped.desc());
@@ -196,10 +121,6 @@ impl Collector for Live {
     fn collect(&self) -> Vec<MetricFamily> {
         let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Vec::new();
-        if let Some(sale) = &self.sale {
-            self.update_sale(sale);
-            out.extend(self.sale_families().into_iter().flat_map(|f| f.collect()));
-        }
         if let Some(log) = &self.log {
             catch_up(&self.log_lines, log.written.load(Ordering::Relaxed));
             catch_up(&self.log_dropped, log.dropped.load(Ordering::Relaxed));
@@ -207,73 +128,6 @@ impl Collector for Live {
             out.extend(self.log_dropped.collect());
         }
         out
-    }
-}
-
-impl Live {
-    /// The sale's families, in the order they are scraped.
-    fn sale_families(&self) -> [&dyn Collector; 12] {
-        [
-            &self.sold_out,
-            &self.depth,
-            &self.capacity,
-            &self.produced,
-            &self.batches,
-            &self.dropped,
-            &self.redis_connected,
-            &self.lag_peak_us,
-            &self.room_queue,
-            &self.room_admitted,
-            &self.room_eta_error,
-            &self.pow_bits,
-        ]
-    }
-
-    /// Reads the sale's state into its families.
-    fn update_sale(&self, sale: &FlashSale) {
-        let now = plugins::checks::now_ms();
-        self.sold_out.reset();
-        for (id, entry) in &sale.registry().campaigns {
-            self.sold_out.with_label_values(&[id.as_str()]).set(entry.sold_out.is_set(now) as i64);
-        }
-        let stats = sale.queue().stats();
-        self.depth.set(sale.queue().depth() as i64);
-        self.capacity.set(sale.queue().capacity() as i64);
-        catch_up(&self.produced, stats.produced.load(Ordering::Relaxed));
-        catch_up(&self.batches, stats.batches.load(Ordering::Relaxed));
-        catch_up(&self.dropped.with_label_values(&["full"]), stats.dropped_full.load(Ordering::Relaxed));
-        catch_up(&self.dropped.with_label_values(&["kafka"]), stats.dropped_kafka.load(Ordering::Relaxed));
-        self.collect_room(sale);
-        let connected = sale.redis().clients().iter().filter(|c| c.is_connected()).count();
-        self.redis_connected.set(connected as i64);
-        self.lag_peak_us.set(i64::try_from(sale.take_peak_lag().as_micros()).unwrap_or(i64::MAX));
-    }
-}
-
-impl Live {
-    /// The waiting room's families: every campaign's bits in force; for a campaign whose room is
-    /// on, its queue's length, its admissions and the ETA errors since the last scrape.
-    fn collect_room(&self, sale: &FlashSale) {
-        let room = sale.waiting_room();
-        let now = chrono::Utc::now();
-        self.room_queue.reset();
-        self.pow_bits.reset();
-        for (id, entry) in &sale.registry().campaigns {
-            let c = &entry.campaign;
-            let bits = room.rates().bits(c, now.timestamp());
-            self.pow_bits.with_label_values(&[id.as_str()]).set(i64::from(bits));
-            if !c.waiting_room.enabled {
-                continue;
-            }
-            let stats = room.stats().take(id);
-            let length = plugins::room::queue_length(c, &stats, now);
-            self.room_queue.with_label_values(&[id.as_str()]).set(length.min(i64::MAX as u64) as i64);
-            catch_up(&self.room_admitted.with_label_values(&[id.as_str()]), stats.admitted);
-            let errors = self.room_eta_error.with_label_values(&[id.as_str()]);
-            for late in stats.late_ms {
-                errors.observe(late.max(0) as f64 / 1000.0);
-            }
-        }
     }
 }
 

@@ -8,11 +8,10 @@
 //! names the file, the line, the column and the field. See `conf/server.toml` for a commented
 //! example.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ipnet::IpNet;
 use plugins::checks::client_ip::TrustedProxies;
 use protocol::conf::{self, Checker, ConfError};
 use serde::de::IgnoredAny;
@@ -349,18 +348,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let threads = c.int(&s.threads, "server.threads", 1, 256)?;
-    let mut trusted = Vec::with_capacity(s.trusted_proxies.len());
-    for net in &s.trusted_proxies {
-        let text = net.get_ref().trim();
-        let parsed = text.parse::<IpNet>().or_else(|_| text.parse::<IpAddr>().map(IpNet::from));
-        trusted.push(parsed.map_err(|_| {
-            c.err(
-                net.span(),
-                "server.trusted_proxies",
-                format!("{:?} is not an IP address or a CIDR network (10.0.0.0/8)", net.get_ref()),
-            )
-        })?);
-    }
+    let trusted_proxies = plugins::conf::trusted_proxies(&c, &s.trusted_proxies, "server.trusted_proxies")?;
 
     let order_writer = match sale_mode(&c, &raw)? {
         Mode::ProxyOnly => None,
@@ -389,7 +377,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         listen,
         workers,
         threads,
-        trusted_proxies: TrustedProxies::new(trusted),
+        trusted_proxies,
         order_writer,
         routes,
         limits: limits::check(&c, &raw.limits)?,

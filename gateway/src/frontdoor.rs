@@ -44,11 +44,6 @@ use pingora_http::RequestHeader;
 use pingora_proxy::Session;
 use plugins::checks::client_ip::{self, TrustedProxies};
 use plugins::checks::X_FORWARDED_FOR;
-use plugins::issue::RESULT_TOKEN_HEADER;
-use protocol::signing::{
-    NONCE_HEADER, PAYMENT_SIGNATURE_HEADER, PAYMENT_TIMESTAMP_HEADER, RECORD_SIGNATURE_HEADER,
-    SIGNATURE_HEADER, TIMESTAMP_HEADER,
-};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -309,26 +304,11 @@ pub fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
     session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
 }
 
-/// The sale's own headers: an order's signature, a payment callback's, a record's, a result
-/// query's token (checked at the edge). No upstream reads them through the gateway (shop routes
-/// have their own login, result queries need none of them), and a shop should never learn a
-/// buyer's order signature.
-const SALE_OWNED: [&str; 7] = [
-    SIGNATURE_HEADER,
-    NONCE_HEADER,
-    TIMESTAMP_HEADER,
-    PAYMENT_SIGNATURE_HEADER,
-    PAYMENT_TIMESTAMP_HEADER,
-    RECORD_SIGNATURE_HEADER,
-    RESULT_TOKEN_HEADER,
-];
-
-/// Removes the sale's own headers (`SALE_OWNED`) from a request on its way upstream;
-/// `Authorization` (the shop's login) and everything else go on.
+/// Removes the sale's own headers from a request on its way upstream
+/// (`plugins::pingora::strip_sale_headers`); `Authorization` (the shop's login) and everything
+/// else go on.
 pub fn strip_sale_headers(upstream_request: &mut RequestHeader) {
-    for name in SALE_OWNED {
-        upstream_request.remove_header(name);
-    }
+    plugins::pingora::strip_sale_headers(upstream_request);
 }
 
 const X_REAL_IP: &str = "x-real-ip";

@@ -3,13 +3,14 @@
 //!
 //! Two kinds:
 //! - **counted on the request path** ([`Metrics`]): answers of order requests by campaign and
-//!   code, latency and status class per route kind, the reservation step's latency and Redis
-//!   failures, upstream errors per pool. Every handle a request touches is resolved before the
+//!   code, latency and status class per route kind, upstream errors per pool. Every handle a request touches is resolved before the
 //!   request (per route kind at start, per campaign when the conf loads: [`Answers`]), so an
 //!   update is one atomic add, with no lookup and no allocation;
-//! - **read at scrape time** (`crate::admin::Live`): the Kafka queue's depth and counters (`QueueStats`,
-//!   kept by `plugins` without a metrics dependency), the sold-out flag of every campaign, the
-//!   Redis pool's connected clients and the access log's counters.
+//! - **read at scrape time** (`crate::admin::Live`): the access log's counters.
+//!
+//! The sale's own (the reservation step's latency and Redis failures, the global limits that
+//! failed open, the Kafka queue, sold-out flags, the Redis pool, the lag, the waiting room) are
+//! registered by the sale itself in the same registry (`plugins`' `serve::metrics`).
 //!
 //! Names: every metric starts with `seckill_gateway_`; the README lists them.
 
@@ -116,9 +117,6 @@ pub struct Metrics {
     answers: IntCounterVec,
     durations: HistogramVec,
     responses: IntCounterVec,
-    reserve: Histogram,
-    redis_errors: IntCounter,
-    failed_open: IntCounterVec,
     upstream_errors: IntCounterVec,
     routes: [RouteHandles; 7],
     unknown: Answers,
@@ -155,27 +153,6 @@ impl Metrics {
             &["route", "class"],
         )
         .expect("valid metric");
-        let reserve = Histogram::with_opts(
-            HistogramOpts::new(
-                "seckill_gateway_reserve_duration_seconds",
-                "The reservation step: reserve.lua in Redis (with its undo on a timeout), signing, enqueue",
-            )
-            .buckets(LATENCY_BUCKETS.to_vec()),
-        )
-        .expect("valid metric");
-        let redis_errors = IntCounter::new(
-            "seckill_gateway_redis_errors_total",
-            "Reservations Redis gave no decision for (timeout, connection lost): answered SERVICE_DEGRADED",
-        )
-        .expect("valid metric");
-        let failed_open = IntCounterVec::new(
-            Opts::new(
-                "seckill_gateway_global_limits_failed_open_total",
-                "Orders whose reservation call, which counts the global limits, took longer than global_timeout_ms and was waited for because every rule is on_error = \"open\"",
-            ),
-            &["campaign"],
-        )
-        .expect("valid metric");
         let upstream_errors = IntCounterVec::new(
             Opts::new(
                 "seckill_gateway_upstream_errors_total",
@@ -189,17 +166,7 @@ impl Metrics {
             by_class: CLASSES.map(|class| responses.with_label_values(&[kind.as_str(), class])),
         });
         let unknown = Answers::resolve(&answers, UNKNOWN_CAMPAIGN);
-        Self {
-            answers,
-            durations,
-            responses,
-            reserve,
-            redis_errors,
-            failed_open,
-            upstream_errors,
-            routes,
-            unknown,
-        }
+        Self { answers, durations, responses, upstream_errors, routes, unknown }
     }
 
     /// A request of `kind` answered with `status` after `took`.
@@ -219,20 +186,6 @@ impl Metrics {
         Answers::resolve(&self.answers, campaign)
     }
 
-    /// One reservation step took `took`; `redis_failed` when Redis gave no decision.
-    pub fn reserved(&self, took: Duration, redis_failed: bool) {
-        self.reserve.observe(took.as_secs_f64());
-        if redis_failed {
-            self.redis_errors.inc();
-        }
-    }
-
-    /// An order of `campaign` waited past `global_timeout_ms` for its call, its rules all open
-    /// (an error path: the label is looked up here).
-    pub fn global_limits_failed_open(&self, campaign: &str) {
-        self.failed_open.with_label_values(&[campaign]).inc();
-    }
-
     /// A proxied request to `pool` failed (an error path: the label is looked up here).
     pub fn upstream_error(&self, pool: &str) {
         self.upstream_errors.with_label_values(&[pool]).inc();
@@ -249,9 +202,6 @@ impl Metrics {
             Box::new(self.answers.clone()),
             Box::new(self.durations.clone()),
             Box::new(self.responses.clone()),
-            Box::new(self.reserve.clone()),
-            Box::new(self.redis_errors.clone()),
-            Box::new(self.failed_open.clone()),
             Box::new(self.upstream_errors.clone()),
         ]
     }

@@ -86,22 +86,6 @@ impl Observer {
         self.metrics
     }
 
-    /// An order's reservation step took `took` (`redis_failed`: it was answered
-    /// `SERVICE_DEGRADED`): counted when metrics are on.
-    pub fn reserved(&self, took: Duration, redis_failed: bool) {
-        if self.metrics {
-            metrics().reserved(took, redis_failed);
-        }
-    }
-
-    /// An order of `campaign` waited for its reservation call (which counts the global limits)
-    /// past `global_timeout_ms`, as only open rules let it: counted when metrics are on.
-    pub fn global_limits_failed_open(&self, campaign: &str) {
-        if self.metrics {
-            metrics().global_limits_failed_open(campaign);
-        }
-    }
-
     /// The request is answered: count it and write its access line.
     pub fn done(&self, session: &Session, seen: &Seen<'_>, trace: &Trace) {
         if !self.metrics && self.log.is_none() {

@@ -29,19 +29,15 @@
 //! request (result queries and shop routes); `Authorization` goes on.
 
 use std::borrow::Cow;
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use chrono::{DateTime, Utc};
 use pingora_core::upstreams::peer::HttpPeer;
 use pingora_core::{Error, ErrorSource, ErrorType, Result};
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::{FailToProxy, ProxyHttp, Session};
-use plugins::checks::Permit;
-use plugins::pingora::PingoraRequest;
-use plugins::{Denial, FlashSale, Handled, Reply, SaleRoute};
+use plugins::{Denial, FlashSale, Handled, Reply, SaleCtx};
 use protocol::codes::{Answer, Code};
 
 use crate::answer;
@@ -100,23 +96,18 @@ pub enum Upstream {
     Shop(usize),
 }
 
-/// Per-request state: what is decided once at the start (the arrival, the conf snapshot, the
-/// client, the request id, the route) and carried to the end.
+/// Per-request state: what is decided once at the start (the conf snapshot, the route) and
+/// carried to the end.
 #[derive(Debug, Default)]
 pub struct Ctx {
     /// The conf snapshot this request runs under, from start to end.
     active: Option<Arc<Active>>,
-    /// The id the gateway gave this request (campaign paths; proxied requests get one on their
-    /// way upstream, as `X-Request-Id`).
-    pub(crate) request_id: String,
-    /// The client's address (the peer, or what a trusted proxy says), decided once at the start.
-    pub(crate) client: Option<IpAddr>,
-    /// When the request reached the gateway (its head read; taken once, in `new_ctx`): the
-    /// waiting room judges its pre-queue and start draw by it, however long the request then
-    /// waited for this process.
-    pub(crate) arrived: DateTime<Utc>,
-    /// The sale's route of the request, when it is one.
-    pub(crate) sale_route: Option<SaleRoute>,
+    /// The sale's part, the same an embedder keeps: the arrival (taken in `new_ctx`: the waiting
+    /// room judges its pre-queue and start draw by it), the id the gateway gave this request
+    /// (proxied requests carry it upstream, as `X-Request-Id`), the client's address (the peer,
+    /// or what a trusted proxy says, decided once by `[server] trusted_proxies`), the sale's
+    /// route when it is one, and the campaign's budget place, given back in `logging`.
+    pub(crate) sale: SaleCtx,
     /// The shop route of the request, when it is one.
     shop: Option<usize>,
     /// The path the shop route was matched on, when normalizing changed it (`uri::normalize`).
@@ -125,8 +116,6 @@ pub struct Ctx {
     bad_path: Option<&'static str>,
     /// Where it goes.
     upstream: Upstream,
-    /// The campaign's concurrency budget place, given back in `logging`.
-    permit: Option<Permit>,
     /// The request body's bytes against its route's limit.
     body: BodyCount,
     /// What the logging phase tells about the request (metrics, access line).
@@ -138,7 +127,7 @@ impl ProxyHttp for Gateway {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
-        Ctx { trace: Trace::start(), arrived: Utc::now(), ..Ctx::default() }
+        Ctx { trace: Trace::start(), sale: SaleCtx::default(), ..Ctx::default() }
     }
 
     async fn early_request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<()> {
@@ -146,8 +135,7 @@ impl ProxyHttp for Gateway {
         // first, then the shop's routes.
         let active = self.shared.active();
         let req = session.req_header();
-        ctx.sale_route = self.sale.as_ref().and_then(|_| SaleRoute::of(req.uri.path()));
-        if ctx.sale_route.is_none() {
+        if self.sale.is_none() || ctx.sale.decide_route(req.uri.path()).is_none() {
             shop_route(&active, req, ctx);
         }
         // Response compression is set before Pingora's module reads Accept-Encoding.
@@ -160,13 +148,13 @@ impl ProxyHttp for Gateway {
         let Some(active) = ctx.active.clone() else {
             return Err(Error::explain(ErrorType::InternalError, "no conf"));
         };
-        ctx.client = frontdoor::client(session, &active.server.trusted_proxies);
-        ctx.request_id = crate::request_id::new();
+        ctx.sale.set_client(frontdoor::client(session, &active.server.trusted_proxies));
+        ctx.sale.request_id = crate::request_id::new();
 
         // The front door's limits: header fields, smuggling, declared body size (413).
         match frontdoor::admit(session, &active, ctx.shop) {
             Ok(body) => ctx.body = body,
-            Err(r) => return answer::refuse(session, &mut ctx.trace, &ctx.request_id, &r).await,
+            Err(r) => return answer::refuse(session, &mut ctx.trace, &ctx.sale.request_id, &r).await,
         }
 
         // ACME's HTTP-01 challenge, before any route (`crate::acme`).
@@ -175,13 +163,14 @@ impl ProxyHttp for Gateway {
         }
         if let Some(why) = ctx.bad_path {
             let d = Denial::new(Code::BadRequest, why);
-            return self.reply(session, ctx, Reply::denied(&d, &ctx.request_id)).await;
+            return self.reply(session, ctx, Reply::denied(&d, &ctx.sale.request_id)).await;
         }
-        let (Some(route), Some(sale)) = (&ctx.sale_route, &self.sale) else {
+        let (Some(_), Some(sale)) = (ctx.sale.route(), &self.sale) else {
             return match ctx.shop {
                 Some(i) if active.server.routes[i].answer.is_some() => {
                     let route = &active.server.routes[i];
-                    shop::answer(session, route, ctx.uri.as_deref(), ctx.client, &ctx.request_id).await
+                    shop::answer(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id)
+                        .await
                 }
                 Some(i) => {
                     ctx.upstream = Upstream::Shop(i);
@@ -189,17 +178,22 @@ impl ProxyHttp for Gateway {
                 }
                 None => {
                     let d = Denial::new(Code::RouteNotFound, "no route for this host and path");
-                    self.reply(session, ctx, Reply::denied(&d, &ctx.request_id)).await
+                    self.reply(session, ctx, Reply::denied(&d, &ctx.sale.request_id)).await
                 }
             };
         };
-        let mut req = PingoraRequest { session, client: ctx.client, arrived: ctx.arrived };
-        match sale.handle(route, &mut req, &ctx.request_id).await {
-            Handled::Reply(reply) => self.reply(session, ctx, reply).await,
-            Handled::ToOrderWriter => {
+        match sale.handle_session(session, &mut ctx.sale).await {
+            Some(Handled::Reply(reply)) => {
+                if let Some(code) = reply.code {
+                    ctx.trace.answered(code);
+                }
+                sale.respond(session, &mut ctx.sale, reply).await
+            }
+            Some(Handled::ToOrderWriter) => {
                 ctx.upstream = Upstream::OrderWriter;
                 Ok(false)
             }
+            None => Err(Error::explain(ErrorType::InternalError, "a sale route the sale did not take")),
         }
     }
 
@@ -247,15 +241,15 @@ impl ProxyHttp for Gateway {
         ctx: &mut Ctx,
     ) -> Result<()> {
         let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
-        frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.client)?;
+        frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.sale.client())?;
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
-            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
+            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
             shop::rewrite(&active.server.routes[i], &vars, upstream_request)?;
             shop::request_headers(&active.server.routes[i], &vars, upstream_request)?;
         }
         frontdoor::strip_sale_headers(upstream_request);
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
-        upstream_request.insert_header(X_REQUEST_ID, ctx.request_id.as_str())?;
+        upstream_request.insert_header(X_REQUEST_ID, ctx.sale.request_id.as_str())?;
         Ok(())
     }
 
@@ -267,7 +261,7 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         ctx.trace.upstream_answered();
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
-            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
+            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
             shop::response_headers(&active.server.routes[i], &vars, upstream_response)?;
         }
         Ok(())
@@ -315,7 +309,7 @@ impl ProxyHttp for Gateway {
                 Code::BadRequest => "the request could not be read",
                 _ => "unexpected error",
             };
-            let body = Answer { code: answer, message, request_id: &ctx.request_id }.to_json();
+            let body = Answer { code: answer, message, request_id: &ctx.sale.request_id }.to_json();
             let _ = answer::respond_and_close(session, code, body).await;
         }
         FailToProxy { error_code: code, can_reuse_downstream: false }
@@ -323,13 +317,13 @@ impl ProxyHttp for Gateway {
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
         // The answer is written: give the campaign's budget place back.
-        ctx.permit.take();
+        ctx.sale.release();
         let shop = matches!(ctx.upstream, Upstream::Shop(_));
         let seen = observe::Seen {
             active: ctx.active.as_deref(),
-            client: ctx.client,
-            request_id: &ctx.request_id,
-            sale_route: ctx.sale_route.as_ref(),
+            client: ctx.sale.client(),
+            request_id: &ctx.sale.request_id,
+            sale_route: ctx.sale.route(),
             shop,
         };
         self.observer.done(session, &seen, &ctx.trace);
@@ -337,23 +331,11 @@ impl ProxyHttp for Gateway {
 }
 
 impl Gateway {
-    /// Writes the sale's `reply`: its answer code and timings go to the trace and the metrics,
-    /// its budget place is held to `logging`, a safe retry's first id becomes the request's.
-    async fn reply(&self, session: &mut Session, ctx: &mut Ctx, mut reply: Reply) -> Result<bool> {
+    /// Writes the gateway's own `reply` (a denial before the sale): its answer code goes to
+    /// the trace.
+    async fn reply(&self, session: &mut Session, ctx: &mut Ctx, reply: Reply) -> Result<bool> {
         if let Some(code) = reply.code {
             ctx.trace.answered(code);
-        }
-        ctx.permit = reply.permit.take();
-        if let Some(first) = reply.answered_as.take() {
-            ctx.request_id = first;
-        }
-        if let Some(took) = reply.reserve_took {
-            self.observer.reserved(took, reply.code == Some(Code::ServiceDegraded));
-        }
-        if reply.global_limits_failed_open {
-            if let Some(route) = &ctx.sale_route {
-                self.observer.global_limits_failed_open(&route.campaign);
-            }
         }
         plugins::pingora::write(session, &reply).await?;
         Ok(true)
@@ -376,7 +358,7 @@ fn shop_route(active: &Active, req: &RequestHeader, ctx: &mut Ctx) {
 async fn shop_page(session: &mut Session, ctx: &Ctx, route: usize, status: u16) -> Result<bool> {
     let active = ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
     let (header, body) = {
-        let vars = shop::vars(session, ctx.uri.as_deref(), ctx.client, &ctx.request_id);
+        let vars = shop::vars(session, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
         shop::error_page(&active.server.routes[route], &vars, status)?
     };
     answer::write_and_close(session, header, body).await

@@ -1,8 +1,8 @@
 //! Wires the gateway into a Pingora server: the sale when the server file turns it on
 //! (`plugins::FlashSale`: its Redis pool, reservation batches and Kafka producer on the sale's
-//! I/O runtime, its replenish listener on the control runtime; without it the gateway is a
-//! reverse proxy only), the control tasks (reload on `SIGHUP`, health checks) and the proxy
-//! service.
+//! own I/O thread, `gw-sale-io`, its replenish listener as a Pingora background service, its
+//! metrics registered by itself; without it the gateway is a reverse proxy only), the control
+//! tasks (reload on `SIGHUP`, health checks) and the proxy service.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,8 +13,10 @@ use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
 use pingora_core::server::Server;
 use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
+use plugins::checks::TrustedProxies;
 use plugins::setup::Registry;
 use plugins::{FlashSale, Start};
+use protocol::conf::ConfError;
 use protocol::scripts::Scripts;
 
 use crate::frontdoor::FrontDoor;
@@ -71,28 +73,24 @@ pub fn check(opts: &Options) -> anyhow::Result<String> {
 /// here, before anything connects.
 fn load(opts: &Options) -> anyhow::Result<(SharedState, Option<Arc<Registry>>)> {
     let server = crate::conf::load(&opts.conf)?;
-    let registry = if server.sells() { Some(FlashSale::check(&opts.conf)?) } else { None };
+    let registry = if server.sells() { Some(FlashSale::check(opts.conf.as_path())?) } else { None };
+    if registry.as_ref().is_some_and(|r| r.conf.trusted_proxies != TrustedProxies::default()) {
+        // One list decides the client of every route, the sale's and the shop's.
+        let why = "sale.trusted_proxies: the gateway decides the client of every route by \
+                   [server] trusted_proxies: list the proxies there";
+        return Err(ConfError::whole(&opts.conf, why).into());
+    }
     let shared = SharedState::new(server, registry.as_deref())?;
     Ok((shared, registry))
 }
 
-/// Starts the sale (its I/O on a runtime of its own, `gw-sale-io`) when the conf sells.
-fn start_sale(
-    opts: &Options,
-    sells: bool,
-    control: &tokio::runtime::Runtime,
-) -> anyhow::Result<Option<(Arc<FlashSale>, tokio::runtime::Runtime)>> {
+/// Starts the sale (its I/O on a thread of its own, `gw-sale-io`) when the conf sells.
+fn start_sale(opts: &Options, sells: bool) -> anyhow::Result<Option<Arc<FlashSale>>> {
     if !sells {
         return Ok(None);
     }
-    let io = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .thread_name("gw-sale-io")
-        .enable_all()
-        .build()?;
-    let start = Start { io: io.handle().clone(), scripts: opts.scripts()? };
-    let sale = Arc::new(control.block_on(FlashSale::start(&opts.conf, start))?);
-    Ok(Some((sale, io)))
+    let start = Start { scripts: opts.scripts()?, io_thread: "gw-sale-io".to_string() };
+    Ok(Some(FlashSale::new(opts.conf.as_path(), start)?))
 }
 
 /// Runs the gateway until a shutdown signal. Does not return on success.
@@ -101,8 +99,8 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let shared = Arc::new(load(opts)?.0);
     let server_conf = shared.active().server.clone();
 
-    // Control tasks run on their own small runtime, beside Pingora's: SIGHUP, replenish
-    // messages, health checks, metrics. The sale's I/O runs on one thread of its own: the Redis
+    // Control tasks run on their own small runtime, beside Pingora's: SIGHUP, health checks,
+    // the access log's SIGUSR1. The sale's I/O runs on one thread of its own: the Redis
     // connections, the reservation batches (written and answered there) and the Kafka lanes
     // (they connect in the background; a broker that is down is logged and retried). One
     // thread, not one each: a reservation then crosses threads only to reach it and come back
@@ -112,8 +110,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         .thread_name("gw-control")
         .enable_all()
         .build()?;
-    let started = start_sale(opts, server_conf.sells(), &control)?;
-    let sale = started.as_ref().map(|(sale, _)| Arc::clone(sale));
+    let sale = start_sale(opts, server_conf.sells())?;
     control.spawn(reload::watch_sighup(Arc::clone(&shared), sale.clone()));
     let health = Arc::clone(&shared);
     control.spawn(upstreams::run_health_checks(move || health.active()));
@@ -136,6 +133,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let opt = Opt { upgrade: opts.upgrade, ..Opt::default() };
     let mut server = Server::new_with_opt_and_conf(Some(opt), pingora_conf);
     server.bootstrap();
+    if let Some(sale) = &sale {
+        server.add_service(sale.replenish_service());
+    }
     let observer = observe::install(&mut server, &server_conf, &sale, control.handle())?;
     // Nginx's worker model: `workers` services on the same address, each on a runtime of its own
     // (`threads`, 1 by default) with its own listening socket (SO_REUSEPORT: the kernel spreads
@@ -171,7 +171,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         listen = %server_conf.listen, workers = server_conf.workers, threads = server_conf.threads,
         sale = server_conf.sells(), conf = %opts.conf.display(), "gateway starting"
     );
-    let (_control, _started) = (control, started);
+    let _control = control;
     server.run_forever()
 }
 

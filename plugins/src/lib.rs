@@ -5,15 +5,22 @@
 //!
 //! The order of an order's checks is written once, in [`checks`].
 //!
-//! [`FlashSale`] is the whole sale behind one entry point for any proxy's request filter
-//! ([`serve`]; [`pingora`](serve) adapts it to a Pingora `Session`): built from one checked conf
-//! ([`setup::conf`]), it owns the Redis pool with its safety settings ([`redis`](setup)), the Kafka producer
-//! ([`queue`]), the campaigns and their reload ([`registry`](setup)), the replenish listener
-//! ([`replenish`](setup)), the path grammar ([`route`](serve)), the buyer's page ([`page`](serve)) and answers every
-//! sale endpoint with a [`Reply`]. Inside it, `edge` runs the chain of [`checks`]
-//! (`Edge::admit`, `Edge::verify`, `Edge::reserve`); before an order, the
-//! token endpoint uses [`issue::auth`] (the shop's login JWT), [`issue::captcha`] (proof of work or a
-//! provider's token, single use) and [`token`](issue) (issue).
+//! [`FlashSale`] is the whole sale behind one entry point for any proxy ([`serve`]), shaped for
+//! Pingora ([`pingora`](serve)): a [`SaleCtx`] in the proxy's `CTX`, `FlashSale::request_filter`
+//! in its `request_filter` (true: the sale answered), its background work as Pingora background
+//! services (`FlashSale::services`), its metrics registered by itself ([`serve::metrics`]).
+//! Built from one checked conf ([`setup::conf`]: a file, a string or a struct, [`SaleSource`]),
+//! it owns the Redis pool with its safety settings and the I/O thread it runs on
+//! ([`redis`](setup)), the Kafka producer ([`queue`]), the campaigns and their reload
+//! ([`registry`](setup)), the replenish listener ([`replenish`](setup)), the path grammar
+//! ([`route`](serve)), the buyer's page ([`page`](serve)) and answers every sale endpoint with
+//! a [`Reply`]. Inside it, `edge` runs the chain of [`checks`] (`Edge::admit`, `Edge::verify`,
+//! `Edge::reserve`); before an order, the token endpoint uses [`issue::auth`] (the shop's login
+//! JWT), [`issue::captcha`] (proof of work or a provider's token, single use) and
+//! [`token`](issue) (issue).
+//!
+//! `examples/embed.rs` is a whole proxy with every feature; the README shows it, compiled here
+//! as a doctest.
 //!
 //! Every check answers `Ok` or a [`Denial`]: the code, the message and, for "try later" answers,
 //! a `Retry-After` hint, which [`Reply::denied`] turns into the JSON answer.
@@ -33,5 +40,12 @@ pub mod setup;
 pub use denial::Denial;
 #[cfg(feature = "pingora")]
 pub use serve::pingora;
-pub use serve::{Endpoint, FlashSale, Handled, Reply, SaleRequest, SaleRoute, Start};
+pub use serve::{Endpoint, FlashSale, Handled, Reply, SaleCtx, SaleRequest, SaleRoute, Start, StartError};
 pub use setup::conf;
+
+/// The README, whose embedding section (`plugins/examples/embed.rs`, the whole proxy) is
+/// compiled here as a doctest: the README's example cannot stop compiling unnoticed.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+pub use setup::SaleSource;

@@ -8,4 +8,4 @@ pub(crate) mod registry;
 pub(crate) mod replenish;
 
 pub use redis::connect;
-pub use registry::Registry;
+pub use registry::{Registry, SaleSource};

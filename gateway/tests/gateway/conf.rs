@@ -22,6 +22,24 @@ fn check(conf: &GatewayConf) -> (bool, String) {
 }
 
 #[test]
+fn the_sales_trusted_proxies_are_refused_as_the_server_decides_every_client() {
+    let dir = std::env::temp_dir().join(e2e::stack::unique("gw-check-"));
+    let good = GatewayConf::new("redis://127.0.0.1:6390", "127.0.0.1:8081", "c1", "");
+    let file = write_conf(&dir, &good, 1);
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("[sale]\n", "[sale]\ntrusted_proxies = [\"10.0.0.0/8\"]\n")).unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_gateway")).arg("--conf").arg(&file).arg("--check").output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "refused: {stderr}");
+    assert!(
+        stderr.contains("sale.trusted_proxies") && stderr.contains("[server] trusted_proxies"),
+        "{stderr}"
+    );
+    remove_unless_failed(&dir);
+}
+
+#[test]
 fn bad_conf_is_refused_with_file_line_and_field() {
     let good = GatewayConf::new("redis://127.0.0.1:6390", "127.0.0.1:8081", "c1", "");
     assert!(check(&good).0, "{}", check(&good).1);

@@ -142,7 +142,7 @@ pub struct Sent {
 /// thread (measured: with the sends on Pingora's threads, a burst of 2,000 signed orders in a
 /// debug build held a batch's answer for 0.8 s, past its orders' deadlines).
 enum Dispatch {
-    /// The sale's I/O runtime ([`crate::Start::io`]), where the Redis connections run too: a
+    /// The sale's I/O runtime (its own thread, [`crate::Start::io_thread`]), where the Redis connections run too: a
     /// batch is written and its answer read on one thread, with no hand-over between threads.
     On(tokio::runtime::Handle),
     /// A runtime of its own (one thread, `reserve-batch`), started at the first send.

@@ -1,8 +1,9 @@
 //! The whole sale behind one entry point, for any proxy's request filter ([`FlashSale`]).
 //!
 //! ```text
-//! let sale = runtime.block_on(FlashSale::start(Path::new("sale.toml"), Start::on(runtime.handle())))?;
-//! // per request, in the proxy's request filter:
+//! let sale = FlashSale::from_file("sale.toml")?;       // or from_toml(name, text), from_conf(conf)
+//! // in a Pingora proxy: server.add_services(sale.services()); then per request
+//! // sale.request_filter(session, &mut sale_ctx) (`plugins::pingora`). Without Pingora:
 //! let Some(route) = SaleRoute::of(path) else { /* not the sale's: proxy it */ };
 //! match sale.handle(&route, &mut request, &request_id).await {
 //!     Handled::Reply(reply) => /* write reply.status, reply.headers, reply.body */,
@@ -10,13 +11,17 @@
 //! }
 //! ```
 //!
-//! `start` reads the sale's sections of the file ([`crate::setup::conf`]) and its campaigns, connects
-//! Redis with the pool's safety settings ([`crate::setup::redis`]), checks the Kafka topic, starts the
-//! producer ([`crate::queue`]) and the replenish listener ([`crate::setup::replenish`]). The campaigns
-//! reload with [`FlashSale::reload`] (or on `SIGHUP` with [`FlashSale::watch_sighup`]). A request
-//! reaches the sale as [`SaleRequest`] (its head, then its body, read only by the endpoints that
-//! have one, at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`]); every answer is a [`Reply`]
-//! the proxy writes as it is. `plugins::pingora` is that adapter for a Pingora `Session`.
+//! Starting reads the sale's sections ([`crate::setup::conf`]: from a file, a file's text or
+//! checked settings, [`SaleSource`]) and its campaigns, connects Redis with the pool's safety
+//! settings ([`crate::setup::redis`]) on the sale's own I/O thread, checks the Kafka topic,
+//! starts the producer ([`crate::queue`]) and registers the sale's metrics
+//! ([`crate::serve::metrics`]). The replenish listener ([`FlashSale::replenish`]) and the
+//! reload on `SIGHUP` ([`FlashSale::watch_sighup`]) are futures the proxy runs (with Pingora:
+//! background services); the campaigns reload with [`FlashSale::reload`] too. A request
+//! reaches the sale as [`SaleRequest`] (its head, then its body, read only by the endpoints
+//! that have one, at most [`MAX_BODY`] bytes within [`BODY_TIMEOUT`]); every answer is a
+//! [`Reply`] the proxy writes as it is. `plugins::pingora` is that adapter for a Pingora
+//! `Session`, with the hooks a `ProxyHttp` calls.
 
 use std::future::Future;
 use std::path::Path;
@@ -34,9 +39,11 @@ use crate::denial::Denial;
 use crate::edge::{Edge, Head, Issued};
 use crate::queue::{self, ReservationQueue, TopicAtStart};
 use crate::reserve::sale::Queued;
+use crate::serve::metrics::metrics;
 use crate::serve::reply::Reply;
 use crate::serve::route::{Endpoint, SaleRoute};
-use crate::setup::registry::{CampaignEntry, Registrar, Registry};
+use crate::setup::conf::SaleConf;
+use crate::setup::registry::{CampaignEntry, Registrar, Registry, SaleSource};
 
 /// Longest order or token request body read.
 pub const MAX_BODY: usize = 4096;
@@ -61,24 +68,24 @@ pub enum Handled {
     ToOrderWriter,
 }
 
-/// Where the sale's background work runs.
+/// How the sale starts, besides its conf: the scripts it runs and the name of its I/O thread.
 #[derive(Debug, Clone)]
 pub struct Start {
-    /// Runs the sale's I/O: the Redis connections, the reservation batches' sends and answers
-    /// (`crate::reserve::batch`) and the Kafka producer's lanes. Best a runtime of its own, apart from
-    /// the proxy's request threads (a batch's answer then never waits behind their requests)
-    /// and from the control tasks; one thread is enough (the gateway's `gw-sale-io`). On one
-    /// thread a reservation's batch is written, answered and its record produced with no
-    /// hand-over between threads but the order's own.
-    pub io: tokio::runtime::Handle,
     /// The Lua scripts (compiled in unless a folder is given).
     pub scripts: Scripts,
+    /// The name of the sale's I/O thread (`sale-io` unless said; 15 characters at most, as
+    /// Linux keeps them). That thread runs the sale's I/O: the Redis connections, the
+    /// reservation batches' sends and answers (`crate::reserve::batch`) and the Kafka
+    /// producer's lanes, apart from the proxy's request threads (a batch's answer then never
+    /// waits behind their requests). On one thread a reservation's batch is written, answered
+    /// and its record produced with no hand-over between threads but the order's own.
+    pub io_thread: String,
 }
 
-impl Start {
-    /// Everything on `runtime`, with the scripts compiled in.
-    pub fn on(runtime: &tokio::runtime::Handle) -> Self {
-        Self { io: runtime.clone(), scripts: Scripts::builtin() }
+impl Default for Start {
+    /// The scripts compiled in, the I/O thread `sale-io`.
+    fn default() -> Self {
+        Self { scripts: Scripts::builtin(), io_thread: "sale-io".to_string() }
     }
 }
 
@@ -88,6 +95,9 @@ pub enum StartError {
     /// A file is invalid (file:line:column: field).
     #[error(transparent)]
     Conf(#[from] ConfError),
+    /// The sale's I/O runtime could not be built.
+    #[error("the sale's I/O runtime: {0}")]
+    Runtime(#[from] std::io::Error),
     /// The Redis client could not be built.
     #[error("{file}: redis: {error}")]
     Redis {
@@ -106,40 +116,81 @@ pub enum StartError {
     },
 }
 
-/// The sale of one process: its campaigns, its Redis and Kafka clients, its checks.
+/// The sale of one process: its campaigns, its Redis and Kafka clients, its checks, and the
+/// runtime of its I/O (its own: the embedder keeps none).
 #[derive(Debug)]
 pub struct FlashSale {
-    registrar: Arc<Registrar>,
+    pub(crate) registrar: Arc<Registrar>,
     edge: Edge,
     redis: Pool,
     queue: ReservationQueue,
+    _io: IoRuntime,
 }
 
 impl FlashSale {
-    /// Checks `file`'s sale sections and its campaigns without connecting anything.
-    pub fn check(file: &Path) -> Result<Arc<Registry>, ConfError> {
-        Ok(Registrar::load(file)?.active())
+    /// Checks the sale's sections and its campaigns without connecting anything.
+    pub fn check(source: impl Into<SaleSource>) -> Result<Arc<Registry>, ConfError> {
+        Ok(Registrar::load(source)?.active())
     }
 
-    /// Starts the sale of `file`: call it on the runtime that runs the replenish listener (the
-    /// proxy's, or one of its own); the Redis connections and the Kafka lanes run on
-    /// [`Start::io`]. Redis being down is not an error (orders answer `SERVICE_DEGRADED` until
-    /// it is back); a topic that answers with another partition count is.
-    pub async fn start(file: &Path, start: Start) -> Result<Self, StartError> {
+    /// The sale of a server file's sale sections ([`crate::conf::SECTIONS`]), with the scripts
+    /// compiled in: [`FlashSale::new`] with [`Start::default`].
+    pub fn from_file(file: impl AsRef<Path>) -> Result<Arc<Self>, StartError> {
+        Self::new(file.as_ref(), Start::default())
+    }
+
+    /// The sale of a file's text: `name` names it in errors (name:line:column: field) and
+    /// anchors its relative paths (the campaigns folder, `file:` secrets); reloads parse the
+    /// same text and read the campaigns folder again.
+    pub fn from_toml(name: impl AsRef<Path>, text: &str) -> Result<Arc<Self>, StartError> {
+        let source = SaleSource::Text { name: name.as_ref().to_path_buf(), text: text.to_string() };
+        Self::new(source, Start::default())
+    }
+
+    /// The sale of settings already checked (a reload reads only the campaigns folder again).
+    pub fn from_conf(conf: SaleConf) -> Result<Arc<Self>, StartError> {
+        Self::new(conf, Start::default())
+    }
+
+    /// Starts the sale of `source`, blocking until it is ready: call it before the proxy's
+    /// server runs, outside any async runtime (from one, use [`FlashSale::start`]). See
+    /// [`FlashSale::start`] for what it does.
+    pub fn new(source: impl Into<SaleSource>, start: Start) -> Result<Arc<Self>, StartError> {
+        let io = IoRuntime::new(&start.io_thread)?;
+        let handle = io.handle();
+        handle.block_on(Self::start_on(source.into(), start, io))
+    }
+
+    /// Starts the sale of `source` from an async context. It builds its own I/O runtime (one
+    /// thread, [`Start::io_thread`]) and connects Redis there with the pool's safety settings
+    /// (its connections live on that runtime, which the sale keeps: Pingora's services start
+    /// only when its server runs, too late for a build that should fail on a bad conf before
+    /// the proxy listens), checks the Kafka topic and starts the producer there too, and
+    /// registers the sale's metrics ([`crate::serve::metrics`]). Redis being down is not an
+    /// error (orders answer `SERVICE_DEGRADED` until it is back); a topic that answers with
+    /// another partition count is. The replenish listener and the reload on `SIGHUP` are
+    /// Pingora background services ([`FlashSale::replenish_service`],
+    /// [`FlashSale::sighup_service`]).
+    pub async fn start(source: impl Into<SaleSource>, start: Start) -> Result<Arc<Self>, StartError> {
+        let io = IoRuntime::new(&start.io_thread)?;
+        Self::start_on(source.into(), start, io).await
+    }
+
+    async fn start_on(source: SaleSource, start: Start, io: IoRuntime) -> Result<Arc<Self>, StartError> {
         crate::serve::page::warm();
-        let registrar = Arc::new(Registrar::load(file)?);
+        let shown = source.name();
+        let registrar = Arc::new(Registrar::load(source)?);
         let conf = registrar.active().conf.clone();
-        let shown = file.display().to_string();
+        say_trusted_proxies(&conf);
         // Connected from `io`, so that the pool's connection tasks run there.
         let (redis_conf, scripts) = (conf.redis.clone(), start.scripts.clone());
         let connected =
-            start.io.spawn(async move { crate::setup::redis::connect(&redis_conf, &scripts).await });
+            io.handle().spawn(async move { crate::setup::redis::connect(&redis_conf, &scripts).await });
         let redis = match connected.await {
             Ok(connected) => connected.map_err(|e| e.to_string()),
             Err(e) => Err(format!("the connecting task ended: {e}")),
         }
         .map_err(|error| StartError::Redis { file: shown.clone(), error })?;
-        tokio::spawn(crate::setup::replenish::run(conf.redis.clone(), Arc::clone(&registrar)));
         match queue::check_topic(&conf.kafka).await {
             Ok(TopicAtStart::Matches) => {}
             Ok(TopicAtStart::Unknown(why)) => tracing::warn!(
@@ -148,10 +199,19 @@ impl FlashSale {
             ),
             Err(error) => return Err(StartError::Topic { file: shown, error }),
         }
-        let queue = ReservationQueue::start(conf.kafka.clone(), &start.io);
+        let queue = ReservationQueue::start(conf.kafka.clone(), &io.handle());
         tracing::info!(brokers = ?conf.kafka.connection.brokers(), topic = %conf.kafka.topic, "kafka producer started");
-        let edge = Edge::new(redis.clone(), start.scripts, queue.clone(), &conf.redis, start.io);
-        Ok(Self { registrar, edge, redis, queue })
+        let edge = Edge::new(redis.clone(), start.scripts, queue.clone(), &conf.redis, io.handle());
+        let sale = Arc::new(Self { registrar, edge, redis, queue, _io: io });
+        crate::serve::metrics::serve(&sale);
+        Ok(sale)
+    }
+
+    /// The replenish listener, forever: a message on the replenish channel clears the
+    /// campaign's sold-out flag at once (reconnecting after errors). [`FlashSale::replenish_service`]
+    /// runs it as a Pingora background service; a proxy without Pingora runs this future.
+    pub fn replenish(&self) -> impl Future<Output = ()> + Send + 'static {
+        crate::setup::replenish::run(self.registry().conf.redis.clone(), Arc::clone(&self.registrar))
     }
 
     /// The active campaigns and settings (a snapshot).
@@ -164,15 +224,19 @@ impl FlashSale {
         self.registrar.reload()
     }
 
-    /// Reloads on every `SIGHUP`, forever (for a proxy that has no reload of its own).
-    pub async fn watch_sighup(self: Arc<Self>) {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hup) = signal(SignalKind::hangup()) else {
-            tracing::error!("cannot listen for SIGHUP: reload is off");
-            return;
-        };
-        while hup.recv().await.is_some() {
-            let _ = self.reload();
+    /// Reloads on every `SIGHUP`, forever (for a proxy that has no reload of its own):
+    /// [`FlashSale::sighup_service`] runs it as a Pingora background service.
+    pub fn watch_sighup(&self) -> impl Future<Output = ()> + Send + 'static {
+        let registrar = Arc::clone(&self.registrar);
+        async move {
+            use tokio::signal::unix::{signal, SignalKind};
+            let Ok(mut hup) = signal(SignalKind::hangup()) else {
+                tracing::error!("cannot listen for SIGHUP: reload is off");
+                return;
+            };
+            while hup.recv().await.is_some() {
+                let _ = registrar.reload();
+            }
         }
     }
 
@@ -280,6 +344,7 @@ impl FlashSale {
                 reply.permit = notes.permit;
                 reply.reserve_took = notes.reserve_took;
                 reply.global_limits_failed_open = notes.global_limits_failed_open;
+                count(&reply, &route.campaign);
                 Handled::Reply(reply)
             }
         }
@@ -334,6 +399,58 @@ impl FlashSale {
         let token = self.edge.result_token(&conf, &c, &order, first.as_deref().unwrap_or(request_id));
         notes.answered_as = first;
         Ok(token)
+    }
+}
+
+/// Counts an order's reservation step in the sale's metrics (`crate::serve::metrics`).
+fn count(reply: &Reply, campaign: &str) {
+    if let Some(took) = reply.reserve_took {
+        metrics().reserved(took, reply.code == Some(Code::ServiceDegraded));
+    }
+    if reply.global_limits_failed_open {
+        metrics().global_limits_failed_open(campaign);
+    }
+}
+
+/// Says once, at start, whose `X-Forwarded-For` the sale believes: nobody's is the default, and
+/// a sale behind a load balancer that forgot `[sale] trusted_proxies` would take the balancer
+/// for every buyer.
+fn say_trusted_proxies(conf: &SaleConf) {
+    if conf.trusted_proxies == crate::checks::TrustedProxies::default() {
+        tracing::info!(
+            "[sale] trusted_proxies is empty: X-Forwarded-For is believed from nobody, the socket's \
+             peer is the client (unless the proxy gives the sale the client: SaleCtx::set_client)"
+        );
+    } else {
+        tracing::info!(trusted = ?conf.trusted_proxies, "X-Forwarded-For believed from [sale] trusted_proxies");
+    }
+}
+
+/// The sale's I/O runtime: one thread, kept as long as the sale. Shut down without blocking
+/// when the sale is dropped (maybe from within another runtime, where blocking is refused).
+#[derive(Debug)]
+struct IoRuntime(Option<tokio::runtime::Runtime>);
+
+impl IoRuntime {
+    fn new(thread: &str) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(thread)
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(runtime)))
+    }
+
+    fn handle(&self) -> tokio::runtime::Handle {
+        self.0.as_ref().expect("kept until dropped").handle().clone()
+    }
+}
+
+impl Drop for IoRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 

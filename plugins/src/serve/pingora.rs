@@ -1,26 +1,44 @@
-//! The sale in a Pingora proxy: a `Session` as a [`SaleRequest`] ([`PingoraRequest`]) and a
-//! [`Reply`] written on it ([`write()`]). A proxy's `request_filter` then needs a few lines:
+//! The sale in a Pingora proxy, shaped like Pingora's own: [`SaleCtx`] in the proxy's `CTX`,
+//! hooks named and typed as `ProxyHttp`'s ([`FlashSale::request_filter`], returning whether it
+//! answered, [`FlashSale::upstream_request_filter`], [`FlashSale::logging`]), its background
+//! work as Pingora background services ([`FlashSale::services`]), and
+//! [`FlashSale::metrics_service`] to serve the metrics the sale registers:
 //!
 //! ```text
-//! let Some(route) = SaleRoute::of(session.req_header().uri.path()) else { return Ok(false) };
-//! // `arrived`: taken once when the request's head was read (the proxy's `new_ctx`).
-//! let mut req = PingoraRequest { session, client, arrived: ctx.arrived };
-//! match sale.handle(&route, &mut req, &request_id).await {
-//!     Handled::Reply(reply) => { write(session, &reply).await?; Ok(true) }
-//!     Handled::ToOrderWriter => Ok(false), // upstream_peer: the order writer
+//! type CTX = SaleCtx;                     // or a field of the proxy's own CTX
+//! fn new_ctx(&self) -> SaleCtx { SaleCtx::default() }
+//! async fn request_filter(&self, session: &mut Session, ctx: &mut SaleCtx) -> Result<bool> {
+//!     self.sale.request_filter(session, ctx).await   // true: answered; false: proxy it
 //! }
+//! // upstream_peer: ctx.to_order_writer() → the order writer, else the proxy's own upstream;
+//! // upstream_request_filter: self.sale.upstream_request_filter(session, header, ctx).await
 //! ```
+//!
+//! Below the hooks, for a proxy that does its own bookkeeping between the sale's decision and
+//! the answer (the gateway counts answer codes and keeps the access line):
+//! [`FlashSale::handle_session`] decides without writing, [`FlashSale::respond`] writes; the
+//! building blocks under them are a `Session` as a [`SaleRequest`] ([`PingoraRequest`]), the
+//! client's address ([`client`]) and a [`Reply`] written on a session ([`write()`]).
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use pingora_http::ResponseHeader;
+use pingora_core::server::ShutdownWatch;
+use pingora_core::services::background::{background_service, BackgroundService, GenBackgroundService};
+use pingora_core::services::listening::Service;
+use pingora_core::services::ServiceWithDependents;
+use pingora_http::{RequestHeader, ResponseHeader};
+use pingora_prometheus::PrometheusServer;
 use pingora_proxy::Session;
 
 use crate::edge::Head;
-use crate::serve::flash_sale::SaleRequest;
+use crate::serve::ctx::SaleCtx;
+use crate::serve::flash_sale::{FlashSale, Handled, SaleRequest};
 use crate::serve::reply::Reply;
+use crate::setup::registry::Registrar;
 
 /// A Pingora request as the sale reads it, with the client's address the proxy decided.
 pub struct PingoraRequest<'a> {
@@ -62,6 +80,28 @@ pub fn client(session: &Session, trusted: &crate::checks::client_ip::TrustedProx
     )
 }
 
+/// The sale's own headers: an order's signature, a payment callback's, a record's, a result
+/// query's token (checked at the edge). No upstream reads them through the proxy (the shop has
+/// its own login, result queries need none of them), and a shop should never learn a buyer's
+/// order signature.
+pub const SALE_OWNED: [&str; 7] = [
+    protocol::signing::SIGNATURE_HEADER,
+    protocol::signing::NONCE_HEADER,
+    protocol::signing::TIMESTAMP_HEADER,
+    protocol::signing::PAYMENT_SIGNATURE_HEADER,
+    protocol::signing::PAYMENT_TIMESTAMP_HEADER,
+    protocol::signing::RECORD_SIGNATURE_HEADER,
+    crate::issue::RESULT_TOKEN_HEADER,
+];
+
+/// Removes the sale's own headers ([`SALE_OWNED`]) from a request on its way upstream;
+/// `Authorization` (the shop's login) and everything else go on.
+pub fn strip_sale_headers(upstream_request: &mut RequestHeader) {
+    for name in SALE_OWNED {
+        upstream_request.remove_header(name);
+    }
+}
+
 /// Writes `reply` as the whole answer.
 pub async fn write(session: &mut Session, reply: &Reply) -> pingora_core::Result<()> {
     let mut header = ResponseHeader::build(reply.status, Some(reply.headers.len()))?;
@@ -75,4 +115,152 @@ pub async fn write(session: &mut Session, reply: &Reply) -> pingora_core::Result
         session.write_response_body(Some(reply.body.clone()), true).await?;
     }
     Ok(())
+}
+
+impl FlashSale {
+    /// The sale's `request_filter`: a request on one of the sale's paths is answered here
+    /// (`Ok(true)`), or, a result query whose result token is the request's, marked for the
+    /// order writer (`Ok(false)`, [`SaleCtx::to_order_writer`]); any other path is left to the
+    /// proxy (`Ok(false)`). Call it from the proxy's own `request_filter`.
+    pub async fn request_filter(
+        &self,
+        session: &mut Session,
+        ctx: &mut SaleCtx,
+    ) -> pingora_core::Result<bool> {
+        match self.handle_session(session, ctx).await {
+            Some(Handled::Reply(reply)) => self.respond(session, ctx, reply).await,
+            Some(Handled::ToOrderWriter) | None => Ok(false),
+        }
+    }
+
+    /// Decides a request without writing anything: its route (from its path, unless decided),
+    /// then, on a sale path, its id (a UUIDv7 unless the proxy set one) and its client (by
+    /// `[sale] trusted_proxies`, unless the proxy set it: [`SaleCtx::set_client`]) and the
+    /// sale's answer. `None`: not the sale's path. A result query for the order writer is
+    /// marked in `ctx` as well.
+    pub async fn handle_session(&self, session: &mut Session, ctx: &mut SaleCtx) -> Option<Handled> {
+        ctx.decide_route(session.req_header().uri.path())?;
+        if ctx.request_id.is_empty() {
+            ctx.request_id = uuid::Uuid::now_v7().to_string();
+        }
+        if !ctx.client_decided() {
+            ctx.set_client(client(session, &self.registry().conf.trusted_proxies));
+        }
+        let route = ctx.route()?;
+        let mut req = PingoraRequest { session, client: ctx.client(), arrived: ctx.arrived };
+        let handled = self.handle(route, &mut req, &ctx.request_id).await;
+        if let Handled::ToOrderWriter = handled {
+            ctx.send_to_order_writer();
+        }
+        Some(handled)
+    }
+
+    /// Writes the sale's `reply` as the whole answer (`Ok(true)`, as `request_filter` answers):
+    /// its budget place is kept in `ctx` until [`FlashSale::logging`], a safe retry's first id
+    /// becomes the request's and its code is kept ([`SaleCtx::code`]).
+    pub async fn respond(
+        &self,
+        session: &mut Session,
+        ctx: &mut SaleCtx,
+        mut reply: Reply,
+    ) -> pingora_core::Result<bool> {
+        ctx.answered(reply.code);
+        ctx.permit = reply.permit.take();
+        if let Some(first) = reply.answered_as.take() {
+            ctx.request_id = first;
+        }
+        write(session, &reply).await?;
+        Ok(true)
+    }
+
+    /// The sale's `upstream_request_filter`: every proxied request (the shop's and a result
+    /// query alike) loses the sale's own headers ([`strip_sale_headers`]), and one the sale gave
+    /// an id carries it as `X-Request-Id`, for the order writer's log.
+    pub async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut SaleCtx,
+    ) -> pingora_core::Result<()> {
+        strip_sale_headers(upstream_request);
+        if !ctx.request_id.is_empty() {
+            upstream_request.insert_header("x-request-id", ctx.request_id.as_str())?;
+        }
+        Ok(())
+    }
+
+    /// The sale's `logging`: the answer is written, the campaign's budget place goes back (it
+    /// would when `ctx` is dropped too; this says when).
+    pub async fn logging(&self, _session: &mut Session, _e: Option<&pingora_core::Error>, ctx: &mut SaleCtx) {
+        ctx.release();
+    }
+
+    /// The replenish listener as a Pingora background service (`server.add_service(...)`): a
+    /// message on the replenish channel clears the campaign's sold-out flag at once.
+    pub fn replenish_service(&self) -> GenBackgroundService<Replenish> {
+        background_service("sale replenish", Replenish(Arc::clone(&self.registrar)))
+    }
+
+    /// Every background service of the sale, for `server.add_services(...)`: the replenish
+    /// listener and the reload on `SIGHUP` (a proxy with a reload of its own adds
+    /// [`FlashSale::replenish_service`] alone and calls [`FlashSale::reload`] from its reload).
+    pub fn services(&self) -> Vec<Box<dyn ServiceWithDependents>> {
+        vec![Box::new(self.replenish_service()), Box::new(self.sighup_service())]
+    }
+
+    /// Pingora's Prometheus listener on `listen`, for a proxy that serves no metrics yet: it
+    /// answers every path with the process's default registry, where the sale registers its
+    /// metrics ([`crate::serve::metrics`]) beside Pingora's and the proxy's own. Keep it off
+    /// the public interface.
+    pub fn metrics_service(listen: &str) -> Service<PrometheusServer> {
+        let mut service = pingora_prometheus::prometheus_http_service();
+        service.add_tcp(listen);
+        service
+    }
+
+    /// Reloading the campaigns and the sale's sections on `SIGHUP`, as a Pingora background
+    /// service, for a proxy that has no reload of its own (one that has calls
+    /// [`FlashSale::reload`] from it instead).
+    pub fn sighup_service(&self) -> GenBackgroundService<SighupReload> {
+        background_service("sale reload on SIGHUP", SighupReload(Arc::clone(&self.registrar)))
+    }
+}
+
+/// The replenish listener ([`FlashSale::replenish_service`]).
+#[derive(Debug)]
+pub struct Replenish(Arc<Registrar>);
+
+#[async_trait]
+impl BackgroundService for Replenish {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        let redis = self.0.active().conf.redis.clone();
+        tokio::select! {
+            () = crate::setup::replenish::run(redis, Arc::clone(&self.0)) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// The reload on `SIGHUP` ([`FlashSale::sighup_service`]).
+#[derive(Debug)]
+pub struct SighupReload(Arc<Registrar>);
+
+#[async_trait]
+impl BackgroundService for SighupReload {
+    async fn start(&self, mut shutdown: ShutdownWatch) {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            tracing::error!("cannot listen for SIGHUP: reload is off");
+            return;
+        };
+        loop {
+            tokio::select! {
+                got = hup.recv() => match got {
+                    Some(()) => { let _ = self.0.reload(); }
+                    None => return,
+                },
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
 }

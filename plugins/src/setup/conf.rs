@@ -7,7 +7,10 @@
 //!
 //! - `[sale]`: `campaigns_dir` (one `<id>.toml` per campaign), `sold_out_ttl_ms` (how long a
 //!   local sold-out flag lives without a replenish message), `signing_key` (the
-//!   gateway↔order-writer HMAC key, a secret reference);
+//!   gateway↔order-writer HMAC key, a secret reference), `trusted_proxies` (the load balancers
+//!   whose `X-Forwarded-For` names the client: addresses or CIDR networks; without it nobody's
+//!   is believed and the socket's peer is the client, which the sale logs once at start: a
+//!   sale behind a load balancer that forgot it would rate-limit every buyer as one);
 //! - `[redis]`: `url` (without a password), `password` (a secret reference, when Redis asks
 //!   for one), `timeout_ms` (bound on one reservation), `pool_size`;
 //! - `[kafka]` ([`kafka`]): where reserved records are produced;
@@ -27,6 +30,7 @@ pub mod kafka;
 
 pub use defense::DefenseConf;
 
+use crate::checks::client_ip::TrustedProxies;
 use crate::queue::QueueConf;
 use crate::reserve::batch::{BatchConf, BATCH_MAX_LIMIT, BATCH_WAIT_LIMIT_US};
 
@@ -58,6 +62,8 @@ struct RawSale {
     signing_key: S<String>,
     #[serde(default = "d_shed_at_lag")]
     shed_at_lag_ms: S<i64>,
+    #[serde(default)]
+    trusted_proxies: Vec<S<String>>,
 }
 
 fn d_campaigns_dir() -> S<String> {
@@ -151,6 +157,10 @@ pub struct SaleConf {
     pub shed_at_lag: Option<Duration>,
     /// The gateway↔order-writer HMAC key, resolved from its reference.
     pub signing_key: Vec<u8>,
+    /// Whose `X-Forwarded-For` names the client (`[sale] trusted_proxies`); empty: nobody's,
+    /// the socket's peer is the client (said once in the log at start). A proxy that decides
+    /// the client itself gives it to the sale instead (`SaleCtx::set_client`).
+    pub trusted_proxies: TrustedProxies,
     /// Redis (restart to change).
     pub redis: RedisConf,
     /// Where reserved records are produced (restart to change).
@@ -167,6 +177,7 @@ impl std::fmt::Debug for SaleConf {
             .field("sold_out_ttl", &self.sold_out_ttl)
             .field("shed_at_lag", &self.shed_at_lag)
             .field("signing_key", &"<redacted>")
+            .field("trusted_proxies", &self.trusted_proxies)
             .field("redis", &self.redis)
             .field("kafka", &self.kafka)
             .field("defense", &self.defense)
@@ -199,6 +210,7 @@ impl SaleConf {
         if s.campaigns_dir.get_ref().is_empty() {
             return Err(c.err(s.campaigns_dir.span(), "sale.campaigns_dir", "must not be empty"));
         }
+        let trusted_proxies = trusted_proxies(&c, &s.trusted_proxies, "sale.trusted_proxies")?;
 
         let r = &raw.redis;
         protocol::cluster::check_url(r.url.get_ref()).map_err(|m| c.err(r.url.span(), "redis.url", m))?;
@@ -229,6 +241,7 @@ impl SaleConf {
             sold_out_ttl,
             shed_at_lag,
             signing_key,
+            trusted_proxies,
             redis,
             kafka: kafka::check(&c, &raw.kafka, base)?,
             defense: defense::check(&c, &raw.defense, base)?,
@@ -239,10 +252,32 @@ impl SaleConf {
     /// folder.
     pub fn load(file: &Path) -> Result<Loaded, ConfError> {
         let text = protocol::conf::read(file)?;
-        let conf = Self::parse(file, &text)?;
+        Loaded::with_campaigns(Self::parse(file, &text)?)
+    }
+}
+
+impl Loaded {
+    /// `conf` with every campaign file of its campaigns folder, checked.
+    pub fn with_campaigns(conf: SaleConf) -> Result<Self, ConfError> {
         let campaigns = Campaign::load_dir(&conf.campaigns_dir)?;
         Ok(Loaded { conf, campaigns })
     }
+}
+
+/// Checks a list of trusted proxies (`field`): each an IP address or a CIDR network.
+pub fn trusted_proxies(c: &Checker, nets: &[S<String>], field: &str) -> Result<TrustedProxies, ConfError> {
+    let mut trusted = Vec::with_capacity(nets.len());
+    for net in nets {
+        let text = net.get_ref().trim();
+        let parsed = text
+            .parse::<ipnet::IpNet>()
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+        trusted.push(parsed.map_err(|_| {
+            let why = format!("{:?} is not an IP address or a CIDR network (10.0.0.0/8)", net.get_ref());
+            c.err(net.span(), field, why)
+        })?);
+    }
+    Ok(TrustedProxies::new(trusted))
 }
 
 #[cfg(test)]
@@ -306,6 +341,17 @@ login_audience = "seckill"
         assert_eq!((k.partitions, k.batch_max, k.capacity), (4, 500, 100_000));
         assert_eq!((k.linger, k.produce_timeout), (Duration::from_millis(5), Duration::from_millis(1000)));
         assert!(!format!("{c:?}").contains("0123456789abcdef"), "the key is not printed");
+    }
+
+    #[test]
+    fn trusted_proxies_are_nobody_unless_listed() {
+        assert_eq!(parse(GOOD).unwrap().trusted_proxies, TrustedProxies::default(), "nobody's by default");
+        let listed = GOOD.replace("[redis]", "trusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\"]\n[redis]");
+        let lb = parse(&listed).unwrap().trusted_proxies;
+        assert!(lb.contains(&"10.2.3.4".parse().unwrap()) && lb.contains(&"192.0.2.7".parse().unwrap()));
+        assert!(!lb.contains(&"192.0.2.8".parse().unwrap()));
+        let bad = GOOD.replace("[redis]", "trusted_proxies = [\"10.0.0.0/33\"]\n[redis]");
+        expect_err(&bad, 5, "sale.trusted_proxies", "not an IP address or a CIDR network");
     }
 
     #[test]

@@ -81,10 +81,85 @@ impl Registry {
     }
 }
 
+/// Where the sale's settings come from, read again on every reload: a file, a file's text
+/// under a name (errors say name:line:column: field, and relative paths start beside it), or
+/// settings already checked (a reload then reads only the campaigns folder again).
+#[derive(Debug, Clone)]
+pub enum SaleSource {
+    /// A server file with the sale's sections ([`crate::conf::SECTIONS`]).
+    File(PathBuf),
+    /// The text of such a file, and the name it goes by.
+    Text {
+        /// Names the text in errors; relative paths (campaigns, `file:` secrets) start beside it.
+        name: PathBuf,
+        /// The TOML.
+        text: String,
+    },
+    /// Settings built or checked by the caller.
+    Conf(Box<SaleConf>),
+}
+
+impl SaleSource {
+    /// Reads and checks the settings and every campaign of their campaigns folder.
+    pub fn load(&self) -> Result<Loaded, ConfError> {
+        match self {
+            SaleSource::File(file) => SaleConf::load(file),
+            SaleSource::Text { name, text } => SaleConf::parse(name, text).and_then(Loaded::with_campaigns),
+            SaleSource::Conf(conf) => Loaded::with_campaigns(SaleConf::clone(conf)),
+        }
+    }
+
+    /// What the settings are called in errors and in the log.
+    pub fn name(&self) -> String {
+        match self {
+            SaleSource::File(file) | SaleSource::Text { name: file, .. } => file.display().to_string(),
+            SaleSource::Conf(conf) => conf.file.display().to_string(),
+        }
+    }
+}
+
+impl From<&Path> for SaleSource {
+    fn from(file: &Path) -> Self {
+        SaleSource::File(file.to_path_buf())
+    }
+}
+
+impl From<PathBuf> for SaleSource {
+    fn from(file: PathBuf) -> Self {
+        SaleSource::File(file)
+    }
+}
+
+impl From<&PathBuf> for SaleSource {
+    fn from(file: &PathBuf) -> Self {
+        SaleSource::File(file.clone())
+    }
+}
+
+impl From<&str> for SaleSource {
+    /// A file's path.
+    fn from(file: &str) -> Self {
+        SaleSource::File(file.into())
+    }
+}
+
+impl From<&String> for SaleSource {
+    /// A file's path.
+    fn from(file: &String) -> Self {
+        SaleSource::File(file.into())
+    }
+}
+
+impl From<SaleConf> for SaleSource {
+    fn from(conf: SaleConf) -> Self {
+        SaleSource::Conf(Box::new(conf))
+    }
+}
+
 /// The active registry and the process state it is built with.
 #[derive(Debug)]
 pub struct Registrar {
-    file: PathBuf,
+    source: SaleSource,
     active: ArcSwap<Registry>,
     /// Sold-out flags by campaign, kept across reloads.
     pub sold_out: SoldOutFlags,
@@ -93,11 +168,12 @@ pub struct Registrar {
 }
 
 impl Registrar {
-    /// The registry of `file`'s sale sections and campaigns; fails on any invalid file.
-    pub fn load(file: &Path) -> Result<Self, ConfError> {
+    /// The registry of `source`'s sale sections and campaigns; fails on any invalid file.
+    pub fn load(source: impl Into<SaleSource>) -> Result<Self, ConfError> {
+        let source = source.into();
         let (sold_out, budgets) = (SoldOutFlags::default(), Budgets::default());
-        let active = build(SaleConf::load(file)?, &sold_out, &budgets)?;
-        Ok(Self { file: file.to_path_buf(), active: ArcSwap::from_pointee(active), sold_out, budgets })
+        let active = build(source.load()?, &sold_out, &budgets)?;
+        Ok(Self { source, active: ArcSwap::from_pointee(active), sold_out, budgets })
     }
 
     /// The active registry (a snapshot: keep it for the whole request).
@@ -113,9 +189,7 @@ impl Registrar {
             e
         };
         let new = Arc::new(
-            SaleConf::load(&self.file)
-                .and_then(|l| build(l, &self.sold_out, &self.budgets))
-                .map_err(refused)?,
+            self.source.load().and_then(|l| build(l, &self.sold_out, &self.budgets)).map_err(refused)?,
         );
         let old = self.active();
         same_buckets(&old, &new).map_err(refused)?;
@@ -219,7 +293,7 @@ login_audience = "seckill"
     fn a_bad_reload_keeps_the_old_registry_and_a_good_one_replaces_it() {
         let dir = temp_dir();
         write_conf(&dir, "10", 1);
-        let registrar = Registrar::load(&dir.join("sale.toml")).unwrap();
+        let registrar = Registrar::load(dir.join("sale.toml")).unwrap();
         let flag = registrar.active().campaigns["c1"].sold_out.clone();
         let now = crate::checks::sold_out::now_ms();
         flag.mark(now, now, std::time::Duration::from_secs(60));
@@ -239,10 +313,30 @@ login_audience = "seckill"
     }
 
     #[test]
+    fn a_text_or_checked_settings_load_like_their_file() {
+        let dir = temp_dir();
+        write_conf(&dir, "10", 1);
+        let file = dir.join("sale.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let by_text = Registrar::load(SaleSource::Text { name: file.clone(), text: text.clone() }).unwrap();
+        assert_eq!(by_text.active().campaigns["c1"].campaign.stock, 10, "campaigns beside the name");
+        let conf = SaleConf::parse(&file, &text).unwrap();
+        let by_conf = Registrar::load(conf).unwrap();
+        write_conf(&dir, "20", 1);
+        by_conf.reload().unwrap();
+        assert_eq!(by_conf.active().campaigns["c1"].campaign.stock, 20, "the campaigns read again");
+        let bad =
+            SaleSource::Text { name: "inline.toml".into(), text: text.replace("[redis]", "[redis]\nx = 1") };
+        let err = Registrar::load(bad).unwrap_err().to_string();
+        assert!(err.starts_with("inline.toml:5:"), "the text's name, line and column: {err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_reload_never_changes_the_bucket_count_of_a_campaign_it_serves() {
         let dir = temp_dir();
         write_conf(&dir, "10", 3);
-        let registrar = Registrar::load(&dir.join("sale.toml")).unwrap();
+        let registrar = Registrar::load(dir.join("sale.toml")).unwrap();
         write_conf(&dir, "10", 4);
         let err = registrar.reload().unwrap_err();
         assert!(err.to_string().contains("c1.toml:8:1:"), "{err}");
