@@ -16,6 +16,7 @@ pub mod mix;
 pub mod order_writer;
 pub mod outcome;
 pub mod page;
+pub mod parity;
 pub mod progress;
 pub mod report;
 pub mod resend;

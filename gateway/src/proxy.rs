@@ -243,9 +243,11 @@ impl ProxyHttp for Gateway {
         let trusted = ctx.active.as_ref().map(|a| &a.server.trusted_proxies);
         frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.sale.client())?;
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
-            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
-            shop::rewrite(&active.server.routes[i], &vars, upstream_request)?;
-            shop::request_headers(&active.server.routes[i], &vars, upstream_request)?;
+            let route = &active.server.routes[i];
+            let vars =
+                shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
+            shop::rewrite(route, &vars, upstream_request)?;
+            shop::request_headers(route, &vars, upstream_request)?;
         }
         frontdoor::strip_sale_headers(upstream_request);
         // The id of the access line, for the upstream's own logs (Nginx's $request_id).
@@ -261,8 +263,10 @@ impl ProxyHttp for Gateway {
     ) -> Result<()> {
         ctx.trace.upstream_answered();
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
-            let vars = shop::vars(session, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
-            shop::response_headers(&active.server.routes[i], &vars, upstream_response)?;
+            let route = &active.server.routes[i];
+            let vars =
+                shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
+            shop::response_headers(route, &vars, upstream_response)?;
         }
         Ok(())
     }
@@ -358,8 +362,9 @@ fn shop_route(active: &Active, req: &RequestHeader, ctx: &mut Ctx) {
 async fn shop_page(session: &mut Session, ctx: &Ctx, route: usize, status: u16) -> Result<bool> {
     let active = ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
     let (header, body) = {
-        let vars = shop::vars(session, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
-        shop::error_page(&active.server.routes[route], &vars, status)?
+        let route = &active.server.routes[route];
+        let vars = shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
+        shop::error_page(route, &vars, status)?
     };
     answer::write_and_close(session, header, body).await
 }

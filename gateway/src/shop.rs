@@ -16,10 +16,12 @@ use crate::frontdoor;
 use crate::template::Vars;
 use crate::uri::encode_path;
 
-/// The variables of the request in `session` (`uri`: its normalized path when it differs from
-/// the path as sent; `client`: its address; `request_id`: its id).
+/// The variables of the request in `session` on `route` (`uri`: its normalized path when it
+/// differs from the path as sent; `client`: its address; `request_id`: its id). `$host` of a
+/// request without a host is the route's first host name, as Nginx's is its server's name.
 pub fn vars<'a>(
     session: &'a Session,
+    route: &RouteConf,
     uri: Option<&'a str>,
     client: Option<IpAddr>,
     request_id: &'a str,
@@ -32,9 +34,13 @@ pub fn vars<'a>(
         Some(v6) => v6.split_once(']').map_or(http_host, |(a, _)| a),
         None => http_host.rsplit_once(':').map_or(http_host, |(n, _)| n),
     };
+    let host = match name.trim_end_matches('.').to_ascii_lowercase() {
+        h if h.is_empty() => route.hosts.first().map(|h| h.key()).unwrap_or_default(),
+        h => h,
+    };
     Vars {
         scheme: frontdoor::scheme(session),
-        host: name.trim_end_matches('.').to_ascii_lowercase(),
+        host,
         http_host,
         request_uri: req.uri.path_and_query().map_or("/", |p| p.as_str()),
         uri: uri.unwrap_or(req.uri.path()),
@@ -62,7 +68,7 @@ pub async fn answer(
     request_id: &str,
 ) -> Result<bool> {
     let (header, body) = {
-        let vars = vars(session, uri, client, request_id);
+        let vars = vars(session, route, uri, client, request_id);
         own_answer(route, &vars)?
     };
     session.write_response_header(Box::new(header), false).await?;

@@ -81,6 +81,7 @@ pub fn import(top: &[Directive]) -> Import {
                 for d in http.iter().filter(|d| d.name == "server") {
                     server(d, &http_level, &upstreams, &mut routes, &mut listen, &mut out.notes);
                 }
+                implicit_default(&mut routes);
             }
             ("events" | "worker_processes" | "worker_connections" | "pid" | "user" | "error_log", _) => note(
                 &mut out.notes,
@@ -93,6 +94,18 @@ pub fn import(top: &[Directive]) -> Import {
     }
     out.toml = render(listen.as_deref(), &routes);
     out
+}
+
+/// Nginx's default server, when no `listen` names one, is the first server: its routes (the
+/// first route's hosts) answer requests for other hosts and without one.
+fn implicit_default(routes: &mut [Route]) {
+    if routes.iter().any(|r| r.default_server) {
+        return;
+    }
+    let Some(first) = routes.iter().find(|r| !r.hosts.is_empty()).map(|r| r.hosts.clone()) else { return };
+    for r in routes.iter_mut().filter(|r| r.hosts == first) {
+        r.default_server = true;
+    }
 }
 
 fn note(notes: &mut Vec<Note>, d: &Directive, mapped: bool, why: &str) {

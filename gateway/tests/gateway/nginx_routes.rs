@@ -329,3 +329,31 @@ async fn a_path_is_matched_normalized_so_a_fenced_path_cannot_be_walked_around()
     let url = &seen.last().unwrap().url;
     assert_eq!((url.path(), url.query()), ("/v1/a%20b", Some("q=1")), "merged, prefix replaced, encoded");
 }
+
+/// `GET path HTTP/1.0` with no Host: (the head, lower case).
+async fn get_without_host(gw: &Gateway, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = gw.url("").trim_start_matches("http://").trim_end_matches('/').to_string();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.unwrap();
+    String::from_utf8_lossy(&buf).to_ascii_lowercase()
+}
+
+#[tokio::test]
+async fn host_without_a_host_field_is_the_servers_name_as_nginxs() {
+    // Found by e2e/parity against Nginx: `$host` of a request without `Host` was empty (a
+    // redirect to `https:///moved`); Nginx's is the server's name.
+    let (text, _ups) = proxy_file(&[(
+        "moved",
+        "host = \"ans.test\"\ndefault_server = true\npath = \"/\"\nreturn = \"200 to https://$host$request_uri\"",
+    )])
+    .await;
+    let text = text.replace("upstreams = [", "# upstreams = [");
+    let gw = Gateway::start_text(&text).await;
+    let answer = get_without_host(&gw, "/moved?x=1").await;
+    assert!(answer.ends_with("\r\n\r\nto https://ans.test/moved?x=1"), "{answer}");
+    // With a Host, its name, as before.
+    assert_eq!(get(&gw, "Other.Test:80", "/a").await, (200, "to https://other.test/a".into()));
+}

@@ -1,0 +1,184 @@
+//! `parity`: each fixture of `e2e/parity/` (an nginx.conf `http` body with `@LISTEN@`, `@UP1@`,
+//! `@UP1B@`, `@UP2@`, `@SLOW@` and `@DEAD@` for addresses) run by a real Nginx and, through
+//! `gateway import-nginx`, by the gateway, both in front of the same stand-in upstreams (they
+//! answer with what they received: method, URI, Host, the fixtures' headers, the body's hash;
+//! `@SLOW@` after 1 s; `@DEAD@` refuses); every request of the fixture in each of its forms
+//! (`e2e::parity::variants`) sent to both; their answers compared. Prints each difference and
+//! `parity: N of M identical`; exits 1 below `--min-percent`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use clap::Parser;
+use e2e::parity::{self, Request};
+use ring::digest;
+
+#[derive(Parser)]
+#[command(about = "The gateway beside a real Nginx, request by request")]
+struct Args {
+    /// The fixtures' folder.
+    #[arg(long, default_value = "e2e/parity")]
+    fixtures: PathBuf,
+    /// The gateway binary.
+    #[arg(long)]
+    gateway: PathBuf,
+    /// Nginx.
+    #[arg(long, default_value = "nginx")]
+    nginx: PathBuf,
+    /// Where each fixture's files go (confs, logs, import notes).
+    #[arg(long)]
+    work: PathBuf,
+    /// Fail below this share of identical answers.
+    #[arg(long, default_value_t = 98.0)]
+    min_percent: f64,
+}
+
+/// A child ended when dropped: SIGTERM (Nginx's master then stops its workers), SIGKILL after 5 s.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();
+        for _ in 0..50 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut fixtures: Vec<PathBuf> = std::fs::read_dir(&args.fixtures)?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "conf"))
+        .collect();
+    fixtures.sort();
+    let (mut same, mut all) = (0, 0);
+    for f in &fixtures {
+        let (s, n) = fixture(&args, f).await?;
+        same += s;
+        all += n;
+    }
+    let percent = 100.0 * same as f64 / all.max(1) as f64;
+    println!("parity: {same} of {all} identical ({percent:.1} %, {} fixtures)", fixtures.len());
+    std::process::exit(if all > 0 && percent >= args.min_percent { 0 } else { 1 });
+}
+
+/// One fixture: its servers up, its corpus sent to both; (identical, sent).
+async fn fixture(args: &Args, path: &Path) -> anyhow::Result<(usize, usize)> {
+    let name = path.file_stem().unwrap_or_default().to_string_lossy().to_string();
+    let work = args.work.join(&name);
+    std::fs::create_dir_all(work.join("tmp"))?;
+    let text = std::fs::read_to_string(path)?;
+    let ups = [echo("up1", 0).await?, echo("up1", 0).await?, echo("up2", 0).await?, echo("slow", 1).await?];
+    let dead = free_port()?;
+    let (nport, gport) = (free_port()?, free_port()?);
+    let body = text
+        .replace("@LISTEN@", &format!("127.0.0.1:{nport}"))
+        .replace("@UP1B@", &ups[1])
+        .replace("@UP1@", &ups[0])
+        .replace("@UP2@", &ups[2])
+        .replace("@SLOW@", &ups[3])
+        .replace("@DEAD@", &format!("127.0.0.1:{dead}"));
+    let conf = work.join("nginx.conf");
+    std::fs::write(&conf, nginx_conf(&work, &body))?;
+    let _nginx = Proc(
+        Command::new(&args.nginx).arg("-p").arg(&work).arg("-c").arg(&conf).stderr(Stdio::null()).spawn()?,
+    );
+    let import = Command::new(&args.gateway)
+        .arg("import-nginx")
+        .arg(&conf)
+        .arg("--out")
+        .arg(work.join("server.toml"))
+        .output()?;
+    std::fs::write(work.join("import.log"), &import.stderr)?;
+    anyhow::ensure!(
+        import.status.success(),
+        "{name}: import-nginx failed: {}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    let toml = std::fs::read_to_string(work.join("server.toml"))?
+        .replace(&format!("listen = \"127.0.0.1:{nport}\""), &format!("listen = \"127.0.0.1:{gport}\""));
+    std::fs::write(work.join("server.toml"), toml)?;
+    let log = std::fs::File::create(work.join("gateway.log"))?;
+    let _gateway = Proc(
+        Command::new(&args.gateway)
+            .arg("--conf")
+            .arg(work.join("server.toml"))
+            .stderr(log)
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    for port in [nport, gport] {
+        wait_port(port).await.map_err(|e| anyhow::anyhow!("{name}: {e} (logs in {})", work.display()))?;
+    }
+    let mut corpus: Vec<Request> =
+        parity::base_requests(&text, &name).iter().flat_map(parity::variants).collect();
+    corpus.retain(|r| !r.target.is_empty());
+    let mut same = 0;
+    for req in &corpus {
+        let n = parity::send(&format!("127.0.0.1:{nport}"), req).await;
+        let g = parity::send(&format!("127.0.0.1:{gport}"), req).await;
+        let diff = parity::differences(&n, &g);
+        if diff.is_empty() {
+            same += 1;
+        } else {
+            println!("differs: {}: {}", req.label, diff.join("; "));
+        }
+    }
+    println!("{name}: {same} of {} identical", corpus.len());
+    Ok((same, corpus.len()))
+}
+
+fn nginx_conf(work: &Path, body: &str) -> String {
+    let w = work.display();
+    format!(
+        "worker_processes 1;\ndaemon off;\npid {w}/nginx.pid;\nerror_log {w}/error.log warn;\n\
+         events {{ worker_connections 256; }}\nhttp {{\n  access_log off;\n  \
+         client_body_temp_path {w}/tmp/body;\n  proxy_temp_path {w}/tmp/proxy;\n  \
+         fastcgi_temp_path {w}/tmp/fastcgi;\n  uwsgi_temp_path {w}/tmp/uwsgi;\n  scgi_temp_path {w}/tmp/scgi;\n\
+         {body}\n}}\n"
+    )
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+async fn wait_port(port: u16) -> anyhow::Result<()> {
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    anyhow::bail!("nothing listens on {port} after 10 s")
+}
+
+/// A stand-in upstream answering, after `delay_secs`, with what it received; `X-Secret` in
+/// every answer (for `proxy_hide_header`). Its address.
+async fn echo(name: &'static str, delay_secs: u64) -> anyhow::Result<String> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?.to_string();
+    let app = axum::Router::new().fallback(move |req: axum::extract::Request| async move {
+        tokio::time::sleep(Duration::from_secs(delay_secs)).await;
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, 4 << 20).await.unwrap_or_default();
+        let h = |k: &str| parts.headers.get(k).and_then(|v| v.to_str().ok()).map(String::from);
+        let seen = serde_json::json!({
+            "up": name, "method": parts.method.as_str(), "uri": parts.uri.to_string(), "host": h("host"),
+            "x-outer": h("x-outer"), "x-inner": h("x-inner"), "x-removed": h("x-removed"),
+            "body_sha256": hex::encode(digest::digest(&digest::SHA256, &bytes)),
+        });
+        ([("x-secret", "s")], axum::Json(seen))
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok(addr)
+}

@@ -1,0 +1,311 @@
+//! The gateway beside a real Nginx, request by request (`e2e/parity/`, the `parity` binary): the
+//! fixtures' requests, each sent as raw bytes in several forms (odd encodings, dot segments,
+//! case, long headers, big bodies), and what is compared of the two answers.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One request of the corpus.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    /// What it is, for the report (the fixture's line and the variant).
+    pub label: String,
+    /// Its method.
+    pub method: String,
+    /// Its Host header (none: HTTP/1.0 without one).
+    pub host: Option<String>,
+    /// Its request target, sent as is.
+    pub target: String,
+    /// Extra header lines.
+    pub headers: Vec<(String, String)>,
+    /// Its body.
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The bytes on the wire.
+    pub fn bytes(&self) -> Vec<u8> {
+        let version = if self.host.is_some() { "HTTP/1.1" } else { "HTTP/1.0" };
+        let mut head = format!("{} {} {version}\r\n", self.method, self.target);
+        if let Some(h) = &self.host {
+            head += &format!("Host: {h}\r\n");
+        }
+        for (k, v) in &self.headers {
+            head += &format!("{k}: {v}\r\n");
+        }
+        if !self.body.is_empty() {
+            head += &format!("Content-Length: {}\r\n", self.body.len());
+        }
+        head += "Connection: close\r\n\r\n";
+        let mut out = head.into_bytes();
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+/// The `# request: METHOD HOST PATH` lines of a fixture.
+pub fn base_requests(fixture: &str, name: &str) -> Vec<Request> {
+    fixture
+        .lines()
+        .filter_map(|l| l.strip_prefix("# request: "))
+        .filter_map(|l| {
+            let mut parts = l.split_whitespace();
+            let (method, host, target) = (parts.next()?, parts.next()?, parts.next()?);
+            Some(Request {
+                label: format!("{name}: {method} {host} {target}"),
+                method: method.into(),
+                host: Some(host.into()),
+                target: target.into(),
+                headers: Vec::new(),
+                body: Vec::new(),
+            })
+        })
+        .collect()
+}
+
+/// Each request in its forms: as written, with a query, a dot segment, a double slash, a
+/// `..` segment, its first letter percent-encoded, upper case, a trailing slash, an encoded
+/// slash, a 4 KB header (Nginx refuses a header line past its 8 KB buffer with 400; the
+/// gateway takes longer ones), a 256 KB body, HEAD, the host upper case and with a trailing
+/// dot, and HTTP/1.0 without a host.
+pub fn variants(base: &Request) -> Vec<Request> {
+    let t = &base.target;
+    let (path, query) = t.split_once('?').map_or((t.as_str(), None), |(p, q)| (p, Some(q)));
+    let with = |label: &str, target: String| Request {
+        label: format!("{} [{label}]", base.label),
+        target,
+        ..base.clone()
+    };
+    let q = |p: String| match query {
+        Some(q) => format!("{p}?{q}"),
+        None => p,
+    };
+    let rest = path.strip_prefix('/').unwrap_or(path);
+    let mut out = vec![
+        with("as is", t.clone()),
+        with("query", format!("{t}{}a=1&b=%20x", if query.is_some() { "&" } else { "?" })),
+        with("dot segment", q(format!("/./{rest}"))),
+        with("double slash", q(format!("//{rest}"))),
+        with("dot-dot", q(format!("/zz/../{rest}"))),
+        with("encoded letter", q(encode_first(path))),
+        with("upper case", q(path.to_uppercase())),
+        with("trailing slash", q(if path.ends_with('/') { path.to_string() } else { format!("{path}/") })),
+        with("encoded slash", q(path.replacen('/', "%2F", 2).replacen("%2F", "/", 1))),
+    ];
+    let mut long = with("4 KB header", t.clone());
+    long.headers.push(("X-Long".into(), "a".repeat(4096)));
+    let mut big = with("256 KB body", t.clone());
+    big.method = "POST".into();
+    big.body = (0..256 * 1024).map(|i| (i % 251) as u8).collect();
+    let mut head = with("HEAD", t.clone());
+    head.method = "HEAD".into();
+    let host = base.host.clone().unwrap_or_default();
+    let mut upper = with("host upper case", t.clone());
+    upper.host = Some(host.to_uppercase());
+    let mut dot = with("host trailing dot", t.clone());
+    dot.host = Some(format!("{host}."));
+    let mut old = with("HTTP/1.0, no host", t.clone());
+    old.host = None;
+    out.extend([long, big, head, upper, dot, old]);
+    out
+}
+
+/// `/abc` → `/%61bc` (the first letter after the first slash, when there is one).
+fn encode_first(path: &str) -> String {
+    match path.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, c)) => format!("{}%{:02X}{}", &path[..i], c as u32, &path[i + 1..]),
+        None => path.to_string(),
+    }
+}
+
+/// An answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answer {
+    /// Its status (0: no answer: the error in `body`).
+    pub status: u16,
+    /// Its headers, names in lower case.
+    pub headers: BTreeMap<String, String>,
+    /// Its body (chunks joined).
+    pub body: Vec<u8>,
+}
+
+/// Sends `req` to `addr` and reads the whole answer (10 s at most).
+pub async fn send(addr: &str, req: &Request) -> Answer {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(&req.bytes()).await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        Ok::<_, std::io::Error>(buf)
+    };
+    match tokio::time::timeout(Duration::from_secs(10), exchange).await {
+        Ok(Ok(buf)) => parse(&buf, req.method == "HEAD"),
+        Ok(Err(e)) => Answer { body: e.to_string().into_bytes(), ..Default::default() },
+        Err(_) => Answer { body: b"no answer in 10 s".to_vec(), ..Default::default() },
+    }
+}
+
+/// A raw HTTP/1.x answer read to its end.
+pub fn parse(buf: &[u8], head_only: bool) -> Answer {
+    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Answer { body: buf.to_vec(), ..Default::default() };
+    };
+    let head = String::from_utf8_lossy(&buf[..end]);
+    let mut lines = head.split("\r\n");
+    let status =
+        lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let headers: BTreeMap<String, String> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let raw = &buf[end + 4..];
+    let body = match (head_only, headers.get("transfer-encoding").is_some_and(|t| t.contains("chunked"))) {
+        (true, _) => Vec::new(),
+        (false, true) => dechunk(raw),
+        (false, false) => raw.to_vec(),
+    };
+    Answer { status, headers, body }
+}
+
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&raw[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok());
+        let Some(size) = size.filter(|s| *s > 0) else { break };
+        let start = eol + 2;
+        out.extend_from_slice(&raw[start..(start + size).min(raw.len())]);
+        raw = &raw[(start + size + 2).min(raw.len())..];
+    }
+    out
+}
+
+/// The response headers compared (what the fixtures set or hide).
+pub const COMPARED_HEADERS: [&str; 4] = ["location", "x-added", "x-always", "x-secret"];
+
+/// The differences between Nginx's answer and the gateway's (none: identical as compared): the
+/// status; the compared headers; for a 200, the body (an echo's JSON by its fields, else the
+/// bytes). Other statuses' bodies are each server's own page.
+pub fn differences(nginx: &Answer, gateway: &Answer) -> Vec<String> {
+    let mut out = Vec::new();
+    if nginx.status != gateway.status {
+        out.push(format!("status {} vs {}", nginx.status, gateway.status));
+        return out;
+    }
+    for h in COMPARED_HEADERS {
+        let (n, g) = (nginx.headers.get(h), gateway.headers.get(h));
+        if h == "location" && n.zip(g).is_some_and(|(n, g)| same_target(n, g)) {
+            continue;
+        }
+        if n != g {
+            out.push(format!("{h}: {:?} vs {:?}", nginx.headers.get(h), gateway.headers.get(h)));
+        }
+    }
+    if nginx.status == 200 && nginx.body != gateway.body {
+        let json = |b: &[u8]| serde_json::from_slice::<BTreeMap<String, serde_json::Value>>(b).ok();
+        match (json(&nginx.body), json(&gateway.body)) {
+            (Some(n), Some(g)) => {
+                for k in n.keys().chain(g.keys()).collect::<std::collections::BTreeSet<_>>() {
+                    if n.get(k) != g.get(k) {
+                        out.push(format!("upstream saw {k}: {:?} vs {:?}", n.get(k), g.get(k)));
+                    }
+                }
+            }
+            _ => out.push(format!(
+                "body {:?} vs {:?}",
+                String::from_utf8_lossy(&nginx.body[..nginx.body.len().min(80)]),
+                String::from_utf8_lossy(&gateway.body[..gateway.body.len().min(80)])
+            )),
+        }
+    }
+    out
+}
+
+/// Two `Location`s naming the same target: Nginx writes its own redirects absolute, with the
+/// port it listens on (`absolute_redirect`, `port_in_redirect`); the gateway keeps them as
+/// written, relative, which the client resolves against the URL it asked (RFC 9110). The same
+/// path on the same host, each server's own port aside.
+fn same_target(nginx: &str, gateway: &str) -> bool {
+    let path = |l: &str| -> String {
+        match l.split_once("://") {
+            Some((_, rest)) => rest.find('/').map_or("/".to_string(), |i| rest[i..].to_string()),
+            None => l.to_string(),
+        }
+    };
+    let absolute = |l: &str| l.contains("://");
+    match (absolute(nginx), absolute(gateway)) {
+        (true, false) => path(nginx) == gateway,
+        _ => nginx == gateway,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixture_lines_give_requests_and_each_has_fifteen_forms() {
+        let reqs = base_requests("# request: GET a.test /x/y?k=1\n# other\n# request: POST b.test /\n", "f");
+        assert_eq!(reqs.len(), 2);
+        let v = variants(&reqs[0]);
+        assert_eq!(v.len(), 15);
+        let targets: Vec<&str> = v.iter().map(|r| r.target.as_str()).collect();
+        assert!(
+            targets.contains(&"/./x/y?k=1")
+                && targets.contains(&"//x/y?k=1")
+                && targets.contains(&"/zz/../x/y?k=1")
+        );
+        assert!(
+            targets.contains(&"/%78/y?k=1")
+                && targets.contains(&"/X/Y?k=1")
+                && targets.contains(&"/x%2Fy?k=1")
+        );
+        assert!(targets.contains(&"/x/y?k=1&a=1&b=%20x"));
+        let old = v.iter().find(|r| r.host.is_none()).unwrap();
+        assert!(String::from_utf8(old.bytes())
+            .unwrap()
+            .starts_with("GET /x/y?k=1 HTTP/1.0\r\nConnection: close"));
+    }
+
+    #[test]
+    fn answers_are_read_plain_chunked_and_head() {
+        let a = parse(b"HTTP/1.1 200 OK\r\nX-Added: yes\r\nContent-Length: 2\r\n\r\nhi", false);
+        assert_eq!((a.status, a.headers["x-added"].as_str(), a.body.as_slice()), (200, "yes", &b"hi"[..]));
+        let a = parse(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n3;x\r\n th\r\n0\r\n\r\n",
+            false,
+        );
+        assert_eq!(a.body, b"hi th");
+        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", true).body.is_empty());
+        assert_eq!(parse(b"garbage", false).status, 0);
+    }
+
+    #[test]
+    fn differences_are_the_status_the_compared_headers_and_a_200s_body() {
+        let a = |status, body: &str, h: &[(&str, &str)]| Answer {
+            status,
+            headers: h.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            body: body.as_bytes().to_vec(),
+        };
+        assert!(differences(&a(502, "<nginx>", &[]), &a(502, "<gateway>", &[])).is_empty());
+        assert_eq!(differences(&a(502, "", &[]), &a(504, "", &[])), ["status 502 vs 504"]);
+        assert_eq!(
+            differences(&a(301, "", &[("location", "/a")]), &a(301, "", &[("location", "/b")])).len(),
+            1
+        );
+        let d = differences(
+            &a(200, r#"{"uri":"/a","host":"h"}"#, &[]),
+            &a(200, r#"{"uri":"/b","host":"h"}"#, &[]),
+        );
+        assert_eq!(d, ["upstream saw uri: Some(String(\"/a\")) vs Some(String(\"/b\"))"]);
+        assert_eq!(differences(&a(200, "x", &[]), &a(200, "y", &[])).len(), 1);
+        // Nginx's absolute form of a relative redirect is the same target; another path is not.
+        let loc = |l| a(302, "", &[("location", l)]);
+        assert!(differences(&loc("http://h:1234/e/x?q=1"), &loc("/e/x?q=1")).is_empty());
+        assert_eq!(differences(&loc("http://h:1234/e/x"), &loc("/e/y")).len(), 1);
+        assert_eq!(differences(&loc("https://h/e"), &loc("http://h/e")).len(), 1);
+    }
+}
