@@ -179,6 +179,8 @@ fi
 if [[ " ${FAULTS[*]} " == *" reshard "* ]]; then
   bash e2e/stack.sh up cluster
 fi
+# scale's load balancer (nginx: e2e/units.sh checks the deploy files' conf with it too).
+[[ " ${FAULTS[*]} " != *" scale "* ]] || need_packages nginx:nginx-light
 # shellcheck disable=SC1091
 . "$SECKILL_STACK_DIR/env"
 sales_cleanup start f
