@@ -600,8 +600,9 @@ fault_machine() {
   cp -a "$RUN/disk-before/appendonlydir" "$dir/"
   bash e2e/stack.sh up redis >>"$RUN/fault.log" 2>&1
   # Redis restarted with the lost second's units in its stock again: it sells them anew and
-  # PostgreSQL's stock guard refuses them (each refusal gives the unit back to Redis, which sells
-  # it again) until reconcile adopts the lost orders. Those refusals are measured, not judged.
+  # PostgreSQL's stock guard refuses them (the writer sets each such unit aside, so it is sold
+  # once more, not once per buyer) until reconcile adopts the lost orders. Those refusals are
+  # measured, not judged.
   CROWD_EXCEPT="the database refused nothing" common_checks
   stop_sale
   ok=$OK
