@@ -133,11 +133,13 @@ FLOOD=1 PROFILE=debug STOCK=100 ADMIT_PER_SEC=50 USERS=500 START_IN=6 PAY_WINDOW
 phase "soak, 3 minutes"
 SOAK_MINUTES=3 PROFILE=debug bash e2e/soak.sh
 
-# The same sale under faults, short: the order writer, the broker, the leader of a three-broker
-# Kafka cluster (never restarted), PostgreSQL, Redis (both fsync policies), the gateway killed
-# mid-sale and restarted, two gateways on one Redis, Redis paused, and the network faults'
-# classes in one sale through Toxiproxy (net: a partition, latency, a reset, a black hole, a
-# bandwidth cap).
+# The same sale under faults, short, one of each class: the order writer (alone, and three by
+# lease, one killed and one paused), the broker, the leader of a three-broker Kafka cluster
+# (never restarted), PostgreSQL, Redis (appendfsync always), a crashed machine (Redis restarted
+# from an AOF a second old, reconcile repairing the difference), the gateway killed mid-sale and
+# restarted, two gateways on one Redis, Redis paused,
+# and the network faults' classes in one sale through Toxiproxy (net: a partition, latency, a
+# reset, a black hole, a bandwidth cap).
 # A stack of its own (e2e/faults.sh): the servers it kills are its own.
 phase "faults (short)"
 bash e2e/faults.sh --short

@@ -1,7 +1,9 @@
 -- adopt.lua: reconciliation repair for an order that PostgreSQL holds but Redis does not account
 -- for (an order without a reservation record, or a reservation released although its order is
 -- live). Takes the order's quantity out of the sale again so the edge cannot sell it twice: from
--- the units set aside by pause_replenish first, then from the stock.
+-- the units set aside first (by pause_replenish, or by the writer for a reservation the database
+-- refused for want of stock: the unit Redis counted that the sale does not have), then from the
+-- stock.
 --
 -- The request id's release is struck from the `released` ledger: its order is live again, so a
 -- later release of it (the order closes unpaid) must give the units back, not find them

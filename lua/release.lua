@@ -8,6 +8,12 @@
 -- written by pause.lua), aside: counted in stats `aside_qty`, and returned to the stock by
 -- pause.lua when the switch is turned off.
 --
+-- Mode "aside" (the writer's compensation of a reservation the database refused for want of
+-- stock): the units are set aside whatever the switch. The database had none left, so Redis
+-- counted a unit the sale does not have (Redis came back from an older disk, say): given back to
+-- the stock it would be sold again and refused again, once per buyer, until reconcile ran.
+-- adopt.lua takes from the units set aside first (the orders Redis lost are what they stand for).
+--
 -- Mode "undo" (the gateway's undo): user and quantity come from the outbox record. It is refused
 -- when the entry is claimed: by a producer of last resort (the sweeper, a repair; claim.lua), the
 -- record may already be on its way to an order; by a safe retry (reserve.lua), the buyer was told
@@ -30,10 +36,10 @@
 --       9.. the nonce keys of the requests that have one ("undo" only), in the requests' order
 -- ARGV: 1 replenish channel  2 campaign id (the replenish message)
 --       then 5 values per request (request i at 3 + 5 * (i - 1)): request id, user id,
---       quantity, mode ("" or "undo"), "1" when the request has a nonce key ("" otherwise)
+--       quantity, mode ("", "undo" or "aside"), "1" when the request has a nonce key ("" otherwise)
 -- Returns 2 values per request, in the requests' order, {code, remaining, code, remaining, ...}:
 --    1  released into the stock: remaining stock after the increment
---    3  released aside (pause_replenish is on): current remaining stock
+--    3  released aside (pause_replenish is on, or mode "aside"): current remaining stock
 --    0  already released: current remaining stock
 --    2  "undo" and the outbox holds nothing for this request id: current remaining stock; the
 --       request id is finished (in the ledger with 0 units, unless there already), so that its
@@ -165,7 +171,7 @@ local function release(request_id, user, qty, mode, nonce)
   dropped[#dropped + 1] = request_id
   count = count + 1
 
-  if paused then
+  if paused or mode == 'aside' then
     qty_aside = qty_aside + qty
     return {3, current()}
   end

@@ -92,7 +92,9 @@ async fn the_database_stock_guard_refuses_and_compensates_in_redis() {
         3
     );
     assert_eq!(env.stat("released_count").await, 3, "each refused reservation is released once");
-    assert_eq!(env.redis_stock().await, 3);
+    // Refused for want of stock: set aside, not put back on sale (the database has none).
+    assert_eq!(env.redis_stock().await, 0);
+    assert_eq!(env.stat("aside_qty").await, 3);
     assert_eq!(env.outbox_len().await, 0);
     // Redelivering the refused ones releases nothing twice.
     sqlx::query("UPDATE consumer_offsets SET next_offset = 0 WHERE topic = $1")
@@ -102,8 +104,36 @@ async fn the_database_stock_guard_refuses_and_compensates_in_redis() {
         .unwrap();
     env.drain(5).await;
     assert_eq!(env.stat("released_count").await, 3);
-    assert_eq!(env.redis_stock().await, 3);
+    assert_eq!(env.redis_stock().await, 0);
+    assert_eq!(env.stat("aside_qty").await, 3);
     assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_unit_the_database_refused_for_want_of_stock_is_not_sold_again() {
+    // Redis back from an older disk (the fault `machine`): it lost a reservation whose order the
+    // database holds, so it counts one unit more than the sale has. The database has 3 units and
+    // 3 orders' worth of reservations arrive; Redis was published with 4. The fourth is refused
+    // SOLD_OUT. Released into the stock, that unit would be sold again and refused again, one
+    // buyer after another (945 refusals for 139 lost units in the fault's short run); set aside,
+    // the sale is sold out in Redis as in the database.
+    let env = Env::new(4, 1, 1).await;
+    sqlx::query("UPDATE campaigns SET total_stock = 3 WHERE id = $1")
+        .bind(&env.campaign)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for i in 0..4 {
+        records.push(env.reserve(&format!("buyer{i}"), 1).await);
+    }
+    env.produce(0, records).await;
+    env.drain(4).await;
+    assert_eq!(env.count("SELECT count(*) FROM orders WHERE campaign_id = $1").await, 3);
+    assert_eq!(env.stat("released_count").await, 1, "the refused reservation is released");
+    assert_eq!(env.redis_stock().await, 0, "the unit the sale does not have is not on sale again");
+    assert_eq!(env.stat("aside_qty").await, 1, "it is set aside, counted for reconcile");
+    assert_eq!(env.outbox_len().await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -162,7 +192,8 @@ async fn partitions_racing_for_the_last_units_never_oversell() {
         30
     );
     assert_eq!(env.stat("released_count").await, 30);
-    assert_eq!(env.redis_stock().await, 30);
+    assert_eq!(env.redis_stock().await, 0, "refused for want of stock: set aside");
+    assert_eq!(env.stat("aside_qty").await, 30);
     assert_eq!(env.outbox_len().await, 0);
 }
 

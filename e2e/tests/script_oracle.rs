@@ -211,6 +211,7 @@ async fn same_answers_and_state(seed: u64) {
                             .as_ref()
                             .filter(|_| undo)
                             .map(|n| n.key.replace(&*oracle.bucket.campaign, &sale.bucket.campaign)),
+                        aside: false,
                     }
                 })
                 .collect::<Vec<_>>()

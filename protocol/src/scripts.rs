@@ -214,6 +214,10 @@ pub struct ReleaseCall {
     pub undo: bool,
     /// With `undo`: the order's nonce, forgotten when nothing is left held.
     pub nonce_key: Option<String>,
+    /// Set the units aside (`aside_qty`) instead of back into the stock, whatever the campaign's
+    /// pause switch: the database refused the reservation for want of stock, so Redis counted a
+    /// unit the sale does not have ([`Scripts::set_aside`]).
+    pub aside: bool,
 }
 
 /// What `release.lua` decided.
@@ -224,8 +228,9 @@ pub enum ReleaseOutcome {
         /// Stock after the release.
         remaining: i64,
     },
-    /// Released, but set aside: the campaign's `pause_replenish` switch is on. The units go back
-    /// to the stock when the switch is turned off (`lua/pause.lua`).
+    /// Released, but set aside: the campaign's `pause_replenish` switch is on (the units go back
+    /// to the stock when the switch is turned off, `lua/pause.lua`), or the call asked for it
+    /// ([`Scripts::set_aside`]).
     SetAside,
     /// This request id was released before; nothing changed.
     AlreadyReleased,
@@ -444,6 +449,30 @@ impl Scripts {
         self.release_one(client, bucket, call).await
     }
 
+    /// Runs `release.lua` in its "aside" mode: releases `qty` for `request_id`, at most once, but
+    /// sets the units aside (`aside_qty`) rather than back into the stock. For a reservation the
+    /// database refused for want of stock: it had no unit left, so the one Redis reserved is one
+    /// the sale does not have, and back in the stock it would be sold again and refused again
+    /// until reconcile adopts what Redis lost (`lua/adopt.lua` takes from the units set aside
+    /// first).
+    pub async fn set_aside(
+        &self,
+        client: &Client,
+        bucket: &Bucket,
+        request_id: &str,
+        user: &str,
+        qty: i64,
+    ) -> Result<ReleaseOutcome, ScriptError> {
+        let call = ReleaseCall {
+            request_id: request_id.into(),
+            user: user.into(),
+            qty,
+            aside: true,
+            ..ReleaseCall::default()
+        };
+        self.release_one(client, bucket, call).await
+    }
+
     /// The gateway's undo of a reservation call whose answer never came back: releases what the
     /// outbox holds for `request_id` (`release.lua` in its "undo" mode), unless the sweeper or a
     /// repair has claimed it. Sent on the same client as that call, it runs after it in Redis,
@@ -499,7 +528,14 @@ impl Scripts {
                 c.request_id.clone(),
                 c.user.clone(),
                 c.qty.to_string(),
-                if c.undo { "undo" } else { "" }.to_string(),
+                if c.undo {
+                    "undo"
+                } else if c.aside {
+                    "aside"
+                } else {
+                    ""
+                }
+                .to_string(),
                 if c.nonce_key.is_some() { "1" } else { "" }.to_string(),
             ]);
         }

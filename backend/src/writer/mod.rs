@@ -171,7 +171,16 @@ pub async fn settle(redis: &RedisClient, scripts: &RedisScripts, outcome: &Batch
                 continue;
             }
         }
-        if let Err(e) = scripts.shared.release(redis, &bucket, &r.request_id, &r.user, r.qty).await {
+        // Refused for want of stock: the database had no unit left, so Redis reserved one the
+        // sale does not have (it came back from an older disk, say). Set aside, not given back:
+        // back in the stock it would be sold and refused again, buyer after buyer, until
+        // reconcile adopts the orders Redis lost (from the units set aside first).
+        let released = if f.status == "SOLD_OUT" {
+            scripts.shared.set_aside(redis, &bucket, &r.request_id, &r.user, r.qty).await
+        } else {
+            scripts.shared.release(redis, &bucket, &r.request_id, &r.user, r.qty).await
+        };
+        if let Err(e) = released {
             tracing::warn!(request_id = %r.request_id, error = %e, "compensation failed; the sweeper will redeliver");
         }
     }
