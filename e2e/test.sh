@@ -2,7 +2,7 @@
 # All tests of the workspace against the real local stack: the README's test command, and what
 # CI runs (.ci/run). Brings the stack up (installing what is missing) with its Redis Cluster,
 # then checks formatting, lints, the docs (`cargo doc`, links denied), runs `cargo test --workspace` (the cluster tests need the
-# cluster), standard Kafka clients against the project's topic (e2e/interop.sh), a small
+# cluster), the gateway beside a real Nginx (e2e/parity/), standard Kafka clients against the project's topic (e2e/interop.sh), a small
 # end-to-end sale (e2e/demo.sh), the same sale on the Redis Cluster in three hot-stock buckets
 # with two gateways and two order writers, the flood at a small size (FLOOD=1 e2e/demo.sh), three
 # minutes of the soak (e2e/soak.sh), and the short fault tests (e2e/faults.sh --short).
@@ -76,6 +76,15 @@ cargo test --locked --workspace
 # workers play no part, and take 20 to 25 s each.
 phase "gateway tests, one worker"
 SECKILL_TEST_WORKERS=1 cargo test --locked -p gateway --test gateway -- --skip acme::
+
+# The gateway beside Debian's Nginx, request by request: each fixture of e2e/parity/ run by
+# Nginx and, through `gateway import-nginx`, by the gateway, the same 525 requests to both
+# (docs/nginx-migration.md); fails below 98 % identical.
+phase "Nginx parity"
+need_packages nginx:nginx-light
+cargo build --locked -p e2e --bin parity -p gateway --bin gateway
+T="${CARGO_TARGET_DIR:-target}/debug"
+"$T/parity" --gateway "$T/gateway" --work .stack/parity
 
 # The systemd units and the deploy files (conf/systemd/, conf/deploy/; docs/deploy.md): verified,
 # checked, and both binaries started and stopped through the units' command lines.
