@@ -6,6 +6,7 @@
 
 pub(crate) mod ctx;
 pub(crate) mod flash_sale;
+mod measure;
 pub mod metrics;
 pub(crate) mod page;
 #[cfg(feature = "pingora")]

@@ -203,7 +203,7 @@ impl FlashSale {
         tracing::info!(brokers = ?conf.kafka.connection.brokers(), topic = %conf.kafka.topic, "kafka producer started");
         let edge = Edge::new(redis.clone(), start.scripts, queue.clone(), &conf.redis, io.handle());
         let sale = Arc::new(Self { registrar, edge, redis, queue, _io: io });
-        crate::serve::metrics::serve(&sale);
+        crate::serve::metrics::serve(sale.clone());
         Ok(sale)
     }
 

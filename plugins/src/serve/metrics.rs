@@ -17,18 +17,14 @@
 //! One sale per process is measured: the latest one started (a second one, in a test, takes
 //! the families over).
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use fred::interfaces::ClientLike;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
 };
-
-use crate::serve::flash_sale::FlashSale;
 
 /// Latency buckets (seconds) of the reservation step: 100 µs to 2.5 s.
 const LATENCY_BUCKETS: &[f64] =
@@ -53,10 +49,53 @@ pub(crate) fn metrics() -> &'static Metrics {
     METRICS.get_or_init(Metrics::new)
 }
 
+/// What a scrape reads of a sale, taken by the sale itself ([`Measured`]): this module knows the
+/// figures, not the sale.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    /// Each campaign's local sold-out flag.
+    pub sold_out: Vec<(String, bool)>,
+    /// Records waiting for Kafka, and the most the queue holds.
+    pub depth: u64,
+    /// See `depth`.
+    pub capacity: u64,
+    /// Records acknowledged, produce requests, records dropped (full, kafka): monotonic.
+    pub produced: u64,
+    /// See `produced`.
+    pub batches: u64,
+    /// See `produced`.
+    pub dropped_full: u64,
+    /// See `produced`.
+    pub dropped_kafka: u64,
+    /// Connected clients of the Redis pool.
+    pub redis_connected: u64,
+    /// The largest smoothed lag since the last scrape, microseconds.
+    pub lag_peak_us: i64,
+    /// Each campaign's waiting room.
+    pub rooms: Vec<RoomSnapshot>,
+}
+
+/// A campaign's waiting room at a scrape.
+#[derive(Debug, Default)]
+pub(crate) struct RoomSnapshot {
+    /// The campaign.
+    pub campaign: String,
+    /// Proof-of-work bits asked now.
+    pub pow_bits: u32,
+    /// When its room is on: the queue's length, admissions and ETA errors (ms) since the last scrape.
+    pub queue: Option<(u64, u64, Vec<i64>)>,
+}
+
+/// A sale a scrape measures.
+pub(crate) trait Measured: Send + Sync {
+    /// Its figures now (taking the room's since the last scrape).
+    fn snapshot(&self) -> Snapshot;
+}
+
 /// Measures `sale` from now on, registering the families in the default registry the first time.
-pub(crate) fn serve(sale: &Arc<FlashSale>) {
+pub(crate) fn serve(sale: Arc<dyn Measured>) {
     let m = metrics();
-    *m.scraped.sale.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(sale);
+    *m.scraped.sale.lock().unwrap_or_else(|e| e.into_inner()) = Arc::downgrade(&sale);
     static REGISTERED: OnceLock<()> = OnceLock::new();
     REGISTERED.get_or_init(|| {
         let registry = prometheus::default_registry();
@@ -119,7 +158,7 @@ impl Metrics {
 /// The families read from the sale when scraped.
 struct Scraped {
     /// The sale measured (none yet, or dropped: the families are left out).
-    sale: Mutex<Weak<FlashSale>>,
+    sale: Mutex<Weak<dyn Measured>>,
     /// One scrape at a time updates the families below.
     lock: Mutex<()>,
     sold_out: IntGaugeVec,
@@ -151,7 +190,7 @@ fn by_campaign(name: &str, help: &str) -> IntGaugeVec {
 impl Scraped {
     fn new() -> Self {
         Self {
-            sale: Mutex::new(Weak::new()),
+            sale: Mutex::new(Weak::<Unmeasured>::new()),
             lock: Mutex::new(()),
             sold_out: by_campaign("seckill_gateway_sold_out", "1 while the campaign's local sold-out flag is set"),
             depth: gauge("seckill_gateway_kafka_queue_depth", "Reserved records waiting for their Kafka produce"),
@@ -214,49 +253,42 @@ impl Scraped {
         ]
     }
 
-    /// Reads the sale's state into its families.
-    fn update(&self, sale: &FlashSale) {
-        let now = crate::checks::now_ms();
+    /// A snapshot into the families.
+    fn update(&self, snap: Snapshot) {
         self.sold_out.reset();
-        for (id, entry) in &sale.registry().campaigns {
-            self.sold_out.with_label_values(&[id.as_str()]).set(entry.sold_out.is_set(now) as i64);
+        for (id, set) in &snap.sold_out {
+            self.sold_out.with_label_values(&[id.as_str()]).set(*set as i64);
         }
-        let stats = sale.queue().stats();
-        self.depth.set(sale.queue().depth() as i64);
-        self.capacity.set(sale.queue().capacity() as i64);
-        catch_up(&self.produced, stats.produced.load(Ordering::Relaxed));
-        catch_up(&self.batches, stats.batches.load(Ordering::Relaxed));
-        catch_up(&self.dropped.with_label_values(&["full"]), stats.dropped_full.load(Ordering::Relaxed));
-        catch_up(&self.dropped.with_label_values(&["kafka"]), stats.dropped_kafka.load(Ordering::Relaxed));
-        self.update_room(sale);
-        let connected = sale.redis().clients().iter().filter(|c| c.is_connected()).count();
-        self.redis_connected.set(connected as i64);
-        self.lag_peak_us.set(i64::try_from(sale.take_peak_lag().as_micros()).unwrap_or(i64::MAX));
-    }
-
-    /// The waiting room's families: every campaign's bits in force; for a campaign whose room is
-    /// on, its queue's length, its admissions and the ETA errors since the last scrape.
-    fn update_room(&self, sale: &FlashSale) {
-        let room = sale.waiting_room();
-        let now = chrono::Utc::now();
+        self.depth.set(snap.depth as i64);
+        self.capacity.set(snap.capacity as i64);
+        catch_up(&self.produced, snap.produced);
+        catch_up(&self.batches, snap.batches);
+        catch_up(&self.dropped.with_label_values(&["full"]), snap.dropped_full);
+        catch_up(&self.dropped.with_label_values(&["kafka"]), snap.dropped_kafka);
+        self.redis_connected.set(snap.redis_connected as i64);
+        self.lag_peak_us.set(snap.lag_peak_us);
         self.room_queue.reset();
         self.pow_bits.reset();
-        for (id, entry) in &sale.registry().campaigns {
-            let c = &entry.campaign;
-            let bits = room.rates().bits(c, now.timestamp());
-            self.pow_bits.with_label_values(&[id.as_str()]).set(i64::from(bits));
-            if !c.waiting_room.enabled {
-                continue;
-            }
-            let stats = room.stats().take(id);
-            let length = crate::room::queue_length(c, &stats, now);
-            self.room_queue.with_label_values(&[id.as_str()]).set(length.min(i64::MAX as u64) as i64);
-            catch_up(&self.room_admitted.with_label_values(&[id.as_str()]), stats.admitted);
-            let errors = self.room_eta_error.with_label_values(&[id.as_str()]);
-            for late in stats.late_ms {
+        for room in snap.rooms {
+            let id = room.campaign.as_str();
+            self.pow_bits.with_label_values(&[id]).set(i64::from(room.pow_bits));
+            let Some((length, admitted, late_ms)) = room.queue else { continue };
+            self.room_queue.with_label_values(&[id]).set(length.min(i64::MAX as u64) as i64);
+            catch_up(&self.room_admitted.with_label_values(&[id]), admitted);
+            let errors = self.room_eta_error.with_label_values(&[id]);
+            for late in late_ms {
                 errors.observe(late.max(0) as f64 / 1000.0);
             }
         }
+    }
+}
+
+/// No sale yet (the empty weak reference's type).
+struct Unmeasured;
+
+impl Measured for Unmeasured {
+    fn snapshot(&self) -> Snapshot {
+        Snapshot::default()
     }
 }
 
@@ -282,7 +314,7 @@ impl Collector for ScrapedCollector {
         let Some(sale) = scraped.sale.lock().unwrap_or_else(|e| e.into_inner()).upgrade() else {
             return Vec::new();
         };
-        scraped.update(&sale);
+        scraped.update(sale.snapshot());
         scraped.families().into_iter().flat_map(|f| f.collect()).collect()
     }
 }
