@@ -76,6 +76,8 @@ async fn fixture(args: &Args, path: &Path) -> anyhow::Result<(usize, usize)> {
     let name = path.file_stem().unwrap_or_default().to_string_lossy().to_string();
     let work = args.work.join(&name);
     std::fs::create_dir_all(work.join("tmp"))?;
+    // Absolute: Nginx reads the paths of its conf relative to its prefix (-p).
+    let work = work.canonicalize()?;
     let text = std::fs::read_to_string(path)?;
     let ups = [echo("up1", 0).await?, echo("up1", 0).await?, echo("up2", 0).await?, echo("slow", 1).await?];
     let dead = free_port()?;
@@ -89,9 +91,9 @@ async fn fixture(args: &Args, path: &Path) -> anyhow::Result<(usize, usize)> {
         .replace("@DEAD@", &format!("127.0.0.1:{dead}"));
     let conf = work.join("nginx.conf");
     std::fs::write(&conf, nginx_conf(&work, &body))?;
-    let _nginx = Proc(
-        Command::new(&args.nginx).arg("-p").arg(&work).arg("-c").arg(&conf).stderr(Stdio::null()).spawn()?,
-    );
+    let nginx_log = std::fs::File::create(work.join("nginx.stderr"))?;
+    let _nginx =
+        Proc(Command::new(&args.nginx).arg("-p").arg(&work).arg("-c").arg(&conf).stderr(nginx_log).spawn()?);
     let import = Command::new(&args.gateway)
         .arg("import-nginx")
         .arg(&conf)
