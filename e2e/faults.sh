@@ -517,10 +517,6 @@ redis_fault() { # fault policy
   found=$(sed -n 's/^  differences: //p' "$RUN/repair.log" 2>/dev/null | head -n 1)
   verdict "$1" "$OK" "appendfsync $2: Redis killed mid-burst, restarted from its AOF; reconcile --repair after the drain found ${found:-?} differences; lost $(figure "len(r['checks']['queued_without_outcome'])") of $(figure "r['codes'].get('QUEUED',0)") QUEUED answers; $COMMON"
   export SECKILL_REDIS_APPENDFSYNC=everysec
-# reshard's Redis Cluster: three masters on FAULTS_CLUSTER_PORT .. + 2 (their buses + 10000).
-export SECKILL_CLUSTER_PORT=${FAULTS_CLUSTER_PORT:-7490}
-CLUSTER_PORT=$SECKILL_CLUSTER_PORT
-RCLI=(-p "$SECKILL_REDIS_PORT") # redis-cli's arguments for the sale's Redis (reshard: the cluster)
   bash e2e/stack.sh down redis >/dev/null
   bash e2e/stack.sh up redis >/dev/null
 }
@@ -635,10 +631,6 @@ fault_machine() {
   [[ $same == "the same request ids" && $audit_same == theirs && $skipped == 0 && $twice == 0 ]] || ok=1
   verdict machine "$ok" "Redis restarted from its AOF copied 1 s before its kill -9: it lost $lost reservations, $ordered of them live orders in PostgreSQL; reconcile --repair found $found ORDER_WITHOUT_RESERVATION, $same (differences by kind: ${kinds:-none}), $audited audit rows, $audit_same, $skipped skipped; sold twice $twice; refused by PostgreSQL's stock guard after the restart: $(figure "r['checks']['db_refusals']") records; $COMMON"
   export SECKILL_REDIS_APPENDFSYNC=everysec
-# reshard's Redis Cluster: three masters on FAULTS_CLUSTER_PORT .. + 2 (their buses + 10000).
-export SECKILL_CLUSTER_PORT=${FAULTS_CLUSTER_PORT:-7490}
-CLUSTER_PORT=$SECKILL_CLUSTER_PORT
-RCLI=(-p "$SECKILL_REDIS_PORT") # redis-cli's arguments for the sale's Redis (reshard: the cluster)
   bash e2e/stack.sh down redis >/dev/null
   bash e2e/stack.sh up redis >/dev/null
 }
