@@ -236,8 +236,9 @@ sale() { # n
   [[ $diffs == 0 ]] || rc=1
   rm "$RUN/campaigns/$cid.toml"
   kill -HUP "$GW_PID"
-  keys=$(redis-cli -p "$SECKILL_REDIS_PORT" --scan --pattern "*{$cid[}:/]*" | wc -l)
-  redis-cli -p "$SECKILL_REDIS_PORT" --scan --pattern "*{$cid[}:/]*" | xargs -r -n 100 redis-cli -p "$SECKILL_REDIS_PORT" del >/dev/null
+  keys=$(redis-cli -p "$SECKILL_REDIS_PORT" --scan --pattern "*{$cid[}:/]*")
+  xargs -r -n 100 redis-cli -p "$SECKILL_REDIS_PORT" del <<<"$keys" >/dev/null
+  keys=$(grep -c . <<<"$keys" || true)
   printf '%s sale %d (%s: %s %s %s s): %s; reconcile differences %s; %s keys deleted at its end\n' \
     "$([[ $rc == 0 ]] && echo PASS || echo FAIL)" "$n" "$cid" "${f[0]}" "${f[1]}" "${f[2]}" "$found" "${diffs:-?}" "$keys" >>"$RUN/sales.txt"
   log "$(tail -n 1 "$RUN/sales.txt")"
