@@ -84,7 +84,9 @@ SECKILL_TEST_WORKERS=1 cargo test --locked -p gateway --test gateway -- sale:: o
 # (docs/nginx-migration.md); fails below 98 % identical.
 phase "Nginx parity"
 need_packages nginx:nginx-light
-cargo build --locked -p e2e --bin parity -p gateway --bin gateway
+# The workspace's binaries, as `cargo test --workspace` just built them (nothing to compile): a
+# build of some packages only (`-p`) unifies other features and compiles them all again.
+build_all debug
 T="${CARGO_TARGET_DIR:-target}/debug"
 "$T/parity" --gateway "$T/gateway" --work .stack/parity
 

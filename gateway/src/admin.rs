@@ -1,7 +1,7 @@
 //! The admin listener (`[admin] listen` of the server file): Prometheus `/metrics` (Pingora's
 //! Prometheus app over the default registry), `/healthz` (the process answers) and `/readyz`
 //! (it can sell: at least one Redis connection is up; Kafka being down does not make the gateway
-//! unready, the outbox holds the records). Keep it off the public interface.
+//! unready, the outbox holds the records; 503 `draining` once `SIGTERM` was received). Keep it off the public interface.
 //!
 //! [`Live`] holds the gateway's families read at scrape time (see [`crate::metrics`]); the
 //! sale's are registered by the sale itself, in the same registry.
@@ -45,6 +45,10 @@ impl ServeHttp for AdminApp {
         match session.req_header().uri.path() {
             "/metrics" => PrometheusHttpApp.response(session).await,
             "/healthz" => json(200, serde_json::json!({"status": "ok"})),
+            "/readyz" if crate::shutdown::draining() => json(
+                503,
+                serde_json::json!({"status": "draining", "reason": "SIGTERM: leaving after [shutdown] linger_secs"}),
+            ),
             "/readyz" if self.live.redis_ready() => json(200, serde_json::json!({"status": "ready"})),
             "/readyz" => json(
                 503,

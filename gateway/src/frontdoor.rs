@@ -119,7 +119,10 @@ where
             let pipelined = limits::pipelined(&head);
             let mut session = ServerSession::new_http1(stream);
             served += 1;
-            let last = served >= self.limits.keepalive_requests || *shutdown.borrow() || pipelined;
+            let last = served >= self.limits.keepalive_requests
+                || *shutdown.borrow()
+                || crate::shutdown::draining()
+                || pipelined;
             if last {
                 // Pingora sets keep-alive again from the request's own header once it reads it;
                 // no reuse left holds whatever the request says (the answer says

@@ -24,6 +24,7 @@
 //! - [`access_log`]: one line per request, written by a thread of its own, reopened on `SIGUSR1`;
 //! - [`observe`]: the logging phase's metrics and access line, turned on by the server file;
 //! - [`request_id`]: the id each request is given, in one place;
+//! - [`shutdown`]: `SIGTERM`'s linger before Pingora's drain;
 //! - [`server`]: wires it all into a Pingora server.
 
 pub mod access_log;
@@ -43,6 +44,7 @@ pub mod request_id;
 pub mod routes;
 pub mod server;
 pub mod shop;
+pub mod shutdown;
 pub mod template;
 pub mod threads;
 pub mod tls;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use pingora_core::listeners::TcpSocketOptions;
 use pingora_core::server::configuration::{Opt, ServerConf as PingoraConf};
-use pingora_core::server::Server;
+use pingora_core::server::{RunArgs, Server};
 use pingora_core::services::background::background_service;
 use pingora_core::services::listening::Service;
 use plugins::checks::TrustedProxies;
@@ -115,8 +115,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let health = Arc::clone(&shared);
     control.spawn(upstreams::run_health_checks(move || health.active()));
 
-    // SIGTERM: stop accepting, let requests in flight finish within the drain bound (Pingora's
-    // grace period), exit. SIGQUIT: first hand the listening sockets to a new process started
+    // SIGTERM: keep serving for the linger while saying so (`crate::shutdown`), then stop
+    // accepting, let requests in flight finish within the drain bound (Pingora's grace period),
+    // exit. SIGQUIT: first hand the listening sockets to a new process started
     // with --upgrade (both accept for Pingora's 5 s hand-over), then the same.
     let shutdown = &server_conf.shutdown;
     let pingora_conf = PingoraConf {
@@ -172,7 +173,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         sale = server_conf.sells(), conf = %opts.conf.display(), "gateway starting"
     );
     let _control = control;
-    server.run_forever()
+    let signals = crate::shutdown::Signals { linger: shutdown.linger };
+    server.run(RunArgs { shutdown_signal: Box::new(signals) });
+    std::process::exit(0)
 }
 
 /// The background service that issues and renews the `[[tls.acme]]` certificates, when any.

@@ -4,7 +4,8 @@
 //!
 //! Pingora stops accepting at once, then lets the requests in flight run for its grace period
 //! (always the whole period), then stops its runtimes, cancelling what is left: so the grace
-//! period is the drain bound, `drain_secs` here.
+//! period is the drain bound, `drain_secs` here. Before it, `linger_secs`: how long the gateway
+//! keeps serving after `SIGTERM` while it says it is leaving (`crate::shutdown`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,6 +19,7 @@ use super::{Checker, S};
 #[serde(deny_unknown_fields)]
 pub(super) struct RawShutdown {
     drain_secs: Option<S<i64>>,
+    linger_secs: Option<S<i64>>,
     upgrade_sock: Option<S<String>>,
 }
 
@@ -27,6 +29,10 @@ pub struct ShutdownConf {
     /// After `SIGTERM` (or the upgrade's hand-over), how long requests in flight have to
     /// finish; the process exits after it (Pingora waits the whole period).
     pub drain: Duration,
+    /// After `SIGTERM` and before the drain, how long the gateway keeps accepting and serving
+    /// while `/readyz` answers 503 and every answer closes its connection: the time a balancer
+    /// needs to stop sending to it (its readiness checks' interval times their fall count).
+    pub linger: Duration,
     /// The Unix socket over which an old process hands its listening sockets to a new one.
     pub upgrade_sock: PathBuf,
 }
@@ -34,7 +40,8 @@ pub struct ShutdownConf {
 /// The default upgrade socket.
 pub const DEFAULT_UPGRADE_SOCK: &str = "/tmp/seckill-gateway-upgrade.sock";
 
-/// Validates the table; an absent value keeps its default (5 s, [`DEFAULT_UPGRADE_SOCK`]).
+/// Validates the table; an absent value keeps its default (drain 5 s, no linger,
+/// [`DEFAULT_UPGRADE_SOCK`]).
 pub(super) fn check(c: &Checker<'_>, raw: &RawShutdown) -> Result<ShutdownConf, ConfError> {
     let upgrade_sock = match &raw.upgrade_sock {
         Some(p) if p.get_ref().is_empty() || !p.get_ref().starts_with('/') => {
@@ -48,6 +55,10 @@ pub(super) fn check(c: &Checker<'_>, raw: &RawShutdown) -> Result<ShutdownConf, 
             Some(v) => Duration::from_secs(c.int(v, "shutdown.drain_secs", 0, 300)? as u64),
             None => Duration::from_secs(5),
         },
+        linger: match &raw.linger_secs {
+            Some(v) => Duration::from_secs(c.int(v, "shutdown.linger_secs", 0, 120)? as u64),
+            None => Duration::ZERO,
+        },
         upgrade_sock,
     })
 }
@@ -60,12 +71,15 @@ mod tests {
     #[test]
     fn shutdown_defaults_and_bounds() {
         let s = parse(GOOD).unwrap().shutdown;
-        assert_eq!(s.drain, Duration::from_secs(5));
+        assert_eq!((s.drain, s.linger), (Duration::from_secs(5), Duration::ZERO));
         let with = |lines: &str| format!("{GOOD}\n[shutdown]\n{lines}\n");
         let s = parse(&with("drain_secs = 3\nupgrade_sock = \"/run/gw.sock\"")).unwrap().shutdown;
         assert_eq!((s.drain, s.upgrade_sock.to_str()), (Duration::from_secs(3), Some("/run/gw.sock")));
         let line = GOOD.lines().count() + 3;
         expect_err(&with("drain_secs = 301"), line, "shutdown.drain_secs", "between 0 and 300");
         expect_err(&with("upgrade_sock = \"gw.sock\""), line, "shutdown.upgrade_sock", "absolute");
+        assert_eq!(parse(&with("linger_secs = 4")).unwrap().shutdown.linger, Duration::from_secs(4));
+        expect_err(&with("linger_secs = 121"), line, "shutdown.linger_secs", "between 0 and 120");
+        expect_err(&with("linger_secs = -1"), line, "shutdown.linger_secs", "between 0 and 120");
     }
 }

@@ -1,7 +1,8 @@
 //! Graceful shutdown and the zero-downtime upgrade: SIGTERM lets an in-flight request finish
 //! and the process exit within its bound; a new binary started with `--upgrade` takes the
 //! listening socket from the old one on SIGQUIT while a load loop runs, and not one request
-//! fails or is refused.
+//! fails or is refused; `[shutdown] linger_secs` keeps a gateway serving, not ready, after
+//! SIGTERM.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,6 +62,56 @@ async fn sigterm_finishes_the_request_in_flight_then_exits_within_its_bound() {
     assert!(sent.elapsed() < Duration::from_secs(10), "within the drain bound: {:?}", sent.elapsed());
     let refused = reqwest::get(gw.url("/shop/after")).await;
     assert!(refused.is_err(), "nothing listens after the exit");
+}
+
+/// `[shutdown] linger_secs`: after SIGTERM the gateway still accepts and serves new connections
+/// for the linger, each answer closing its connection and `/readyz` answering 503 `draining`
+/// (a balancer's cue to stop sending); then it closes its listeners and exits within
+/// linger + drain.
+#[tokio::test]
+async fn sigterm_lingers_serving_and_not_ready_then_drains() {
+    let shop = slow_shop(Duration::from_millis(0)).await;
+    let admin = free_port();
+    let mut conf = conf(&shop, "drain_secs = 1\nlinger_secs = 3");
+    conf.tables = format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\n");
+    let mut gw = Gateway::start(&conf).await;
+    let http = reqwest::Client::new();
+    let ready = |http: &reqwest::Client| {
+        let req = http.get(format!("http://127.0.0.1:{admin}/readyz")).send();
+        async move {
+            let r = req.await.expect("the admin listener answers");
+            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap()["status"].clone())
+        }
+    };
+    assert_eq!(ready(&http).await.0, 200, "ready before SIGTERM");
+    let before = http.get(gw.url("/shop/before")).send().await.unwrap();
+    assert_eq!(before.headers()["connection"], "keep-alive");
+
+    let sent = Instant::now();
+    signal(gw.pid(), "-TERM");
+    let draining = eventually(Duration::from_secs(2), || {
+        let http = http.clone();
+        async move { ready(&http).await.0 == 503 }
+    });
+    assert!(draining.await, "readyz fails within 2 s of SIGTERM; the log:\n{}", gw.log());
+    assert_eq!(ready(&http).await.1, "draining");
+    // Still serving, on new connections, each answer closing its own.
+    for i in 0..3 {
+        let fresh = reqwest::Client::new();
+        let r = fresh.get(gw.url(&format!("/shop/lingering-{i}"))).send().await;
+        let r = r
+            .unwrap_or_else(|e| panic!("served {:?} after SIGTERM: {e}; log:\n{}", sent.elapsed(), gw.log()));
+        assert_eq!((r.status().as_u16(), r.headers()["connection"].to_str().unwrap()), (200, "close"));
+    }
+    assert!(sent.elapsed() < Duration::from_secs(3), "the requests above ran within the linger");
+    let exited = eventually(Duration::from_secs(15), || {
+        let done = gw.exited().is_some();
+        async move { done }
+    });
+    assert!(exited.await, "the gateway exits after linger and drain; its log:\n{}", gw.log());
+    let took = sent.elapsed();
+    assert!(took >= Duration::from_secs(3), "not before the linger: {took:?}");
+    assert!(reqwest::get(gw.url("/shop/after")).await.is_err(), "nothing listens after the exit");
 }
 
 /// Starts a second gateway with `--upgrade` on `gw`'s conf; it waits for the sockets.
