@@ -30,7 +30,7 @@
 #                   audit row; nothing sold twice
 #   gateway         the gateway kill -9 mid-burst, restarted: nothing it reserved is lost
 #   two-gateways    two gateways on one Redis behind the crowd: limits, dedupe, nonces hold
-#   scale           scaled mid-sale behind a load balancer (nginx): in the burst's first second a
+#   scale           scaled mid-sale behind a load balancer (HAProxy): in the burst's first second a
 #                   third gateway started and the second drained (SIGTERM), a third writer by
 #                   lease started and the second removed (SIGTERM); answers only from the
 #                   documented set, the added gateway sells, the leases move
@@ -187,8 +187,8 @@ fi
 if [[ " ${FAULTS[*]} " == *" reshard "* ]]; then
   bash e2e/stack.sh up cluster
 fi
-# scale's load balancer (nginx: e2e/units.sh checks the deploy files' conf with it too).
-[[ " ${FAULTS[*]} " != *" scale "* ]] || need_packages nginx:nginx-light
+# scale's load balancer.
+[[ " ${FAULTS[*]} " != *" scale "* ]] || need_packages haproxy:haproxy
 # shellcheck disable=SC1091
 . "$SECKILL_STACK_DIR/env"
 sales_cleanup start f
@@ -694,40 +694,39 @@ bad = {k: v for k, v in r["codes"].items() if k not in known and k != "QUEUED_SA
 print(", ".join(f"{k} {v}" for k, v in sorted(bad.items())) or "none")' "$RUN/report.json" "$known"
 }
 
-# The machine room's load balancer in front of the gateways: nginx on LB_PORT, round robin over
-# UPSTREAM ports, a request whose connection is refused (a gateway not up yet, or drained: its
-# listener closed) passed to the next (`proxy_next_upstream error`: never once the request was
-# written, an order is not idempotent), a new connection per request (a drained gateway has no
-# idle connection of the balancer's to lose).
+# The machine room's load balancer in front of the gateways: HAProxy on LB_PORT, round robin
+# over UPSTREAM ports, each gateway checked every 200 ms on its admin listener's `/readyz`
+# (port + 1000, e2e/lib.sh gateway_conf; one failed check takes it out of the rotation, one good
+# one brings it back), and a request whose connection is refused (a gateway not up yet, or gone)
+# passed to another (`retries`, `option redispatch`: never once the request was written, an
+# order is not idempotent to a balancer). Its files in RUN/haproxy.
 lb_conf() { # port upstream-port...
-  local port=$1 p
+  local port=$1 p i=0
   shift
-  mkdir -p "$RUN/nginx"
+  mkdir -p "$RUN/haproxy"
   {
-    echo "worker_processes 1;"
-    [[ $(id -u) == 0 ]] && echo "user root;"
-    echo "pid $RUN/nginx/nginx.pid;"
-    echo "error_log $RUN/nginx/error.log warn;"
-    echo "events { worker_connections 4096; }"
-    echo "http {"
-    echo "  access_log off;"
-    for p in client_body proxy fastcgi uwsgi scgi; do echo "  ${p}_temp_path $RUN/nginx/$p;"; done
-    echo "  upstream gateways {"
-    for p in "$@"; do echo "    server 127.0.0.1:$p max_fails=1 fail_timeout=1s;"; done
-    echo "  }"
-    echo "  server {"
-    echo "    listen 127.0.0.1:$port;"
-    echo "    location / {"
-    echo "      proxy_pass http://gateways;"
-    echo "      proxy_http_version 1.1;"
-    echo "      proxy_next_upstream error;"
-    echo "      proxy_next_upstream_tries 3;"
-    echo "      proxy_connect_timeout 1s;"
-    echo "      proxy_read_timeout 60s;"
-    echo "    }"
-    echo "  }"
-    echo "}"
-  } >"$RUN/nginx/nginx.conf"
+    echo "global"
+    echo "  maxconn 4000"
+    echo "defaults"
+    echo "  mode http"
+    echo "  timeout connect 1s"
+    echo "  timeout client 60s"
+    echo "  timeout server 60s"
+    echo "  retries 3"
+    echo "  option redispatch 1"
+    echo "frontend crowd"
+    echo "  bind 127.0.0.1:$port"
+    echo "  default_backend gateways"
+    echo "backend gateways"
+    echo "  balance roundrobin"
+    echo "  option httpchk GET /readyz"
+    echo "  http-check expect status 200"
+    echo "  default-server inter 200ms fall 1 rise 1"
+    for p in "$@"; do
+      i=$((i + 1))
+      echo "  server gateway$i 127.0.0.1:$p check port $((p + 1000))"
+    done
+  } >"$RUN/haproxy/haproxy.cfg"
 }
 
 # Waits (DRAIN bound: 20 s) until PID exits; prints the seconds it took.
@@ -743,17 +742,19 @@ exited_in() { # pid
 }
 
 # Scaled in and out mid-sale, as a machine room does: the crowd reaches the gateways through a
-# load balancer (nginx, lb_conf), two gateways serve it and two order writers share the
-# partitions by lease. In the burst's first second a third gateway is started and the second
-# drained as docs/deploy.md says (taken out of the balancer's pool, nginx reloaded, and SIGTERM
-# at the same moment: its linger_secs, 2, covers the balancer's reload), a third writer started
+# load balancer (HAProxy checking each gateway's /readyz, lb_conf), two gateways serve it and two
+# order writers share the partitions by lease. In the burst's first second a third gateway is
+# started and the second drained by SIGTERM with linger_secs = 2 (SCALE_LINGER_SECS; 0 shows
+# what the linger is for): its /readyz fails at once, the
+# balancer stops sending to it within a check or two, and its listener closes only after the
+# linger, its queue empty (docs/deploy.md), a third writer started
 # and the second removed (SIGTERM: its leases released at once). The promise: every answer is
 # one of the documented codes (no lost connection, no bare 502: a drained gateway answers what
 # it accepted), the added gateway answers orders, the drained one exits within its linger and
 # drain_secs (2 + 5 s) + 5, the removed writer holds no partition and the added one holds some
 # within the lease bound; the invariants.
 fault_scale() {
-  local gw3=$((GW_PORT + 5)) lb=$((GW_PORT + 6)) w2 w3 g2 g3 lbpid t0 up3 g2_exit w2_exit took w3_held ok
+  local gw3=$((GW_PORT + 5)) lb=$((GW_PORT + 6)) w2 w3 g2 g3 t0 up3 g2_exit w2_exit took w3_held ok
   sale scale
   lease_confs
   start_writer
@@ -766,15 +767,14 @@ fault_scale() {
     sleep 0.1
   done
   start_gateway gateway "$GW_PORT"
-  sed -i 's/^linger_secs = .*/linger_secs = 2/' "$RUN/gateway2.toml"
+  sed -i "s/^linger_secs = .*/linger_secs = ${SCALE_LINGER_SECS:-2}/" "$RUN/gateway2.toml"
   start_gateway gateway2 "$GW2_PORT"
   g2=$GATEWAY_PID
   gateway_conf "$RUN" gateway3 "$gw3" "$ID" "$WRITER_PORT"
   lb_conf "$lb" "$GW_PORT" "$GW2_PORT" "$gw3"
-  nginx -e "$RUN/nginx/error.log" -c "$RUN/nginx/nginx.conf" -g "daemon off;" >>"$RUN/nginx/nginx.out" 2>&1 &
-  lbpid=$!
-  PIDS+=("$lbpid")
-  wait_port nginx "$lb" "$RUN/nginx/error.log"
+  haproxy -db -f "$RUN/haproxy/haproxy.cfg" >>"$RUN/haproxy/haproxy.log" 2>&1 &
+  PIDS+=("$!")
+  wait_port haproxy "$lb" "$RUN/haproxy/haproxy.log"
   crowd --gateway "http://127.0.0.1:$lb"
   wait_crowd "burst started"
   sleep 0.1
@@ -782,8 +782,6 @@ fault_scale() {
   "$BIN/gateway" --conf "$RUN/gateway3.toml" --lua-dir "$ROOT/lua" >>"$RUN/gateway3.log" 2>&1 &
   g3=$!
   PIDS+=("$g3")
-  lb_conf "$lb" "$GW_PORT" "$gw3"
-  kill -HUP "$lbpid"
   kill -TERM "$g2"
   "$BIN/order-writer" --conf "$RUN/order-writer-3.toml" serve >>"$RUN/order-writer-3.log" 2>&1 &
   w3=$!
@@ -813,7 +811,7 @@ fault_scale() {
   [[ $w2_exit != never ]] || ok=1
   within_bound "$took" || ok=1
   [[ $w3_held =~ ^[1-9] ]] || ok=1
-  verdict scale "$ok" "behind a load balancer (nginx), 0.1 s into the burst: gateway 3 started (listening after $up3 s, then answered $answered3 orders), gateway 2 out of the balancer's pool and SIGTERM (linger 2 s, exited in $g2_exit s), writer 3 started (holding $w3_held partitions), writer 2 removed by SIGTERM (exited in $w2_exit s; its partitions on the others in $took s); answers outside the documented set: $bad (all: $(figure "r['codes']")); $COMMON"
+  verdict scale "$ok" "behind a load balancer (HAProxy checking /readyz), 0.1 s into the burst: gateway 3 started (listening after $up3 s, then answered $answered3 orders), gateway 2 drained by SIGTERM (linger ${SCALE_LINGER_SECS:-2} s, exited in $g2_exit s), writer 3 started (holding $w3_held partitions), writer 2 removed by SIGTERM (exited in $w2_exit s; its partitions on the others in $took s); answers outside the documented set: $bad (all: $(figure "r['codes']")); $COMMON"
 }
 
 # --- a slot migrated mid-burst ------------------------------------------------------------------
