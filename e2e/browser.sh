@@ -12,9 +12,9 @@
 #   <run>sold   open, no stock
 #   <run>crowd  open, stock 5 (20 browsers buy at once)
 #   <run>room   open, stock 10, a waiting room admitting 1 buyer a second (3 browsers queue)
-#   <run>preq   the same room, opening PREQ_IN (OPEN_IN + 90) seconds after setup, its pre-queue
+#   <run>preq   the same room, opening PREQ_IN (OPEN_IN + 20) seconds after setup, its pre-queue
 #               open from 10 minutes before (2 browsers join it before the start)
-#   <run>draw   the same room without a pre-queue, opening DRAW_IN (PREQ_IN + 45) seconds after
+#   <run>draw   the same room without a pre-queue, opening DRAW_IN (PREQ_IN + 35) seconds after
 #               setup, with a start draw of 10 s (2 browsers click in it)
 # starts the order writer, the gateway (its shop route /login goes to demo-login) and
 # demo-login, runs the tests (e2e/browser/*.test.mjs, node's test runner), then stops what it
@@ -35,8 +35,8 @@ GATEWAY_PORT=${GATEWAY_PORT:-18280}
 WRITER_PORT=$((GATEWAY_PORT + 1))
 LOGIN_PORT=$((GATEWAY_PORT + 5))
 OPEN_IN=${OPEN_IN:-40}
-PREQ_IN=${PREQ_IN:-$((OPEN_IN + 90))}
-DRAW_IN=${DRAW_IN:-$((PREQ_IN + 45))}
+PREQ_IN=${PREQ_IN:-$((OPEN_IN + 20))}
+DRAW_IN=${DRAW_IN:-$((PREQ_IN + 35))}
 
 log() { printf '%s browser: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 
@@ -150,11 +150,14 @@ wait_port demo-login "$LOGIN_PORT" "$RUN/demo-login.log"
 wait_port gateway "$GATEWAY_PORT" "$RUN/gateway.log"
 
 log "tests (node --test e2e/browser)"
+# The two files side by side (their campaigns are their own): the page's tests run while the
+# room's wait for their pre-queue and draw campaigns to open, so PREQ_IN and DRAW_IN are set
+# for the room's tests alone (they assert their margins and say which knob to raise).
 # shellcheck disable=SC2086 # BROWSER_TESTS: a list of files
 BASE_URL="http://127.0.0.1:$GATEWAY_PORT" RUN_ID="$RUN_ID" \
   OPEN_AT_MS=$(($(date -u -d "$STARTS_AT" +%s) * 1000)) DB_URL="$DB_URL" \
   PREQ_AT_MS=$(($(date -u -d "$PREQ_AT" +%s) * 1000)) \
   DRAW_AT_MS=$(($(date -u -d "$DRAW_AT" +%s) * 1000)) \
   SHOTS="$RUN/shots" REPORT_HTML="${REPORT_HTML:-$ROOT/.stack/demo/report.html}" \
-  node --test --test-concurrency=1 ${BROWSER_TESTS:-e2e/browser/}
+  node --test --test-concurrency=2 ${BROWSER_TESTS:-e2e/browser/}
 log "screenshots: $RUN/shots"
