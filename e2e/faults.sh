@@ -100,7 +100,7 @@ FAULTS=("$@")
 # `two-gateways` (two and then three gateways on one Redis, behind a balancer) and leaves
 # `reshard` to the test command's
 # cluster tests (cargo test's migration mid-burst, the sale on the Redis Cluster), and
-# `writer-kill` and `writer-pause` to the test command's backend/tests/leases.rs (three real
+# `writer-kill` and `writer-pause` to the test command's backend/tests/backend/leases.rs (three real
 # writers by lease, one killed with SIGKILL and one paused past its lease mid-sale, every
 # reservation ordered once; `scale` removes a writer by lease mid-burst).
 if ((${#FAULTS[@]} == 0)); then

@@ -2,7 +2,7 @@
 //! least once, by idempotency key) on the events topic, in order per order; a produce that fails
 //! loses none; orders committed while no relay ran are produced by the next writer to serve.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! `campaign publish`: harmless twice, never resets a LIVE campaign, clear errors.
 
-mod common;
+use crate::common;
 
 use backend::campaign::publish::{publish, Published};
 use common::Env;

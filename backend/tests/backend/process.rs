@@ -1,7 +1,7 @@
 //! The `order-writer` binary itself: killed with SIGKILL mid-stream and restarted (no loss, no
 //! duplicate), SIGTERM (clean exit after the batch in flight), bad configuration and bad ids.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! written, `/metrics` shows them, `/readyz` is ready, and the log names each order's request id
 //! (the id the gateway gave the request, carried in the record to `orders.request_id`).
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::process::{Command, Stdio};

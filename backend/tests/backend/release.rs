@@ -2,7 +2,7 @@
 //! aside and turning it off returns them; every release into the stock tells the gateways; the
 //! gateway's undo and the sweeper's claim exclude each other.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! Redis alone, on the result query's own connections), no reservation intake; and the sweeper,
 //! whose signed records the writer orders.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

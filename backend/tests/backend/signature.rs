@@ -2,7 +2,7 @@
 //! produced straight to the topic is dead-lettered with its offset, takes no stock and releases
 //! none, and the signed records after it become orders.
 
-mod common;
+use crate::common;
 
 use common::Env;
 use protocol::record::Reservation;

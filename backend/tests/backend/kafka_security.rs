@@ -7,7 +7,7 @@
 //! plaintext client on the TLS port and PLAIN in the clear without the opt-in fail with an error
 //! that says so, and produce nothing.
 
-mod common;
+use crate::common;
 
 use common::bin::{command, write_conf};
 use common::Env;

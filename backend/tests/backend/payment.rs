@@ -2,7 +2,7 @@
 //! body; a payment reference pays one order only; payment and timeout close racing on the same
 //! orders end exactly once each.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! nothing when it resumes, its late batch refused by the fence; a fourth joining mid-sale takes
 //! its share. Every sale ends with each reservation ordered exactly once.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -383,8 +383,8 @@ async fn the_fence_refuses_a_stale_epoch_another_owner_and_an_expired_lease() {
 /// beside one writer with a fixed plan of all 12 (how a writer ran before leases), in one run,
 /// each on a fresh database and topic with `MEASURE_ORDERS` (default 12,000) records produced
 /// once the writers are ready, writer batches of 1,000 (the conf's default). Run by hand:
-/// `ORDER_WRITER_BIN=<a release build> cargo test -p backend --test leases -- --ignored
-/// --nocapture measure`.
+/// `ORDER_WRITER_BIN=<a release build> cargo test -p backend --test backend -- --ignored
+/// --nocapture leases::measure`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "a measure, run by hand"]
 async fn measure_orders_per_second_by_writers() {

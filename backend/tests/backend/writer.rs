@@ -1,7 +1,7 @@
 //! The writer against real Kafka, PostgreSQL and Redis: duplicates, poison records, the stock
 //! guard's compensation.
 
-mod common;
+use crate::common;
 
 use common::Env;
 

@@ -2,7 +2,7 @@
 //! a file of them become signed records on the topic that the writer drains into orders; a bad
 //! file is refused with its line and nothing of it is produced.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

@@ -2,7 +2,7 @@
 //! a refused batch is written one record per transaction and only the refused record is
 //! dead-lettered; a lost connection is retried, never dead-lettered.
 
-mod common;
+use crate::common;
 
 use common::Env;
 use protocol::record::Reservation;

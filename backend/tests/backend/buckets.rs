@@ -3,7 +3,7 @@
 //! whose take never ran; reconciliation balances a bucketed sale and names a planted difference
 //! with its bucket; rebalance evens the buckets and keeps the sum.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! changes nothing; it never repairs a reservation that may still be in flight; and a unit it
 //! re-took comes back exactly once when its order closes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

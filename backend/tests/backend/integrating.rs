@@ -2,9 +2,9 @@
 //! `backend/examples/payment_adapter.rs` in front of the order writer's payment callback, fed a
 //! provider's signed webhooks as a provider sends them, on the real stack.
 
-mod common;
+use crate::common;
 
-#[path = "../examples/payment_adapter.rs"]
+#[path = "../../examples/payment_adapter.rs"]
 #[allow(dead_code)] // its `main` and run-time helpers
 mod adapter;
 

@@ -2,7 +2,7 @@
 //! repository, `migrate` with nothing but a PostgreSQL URL, the tables in the conf's schema,
 //! `serve --no-migrate` refusing an older schema, and `check` naming each server.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
