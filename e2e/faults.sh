@@ -97,12 +97,12 @@ FAULTS=("$@")
 # `redis-everysec` and `redis-always` (the same crash with appendfsync always, its loss made
 # certain, measured and repaired), leaves `broker-leader` to the full set (a three-broker
 # cluster's start is most of its 80 s; `broker` kills the broker in --short), `scale` in place of
-# `two-gateways` (two and then three gateways on one Redis, behind a balancer) and leaves
-# `reshard` to the test command's
-# cluster tests (cargo test's migration mid-burst, the sale on the Redis Cluster), and
-# `writer-kill` and `writer-pause` to the test command's backend/tests/backend/leases.rs (three real
-# writers by lease, one killed with SIGKILL and one paused past its lease mid-sale, every
-# reservation ordered once; `scale` removes a writer by lease mid-burst).
+# `two-gateways` (two and then three gateways on one Redis, behind a balancer), leaves `reshard`
+# to the test command's cluster tests (cargo test's migration mid-burst, the sale on the Redis
+# Cluster), and `writer-kill` and `writer-pause` to the test command's
+# backend/tests/backend/leases.rs (three real writers by lease, one killed with SIGKILL and one
+# paused past its lease mid-sale, every reservation ordered once; `scale` removes a writer by
+# lease mid-burst).
 if ((${#FAULTS[@]} == 0)); then
   for f in "${ALL_FAULTS[@]}"; do
     if ((SHORT)); then
@@ -745,10 +745,10 @@ exited_in() { # pid
 # load balancer (HAProxy checking each gateway's /readyz, lb_conf), two gateways serve it and two
 # order writers share the partitions by lease. In the burst's first second a third gateway is
 # started and the second drained by SIGTERM with linger_secs = 2 (SCALE_LINGER_SECS; 0 shows
-# what the linger is for): its /readyz fails at once, the
-# balancer stops sending to it within a check or two, and its listener closes only after the
-# linger, its queue empty (docs/deploy.md), a third writer started
-# and the second removed (SIGTERM: its leases released at once). The promise: every answer is
+# what the linger is for): its /readyz fails at once, the balancer stops sending to it within a
+# check or two, and its listener closes only after the linger, its queue empty
+# (docs/deploy.md); a third writer is started and the second removed (SIGTERM: its leases
+# released at once). The promise: every answer is
 # one of the documented codes (no lost connection, no bare 502: a drained gateway answers what
 # it accepted), the added gateway answers orders, the drained one exits within its linger and
 # drain_secs (2 + 5 s) + 5, the removed writer holds no partition and the added one holds some

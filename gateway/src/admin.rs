@@ -1,7 +1,8 @@
 //! The admin listener (`[admin] listen` of the server file): Prometheus `/metrics` (Pingora's
 //! Prometheus app over the default registry), `/healthz` (the process answers) and `/readyz`
 //! (it can sell: at least one Redis connection is up; Kafka being down does not make the gateway
-//! unready, the outbox holds the records; 503 `draining` once `SIGTERM` was received). Keep it off the public interface.
+//! unready, the outbox holds the records; 503 `draining` once `SIGTERM` was received). Keep it
+//! off the public interface.
 //!
 //! [`Live`] holds the gateway's families read at scrape time (see [`crate::metrics`]); the
 //! sale's are registered by the sale itself, in the same registry.

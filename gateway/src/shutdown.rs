@@ -4,8 +4,9 @@
 //! had queued on a closed socket is reset, and a balancer that had sent it a request answers
 //! its client 502 (it does not resend a `POST`). A balancer stops sending to a gateway that
 //! fails its readiness check; `[shutdown] linger_secs` gives it that time: for the linger, the
-//! gateway keeps accepting and serving, `/readyz` answers 503 `draining`, and every answer says
-//! `Connection: close` (a client or balancer reconnects, elsewhere); then Pingora's own
+//! gateway keeps accepting and serving, `/readyz` answers 503 `draining`, and every HTTP/1 answer says
+//! `Connection: close` (a client or balancer reconnects, elsewhere; an HTTP/2 connection is told
+//! to go at the drain, by Pingora's GOAWAY); then Pingora's own
 //! graceful terminate (stop accepting, the drain bound, exit). `SIGQUIT` (the upgrade) and
 //! `SIGINT` are Pingora's, at once: the upgrade hands the sockets over, nothing is closed.
 

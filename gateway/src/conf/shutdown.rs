@@ -30,7 +30,7 @@ pub struct ShutdownConf {
     /// finish; the process exits after it (Pingora waits the whole period).
     pub drain: Duration,
     /// After `SIGTERM` and before the drain, how long the gateway keeps accepting and serving
-    /// while `/readyz` answers 503 and every answer closes its connection: the time a balancer
+    /// while `/readyz` answers 503 and every HTTP/1 answer closes its connection: the time a balancer
     /// needs to stop sending to it (its readiness checks' interval times their fall count).
     pub linger: Duration,
     /// The Unix socket over which an old process hands its listening sockets to a new one.
