@@ -45,20 +45,27 @@ impl Request {
     }
 }
 
-/// The `# request: METHOD HOST PATH` lines of a fixture.
+/// The `# request: METHOD HOST TARGET` lines of a fixture, each optionally followed by header
+/// lines after `|`: `# request: GET gz.test /big | Accept-Encoding: gzip | Range: bytes=0-9`.
 pub fn base_requests(fixture: &str, name: &str) -> Vec<Request> {
     fixture
         .lines()
         .filter_map(|l| l.strip_prefix("# request: "))
         .filter_map(|l| {
-            let mut parts = l.split_whitespace();
+            let mut fields = l.split('|');
+            let mut parts = fields.next()?.split_whitespace();
             let (method, host, target) = (parts.next()?, parts.next()?, parts.next()?);
+            let headers: Vec<(String, String)> = fields
+                .filter_map(|h| h.split_once(':'))
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .collect();
+            let shown: Vec<String> = headers.iter().map(|(k, v)| format!(" | {k}: {v}")).collect();
             Some(Request {
-                label: format!("{name}: {method} {host} {target}"),
+                label: format!("{name}: {method} {host} {target}{}", shown.concat()),
                 method: method.into(),
                 host: Some(host.into()),
                 target: target.into(),
-                headers: Vec::new(),
+                headers,
                 body: Vec::new(),
             })
         })
@@ -264,6 +271,14 @@ mod tests {
                 && targets.contains(&"/x%2Fy?k=1")
         );
         assert!(targets.contains(&"/x/y?k=1&a=1&b=%20x"));
+        let with =
+            base_requests("# request: GET c.test /z | Accept-Encoding: gzip | Range: bytes=0-9\n", "f");
+        assert_eq!(with[0].target, "/z");
+        assert_eq!(
+            with[0].headers,
+            [("Accept-Encoding".into(), "gzip".into()), ("Range".into(), "bytes=0-9".into())]
+        );
+        assert!(variants(&with[0]).iter().all(|r| r.headers.starts_with(&with[0].headers)));
         let old = v.iter().find(|r| r.host.is_none()).unwrap();
         assert!(String::from_utf8(old.bytes())
             .unwrap()
