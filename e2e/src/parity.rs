@@ -190,8 +190,9 @@ fn dechunk(mut raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The response headers compared (what the fixtures set or hide).
-pub const COMPARED_HEADERS: [&str; 4] = ["location", "x-added", "x-always", "x-secret"];
+/// The response headers compared (what the fixtures set or hide, and whether a body is
+/// compressed).
+pub const COMPARED_HEADERS: [&str; 5] = ["location", "x-added", "x-always", "x-secret", "content-encoding"];
 
 /// The differences between Nginx's answer and the gateway's (none: identical as compared): the
 /// status; the compared headers; for a 200, the body (an echo's JSON by its fields, else the
@@ -211,6 +212,7 @@ pub fn differences(nginx: &Answer, gateway: &Answer) -> Vec<String> {
             out.push(format!("{h}: {:?} vs {:?}", nginx.headers.get(h), gateway.headers.get(h)));
         }
     }
+    let (nginx, gateway) = (&decoded(nginx), &decoded(gateway));
     if nginx.status == 200 && nginx.body != gateway.body {
         let json = |b: &[u8]| serde_json::from_slice::<BTreeMap<String, serde_json::Value>>(b).ok();
         match (json(&nginx.body), json(&gateway.body)) {
@@ -226,6 +228,21 @@ pub fn differences(nginx: &Answer, gateway: &Answer) -> Vec<String> {
                 String::from_utf8_lossy(&nginx.body[..nginx.body.len().min(80)]),
                 String::from_utf8_lossy(&gateway.body[..gateway.body.len().min(80)])
             )),
+        }
+    }
+    out
+}
+
+/// `answer` with its body gunzipped when it says `Content-Encoding: gzip` (each server
+/// compresses in its own bytes: what is compared is what the client reads); a body that does
+/// not inflate is kept as it came.
+fn decoded(answer: &Answer) -> Answer {
+    let mut out = answer.clone();
+    if answer.headers.get("content-encoding").is_some_and(|e| e == "gzip") {
+        let mut plain = Vec::new();
+        let mut reader = flate2::read::GzDecoder::new(answer.body.as_slice());
+        if std::io::Read::read_to_end(&mut reader, &mut plain).is_ok() {
+            out.body = plain;
         }
     }
     out
@@ -317,6 +334,12 @@ mod tests {
         );
         assert_eq!(d, ["upstream saw uri: Some(String(\"/a\")) vs Some(String(\"/b\"))"]);
         assert_eq!(differences(&a(200, "x", &[]), &a(200, "y", &[])).len(), 1);
+        // A gzipped body is compared by what it inflates to; gzip on one side only differs.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+        std::io::Write::write_all(&mut gz, b"same").unwrap();
+        let gz = Answer { body: gz.finish().unwrap(), ..a(200, "", &[("content-encoding", "gzip")]) };
+        assert!(differences(&gz, &Answer { body: b"same".to_vec(), ..gz.clone() }).is_empty());
+        assert_eq!(differences(&gz, &a(200, "same", &[])).len(), 1);
         // Nginx's absolute form of a relative redirect is the same target; another path is not.
         let loc = |l| a(302, "", &[("location", l)]);
         assert!(differences(&loc("http://h:1234/e/x?q=1"), &loc("/e/x?q=1")).is_empty());

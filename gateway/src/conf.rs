@@ -20,6 +20,7 @@ use toml::Spanned;
 
 pub mod acme;
 mod action;
+pub mod compression;
 mod headers;
 pub mod limits;
 mod matching;
@@ -145,6 +146,12 @@ struct RawRoute {
     client_max_body_size: Option<S<i64>>,
     #[serde(default)]
     compression_level: Option<S<i64>>,
+    #[serde(default)]
+    compression_types: Option<S<Vec<S<String>>>>,
+    #[serde(default)]
+    compression_min_length: Option<S<i64>>,
+    #[serde(default)]
+    compression_algorithms: Option<S<Vec<S<String>>>>,
 }
 
 fn d_connect() -> S<i64> {
@@ -203,8 +210,8 @@ pub struct RouteConf {
     pub pool: Option<PoolConf>,
     /// Largest request body on this route; `None`: `[limits] client_max_body_size`.
     pub client_max_body_size: Option<u64>,
-    /// Response compression level (gzip, brotli, zstd as the client accepts); 0: off.
-    pub compression_level: u32,
+    /// Response compression (Nginx's `gzip` directives); off by default.
+    pub compression: compression::Compression,
 }
 
 /// The validated server file.

@@ -36,11 +36,12 @@ use async_trait::async_trait;
 use bytes::BytesMut;
 use pingora_core::apps::{HttpServerApp, ServerApp};
 use pingora_core::modules::http::compression::ResponseCompression;
+use pingora_core::protocols::http::compression::Algorithm;
 use pingora_core::protocols::http::ServerSession;
 use pingora_core::protocols::{Stream, ALPN};
 use pingora_core::server::ShutdownWatch;
 use pingora_core::upstreams::peer::HttpPeer;
-use pingora_http::RequestHeader;
+use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
 use plugins::checks::client_ip::{self, TrustedProxies};
 use plugins::checks::X_FORWARDED_FOR;
@@ -48,6 +49,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{timeout, timeout_at, Instant};
 
 use crate::access_log::{AccessLog, Entry};
+use crate::conf::compression::ALGORITHMS;
+use crate::conf::RouteConf;
 use crate::limits::{self, BodyCount, Limits, Refusal};
 use crate::reload::Active;
 
@@ -274,13 +277,76 @@ pub fn scheme(session: &Session) -> &'static str {
     }
 }
 
-/// Sets the response compression of a request to `shop` route (`compression_level`, off by
-/// default) on Pingora's compression module; the gateway's own answers are never compressed.
+/// Sets the response compression of a request to `shop` route (its `compression_level` for
+/// each of its `compression_algorithms`; off by default) on Pingora's compression module; the
+/// gateway's own answers are never compressed.
 pub fn compression(session: &mut Session, active: &Active, shop: Option<usize>) {
-    let level = shop.and_then(|i| active.server.routes.get(i)).map_or(0, |r| r.compression_level);
-    if level > 0 {
+    let Some(route) = shop.and_then(|i| active.server.routes.get(i)) else { return };
+    let conf = &route.compression;
+    if conf.level == 0 {
+        return;
+    }
+    let accepted = session.req_header().headers.get(http::header::ACCEPT_ENCODING);
+    let chosen = chosen_encoding(accepted.and_then(|v| v.to_str().ok()), &conf.algorithms);
+    if let Some(c) = session.downstream_modules_ctx.get_mut::<ResponseCompression>() {
+        let Some(token) = chosen else {
+            c.adjust_level(0);
+            return;
+        };
+        for (algorithm, on) in ALGORITHMS.iter().zip(conf.algorithms) {
+            c.adjust_algorithm_level(Algorithm::from(*algorithm), if on { conf.level } else { 0 });
+        }
+        // Pingora's module compresses with the first coding it reads (it reads no q-values):
+        // read first, the coding chosen here is the one used.
+        if let Ok(mut h) = RequestHeader::build("GET", b"/", None) {
+            if h.insert_header(http::header::ACCEPT_ENCODING, token).is_ok() {
+                c.request_filter(&h);
+            }
+        }
+    }
+}
+
+/// The coding of `accept_encoding` a route allowing `allowed` ([`ALGORITHMS`]) uses: the
+/// client's first acceptable one (not `q=0`) the route allows; `None`: the answer is sent as
+/// it is. Nginx's gzip reads the header the same way for its one coding.
+fn chosen_encoding(accept_encoding: Option<&str>, allowed: &[bool; 3]) -> Option<&'static str> {
+    let refused = |params: &str| {
+        params.split(';').any(|p| {
+            let p = p.trim().to_ascii_lowercase();
+            p.strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0))
+        })
+    };
+    accept_encoding.unwrap_or("").split(',').find_map(|item| {
+        let (token, params) = item.split_once(';').unwrap_or((item, ""));
+        let token = token.trim().to_ascii_lowercase();
+        let known = ALGORITHMS.iter().zip(allowed).find(|(a, on)| **on && **a == token);
+        known.filter(|_| !refused(params)).map(|(a, _)| *a)
+    })
+}
+
+/// Turns the compression of this answer off unless Nginx's rule compresses it
+/// ([`crate::conf::compression::Compression::applies`]: the status, the length, the type and
+/// the request's HTTP version). Before Pingora's module reads the answer's header. A `HEAD`'s
+/// answer (no body: the module leaves it) says the coding its `GET` would have, as Nginx's.
+pub fn compression_of_answer(session: &mut Session, route: &RouteConf, resp: &mut ResponseHeader) {
+    let conf = &route.compression;
+    if conf.level == 0 {
+        return;
+    }
+    let req = session.req_header();
+    if !conf.applies(req, resp) {
         if let Some(c) = session.downstream_modules_ctx.get_mut::<ResponseCompression>() {
-            c.adjust_level(level);
+            if c.is_header_phase() {
+                c.adjust_level(0);
+            }
+        }
+        return;
+    }
+    if req.method == http::Method::HEAD {
+        let accepted = req.headers.get(http::header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok());
+        if let Some(coding) = chosen_encoding(accepted, &conf.algorithms) {
+            let _ = resp.insert_header(http::header::CONTENT_ENCODING, coding);
+            resp.remove_header(&http::header::CONTENT_LENGTH);
         }
     }
 }
@@ -347,4 +413,20 @@ pub fn forwarded_headers(
         upstream_request.insert_header(X_FORWARDED_PROTO, scheme(session))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_route_of_some_codings_uses_the_clients_first_it_allows() {
+        let gzip_only = [true, false, false];
+        let chosen = |ae| super::chosen_encoding(ae, &gzip_only);
+        assert_eq!(chosen(Some("br, gzip")), Some("gzip"), "br first, not allowed: gzip");
+        assert_eq!(chosen(Some("deflate, GZIP;q=0.5")), Some("gzip"));
+        assert_eq!(chosen(Some("br, zstd")), None, "none allowed: nothing");
+        assert_eq!(chosen(Some("gzip;q=0, br")), None, "q=0 refuses it");
+        assert_eq!(chosen(Some("gzip; q=0.0")), None);
+        assert_eq!(chosen(None), None, "no Accept-Encoding: identity");
+        assert_eq!(super::chosen_encoding(Some("zstd, br"), &[false, true, true]), Some("zstd"));
+    }
 }

@@ -267,6 +267,7 @@ impl ProxyHttp for Gateway {
             let vars =
                 shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
             shop::response_headers(route, &vars, upstream_response)?;
+            frontdoor::compression_of_answer(session, route, upstream_response);
         }
         Ok(())
     }

@@ -179,7 +179,20 @@ async fn echo(name: &'static str, delay_secs: u64) -> anyhow::Result<String> {
             "x-outer": h("x-outer"), "x-inner": h("x-inner"), "x-removed": h("x-removed"),
             "body_sha256": hex::encode(digest::digest(&digest::SHA256, &bytes)),
         });
-        ([("x-secret", "s")], axum::Json(seen))
+        let path = parts.uri.path();
+        // The type by the path's extension (for the gzip fixture's `gzip_types`); `/tiny` paths
+        // answer a body below `gzip_min_length`'s default.
+        let kind = [
+            (".css", "text/css"),
+            (".html", "text/html"),
+            (".js", "application/javascript"),
+            (".png", "image/png"),
+        ]
+        .into_iter()
+        .find(|(ext, _)| path.ends_with(ext))
+        .map_or("application/json", |(_, t)| t);
+        let body = if path.contains("/tiny") { "tiny".to_string() } else { seen.to_string() };
+        ([("x-secret", "s"), ("content-type", kind)], body)
     });
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(addr)

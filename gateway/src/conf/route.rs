@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use protocol::conf::ConfError;
 
 use super::limits::MAX_BODY_CAP;
-use super::{action, headers, matching};
+use super::{action, compression, headers, matching};
 use super::{pool, Checker, RawPoolFields, RawRoute, RouteConf};
 
 /// Checks every route, then that no two routes of one host have the same path and that one
@@ -162,7 +162,10 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
             return Err(c.err(r.name.span(), &f("upstreams"), "missing: give `upstreams` or `return`"))
         }
     };
-    let (client_max_body_size, compression_level) = check(c, prefix, r)?;
+    let client_max_body_size = match &r.client_max_body_size {
+        Some(v) => Some(c.int(v, &f("client_max_body_size"), 0, MAX_BODY_CAP)? as u64),
+        None => None,
+    };
     Ok(RouteConf {
         name: r.name.get_ref().clone(),
         hosts,
@@ -174,24 +177,8 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
         error_pages: action::error_pages(c, prefix, &r.error_page)?,
         pool,
         client_max_body_size,
-        compression_level,
+        compression: compression::check(c, prefix, r)?,
     })
-}
-
-/// Highest compression level (brotli's; gzip caps at 9 and zstd reads it as is).
-pub const MAX_COMPRESSION_LEVEL: i64 = 11;
-
-/// `(client_max_body_size, compression_level)` of route `prefix` (`route[i]`).
-fn check(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<(Option<u64>, u32), ConfError> {
-    let body = match &r.client_max_body_size {
-        Some(v) => Some(c.int(v, &format!("{prefix}.client_max_body_size"), 0, MAX_BODY_CAP)? as u64),
-        None => None,
-    };
-    let level = match &r.compression_level {
-        Some(v) => c.int(v, &format!("{prefix}.compression_level"), 0, MAX_COMPRESSION_LEVEL)? as u32,
-        None => 0,
-    };
-    Ok((body, level))
 }
 
 #[cfg(test)]
@@ -199,18 +186,15 @@ mod tests {
     use super::super::tests::{expect_err, parse, GOOD};
 
     #[test]
-    fn route_body_limit_and_compression() {
+    fn route_body_limit() {
         let c = parse(GOOD).unwrap();
-        assert_eq!(
-            (c.routes[0].client_max_body_size, c.routes[0].compression_level),
-            (None, 0),
-            "off by default"
-        );
+        assert_eq!(c.routes[0].client_max_body_size, None, "[limits]' by default");
         let with =
             |extra: &str| GOOD.replace("path_prefix = \"/\"", &format!("path_prefix = \"/\"\n{extra}"));
-        let c = parse(&with("client_max_body_size = 10\ncompression_level = 6")).unwrap();
-        assert_eq!((c.routes[0].client_max_body_size, c.routes[0].compression_level), (Some(10), 6));
-        expect_err(&with("compression_level = 12"), 17, "route[0].compression_level", "between 0 and 11");
+        assert_eq!(
+            parse(&with("client_max_body_size = 10")).unwrap().routes[0].client_max_body_size,
+            Some(10)
+        );
         expect_err(&with("client_max_body_size = -5"), 17, "route[0].client_max_body_size", "between 0");
     }
 

@@ -73,7 +73,10 @@ async fn responses_are_compressed_only_on_routes_that_ask() {
     let upstream = shop.address().to_string();
     let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.routes = route("packed", "/packed/", &upstream, "compression_level = 6")
-        + &route("plain", "/plain/", &upstream, "");
+        + &route("plain", "/plain/", &upstream, "")
+        + &route("gz", "/gz/", &upstream, "compression_level = 6\ncompression_algorithms = [\"gzip\"]")
+        + &route("long", "/long/", &upstream, "compression_level = 6\ncompression_min_length = 100000")
+        + &route("css", "/css/", &upstream, "compression_level = 6\ncompression_types = [\"text/css\"]");
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
 
@@ -92,6 +95,21 @@ async fn responses_are_compressed_only_on_routes_that_ask() {
     let resp = http.get(gw.url("/plain/p")).header("accept-encoding", "gzip, br").send().await.unwrap();
     assert!(resp.headers().get("content-encoding").is_none(), "off by default");
     assert_eq!(resp.text().await.unwrap(), page);
+    // Nginx's gzip directives: the client's first coding the route allows; a body below the
+    // route's minimum length and HTTP/1.0 are sent as they are; text/html is always a type.
+    let encoding = |path: &'static str, accept: &'static str| {
+        let req = http.get(gw.url(path)).header("accept-encoding", accept).send();
+        async move {
+            req.await.unwrap().headers().get("content-encoding").map(|v| v.to_str().unwrap().to_string())
+        }
+    };
+    assert_eq!(encoding("/gz/p", "br, gzip").await.as_deref(), Some("gzip"), "br not allowed there");
+    assert_eq!(encoding("/gz/p", "br").await, None);
+    assert_eq!(encoding("/gz/p", "gzip;q=0").await, None, "q=0 refuses a coding");
+    assert_eq!(encoding("/long/p", "gzip").await, None, "19,000 bytes < compression_min_length");
+    assert_eq!(encoding("/css/p", "gzip").await.as_deref(), Some("gzip"), "text/html always listed");
+    let old = http.get(gw.url("/gz/p")).version(reqwest::Version::HTTP_10).header("accept-encoding", "gzip");
+    assert!(old.send().await.unwrap().headers().get("content-encoding").is_none(), "gzip_http_version 1.1");
     // The gateway's own answers are never compressed.
     let resp =
         http.get(gw.url(&format!("/seckill/{campaign}/info"))).header("accept-encoding", "gzip").send();
