@@ -15,6 +15,11 @@
 #   (s) the gateway's sold-out answer (a sold-out campaign's order, the local flag), when a
 #       Redis is given (SECKILL_REDIS_URL or the stack's .stack/env), so a change of the proxied
 #       path that slows the sale shows in the same run
+#   (p) the gateway as a proxy only (a server file with no sale: [server] and routes), and
+#   (r) the same with 200 locations (100 prefixes, 100 regexes, Nginx's precedence) before the
+#       catch-all the request matches: every regex is tried first (target (r)/(p) >= 0.95)
+#   (z) gzip of a 10 KB text answer at level 1 (gzip_comp_level 1, gzip_types text/plain) by
+#       the proxy-only gateway, beside (zn) Nginx's gzip, same body, same level: CPU per response
 #
 # requests/s, p50, p99 and the CPU microseconds per request of each process (user + system,
 # from /proc/PID/stat, over that run: the proxy, and the upstream nginx it drives). The gateway,
@@ -61,6 +66,8 @@ build_all release
 WORK=$(mktemp -d -t proxy-bench.XXXXXX)
 GW_PID=""
 GW1_PID=""
+GWP_PID=""
+GWR_PID=""
 FLOOR_PID=""
 FLOOR1_PID=""
 FLOORW_PID=""
@@ -70,6 +77,8 @@ rcli() { local hp=${REDIS_URL#redis://}; hp=${hp%%/*}; redis-cli -h "${hp%:*}" -
 cleanup() {
   [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
   [[ -n "$GW1_PID" ]] && kill "$GW1_PID" 2>/dev/null && wait "$GW1_PID" 2>/dev/null || true
+  [[ -n "$GWP_PID" ]] && kill "$GWP_PID" 2>/dev/null && wait "$GWP_PID" 2>/dev/null || true
+  [[ -n "$GWR_PID" ]] && kill "$GWR_PID" 2>/dev/null && wait "$GWR_PID" 2>/dev/null || true
   [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
   [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
   [[ -n "$FLOORW_PID" ]] && kill "$FLOORW_PID" 2>/dev/null && wait "$FLOORW_PID" 2>/dev/null || true
@@ -82,7 +91,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); GW1=$(free_port); GW1S=$(free_port); FL=$(free_port); FL1=$(free_port); FLW=$(free_port)
+GWP=$(free_port); GWR=$(free_port); UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); GW1=$(free_port); GW1S=$(free_port); FL=$(free_port); FL1=$(free_port); FLW=$(free_port)
 
 # The run's certificate (both proxies serve the same one).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -subj "/CN=shop.bench" \
@@ -110,8 +119,11 @@ NGINX
   for _ in $(seq 50); do [[ -s "$WORK/$1/nginx.pid" ]] && break; sleep 0.1; done
 }
 
-# The small upstream: one worker, a fixed 13-byte body.
-nginx_conf up 1 "  server { listen 127.0.0.1:$UP; location / { default_type text/plain; return 200 'hello, shop!\n'; } }"
+# The small upstream: one worker, a fixed 13-byte body; /big: 10 KB of text for (z).
+mkdir -p "$WORK/up"
+python3 -c "import random; random.seed(7); w=['shop','sale','price','phone','order','stock','cart','page']; print(' '.join(random.choice(w) for _ in range(1800))[:10240])" >"$WORK/up/big.txt"
+nginx_conf up 1 "  server { listen 127.0.0.1:$UP; location / { default_type text/plain; return 200 'hello, shop!\n'; }
+    location = /big { default_type text/plain; alias $WORK/up/big.txt; } }"
 # The peer: Nginx proxy_pass with upstream keepalive, plain and TLS.
 nginx_conf px "$THREADS" "
   upstream shop { server 127.0.0.1:$UP; keepalive 64; }
@@ -122,6 +134,8 @@ nginx_conf px "$THREADS" "
     ssl_certificate_key $WORK/shop.key;
     ssl_protocols TLSv1.2 TLSv1.3;
     location / { proxy_pass http://shop; proxy_http_version 1.1; proxy_set_header Connection \"\"; }
+    location = /big { proxy_pass http://shop; proxy_http_version 1.1; proxy_set_header Connection \"\";
+      gzip on; gzip_comp_level 1; gzip_types text/plain; }
   }"
 
 # The gateway: one shop route to the same upstream, plain and TLS listeners.
@@ -174,12 +188,46 @@ target/release/examples/proxy_floor "127.0.0.1:$FL1" "127.0.0.1:$UP" 1 >"$WORK/f
 FLOOR1_PID=$!
 FLOOR_WORKERS=$THREADS target/release/examples/proxy_floor "127.0.0.1:$FLW" "127.0.0.1:$UP" >"$WORK/floorw.log" 2>&1 &
 FLOORW_PID=$!
+# (p), (z): the gateway as a proxy only; (r): the same behind 200 locations.
+cat >"$WORK/gw/proxy.toml" <<SERVER
+[server]
+listen = "127.0.0.1:$GWP"
+workers = $THREADS
+[shutdown]
+upgrade_sock = "$WORK/gw/upgrade-p.sock"
+[[route]]
+name = "big"
+path = "= /big"
+upstreams = ["127.0.0.1:$UP"]
+compression_level = 1
+compression_types = ["text/plain"]
+compression_algorithms = ["gzip"]
+[[route]]
+name = "shop"
+path = "/"
+upstreams = ["127.0.0.1:$UP"]
+SERVER
+{
+  printf '[server]\nlisten = "127.0.0.1:%s"\nworkers = %s\n[shutdown]\nupgrade_sock = "%s"\n' "$GWR" "$THREADS" "$WORK/gw/upgrade-r.sock"
+  for i in $(seq 100); do
+    printf '[[route]]\nname = "p%s"\npath = "/p%s/"\nupstreams = ["127.0.0.1:%s"]\n' "$i" "$i" "$UP"
+    printf '[[route]]\nname = "r%s"\npath = "~ ^/r%s/[a-z]+\\\\.html$"\nupstreams = ["127.0.0.1:%s"]\n' "$i" "$i" "$UP"
+  done
+  printf '[[route]]\nname = "shop"\npath = "/"\nupstreams = ["127.0.0.1:%s"]\n' "$UP"
+} >"$WORK/gw/routes200.toml"
+target/release/gateway --conf "$WORK/gw/routes200.toml" --check >/dev/null
+RUST_LOG=warn target/release/gateway --conf "$WORK/gw/proxy.toml" >"$WORK/gatewayp.log" 2>&1 &
+GWP_PID=$!
+RUST_LOG=warn target/release/gateway --conf "$WORK/gw/routes200.toml" >"$WORK/gatewayr.log" 2>&1 &
+GWR_PID=$!
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GWP/" && break; sleep 0.1; done
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GWR/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW1/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FL/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FL1/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLW/" && break; sleep 0.1; done
-for url in "http://127.0.0.1:$GW/" "http://127.0.0.1:$GW1/" "https://127.0.0.1:$GWS/" "http://127.0.0.1:$NX/" "https://127.0.0.1:$NXS/" "http://127.0.0.1:$FL/"; do
+for url in "http://127.0.0.1:$GWP/" "http://127.0.0.1:$GWR/" "http://127.0.0.1:$GW/" "http://127.0.0.1:$GW1/" "https://127.0.0.1:$GWS/" "http://127.0.0.1:$NX/" "https://127.0.0.1:$NXS/" "http://127.0.0.1:$FL/"; do
   body=$(curl -sk "$url")
   [[ "$body" == "hello, shop!" ]] || { echo "$url answered: $body" >&2; cat "$WORK/gateway.log" >&2; exit 1; }
 done
@@ -190,6 +238,15 @@ function done(summary, latency, requests)
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
 end
 LUA
+{ echo 'wrk.headers["Accept-Encoding"] = "gzip"'; cat "$WORK/pct.lua"; } >"$WORK/gzip.lua"
+GZ_BYTES=""
+for who in gateway:$GWP nginx:$NX; do
+  curl -s -H 'Accept-Encoding: gzip' -D "$WORK/gz.head" -o "$WORK/gz.body" "http://127.0.0.1:${who#*:}/big"
+  grep -qi '^content-encoding: gzip' "$WORK/gz.head" && [[ "$(gzip -dc <"$WORK/gz.body")" == "$(cat "$WORK/up/big.txt")" ]] ||
+    { echo "${who%%:*}: no gzip of /big" >&2; cat "$WORK/gz.head" >&2; exit 1; }
+  GZ_BYTES+="${who%%:*} $(stat -c %s "$WORK/gz.body"), "
+done
+GZ_BYTES+="of $(stat -c %s "$WORK/up/big.txt")"
 
 # (s) relies on the sold-out flag of $SOLD, set by one buyer's signed order (lib.sh).
 sold_out() { sold_out_flag "http://127.0.0.1:$GW" "$SOLD" "$WORK/sold.tsv" || exit 1; }
@@ -228,6 +285,10 @@ read -r W W50 W99 WE WCPU WUP <<<"$(run_wrk w "http://127.0.0.1:$FLW/" "$FLOORW_
 read -r C C50 C99 CE CCPU CUP <<<"$(run_wrk c "https://127.0.0.1:$GWS/" "$GW_PID")"
 read -r D D50 D99 DE DCPU DUP <<<"$(run_wrk d "https://127.0.0.1:$NXS/" "$NX_PIDS")"
 read -r E E50 E99 EE ECPU _ <<<"$(run_wrk e "http://127.0.0.1:$UP/" "$UP_PIDS")"
+read -r P P50 P99 PE PCPU PUP <<<"$(run_wrk p "http://127.0.0.1:$GWP/" "$GWP_PID")"
+read -r R R50 R99 RE RCPU RUP <<<"$(run_wrk r "http://127.0.0.1:$GWR/" "$GWR_PID")"
+read -r Z Z50 Z99 ZE ZCPU ZUP <<<"$(run_wrk z "http://127.0.0.1:$GWP/big" "$GWP_PID" "$WORK/gzip.lua")"
+read -r ZN ZN50 ZN99 ZNE ZNCPU ZNUP <<<"$(run_wrk zn "http://127.0.0.1:$NX/big" "$NX_PIDS" "$WORK/gzip.lua")"
 if [[ -n "$REDIS_URL" ]]; then
   sold_out
   read -r S S50 S99 SE SCPU _ <<<"$(run_wrk s "http://127.0.0.1:$GW/seckill/$SOLD/order" "$GW_PID" "$WORK/post.lua")"
@@ -248,6 +309,10 @@ row "(c) gateway, TLS" "$C" "$C50" "$C99" "$CE" "$CCPU" "$CUP"
 row "(d) nginx proxy_pass, TLS" "$D" "$D50" "$D99" "$DE" "$DCPU" "$DUP"
 row "(e) the upstream alone" "$E" "$E50" "$E99" "$EE" "$ECPU" "-"
 [[ -n "$REDIS_URL" ]] && row "(s) gateway, sold-out order (no upstream)" "$S" "$S50" "$S99" "$SE" "$SCPU" "-"
+row "(p) gateway, proxy only (no sale)" "$P" "$P50" "$P99" "$PE" "$PCPU" "$PUP"
+row "(r) (p) behind 200 locations" "$R" "$R50" "$R99" "$RE" "$RCPU" "$RUP"
+row "(z) (p), gzip level 1 of 10 KB" "$Z" "$Z50" "$Z99" "$ZE" "$ZCPU" "$ZUP"
+row "(zn) nginx, gzip level 1 of 10 KB" "$ZN" "$ZN50" "$ZN99" "$ZNE" "$ZNCPU" "$ZNUP"
 python3 -c "
 a, b, c, d, f = $A, $B, $C, $D, $F
 verdict = lambda ok: 'ok' if ok else 'MISSED'
@@ -258,7 +323,10 @@ print(f'  old layout: (a1)/(b) = {$A1 / b:.2f} requests/s, p99 {$A199 / max($B99
 print(f'  the gateway over the one-thread services: (a)/(w) = {a / $W:.2f} (target >= 0.9: {verdict(a / $W >= 0.9)})')
 print(f'  floor: (f)/(b) = {f / b:.2f} requests/s, CPU (f)/(b) = {$FCPU / $BCPU:.2f}; the gateway over the floor: (a)/(f) = {a / f:.2f}, CPU (a)/(f) = {$ACPU / $FCPU:.2f}')
 print(f'  one-thread floor: (g)/(b) = {$G / b:.2f} requests/s, CPU (g)/(b) = {$GCPU / $BCPU:.2f}')
-print(f'  one-thread services: (w)/(b) = {$W / b:.2f} requests/s, p99 {$W99 / max($B99, 0.01):.2f}, CPU (w)/(b) = {$WCPU / $BCPU:.2f}')"
+print(f'  one-thread services: (w)/(b) = {$W / b:.2f} requests/s, p99 {$W99 / max($B99, 0.01):.2f}, CPU (w)/(b) = {$WCPU / $BCPU:.2f}')
+print(f'  proxy only: (p)/(b) = {$P / b:.2f} requests/s, CPU (p)/(b) = {$PCPU / $BCPU:.2f}; (p)/(a) = {$P / a:.2f} (the sale on beside it)')
+print(f'  200 locations: (r)/(p) = {$R / $P:.2f} requests/s (target >= 0.95: {verdict($R / $P >= 0.95)}), CPU (r)/(p) = {$RCPU / $PCPU:.2f}')
+print(f'  gzip: CPU per response (z)/(zn) = {$ZCPU / $ZNCPU:.2f}, requests/s (z)/(zn) = {$Z / $ZN:.2f}; compressed bytes: $GZ_BYTES')"
 echo "upstream connections the gateway dropped on reuse (\"failed to acquire reusable stream\"): (a) $(grep -c 'failed to acquire reusable stream' "$WORK/gateway.log" || true), (a1) $(grep -c 'failed to acquire reusable stream' "$WORK/gateway1.log" || true)"
 
 [[ "$PROFILE" == 1 ]] || exit 0
