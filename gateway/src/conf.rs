@@ -28,6 +28,7 @@ mod observe;
 mod route;
 pub mod shutdown;
 pub mod tls;
+pub mod upstream;
 
 pub use action::{Return, Rewrite};
 pub use headers::Headers;
@@ -143,6 +144,12 @@ struct RawRoute {
     #[serde(default)]
     health_check_path: Option<S<String>>,
     #[serde(default)]
+    health_check_host: Option<S<String>>,
+    #[serde(default)]
+    balance: Option<S<String>>,
+    #[serde(default = "d_resolve")]
+    resolve_interval_ms: S<i64>,
+    #[serde(default)]
     client_max_body_size: Option<S<i64>>,
     #[serde(default)]
     compression_level: Option<S<i64>>,
@@ -167,12 +174,22 @@ fn d_route_timeout() -> S<i64> {
 fn d_interval() -> S<i64> {
     spanned(1000)
 }
+/// How often the names in `upstreams` are resolved again (30 s).
+fn d_resolve() -> S<i64> {
+    spanned(30_000)
+}
 
-/// An upstream pool: addresses, timeouts, health check.
+/// An upstream pool: addresses, balancing, timeouts, health check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolConf {
-    /// Addresses, round robin over the healthy ones.
-    pub upstreams: Vec<SocketAddr>,
+    /// Its servers (Nginx's `server` lines: IP or name, weight, passive failure marking).
+    pub upstreams: Vec<upstream::Server>,
+    /// How a request's address is picked among those in service.
+    pub balance: upstream::Balance,
+    /// How often names are resolved again.
+    pub resolve_interval: Duration,
+    /// The `Host` of the HTTP health check (default `localhost`).
+    pub health_check_host: Option<String>,
     /// TCP connect timeout.
     pub connect_timeout: Duration,
     /// Timeout of each read from the upstream (Nginx's `proxy_read_timeout`).
@@ -282,16 +299,29 @@ struct RawPoolFields<'a> {
     max_io_ms: i64,
     interval: &'a S<i64>,
     path: &'a Option<S<String>>,
+    /// A route's `balance`, `health_check_host` and `resolve_interval_ms` (none for
+    /// `[order_writer]`: round robin, `localhost`, 30 s).
+    route: Option<RouteBalance<'a>>,
 }
+
+/// A route's `balance`, `health_check_host` and `resolve_interval_ms`.
+type RouteBalance<'a> = (&'a Option<S<String>>, &'a Option<S<String>>, &'a S<i64>);
 
 /// Checks the pool fields under `prefix` (`order_writer`, `route[0]`).
 fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolConf, ConfError> {
-    let RawPoolFields { upstreams, connect, read, send, max_io_ms, interval, path } = raw;
+    let RawPoolFields { upstreams, connect, read, send, max_io_ms, interval, path, route } = raw;
     let f = |name: &str| format!("{prefix}.{name}");
-    if upstreams.get_ref().is_empty() {
-        return Err(c.err(upstreams.span(), &f("upstreams"), "must list at least one address"));
-    }
-    let addrs = upstreams.get_ref().iter().map(|a| c.addr(a, &f("upstreams"))).collect::<Result<_, _>>()?;
+    let addrs = upstream::servers(c, upstreams, &f("upstreams"))?;
+    let default_resolve = spanned(30_000);
+    let (balance, host, resolve) = route.unwrap_or((&None, &None, &default_resolve));
+    let health_check_host = match host {
+        Some(h)
+            if h.get_ref().is_empty() || h.get_ref().contains(|ch: char| ch.is_whitespace() || ch == '/') =>
+        {
+            return Err(c.err(h.span(), &f("health_check_host"), "a host name (no space, no path)"))
+        }
+        h => h.as_ref().map(|h| h.get_ref().clone()),
+    };
     let read_timeout = c.ms(read, &f("read_timeout_ms"), 10, max_io_ms)?;
     if let Some(p) = path {
         if !p.get_ref().starts_with('/') {
@@ -300,6 +330,9 @@ fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolCon
     }
     Ok(PoolConf {
         upstreams: addrs,
+        balance: upstream::balance(c, balance.as_ref(), &f("balance"))?,
+        resolve_interval: c.ms(resolve, &f("resolve_interval_ms"), 1000, 3_600_000)?,
+        health_check_host,
         connect_timeout: c.ms(connect, &f("connect_timeout_ms"), 10, 75_000)?,
         read_timeout,
         send_timeout: match send {
@@ -370,6 +403,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
                 max_io_ms: 120_000,
                 interval: &o.health_check_interval_ms,
                 path: &o.health_check_path,
+                route: None,
             },
         )?),
     };
@@ -481,9 +515,15 @@ signing_key = "env:GATEWAY_CONF_TEST_KEY"
             &GOOD.replace("\"127.0.0.1:8081\"", "\"10.0.0.1\""),
             11,
             "order_writer.upstreams",
-            "IP:port",
+            "HOST:PORT",
         );
-        expect_err(&GOOD.replace("\"127.0.0.1:9001\"", "\"nope:1\""), 17, "route[0].upstreams", "IP:port");
+        expect_err(&GOOD.replace("\"127.0.0.1:9001\"", "\"no_pe:1\""), 17, "route[0].upstreams", "neither");
+        expect_err(
+            &GOOD.replace("\"127.0.0.1:9001\"", "\"127.0.0.1:9001 backup\""),
+            17,
+            "route[0].upstreams",
+            "weight=N",
+        );
         expect_err(
             &GOOD.replace("[redis]", "trusted_proxies = [\"10.0.0.0/8\", \"10.0.0.0/33\"]\n[redis]"),
             6,

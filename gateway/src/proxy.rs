@@ -47,6 +47,7 @@ use crate::metrics::metrics;
 use crate::observe::{self, Observer, Trace};
 use crate::reload::{Active, SharedState};
 use crate::shop;
+use crate::upstreams;
 use crate::uri;
 
 const X_REQUEST_ID: &str = "x-request-id";
@@ -120,6 +121,10 @@ pub struct Ctx {
     body: BodyCount,
     /// What the logging phase tells about the request (metrics, access line).
     trace: Trace,
+    /// The request's place on the upstream address it went to (counts its requests in flight;
+    /// marks it failed when the attempt fails), and the attempts so far.
+    slot: Option<upstreams::InFlight>,
+    attempts: usize,
 }
 
 #[async_trait]
@@ -226,9 +231,12 @@ impl ProxyHttp for Gateway {
                 return Err(Error::explain(ErrorType::InternalError, "request has no upstream"))
             }
         };
-        let mut peer = pool.peer().ok_or_else(|| {
+        ctx.slot = None;
+        let (mut peer, slot) = pool.peer(session.req_header(), ctx.sale.client()).ok_or_else(|| {
             Error::explain(ErrorType::ConnectNoRoute, format!("no healthy upstream in pool {}", pool.name()))
         })?;
+        ctx.slot = Some(slot);
+        ctx.attempts += 1;
         frontdoor::upgrade_timeouts(session, &mut peer, active);
         ctx.trace.upstream_picked(observe::inet(&peer._address));
         Ok(peer)
@@ -272,6 +280,29 @@ impl ProxyHttp for Gateway {
         Ok(())
     }
 
+    /// A connection that failed marks its address (`max_fails`) and is tried again on another
+    /// address of the pool while one is in service and untried (Nginx's `proxy_next_upstream
+    /// error timeout` for a request not sent yet).
+    fn fail_to_connect(
+        &self,
+        _session: &mut Session,
+        _peer: &HttpPeer,
+        ctx: &mut Ctx,
+        mut e: Box<Error>,
+    ) -> Box<Error> {
+        if let Some(slot) = ctx.slot.take() {
+            slot.failed();
+        }
+        let addresses = match (ctx.upstream, &ctx.active) {
+            (Upstream::Shop(i), Some(active)) => active.shop_pools[i].as_ref().map_or(0, |p| p.len()),
+            _ => 0,
+        };
+        if ctx.attempts < addresses {
+            e.set_retry(true);
+        }
+        e
+    }
+
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy
     where
         Ctx: Send + Sync,
@@ -295,6 +326,9 @@ impl ProxyHttp for Gateway {
             (_, ErrorSource::Downstream) => (400, Code::BadRequest),
             _ => (500, Code::Internal),
         };
+        if let (Some(slot), ErrorSource::Upstream) = (&ctx.slot, e.esource()) {
+            slot.failed();
+        }
         if let (true, ErrorSource::Upstream | ErrorSource::Unset) = (self.observer.metrics_on(), e.esource())
         {
             if let Some(pool) = ctx.active.as_ref().and_then(|a| pool_name(a, ctx.upstream)) {

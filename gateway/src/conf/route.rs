@@ -102,6 +102,7 @@ fn route_pool(
             max_io_ms: 3_600_000,
             interval: &r.health_check_interval_ms,
             path: &r.health_check_path,
+            route: Some((&r.balance, &r.health_check_host, &r.resolve_interval_ms)),
         },
     )
 }

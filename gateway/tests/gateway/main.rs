@@ -11,6 +11,7 @@ mod support;
 
 mod acme;
 mod admission;
+mod balancing;
 mod cluster;
 mod conf;
 mod defense;

@@ -25,7 +25,7 @@ fn proxy_only(shop: &MockServer, admin: u16) -> String {
 
 /// Runs `gateway --check` on `text` written to a file of its own; returns (success, stdout and
 /// stderr).
-fn check(text: &str) -> (bool, String) {
+pub(crate) fn check(text: &str) -> (bool, String) {
     let dir = temp_dir("gw-check-");
     let file = dir.join("server.toml");
     std::fs::write(&file, text.replace("{port}", "8080")).unwrap();
