@@ -150,6 +150,14 @@ struct RawRoute {
     #[serde(default = "d_resolve")]
     resolve_interval_ms: S<i64>,
     #[serde(default)]
+    upstream_tls: Option<S<bool>>,
+    #[serde(default)]
+    upstream_sni: Option<S<String>>,
+    #[serde(default)]
+    upstream_ca_file: Option<S<String>>,
+    #[serde(default)]
+    upstream_verify: Option<S<bool>>,
+    #[serde(default)]
     client_max_body_size: Option<S<i64>>,
     #[serde(default)]
     compression_level: Option<S<i64>>,
@@ -190,6 +198,8 @@ pub struct PoolConf {
     pub resolve_interval: Duration,
     /// The `Host` of the HTTP health check (default `localhost`).
     pub health_check_host: Option<String>,
+    /// HTTPS to the addresses (a route's `upstream_tls`); `None`: plain HTTP.
+    pub tls: Option<upstream::UpstreamTls>,
     /// TCP connect timeout.
     pub connect_timeout: Duration,
     /// Timeout of each read from the upstream (Nginx's `proxy_read_timeout`).
@@ -333,6 +343,7 @@ fn pool(c: &Checker<'_>, prefix: &str, raw: RawPoolFields<'_>) -> Result<PoolCon
         balance: upstream::balance(c, balance.as_ref(), &f("balance"))?,
         resolve_interval: c.ms(resolve, &f("resolve_interval_ms"), 1000, 3_600_000)?,
         health_check_host,
+        tls: None,
         connect_timeout: c.ms(connect, &f("connect_timeout_ms"), 10, 75_000)?,
         read_timeout,
         send_timeout: match send {

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::FutureExt;
+use pingora_core::protocols::tls::CaType;
 use pingora_core::upstreams::peer::HttpPeer;
+use pingora_core::utils::tls::{parse_x509, WrappedX509};
 use pingora_http::RequestHeader;
 use pingora_load_balancing::discovery::ServiceDiscovery;
 use pingora_load_balancing::health_check::{HttpHealthCheck, TcpHealthCheck};
@@ -32,6 +34,8 @@ pub struct Pool {
     lb: Lb,
     conf: PoolConf,
     states: Arc<States>,
+    /// The pool's CA certificates, as Pingora's connector takes them.
+    ca: Option<Arc<CaType>>,
     next_check_ms: AtomicU64,
     next_resolve_ms: AtomicU64,
     turn: AtomicUsize,
@@ -208,9 +212,14 @@ impl Pool {
         };
         *dns.last.lock().unwrap_or_else(|e| e.into_inner()) = dns.backends(&found);
         let backends = Backends::new(Box::new(dns));
+        let ca: Option<Arc<CaType>> = conf.tls.as_ref().and_then(|t| t.ca.as_ref()).map(|ders| {
+            let certs: Vec<WrappedX509> =
+                ders.iter().map(|d| WrappedX509::new(d.clone(), parse_x509)).collect();
+            Arc::from(certs.into_boxed_slice())
+        });
         let lb = match conf.balance {
-            Balance::Hash(_) => Lb::Hash(Self::built(LoadBalancer::from_backends(backends), conf)?),
-            _ => Lb::RoundRobin(Self::built(LoadBalancer::from_backends(backends), conf)?),
+            Balance::Hash(_) => Lb::Hash(Self::built(LoadBalancer::from_backends(backends), conf, &ca)?),
+            _ => Lb::RoundRobin(Self::built(LoadBalancer::from_backends(backends), conf, &ca)?),
         };
         let now = plugins::checks::now_ms();
         Ok(Self {
@@ -218,6 +227,7 @@ impl Pool {
             lb,
             conf: conf.clone(),
             states,
+            ca,
             next_check_ms: AtomicU64::new(0),
             next_resolve_ms: AtomicU64::new(now + conf.resolve_interval.as_millis() as u64),
             turn: AtomicUsize::new(0),
@@ -225,7 +235,11 @@ impl Pool {
     }
 
     /// `lb` with its first membership (what the pool's build resolved) and its health check.
-    fn built<S>(mut lb: LoadBalancer<S>, conf: &PoolConf) -> std::io::Result<LoadBalancer<S>>
+    fn built<S>(
+        mut lb: LoadBalancer<S>,
+        conf: &PoolConf,
+        ca: &Option<Arc<CaType>>,
+    ) -> std::io::Result<LoadBalancer<S>>
     where
         S: pingora_load_balancing::selection::BackendSelection + 'static,
         S::Iter: pingora_load_balancing::selection::BackendIter,
@@ -238,7 +252,13 @@ impl Pool {
         match &conf.health_check_path {
             Some(path) => {
                 let host = conf.health_check_host.as_deref().unwrap_or("localhost");
-                let mut hc = HttpHealthCheck::new(host, false);
+                let mut hc = HttpHealthCheck::new(host, conf.tls.is_some());
+                if let Some(tls) = &conf.tls {
+                    hc.peer_template.sni = tls.sni.clone();
+                    hc.peer_template.options.verify_cert = tls.verify;
+                    hc.peer_template.options.verify_hostname = tls.verify && !tls.sni.is_empty();
+                    hc.peer_template.options.ca = ca.clone();
+                }
                 let mut req = RequestHeader::build("GET", path.as_bytes(), None)
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
                 req.insert_header("host", host).map_err(|e| std::io::Error::other(e.to_string()))?;
@@ -297,13 +317,27 @@ impl Pool {
         state.in_flight.fetch_add(1, Ordering::Relaxed);
         drop(states);
         let counts = self.len() > 1;
-        let mut peer = HttpPeer::new(addr, false, String::new());
+        let mut peer = match &self.conf.tls {
+            Some(tls) => self.tls_peer(addr, tls),
+            None => HttpPeer::new(addr, false, String::new()),
+        };
         peer.options.connection_timeout = Some(self.conf.connect_timeout);
         peer.options.read_timeout = Some(self.conf.read_timeout);
         peer.options.write_timeout = Some(self.conf.send_timeout);
         peer.options.idle_timeout = Some(Duration::from_secs(60));
         peer.group_key = crate::threads::upstream_group_key();
         Some((Box::new(peer), InFlight { state, counts }))
+    }
+
+    /// An HTTPS peer: SNI and the certificate's name, the pool's CA when it has one.
+    fn tls_peer(&self, addr: SocketAddr, tls: &crate::conf::upstream::UpstreamTls) -> HttpPeer {
+        let mut peer = HttpPeer::new(addr, true, tls.sni.clone());
+        peer.options.verify_cert = tls.verify;
+        peer.options.verify_hostname = tls.verify && !tls.sni.is_empty();
+        if let Some(ca) = &self.ca {
+            peer.options.ca = Some(ca.clone());
+        }
+        peer
     }
 
     /// The address in service with the fewest requests in flight for its weight; ties go round

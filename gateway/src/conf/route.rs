@@ -150,7 +150,11 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
     let answer = r.answer.as_ref().map(|a| action::answer(c, a, &f("return"))).transpose()?;
     let rewrite = action::rewrite(c, prefix, (&r.rewrite, &r.replace_prefix), &location)?;
     let pool = match (&r.upstreams, &answer) {
-        (Some(upstreams), None) => Some(route_pool(c, prefix, r, upstreams)?),
+        (Some(upstreams), None) => {
+            let mut pool = route_pool(c, prefix, r, upstreams)?;
+            pool.tls = super::upstream::tls(c, prefix, r, &pool.upstreams)?;
+            Some(pool)
+        }
         (None, Some(_)) => None,
         (Some(u), Some(_)) => {
             return Err(c.err(

@@ -3,11 +3,96 @@
 //! IP or a name, with its port), and `balance` is the block's method (round robin by default,
 //! `least_conn`, `ip_hash`, `hash $remote_addr`, `hash $http_NAME`, `hash $cookie_NAME`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use protocol::conf::ConfError;
 
-use super::{Checker, S};
+use super::{Checker, RawRoute, S};
+
+/// HTTPS to a pool's addresses (Nginx's `proxy_pass https://` with `proxy_ssl_server_name on`,
+/// `proxy_ssl_name`, `proxy_ssl_trusted_certificate` and `proxy_ssl_verify`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct UpstreamTls {
+    /// The name sent as SNI and checked against the certificate (default: the first address's
+    /// name; none for an IP).
+    pub sni: String,
+    /// The certificates (DER) that may sign the upstream's; `None`: the system's roots.
+    pub ca: Option<Arc<Vec<Vec<u8>>>>,
+    /// Whether the certificate is checked (default true; Nginx's default is off).
+    pub verify: bool,
+}
+
+impl std::fmt::Debug for UpstreamTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ca = self.ca.as_ref().map(|c| c.len());
+        f.debug_struct("UpstreamTls")
+            .field("sni", &self.sni)
+            .field("ca_certificates", &ca)
+            .field("verify", &self.verify)
+            .finish()
+    }
+}
+
+/// A route's `upstream_tls`, `upstream_sni`, `upstream_ca_file` (relative to the server file,
+/// read at load) and `upstream_verify`; `None` without `upstream_tls = true`.
+pub(super) fn tls(
+    c: &Checker<'_>,
+    prefix: &str,
+    r: &RawRoute,
+    servers: &[Server],
+) -> Result<Option<UpstreamTls>, ConfError> {
+    let f = |name: &str| format!("{prefix}.{name}");
+    if !r.upstream_tls.as_ref().is_some_and(|t| *t.get_ref()) {
+        let stray = [
+            ("upstream_sni", r.upstream_sni.as_ref().map(|v| v.span())),
+            ("upstream_ca_file", r.upstream_ca_file.as_ref().map(|v| v.span())),
+            ("upstream_verify", r.upstream_verify.as_ref().map(|v| v.span())),
+        ];
+        if let Some((name, Some(span))) = stray.into_iter().find(|(_, s)| s.is_some()) {
+            return Err(c.err(span, &f(name), "needs `upstream_tls = true`"));
+        }
+        return Ok(None);
+    }
+    let first = servers.first().map(|s| s.host.clone()).unwrap_or_default();
+    let sni = match &r.upstream_sni {
+        Some(v)
+            if v.get_ref().is_empty()
+                || v.get_ref().contains(|ch: char| ch.is_whitespace() || ch == '/' || ch == ':') =>
+        {
+            return Err(c.err(v.span(), &f("upstream_sni"), "a host name"))
+        }
+        Some(v) => v.get_ref().to_ascii_lowercase(),
+        None if first.parse::<std::net::IpAddr>().is_ok() => String::new(),
+        None => first,
+    };
+    let ca = match &r.upstream_ca_file {
+        Some(v) => Some(Arc::new(
+            ca_file(&c.base().join(v.get_ref()))
+                .map_err(|why| c.err(v.span(), &f("upstream_ca_file"), why))?,
+        )),
+        None => None,
+    };
+    Ok(Some(UpstreamTls { sni, ca, verify: r.upstream_verify.as_ref().is_none_or(|v| *v.get_ref()) }))
+}
+
+/// The PEM certificates of `path`, as DER: at least one.
+fn ca_file(path: &std::path::Path) -> Result<Vec<Vec<u8>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .map(|c| c.map(|c| c.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("{}: not PEM certificates: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", path.display()));
+    }
+    for der in &certs {
+        x509_parser::parse_x509_certificate(der)
+            .map_err(|e| format!("{}: a certificate that does not parse: {e}", path.display()))?;
+    }
+    Ok(certs)
+}
 
 /// One address of a pool (Nginx's `server` line in an `upstream` block).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -48,6 +48,15 @@ struct Inherited {
     timeouts: BTreeMap<&'static str, i64>,
     max_body: Option<i64>,
     gzip: Gzip,
+    ssl: ProxySsl,
+}
+
+/// What a level sets of `proxy_ssl_*` (HTTPS to upstreams).
+#[derive(Debug, Clone, Default)]
+struct ProxySsl {
+    name: Option<String>,
+    trusted: Option<String>,
+    verify: Option<bool>,
 }
 
 /// What a level sets of the `gzip` module.
@@ -68,6 +77,7 @@ struct Route {
     path: String,
     upstreams: Vec<String>,
     balance: Option<String>,
+    tls: bool,
     replace_prefix: Option<String>,
     answer: Option<String>,
     rewrite: Option<(String, String)>,
@@ -181,6 +191,10 @@ fn server_line(s: &Directive, addr: &str, params: &[String], notes: &mut Vec<Not
         Err(_) if addr.rsplit_once(':').is_some_and(|(_, p)| p.parse::<u16>().is_ok()) => addr.to_string(),
         Err(_) => format!("{addr}:80"),
     };
+    if let Some(p) = params.iter().find(|p| *p == "backup" || *p == "down") {
+        note(notes, s, false, &format!("a `{p}` server is left out of the pool (not built)"));
+        return None;
+    }
     let mut line = with_port;
     for p in params {
         match p.split_once('=').map(|(k, _)| k) {
@@ -232,6 +246,7 @@ fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<No
                 None => note(notes, d, false, "a size as Nginx writes it (1m, 512k) was expected"),
             },
             n if n.starts_with("gzip") => gzip(d, &mut l.gzip, notes),
+            n if n.starts_with("proxy_ssl") => proxy_ssl(d, &mut l.ssl, notes),
             "error_page" => note(
                 notes,
                 d,
@@ -246,6 +261,32 @@ fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<No
     l.add_header = add.or(l.add_header);
     l.hide_header = hide.or(l.hide_header);
     l
+}
+
+/// A `proxy_ssl_*` directive into `ssl` (the route's `upstream_sni`, `upstream_ca_file`,
+/// `upstream_verify`).
+fn proxy_ssl(d: &Directive, ssl: &mut ProxySsl, notes: &mut Vec<Note>) {
+    match (d.name.as_str(), d.args.first().map(String::as_str)) {
+        ("proxy_ssl_name", Some(n)) if !n.contains('$') => ssl.name = Some(n.to_string()),
+        ("proxy_ssl_trusted_certificate", Some(f)) => ssl.trusted = Some(f.to_string()),
+        ("proxy_ssl_verify", Some(v)) => ssl.verify = Some(v == "on"),
+        ("proxy_ssl_server_name", Some(_)) => {
+            note(notes, d, true, "the gateway always sends SNI (the upstream's name, or upstream_sni)")
+        }
+        (
+            "proxy_ssl_protocols"
+            | "proxy_ssl_ciphers"
+            | "proxy_ssl_session_reuse"
+            | "proxy_ssl_verify_depth",
+            _,
+        ) => note(notes, d, true, "the gateway's TLS client settles TLS 1.2/1.3 with rustls' defaults"),
+        _ => note(
+            notes,
+            d,
+            false,
+            "not built: proxy_ssl_name, proxy_ssl_trusted_certificate and proxy_ssl_verify are",
+        ),
+    }
 }
 
 /// A `gzip*` directive into `g` (the compression keys of [`crate::conf::compression`]).
@@ -531,14 +572,19 @@ fn proxy_pass(
     notes: &mut Vec<Note>,
 ) {
     let target = p.args.first().map(String::as_str).unwrap_or_default();
-    let Some(rest) = target.strip_prefix("http://") else {
-        return note(
-            notes,
-            p,
-            false,
-            "only plain http:// upstreams are built (not https://, unix: or variables)",
-        );
+    let (tls, rest) = match (target.strip_prefix("http://"), target.strip_prefix("https://")) {
+        (Some(rest), _) => (false, rest),
+        (None, Some(rest)) => (true, rest),
+        _ => {
+            return note(
+                notes,
+                p,
+                false,
+                "only http:// and https:// upstreams are built (not unix: or variables)",
+            )
+        }
     };
+    route.tls = tls;
     let (host, uri) = rest.find('/').map_or((rest, None), |i| (&rest[..i], Some(&rest[i..])));
     match upstreams.get(host) {
         Some(up) => {
@@ -548,6 +594,7 @@ fn proxy_pass(
         None if host.starts_with('$') => {
             return note(notes, p, false, "an upstream in a variable is not built")
         }
+        None if tls && !host.contains(':') => route.upstreams = vec![format!("{host}:443")],
         None => match server_line(p, host, &[], notes) {
             Some(line) => route.upstreams = vec![line],
             None => return,
@@ -641,6 +688,9 @@ fn route(out: &mut String, r: &Route) {
         if let Some(b) = &r.balance {
             let _ = writeln!(out, "balance = {}", q(b));
         }
+        if r.tls {
+            upstream_tls(out, &r.inherited.ssl);
+        }
     }
     if let Some(p) = &r.replace_prefix {
         let _ = writeln!(out, "replace_prefix = {}", q(p));
@@ -663,6 +713,22 @@ fn route(out: &mut String, r: &Route) {
     if let Some(hide) = &i.hide_header {
         let hide: Vec<String> = hide.iter().map(|h| q(h)).collect();
         let _ = writeln!(out, "proxy_hide_header = [{}]", hide.join(", "));
+    }
+}
+
+/// The keys of `proxy_pass https://`: Nginx checks no certificate unless `proxy_ssl_verify on`,
+/// and so does the imported route (written out, `upstream_verify = false`: set a CA and turn it
+/// on).
+fn upstream_tls(out: &mut String, ssl: &ProxySsl) {
+    out.push_str("upstream_tls = true\n");
+    if let Some(n) = &ssl.name {
+        let _ = writeln!(out, "upstream_sni = {}", q(n));
+    }
+    if let Some(f) = &ssl.trusted {
+        let _ = writeln!(out, "upstream_ca_file = {}", q(f));
+    }
+    if ssl.verify != Some(true) {
+        out.push_str("upstream_verify = false\n");
     }
 }
 
@@ -767,6 +833,48 @@ mod tests {
         // Nothing else: every note is one of those (the upstream servers' weight, max_fails
         // and fail_timeout map).
         assert_eq!(got.len(), 22, "{got:#?}");
+    }
+
+    /// Imports `http` (an http block's body) written to a file of its own.
+    fn import_http(http: &str) -> super::Import {
+        let dir = std::env::temp_dir().join(format!("import-{}-{}", std::process::id(), http.len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("nginx.conf");
+        std::fs::write(&file, format!("http {{\n{http}\n}}\n")).unwrap();
+        let out = crate::nginx::import_file(&file).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        out
+    }
+
+    #[test]
+    fn upstream_blocks_names_balancing_and_https() {
+        let i = import_http(
+            "upstream app { least_conn; server app.internal weight=2 max_fails=2 fail_timeout=5s; server 10.0.0.2:8080 backup; }
+             upstream hashed { hash $cookie_sid; server 10.0.0.3:80; }
+             server { listen 80; server_name shop.test;
+               location / { proxy_pass http://app; }
+               location /h/ { proxy_pass http://hashed; }
+               location /s/ { proxy_pass https://secure.internal; proxy_ssl_name secure.internal;
+                 proxy_ssl_trusted_certificate ca.pem; proxy_ssl_verify on; }
+               location /u/ { proxy_pass https://10.0.0.9:8443; }
+             }",
+        );
+        let conf = crate::conf::parse_server(
+            std::path::Path::new("imported.toml"),
+            &i.toml.replace("ca.pem", "/dev/null"),
+        );
+        assert!(conf.is_err(), "the CA file is read at load: /dev/null holds none");
+        for want in [
+            "upstreams = [\"app.internal:80 weight=2 max_fails=2 fail_timeout=5s\"]\nbalance = \"least_conn\"",
+            "upstreams = [\"10.0.0.3:80\"]\nbalance = \"hash $cookie_sid\"",
+            "upstreams = [\"secure.internal:443\"]\nupstream_tls = true\nupstream_sni = \"secure.internal\"\nupstream_ca_file = \"ca.pem\"\n",
+            "upstreams = [\"10.0.0.9:8443\"]\nupstream_tls = true\nupstream_verify = false",
+        ] {
+            assert!(i.toml.contains(want), "{want:?} missing from:\n{}", i.toml);
+        }
+        let notes: Vec<String> = i.notes.iter().map(|n| format!("{}: {}", n.directive, n.mapped)).collect();
+        assert!(notes.contains(&"server: false".to_string()), "backup is noted: {notes:?}");
+        assert!(notes.contains(&"hash: true".to_string()), "hash without consistent: {notes:?}");
     }
 
     #[test]

@@ -155,3 +155,64 @@ async fn https_with_sni_http2_forwarded_proto_reload_and_redirect() {
     assert!(renewed.await, "the renewed certificate is served after SIGHUP");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn https_to_an_upstream_checks_its_certificate_by_the_routes_ca_and_name() {
+    let ca = TestCa::new();
+    let dir = cert_dir();
+    ca.issue(&dir, "inner", &["shop.internal"]);
+    std::fs::write(dir.join("ca.pem"), ca.cert.pem()).unwrap();
+    // The upstream: a proxy-only gateway serving HTTPS as shop.internal, in front of a mock.
+    let shop = MockServer::start().await;
+    Mock::given(any()).respond_with(ResponseTemplate::new(200).set_body_string("secure")).mount(&shop).await;
+    let inner_tls = free_port();
+    let d = dir.display();
+    let inner = Gateway::start_text(&format!(
+        "[server]\nlisten = \"127.0.0.1:{{port}}\"\n[[route]]\nname = \"shop\"\npath = \"/\"\nupstreams = [\"{}\"]\n\
+         [tls]\nlisten = \"127.0.0.1:{inner_tls}\"\n[[tls.cert]]\nhosts = [\"shop.internal\"]\n\
+         cert_file = \"{d}/inner.pem\"\nkey_file = \"{d}/inner.key\"\n",
+        shop.address()
+    ))
+    .await;
+    // The gateway under test: four routes to it over HTTPS.
+    let route = |name: &str, extra: &str| {
+        format!(
+            "[[route]]\nname = \"{name}\"\npath = \"/{name}/\"\nupstreams = [\"127.0.0.1:{inner_tls}\"]\n\
+             upstream_tls = true\nhealth_check_interval_ms = 60000\n{extra}\n"
+        )
+    };
+    let text = format!(
+        "[server]\nlisten = \"127.0.0.1:{{port}}\"\n{}{}{}{}",
+        route("trusted", &format!("upstream_sni = \"shop.internal\"\nupstream_ca_file = \"{d}/ca.pem\"")),
+        route("wrong-name", &format!("upstream_sni = \"other.internal\"\nupstream_ca_file = \"{d}/ca.pem\"")),
+        route("system-roots", "upstream_sni = \"shop.internal\""),
+        route("unchecked", "upstream_sni = \"shop.internal\"\nupstream_verify = false"),
+    );
+    let gw = Gateway::start_text(&text).await;
+    let http = reqwest::Client::new();
+    for (path, status) in
+        [("/trusted/a", 200), ("/wrong-name/a", 502), ("/system-roots/a", 502), ("/unchecked/a", 200)]
+    {
+        let resp = http.get(gw.url(path)).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), status, "{path}");
+        if status == 200 {
+            assert_eq!(resp.text().await.unwrap(), "secure");
+        }
+    }
+    drop(inner);
+    // A CA file that is not PEM certificates, and TLS keys without upstream_tls, refused at load.
+    std::fs::write(dir.join("bad.pem"), "not a certificate").unwrap();
+    let bad = format!(
+        "[server]\nlisten = \"127.0.0.1:1\"\n{}",
+        route("r", &format!("upstream_ca_file = \"{d}/bad.pem\""))
+    );
+    let (ok, said) = crate::proxy_only::check(&bad);
+    assert!(
+        !ok && said.contains("route[0].upstream_ca_file") && said.contains("no PEM certificate"),
+        "{said}"
+    );
+    let stray = "[server]\nlisten = \"127.0.0.1:1\"\n[[route]]\nname = \"r\"\npath = \"/\"\nupstreams = [\"127.0.0.1:1\"]\nupstream_sni = \"a\"\n";
+    let (ok, said) = crate::proxy_only::check(stray);
+    assert!(!ok && said.contains(":7:") && said.contains("needs `upstream_tls = true`"), "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
