@@ -175,6 +175,8 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
         pool,
         client_max_body_size,
         compression_level,
+        limit_req: None,
+        limit_conn: None,
     })
 }
 
