@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use super::limits::{self, Zone};
 use super::parse::{Directive, Place};
 
 /// What could not be mapped as it is, at its place.
@@ -49,6 +50,14 @@ struct Inherited {
     max_body: Option<i64>,
     gzip: Option<bool>,
     gzip_level: Option<i64>,
+    /// The zones of `http` that map (`limit_req_zone`, `limit_conn_zone`).
+    zones: Vec<Zone>,
+    /// `limit_req` and `limit_conn` (inline tables), as Nginx's arrays: a level with its own
+    /// replaces the outer's (`Some(None)`: its own did not map).
+    limit_req: Option<Option<String>>,
+    limit_conn: Option<Option<String>>,
+    limit_req_status: Option<u16>,
+    limit_conn_status: Option<u16>,
 }
 
 /// One route being built.
@@ -71,13 +80,19 @@ pub fn import(top: &[Directive]) -> Import {
     let mut upstreams = BTreeMap::new();
     let mut routes = Vec::new();
     let mut listen: Option<String> = None;
+    let mut http_zones = Vec::new();
     for d in top {
         match (d.name.as_str(), &d.block) {
             ("http", Some(http)) => {
                 for d in http.iter().filter(|d| d.name == "upstream") {
                     upstream(d, &mut upstreams, &mut out.notes);
                 }
-                let http_level = level(http, Inherited::default(), &["server", "upstream"], &mut out.notes);
+                let zoned =
+                    http.iter().filter(|d| matches!(d.name.as_str(), "limit_req_zone" | "limit_conn_zone"));
+                let zones = zoned.filter_map(|d| limits::zone(d, &mut out.notes)).collect();
+                let outer = Inherited { zones, ..Inherited::default() };
+                let http_level = level(http, outer, &["server", "upstream"], &mut out.notes);
+                http_zones.clone_from(&http_level.zones);
                 for d in http.iter().filter(|d| d.name == "server") {
                     server(d, &http_level, &upstreams, &mut routes, &mut listen, &mut out.notes);
                 }
@@ -92,7 +107,7 @@ pub fn import(top: &[Directive]) -> Import {
             _ => note(&mut out.notes, d, false, "outside `http`: only http's servers are imported"),
         }
     }
-    out.toml = render(listen.as_deref(), &routes);
+    out.toml = render(listen.as_deref(), &http_zones, &routes);
     out
 }
 
@@ -108,7 +123,7 @@ fn implicit_default(routes: &mut [Route]) {
     }
 }
 
-fn note(notes: &mut Vec<Note>, d: &Directive, mapped: bool, why: &str) {
+pub(super) fn note(notes: &mut Vec<Note>, d: &Directive, mapped: bool, why: &str) {
     notes.push(Note { at: d.at.clone(), directive: d.name.clone(), mapped, why: why.to_string() });
 }
 
@@ -145,6 +160,7 @@ fn upstream(d: &Directive, all: &mut BTreeMap<String, Vec<String>>, notes: &mut 
 fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<Note>) -> Inherited {
     let mut l = outer;
     let (mut set, mut add, mut hide) = (None::<Vec<_>>, None::<Vec<_>>, None::<Vec<_>>);
+    let mut own = (None, None);
     for d in list {
         match d.name.as_str() {
             n if skip.contains(&n) => {}
@@ -181,6 +197,8 @@ fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<No
             "gzip_comp_level" => l.gzip_level = d.args.first().and_then(|a| a.parse().ok()),
             "error_page" => note(notes, d, false, "error_page names a URI, the gateway's route error_page a file: write it by hand"),
             "location" | "proxy_pass" | "return" | "rewrite" | "server_name" | "listen" => {}
+            "limit_req_zone" | "limit_conn_zone" | "limit_req" | "limit_conn" | "limit_req_status"
+            | "limit_conn_status" => limit(d, &mut l, &mut own, notes),
             "gzip_types" | "gzip_min_length" | "gzip_vary" | "gzip_proxied" => note(
                 notes,
                 d,
@@ -190,10 +208,36 @@ fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<No
             _ => note(notes, d, false, why_not(&d.name)),
         }
     }
+    l.limit_req = own.0.or(l.limit_req);
+    l.limit_conn = own.1.or(l.limit_conn);
     l.set_header = set.or(l.set_header);
     l.add_header = add.or(l.add_header);
     l.hide_header = hide.or(l.hide_header);
     l
+}
+
+/// A limit directive of a level: a zone (read at `http` already), the level's own `limit_req`
+/// and `limit_conn` (`own`: the first of each; one per route), a status.
+fn limit(
+    d: &Directive,
+    l: &mut Inherited,
+    own: &mut (Option<Option<String>>, Option<Option<String>>),
+    notes: &mut Vec<Note>,
+) {
+    let (slot, kind) = match d.name.as_str() {
+        "limit_req" => (&mut own.0, "limit_req"),
+        "limit_conn" => (&mut own.1, "limit_conn"),
+        "limit_req_status" => return l.limit_req_status = limits::status(d, notes).or(l.limit_req_status),
+        "limit_conn_status" => return l.limit_conn_status = limits::status(d, notes).or(l.limit_conn_status),
+        _ => return,
+    };
+    if slot.is_some() {
+        return note(notes, d, false, &format!("one {kind} per route: the level's first is mapped"));
+    }
+    *slot = Some(match kind {
+        "limit_req" => limits::limit_req(d, &l.zones, notes),
+        _ => limits::limit_conn(d, &l.zones, notes),
+    });
 }
 
 /// Whether a header directive's value maps (its variables are the gateway's); noted if not. The
@@ -223,9 +267,10 @@ fn why_not(name: &str) -> &'static str {
         "root" | "alias" | "index" | "try_files" | "autoindex" | "expires" => {
             "static files are not served by the gateway (not built yet)"
         }
-        "limit_req" | "limit_conn" | "limit_req_zone" | "limit_conn_zone" => {
-            "per-route rate and connection limits are not built (the gateway has [limits] and the sale's own)"
+        "limit_req_log_level" | "limit_conn_log_level" => {
+            "a limited request is counted in seckill_gateway_route_limited_total and its access line's code"
         }
+        "limit_req_dry_run" | "limit_conn_dry_run" => "dry runs of the limits are not built",
         "ssl_certificate" | "ssl_certificate_key" | "ssl_protocols" | "ssl_ciphers" => {
             "TLS is the gateway's [tls] section: write it by hand"
         }
@@ -267,7 +312,7 @@ fn millis(t: &str) -> Option<i64> {
 }
 
 /// Nginx's size: `1024`, `512k`, `10m`, `1g` → bytes.
-fn bytes(t: &str) -> Option<i64> {
+pub(super) fn bytes(t: &str) -> Option<i64> {
     let (n, mult) = match t.chars().last()? {
         'k' | 'K' => (&t[..t.len() - 1], 1024),
         'm' | 'M' => (&t[..t.len() - 1], 1024 * 1024),
@@ -511,16 +556,17 @@ fn slug(path: &str) -> String {
 }
 
 /// A TOML string.
-fn q(s: &str) -> String {
+pub(super) fn q(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
 /// The conf file.
-fn render(listen: Option<&str>, routes: &[Route]) -> String {
+fn render(listen: Option<&str>, zones: &[Zone], routes: &[Route]) -> String {
     let mut out = String::from(
         "# Imported from nginx.conf by `gateway import-nginx` (its notes on stderr).\n\n[server]\n",
     );
     let _ = writeln!(out, "listen = {}", q(listen.unwrap_or("0.0.0.0:80")));
+    limits::render(&mut out, zones);
     for r in routes {
         route(&mut out, r);
     }
@@ -558,6 +604,18 @@ fn route(out: &mut String, r: &Route) {
     }
     if i.gzip == Some(true) {
         let _ = writeln!(out, "compression_level = {}", i.gzip_level.unwrap_or(1));
+    }
+    for (field, table) in [("limit_req", &i.limit_req), ("limit_conn", &i.limit_conn)] {
+        if let Some(Some(t)) = table {
+            let _ = writeln!(out, "{field} = {t}");
+        }
+    }
+    for (field, status) in
+        [("limit_req_status", i.limit_req_status), ("limit_conn_status", i.limit_conn_status)]
+    {
+        if let Some(s) = status {
+            let _ = writeln!(out, "{field} = {s}");
+        }
     }
     table(out, "proxy_set_header", i.set_header.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())));
     let (always, not): (Vec<_>, Vec<_>) = i.add_header.iter().flatten().partition(|h| h.2);
@@ -621,6 +679,8 @@ mod tests {
             "rewrite = { regex = \"^/old/(.*)$\", replacement = \"/new/$1\" }",
             "proxy_hide_header = [\"X-Powered-By\"]",
             "hosts = [\"shop.example.com\", \"*.shop.example.com\"]\ndefault_server = true",
+            "[[limit_req_zone]]\nname = \"search\"\nkey = \"$binary_remote_addr\"\nrate = \"10r/s\"\nmax_keys = 163840",
+            "limit_req = { zone = \"search\", burst = 20, nodelay = true }",
         ] {
             assert!(i.toml.contains(want), "{want:?} missing from:\n{}", i.toml);
         }
@@ -647,7 +707,6 @@ mod tests {
             "shop-https.conf:30: expires: not mapped",
             "shop-https.conf:38: location: not mapped",
             "shop-https.conf:39: rewrite: not mapped",
-            "shop-https.conf:43: limit_req: not mapped",
             "shop-https.conf:44: if: not mapped",
             "shop-https.conf:49: error_page: not mapped",
             "shop-https.conf:50: access_log: not mapped",
@@ -655,7 +714,7 @@ mod tests {
             assert!(got.contains(&want.to_string()), "{want:?} not in {got:#?}");
         }
         // Nothing else: every note is one of those, or the upstream server's second flag.
-        assert_eq!(got.len(), 26, "{got:#?}");
+        assert_eq!(got.len(), 25, "{got:#?}");
     }
 
     #[test]
