@@ -25,6 +25,7 @@ mod headers;
 pub mod limits;
 mod matching;
 mod observe;
+pub mod rates;
 mod route;
 pub mod shutdown;
 pub mod tls;
@@ -65,6 +66,10 @@ struct Raw {
     tls: Option<tls::RawTls>,
     #[serde(default, rename = "route")]
     routes: Vec<RawRoute>,
+    #[serde(default, rename = "limit_req_zone")]
+    limit_req_zones: Vec<rates::RawReqZone>,
+    #[serde(default, rename = "limit_conn_zone")]
+    limit_conn_zones: Vec<rates::RawConnZone>,
     #[serde(default)]
     admin: Option<observe::RawAdmin>,
     #[serde(default)]
@@ -167,6 +172,14 @@ struct RawRoute {
     compression_min_length: Option<S<i64>>,
     #[serde(default)]
     compression_algorithms: Option<S<Vec<S<String>>>>,
+    #[serde(default)]
+    limit_req: Option<rates::RawLimitReq>,
+    #[serde(default)]
+    limit_req_status: Option<S<i64>>,
+    #[serde(default)]
+    limit_conn: Option<rates::RawLimitConn>,
+    #[serde(default)]
+    limit_conn_status: Option<S<i64>>,
 }
 
 fn d_connect() -> S<i64> {
@@ -239,6 +252,10 @@ pub struct RouteConf {
     pub client_max_body_size: Option<u64>,
     /// Response compression (Nginx's `gzip` directives); off by default.
     pub compression: compression::Compression,
+    /// Its request-rate limit (Nginx's `limit_req`), when it has one.
+    pub limit_req: Option<rates::LimitReq>,
+    /// Its limit of requests in flight (Nginx's `limit_conn`), when it has one.
+    pub limit_conn: Option<rates::LimitConn>,
 }
 
 /// The validated server file.
@@ -259,6 +276,10 @@ pub struct ServerConf {
     pub order_writer: Option<PoolConf>,
     /// Shop routes, in file order.
     pub routes: Vec<RouteConf>,
+    /// The request-rate zones routes name (`[[limit_req_zone]]`).
+    pub limit_req_zones: Vec<rates::ReqZoneConf>,
+    /// The connection zones routes name (`[[limit_conn_zone]]`).
+    pub limit_conn_zones: Vec<rates::ConnZoneConf>,
     /// The front door's limits and timeouts (restart to change).
     pub limits: crate::limits::Limits,
     /// Graceful shutdown and upgrade (restart to change).
@@ -289,6 +310,8 @@ impl std::fmt::Debug for ServerConf {
             .field("trusted_proxies", &self.trusted_proxies)
             .field("order_writer", &self.order_writer)
             .field("routes", &self.routes)
+            .field("limit_req_zones", &self.limit_req_zones)
+            .field("limit_conn_zones", &self.limit_conn_zones)
             .field("limits", &self.limits)
             .field("shutdown", &self.shutdown)
             .field("tls", &self.tls)
@@ -422,7 +445,10 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
     let admin = observe::admin(&c, &raw.admin)?;
     let access_log = observe::access_log(&c, &raw.access_log, base)?;
 
-    let routes = route::routes(&c, &raw.routes)?;
+    let mut routes = route::routes(&c, &raw.routes)?;
+    let limit_req_zones = rates::req_zones(&c, &raw.limit_req_zones)?;
+    let limit_conn_zones = rates::conn_zones(&c, &raw.limit_conn_zones)?;
+    rates::routes(&c, &raw.routes, &limit_req_zones, &limit_conn_zones, &mut routes)?;
 
     Ok(ServerConf {
         file: file.to_path_buf(),
@@ -432,6 +458,8 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         trusted_proxies,
         order_writer,
         routes,
+        limit_req_zones,
+        limit_conn_zones,
         limits: limits::check(&c, &raw.limits)?,
         shutdown: shutdown::check(&c, &raw.shutdown)?,
         tls: raw.tls.as_ref().map(|t| tls::check(&c, t, base)).transpose()?,

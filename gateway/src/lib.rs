@@ -16,6 +16,8 @@
 //! - [`answer`]: the answers the front door and a failed proxy attempt write;
 //! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
 //! - [`limits`]: those limits as pure decisions;
+//! - [`route_limits`]: a route's request-rate and connection limits (Nginx's `limit_req`,
+//!   `limit_conn`);
 //! - [`tls`]: certificates by SNI from the active conf, HTTP/2 by ALPN, the HTTPS redirect;
 //!   [`certs`]: the certificate pairs and the table they are picked from; [`acme`]: the
 //!   certificates the gateway gets and renews itself (RFC 8555, HTTP-01);
@@ -41,6 +43,7 @@ pub mod observe;
 pub mod proxy;
 pub mod reload;
 pub mod request_id;
+pub mod route_limits;
 pub mod routes;
 pub mod server;
 pub mod shop;

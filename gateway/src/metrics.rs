@@ -118,6 +118,7 @@ pub struct Metrics {
     durations: HistogramVec,
     responses: IntCounterVec,
     upstream_errors: IntCounterVec,
+    limited: IntCounterVec,
     routes: [RouteHandles; 7],
     unknown: Answers,
 }
@@ -161,12 +162,20 @@ impl Metrics {
             &["pool"],
         )
         .expect("valid metric");
+        let limited = IntCounterVec::new(
+            Opts::new(
+                "seckill_gateway_route_limited_total",
+                "Shop requests rejected by a route's limit_req or limit_conn, by limit and zone",
+            ),
+            &["limit", "zone"],
+        )
+        .expect("valid metric");
         let routes = RouteKind::ALL.map(|kind| RouteHandles {
             duration: durations.with_label_values(&[kind.as_str()]),
             by_class: CLASSES.map(|class| responses.with_label_values(&[kind.as_str(), class])),
         });
         let unknown = Answers::resolve(&answers, UNKNOWN_CAMPAIGN);
-        Self { answers, durations, responses, upstream_errors, routes, unknown }
+        Self { answers, durations, responses, upstream_errors, limited, routes, unknown }
     }
 
     /// A request of `kind` answered with `status` after `took`.
@@ -191,6 +200,12 @@ impl Metrics {
         self.upstream_errors.with_label_values(&[pool]).inc();
     }
 
+    /// A shop request was rejected by `limit` (`limit_req`, `limit_conn`) of `zone` (a
+    /// rejection's path: the labels are looked up here).
+    pub fn limited(&self, limit: &str, zone: &str) {
+        self.limited.with_label_values(&[limit, zone]).inc();
+    }
+
     /// Gives `pool` its upstream-error series (at 0) when the conf loads, so a dashboard reads
     /// 0 rather than nothing.
     pub fn pool_loaded(&self, pool: &str) {
@@ -203,6 +218,7 @@ impl Metrics {
             Box::new(self.durations.clone()),
             Box::new(self.responses.clone()),
             Box::new(self.upstream_errors.clone()),
+            Box::new(self.limited.clone()),
         ]
     }
 }

@@ -46,6 +46,7 @@ use crate::limits::{BodyCount, BODY_TIMEOUT};
 use crate::metrics::metrics;
 use crate::observe::{self, Observer, Trace};
 use crate::reload::{Active, SharedState};
+use crate::route_limits::{self, KeySource, Outcome};
 use crate::shop;
 use crate::upstreams;
 use crate::uri;
@@ -119,6 +120,8 @@ pub struct Ctx {
     upstream: Upstream,
     /// The request body's bytes against its route's limit.
     body: BodyCount,
+    /// Its place in its route's `limit_conn` zone, given back when the request ends.
+    conn: Option<route_limits::ConnGuard>,
     /// What the logging phase tells about the request (metrics, access line).
     trace: Trace,
     /// The request's place on the upstream address it went to (counts its requests in flight;
@@ -177,10 +180,7 @@ impl ProxyHttp for Gateway {
                     shop::answer(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id)
                         .await
                 }
-                Some(i) => {
-                    ctx.upstream = Upstream::Shop(i);
-                    Ok(false)
-                }
+                Some(i) => self.limit_then_proxy(session, ctx, &active, i).await,
                 None => {
                     let d = Denial::new(Code::RouteNotFound, "no route for this host and path");
                     self.reply(session, ctx, Reply::denied(&d, &ctx.sale.request_id)).await
@@ -370,6 +370,35 @@ impl ProxyHttp for Gateway {
 }
 
 impl Gateway {
+    /// A proxied shop route's `limit_req` and `limit_conn` first (Nginx's preaccess phase: a
+    /// route with `return` answers before it, unlimited, as Nginx's rewrite phase does); then
+    /// the request goes to the route's pool, or is answered with the limit's status.
+    async fn limit_then_proxy(
+        &self,
+        session: &mut Session,
+        ctx: &mut Ctx,
+        active: &Active,
+        i: usize,
+    ) -> Result<bool> {
+        let route = &active.server.routes[i];
+        if route.limit_req.is_some() || route.limit_conn.is_some() {
+            let src = KeySource { client: ctx.sale.client(), req: session.req_header() };
+            match route_limits::apply(&active.zones, route, &src).await {
+                Outcome::Pass(guard) => ctx.conn = guard,
+                Outcome::Rejected { status, limit, zone } => {
+                    tracing::debug!(route = %route.name, limit, zone = %zone, status, "request limited");
+                    if self.observer.metrics_on() {
+                        metrics().limited(limit, &zone);
+                    }
+                    ctx.trace.answered(Code::RateLimited);
+                    return limited_page(session, ctx, route, status).await;
+                }
+            }
+        }
+        ctx.upstream = Upstream::Shop(i);
+        Ok(false)
+    }
+
     /// Writes the gateway's own `reply` (a denial before the sale): its answer code goes to
     /// the trace.
     async fn reply(&self, session: &mut Session, ctx: &mut Ctx, reply: Reply) -> Result<bool> {
@@ -402,6 +431,23 @@ async fn shop_page(session: &mut Session, ctx: &Ctx, route: usize, status: u16) 
         shop::error_page(route, &vars, status)?
     };
     answer::write_and_close(session, header, body).await
+}
+
+/// Answers a request a route's limit rejected with the HTML page of `status`, like Nginx's
+/// (the route's `error_page` for it, its `add_header_always`); the connection stays open.
+async fn limited_page(
+    session: &mut Session,
+    ctx: &Ctx,
+    route: &crate::conf::RouteConf,
+    status: u16,
+) -> Result<bool> {
+    let (header, body) = {
+        let vars = shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
+        shop::error_page(route, &vars, status)?
+    };
+    session.write_response_header(Box::new(header), false).await?;
+    session.write_response_body(Some(Bytes::from(body)), true).await?;
+    Ok(true)
 }
 
 /// The request's host, without port: the `Host` header, else the URI's authority.

@@ -39,6 +39,8 @@ pub struct Active {
     pub order_writer: Option<Pool>,
     /// Each sold campaign's order-answer counters, resolved here so a request only adds.
     pub answers: HashMap<String, Answers>,
+    /// The state of the routes' `limit_req` and `limit_conn` zones.
+    pub zones: crate::route_limits::Zones,
 }
 
 impl PoolSet for Active {
@@ -58,8 +60,9 @@ pub struct SharedState {
     pub acme: Arc<crate::acme::Live>,
 }
 
-/// `sale`: the sale's campaigns when it is on (`server.sells()`).
-fn build(server: ServerConf, sale: Option<&Registry>) -> Result<Active, ConfError> {
+/// `sale`: the sale's campaigns when it is on (`server.sells()`); `old`: the conf it replaces
+/// (its unchanged limit zones are kept).
+fn build(server: ServerConf, sale: Option<&Registry>, old: Option<&Active>) -> Result<Active, ConfError> {
     let pool_err =
         |e: std::io::Error| ConfError::whole(&server.file, format!("cannot build an upstream pool: {e}"));
     let order_writer =
@@ -77,7 +80,8 @@ fn build(server: ServerConf, sale: Option<&Registry>) -> Result<Active, ConfErro
     let answers = campaigns.map(|id| (id.clone(), metrics().answers_for(id))).collect();
     let routes = RouteTable::new(&server.routes)
         .map_err(|e| ConfError::whole(&server.file, format!("cannot build the routes' regex sets: {e}")))?;
-    Ok(Active { routes, server, shop_pools, order_writer, answers })
+    let zones = crate::route_limits::Zones::new(&server, old.map(|o| &o.zones));
+    Ok(Active { routes, server, shop_pools, order_writer, answers, zones })
 }
 
 impl SharedState {
@@ -85,7 +89,7 @@ impl SharedState {
     pub fn new(server: ServerConf, sale: Option<&Registry>) -> Result<Self, ConfError> {
         let conf_file = server.file.clone();
         let acme = Arc::new(crate::acme::Live::new(server.tls.as_ref().map_or(&[], |t| t.acme.as_slice())));
-        Ok(Self { conf_file, active: ArcSwap::from_pointee(build(server, sale)?), acme })
+        Ok(Self { conf_file, active: ArcSwap::from_pointee(build(server, sale, None)?), acme })
     }
 
     /// The active conf (a snapshot: keep it for the whole request).
@@ -114,8 +118,8 @@ pub fn reload(shared: &SharedState, sale: Option<&FlashSale>) -> Result<Arc<Acti
         return Err(refused(e));
     }
     let registry = sale.map(FlashSale::reload).transpose()?;
-    let new = Arc::new(build(server, registry.as_deref()).map_err(refused)?);
     let old = shared.active();
+    let new = Arc::new(build(server, registry.as_deref(), Some(&old)).map_err(refused)?);
     let (o, n) = (&old.server, &new.server);
     let tls_listeners =
         |t: &Option<crate::conf::tls::TlsConf>| t.as_ref().map(|t| (t.listen, t.http2, t.redirect_listen));

@@ -36,6 +36,8 @@ pub struct Pool {
     states: Arc<States>,
     /// The pool's CA certificates, as Pingora's connector takes them.
     ca: Option<Arc<CaType>>,
+    /// A digest of those certificates (0: none), in the key of the pooled connections.
+    ca_key: u64,
     next_check_ms: AtomicU64,
     next_resolve_ms: AtomicU64,
     turn: AtomicUsize,
@@ -228,6 +230,11 @@ impl Pool {
             conf: conf.clone(),
             states,
             ca,
+            ca_key: conf.tls.as_ref().and_then(|t| t.ca.as_ref()).map_or(0, |ders| {
+                let mut h = std::hash::DefaultHasher::new();
+                std::hash::Hash::hash(&**ders, &mut h);
+                std::hash::Hasher::finish(&h) | 1
+            }),
             next_check_ms: AtomicU64::new(0),
             next_resolve_ms: AtomicU64::new(now + conf.resolve_interval.as_millis() as u64),
             turn: AtomicUsize::new(0),
@@ -325,7 +332,16 @@ impl Pool {
         peer.options.read_timeout = Some(self.conf.read_timeout);
         peer.options.write_timeout = Some(self.conf.send_timeout);
         peer.options.idle_timeout = Some(Duration::from_secs(60));
-        peer.group_key = crate::threads::upstream_group_key();
+        peer.group_key = match self.ca_key {
+            // Pingora's connection reuse does not tell CAs apart: a connection one pool's CA
+            // checked must not serve a pool that trusts another (or the system's roots).
+            0 => crate::threads::upstream_group_key(),
+            ca => {
+                let mut h = std::hash::DefaultHasher::new();
+                std::hash::Hash::hash(&(crate::threads::upstream_group_key(), ca), &mut h);
+                std::hash::Hasher::finish(&h)
+            }
+        };
         Some((Box::new(peer), InFlight { state, counts }))
     }
 

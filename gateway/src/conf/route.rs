@@ -183,6 +183,8 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
         pool,
         client_max_body_size,
         compression: compression::check(c, prefix, r)?,
+        limit_req: None,
+        limit_conn: None,
     })
 }
 

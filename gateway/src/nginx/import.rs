@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use super::limits::{self, Zone};
 use super::parse::{Directive, Place};
 
 /// What could not be mapped as it is, at its place.
@@ -49,6 +50,14 @@ struct Inherited {
     max_body: Option<i64>,
     gzip: Gzip,
     ssl: ProxySsl,
+    /// The zones of `http` that map (`limit_req_zone`, `limit_conn_zone`).
+    zones: Vec<Zone>,
+    /// `limit_req` and `limit_conn` (inline tables), as Nginx's arrays: a level with its own
+    /// replaces the outer's (`Some(None)`: its own did not map).
+    limit_req: Option<Option<String>>,
+    limit_conn: Option<Option<String>>,
+    limit_req_status: Option<u16>,
+    limit_conn_status: Option<u16>,
 }
 
 /// What a level sets of `proxy_ssl_*` (HTTPS to upstreams).
@@ -90,13 +99,19 @@ pub fn import(top: &[Directive]) -> Import {
     let mut upstreams: BTreeMap<String, Upstream> = BTreeMap::new();
     let mut routes = Vec::new();
     let mut listen: Option<String> = None;
+    let mut http_zones = Vec::new();
     for d in top {
         match (d.name.as_str(), &d.block) {
             ("http", Some(http)) => {
                 for d in http.iter().filter(|d| d.name == "upstream") {
                     upstream(d, &mut upstreams, &mut out.notes);
                 }
-                let http_level = level(http, Inherited::default(), &["server", "upstream"], &mut out.notes);
+                let zoned =
+                    http.iter().filter(|d| matches!(d.name.as_str(), "limit_req_zone" | "limit_conn_zone"));
+                let zones = zoned.filter_map(|d| limits::zone(d, &mut out.notes)).collect();
+                let outer = Inherited { zones, ..Inherited::default() };
+                let http_level = level(http, outer, &["server", "upstream"], &mut out.notes);
+                http_zones.clone_from(&http_level.zones);
                 for d in http.iter().filter(|d| d.name == "server") {
                     server(d, &http_level, &upstreams, &mut routes, &mut listen, &mut out.notes);
                 }
@@ -111,7 +126,7 @@ pub fn import(top: &[Directive]) -> Import {
             _ => note(&mut out.notes, d, false, "outside `http`: only http's servers are imported"),
         }
     }
-    out.toml = render(listen.as_deref(), &routes);
+    out.toml = render(listen.as_deref(), &http_zones, &routes);
     out
 }
 
@@ -127,7 +142,7 @@ fn implicit_default(routes: &mut [Route]) {
     }
 }
 
-fn note(notes: &mut Vec<Note>, d: &Directive, mapped: bool, why: &str) {
+pub(super) fn note(notes: &mut Vec<Note>, d: &Directive, mapped: bool, why: &str) {
     notes.push(Note { at: d.at.clone(), directive: d.name.clone(), mapped, why: why.to_string() });
 }
 
@@ -214,6 +229,7 @@ fn server_line(s: &Directive, addr: &str, params: &[String], notes: &mut Vec<Not
 fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<Note>) -> Inherited {
     let mut l = outer;
     let (mut set, mut add, mut hide) = (None::<Vec<_>>, None::<Vec<_>>, None::<Vec<_>>);
+    let mut own = (None, None);
     for d in list {
         match d.name.as_str() {
             n if skip.contains(&n) => {}
@@ -247,6 +263,8 @@ fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<No
             },
             n if n.starts_with("gzip") => gzip(d, &mut l.gzip, notes),
             n if n.starts_with("proxy_ssl") => proxy_ssl(d, &mut l.ssl, notes),
+            "limit_req_zone" | "limit_conn_zone" | "limit_req" | "limit_conn" | "limit_req_status"
+            | "limit_conn_status" => limit(d, &mut l, &mut own, notes),
             "error_page" => note(
                 notes,
                 d,
@@ -257,6 +275,8 @@ fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<No
             _ => note(notes, d, false, why_not(&d.name)),
         }
     }
+    l.limit_req = own.0.or(l.limit_req);
+    l.limit_conn = own.1.or(l.limit_conn);
     l.set_header = set.or(l.set_header);
     l.add_header = add.or(l.add_header);
     l.hide_header = hide.or(l.hide_header);
@@ -325,6 +345,30 @@ fn gzip(d: &Directive, g: &mut Gzip, notes: &mut Vec<Note>) {
     }
 }
 
+/// A limit directive of a level: a zone (read at `http` already), the level's own `limit_req`
+/// and `limit_conn` (`own`: the first of each; one per route), a status.
+fn limit(
+    d: &Directive,
+    l: &mut Inherited,
+    own: &mut (Option<Option<String>>, Option<Option<String>>),
+    notes: &mut Vec<Note>,
+) {
+    let (slot, kind) = match d.name.as_str() {
+        "limit_req" => (&mut own.0, "limit_req"),
+        "limit_conn" => (&mut own.1, "limit_conn"),
+        "limit_req_status" => return l.limit_req_status = limits::status(d, notes).or(l.limit_req_status),
+        "limit_conn_status" => return l.limit_conn_status = limits::status(d, notes).or(l.limit_conn_status),
+        _ => return,
+    };
+    if slot.is_some() {
+        return note(notes, d, false, &format!("one {kind} per route: the level's first is mapped"));
+    }
+    *slot = Some(match kind {
+        "limit_req" => limits::limit_req(d, &l.zones, notes),
+        _ => limits::limit_conn(d, &l.zones, notes),
+    });
+}
+
 /// Whether a header directive's value maps (its variables are the gateway's); noted if not. The
 /// directive still counts as setting its level's list (Nginx's inheritance).
 fn header_value(d: &Directive, notes: &mut Vec<Note>) -> bool {
@@ -352,9 +396,10 @@ fn why_not(name: &str) -> &'static str {
         "root" | "alias" | "index" | "try_files" | "autoindex" | "expires" => {
             "static files are not served by the gateway (not built yet)"
         }
-        "limit_req" | "limit_conn" | "limit_req_zone" | "limit_conn_zone" => {
-            "per-route rate and connection limits are not built (the gateway has [limits] and the sale's own)"
+        "limit_req_log_level" | "limit_conn_log_level" => {
+            "a limited request is counted in seckill_gateway_route_limited_total and its access line's code"
         }
+        "limit_req_dry_run" | "limit_conn_dry_run" => "dry runs of the limits are not built",
         "ssl_certificate" | "ssl_certificate_key" | "ssl_protocols" | "ssl_ciphers" => {
             "TLS is the gateway's [tls] section: write it by hand"
         }
@@ -396,7 +441,7 @@ fn millis(t: &str) -> Option<i64> {
 }
 
 /// Nginx's size: `1024`, `512k`, `10m`, `1g` → bytes.
-fn bytes(t: &str) -> Option<i64> {
+pub(super) fn bytes(t: &str) -> Option<i64> {
     let (n, mult) = match t.chars().last()? {
         'k' | 'K' => (&t[..t.len() - 1], 1024),
         'm' | 'M' => (&t[..t.len() - 1], 1024 * 1024),
@@ -654,16 +699,17 @@ fn slug(path: &str) -> String {
 }
 
 /// A TOML string.
-fn q(s: &str) -> String {
+pub(super) fn q(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_default()
 }
 
 /// The conf file.
-fn render(listen: Option<&str>, routes: &[Route]) -> String {
+fn render(listen: Option<&str>, zones: &[Zone], routes: &[Route]) -> String {
     let mut out = String::from(
         "# Imported from nginx.conf by `gateway import-nginx` (its notes on stderr).\n\n[server]\n",
     );
     let _ = writeln!(out, "listen = {}", q(listen.unwrap_or("0.0.0.0:80")));
+    limits::render(&mut out, zones);
     for r in routes {
         route(&mut out, r);
     }
@@ -706,6 +752,18 @@ fn route(out: &mut String, r: &Route) {
         let _ = writeln!(out, "client_max_body_size = {b}");
     }
     compression(out, &i.gzip);
+    for (field, table) in [("limit_req", &i.limit_req), ("limit_conn", &i.limit_conn)] {
+        if let Some(Some(t)) = table {
+            let _ = writeln!(out, "{field} = {t}");
+        }
+    }
+    for (field, status) in
+        [("limit_req_status", i.limit_req_status), ("limit_conn_status", i.limit_conn_status)]
+    {
+        if let Some(s) = status {
+            let _ = writeln!(out, "{field} = {s}");
+        }
+    }
     table(out, "proxy_set_header", i.set_header.iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())));
     let (always, not): (Vec<_>, Vec<_>) = i.add_header.iter().flatten().partition(|h| h.2);
     table(out, "add_header", not.iter().map(|h| (h.0.as_str(), h.1.as_str())));
@@ -800,6 +858,8 @@ mod tests {
             "rewrite = { regex = \"^/old/(.*)$\", replacement = \"/new/$1\" }",
             "proxy_hide_header = [\"X-Powered-By\"]",
             "hosts = [\"shop.example.com\", \"*.shop.example.com\"]\ndefault_server = true",
+            "[[limit_req_zone]]\nname = \"search\"\nkey = \"$binary_remote_addr\"\nrate = \"10r/s\"\nmax_keys = 163840",
+            "limit_req = { zone = \"search\", burst = 20, nodelay = true }",
         ] {
             assert!(i.toml.contains(want), "{want:?} missing from:\n{}", i.toml);
         }
@@ -823,7 +883,6 @@ mod tests {
             "shop-https.conf:30: expires: not mapped",
             "shop-https.conf:38: location: not mapped",
             "shop-https.conf:39: rewrite: not mapped",
-            "shop-https.conf:43: limit_req: not mapped",
             "shop-https.conf:44: if: not mapped",
             "shop-https.conf:49: error_page: not mapped",
             "shop-https.conf:50: access_log: not mapped",
@@ -832,7 +891,7 @@ mod tests {
         }
         // Nothing else: every note is one of those (the upstream servers' weight, max_fails
         // and fail_timeout map).
-        assert_eq!(got.len(), 22, "{got:#?}");
+        assert_eq!(got.len(), 21, "{got:#?}");
     }
 
     /// Imports `http` (an http block's body) written to a file of its own.

@@ -3,6 +3,7 @@
 //! directive not mapped or mapped with another meaning, at its `file:line:col` (`import`).
 
 mod import;
+mod limits;
 mod parse;
 
 pub use import::{Import, Note};

@@ -23,6 +23,7 @@ mod orders;
 mod polling;
 mod proxy_only;
 mod requests;
+mod route_limits;
 mod routes;
 mod safe_retry;
 mod sale;
