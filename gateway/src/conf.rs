@@ -21,6 +21,7 @@ use toml::Spanned;
 pub mod acme;
 mod action;
 pub mod compression;
+mod files;
 mod headers;
 pub mod limits;
 mod matching;
@@ -32,6 +33,7 @@ pub mod tls;
 pub mod upstream;
 
 pub use action::{Return, Rewrite};
+pub use files::Files;
 pub use headers::Headers;
 pub use matching::{HostName, Location, Pattern};
 pub use observe::{AccessLogConf, AdminConf, LogFormat, LogOutput};
@@ -136,6 +138,16 @@ struct RawRoute {
     proxy_hide_header: Option<Vec<S<String>>>,
     #[serde(default)]
     error_page: headers::Table,
+    #[serde(default)]
+    root: Option<S<String>>,
+    #[serde(default)]
+    alias: Option<S<String>>,
+    #[serde(default)]
+    index: Option<S<Vec<S<String>>>>,
+    #[serde(default)]
+    try_files: Option<S<Vec<S<String>>>>,
+    #[serde(default)]
+    default_type: Option<S<String>>,
     #[serde(default)]
     upstreams: Option<S<Vec<S<String>>>>,
     #[serde(default = "d_route_timeout")]
@@ -246,7 +258,9 @@ pub struct RouteConf {
     pub headers: Headers,
     /// Pages shown in place of the built-in one for a status (502, 504), read at load.
     pub error_pages: Vec<(u16, bytes::Bytes)>,
-    /// Where matching requests go; `None` for a route with a `return`.
+    /// The folder it serves files from, in place of proxying (Nginx's `root`/`alias`).
+    pub files: Option<Files>,
+    /// Where matching requests go; `None` for a route with a `return` or files.
     pub pool: Option<PoolConf>,
     /// Largest request body on this route; `None`: `[limits] client_max_body_size`.
     pub client_max_body_size: Option<u64>,

@@ -35,6 +35,7 @@ pub mod admin;
 pub mod answer;
 pub mod certs;
 pub mod conf;
+pub mod files;
 pub mod frontdoor;
 pub mod limits;
 pub mod metrics;

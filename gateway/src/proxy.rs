@@ -372,7 +372,8 @@ impl ProxyHttp for Gateway {
 impl Gateway {
     /// A proxied shop route's `limit_req` and `limit_conn` first (Nginx's preaccess phase: a
     /// route with `return` answers before it, unlimited, as Nginx's rewrite phase does); then
-    /// the request goes to the route's pool, or is answered with the limit's status.
+    /// the request goes to the route's pool (or its files, `crate::files`), or is answered with
+    /// the limit's status.
     async fn limit_then_proxy(
         &self,
         session: &mut Session,
@@ -394,6 +395,10 @@ impl Gateway {
                     return limited_page(session, ctx, route, status).await;
                 }
             }
+        }
+        if route.files.is_some() {
+            let (uri, client) = (ctx.uri.as_deref(), ctx.sale.client());
+            return crate::files::serve(session, route, uri, client, &ctx.sale.request_id).await;
         }
         ctx.upstream = Upstream::Shop(i);
         Ok(false)

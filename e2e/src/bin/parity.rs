@@ -2,7 +2,9 @@
 //! `@UP1B@`, `@UP2@`, `@SLOW@` and `@DEAD@` for addresses) run by a real Nginx and, through
 //! `gateway import-nginx`, by the gateway, both in front of the same stand-in upstreams (they
 //! answer with what they received: method, URI, Host, the fixtures' headers, the body's hash;
-//! `@SLOW@` after 1 s; `@DEAD@` refuses); every request of the fixture in each of its forms
+//! `@SLOW@` after 1 s; `@DEAD@` refuses), and `@STATIC@`, a folder of files both serve
+//! (`static_files`, every mtime 2024-01-01 00:00:00 UTC so a fixture can name their `ETag`s),
+//! `@MIME_TYPES@`, this Nginx's own `mime.types`; every request of the fixture in each of its forms
 //! (`e2e::parity::variants`) sent to both; their answers compared. Prints each difference and
 //! `parity: N of M identical`; exits 1 below `--min-percent`.
 
@@ -82,13 +84,9 @@ async fn fixture(args: &Args, path: &Path) -> anyhow::Result<(usize, usize)> {
     let ups = [echo("up1", 0).await?, echo("up1", 0).await?, echo("up2", 0).await?, echo("slow", 1).await?];
     let dead = free_port()?;
     let (nport, gport) = (free_port()?, free_port()?);
-    let body = text
-        .replace("@LISTEN@", &format!("127.0.0.1:{nport}"))
-        .replace("@UP1B@", &ups[1])
-        .replace("@UP1@", &ups[0])
-        .replace("@UP2@", &ups[2])
-        .replace("@SLOW@", &ups[3])
-        .replace("@DEAD@", &format!("127.0.0.1:{dead}"));
+    let addrs =
+        [format!("127.0.0.1:{nport}"), ups[1].clone(), ups[0].clone(), ups[2].clone(), ups[3].clone()];
+    let body = fill(&text, &addrs, dead, args, &work)?;
     let conf = work.join("nginx.conf");
     std::fs::write(&conf, nginx_conf(&work, &body))?;
     let nginx_log = std::fs::File::create(work.join("nginx.stderr"))?;
@@ -139,6 +137,23 @@ async fn fixture(args: &Args, path: &Path) -> anyhow::Result<(usize, usize)> {
     Ok((same, corpus.len()))
 }
 
+/// The fixture's text with its placeholders filled: `addrs` are `@LISTEN@`, `@UP1B@`, `@UP1@`,
+/// `@UP2@`, `@SLOW@`; `dead` is `@DEAD@`'s port; `@STATIC@` and `@MIME_TYPES@` when used.
+fn fill(text: &str, addrs: &[String; 5], dead: u16, args: &Args, work: &Path) -> anyhow::Result<String> {
+    let mut body = text.to_string();
+    for (place, addr) in ["@LISTEN@", "@UP1B@", "@UP1@", "@UP2@", "@SLOW@"].iter().zip(addrs) {
+        body = body.replace(place, addr);
+    }
+    body = body.replace("@DEAD@", &format!("127.0.0.1:{dead}"));
+    if body.contains("@STATIC@") {
+        body = body.replace("@STATIC@", &static_files(work)?.display().to_string());
+    }
+    if body.contains("@MIME_TYPES@") {
+        body = body.replace("@MIME_TYPES@", &mime_types(&args.nginx)?);
+    }
+    Ok(body)
+}
+
 fn nginx_conf(work: &Path, body: &str) -> String {
     let w = work.display();
     format!(
@@ -148,6 +163,48 @@ fn nginx_conf(work: &Path, body: &str) -> String {
          fastcgi_temp_path {w}/tmp/fastcgi;\n  uwsgi_temp_path {w}/tmp/uwsgi;\n  scgi_temp_path {w}/tmp/scgi;\n\
          {body}\n}}\n"
     )
+}
+
+/// The mtime of every file of `@STATIC@`: 2024-01-01 00:00:00 UTC (`ETag` `"65920080-<size hex>"`).
+const STATIC_MTIME: u64 = 1_704_067_200;
+
+/// `@STATIC@`: a folder under `work` with a page, a style sheet, a script, PNG bytes, a file
+/// past 256 KB, one without extension, a subfolder with `index.html`, one without, and the
+/// folders the fixture's locations name; every mtime [`STATIC_MTIME`].
+fn static_files(work: &Path) -> anyhow::Result<PathBuf> {
+    let dir = work.join("static");
+    let png: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x06\0\0\0\x1f\x15\xc4\x89";
+    let big: Vec<u8> = (0..300 * 1024).map(|i: u32| (i % 253) as u8).collect();
+    let files: [(&str, &[u8]); 11] = [
+        ("index.html", b"<html><body>home</body></html>\n"),
+        ("style.css", b"body { color: #333; }\n"),
+        ("app.js", b"console.log('shop');\n"),
+        ("logo.png", png),
+        ("big.bin", &big),
+        ("readme", b"no extension\n"),
+        ("sub/index.html", b"<html>sub</html>\n"),
+        ("nodex/note.txt", b"a folder without index\n"),
+        ("app/main.js", b"main();\n"),
+        ("strict/ok.txt", b"ok\n"),
+        ("strict/deeper/x.txt", b"x\n"),
+    ];
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(STATIC_MTIME);
+    for (name, bytes) in files {
+        let path = dir.join(name);
+        std::fs::create_dir_all(path.parent().unwrap_or(&dir))?;
+        std::fs::write(&path, bytes)?;
+        std::fs::File::options().write(true).open(&path)?.set_modified(when)?;
+    }
+    Ok(dir)
+}
+
+/// The `mime.types` beside this Nginx's own nginx.conf (its `--conf-path`).
+fn mime_types(nginx: &Path) -> anyhow::Result<String> {
+    let v = Command::new(nginx).arg("-V").output()?;
+    let text = String::from_utf8_lossy(&v.stderr);
+    let conf = text.split_whitespace().find_map(|a| a.strip_prefix("--conf-path="));
+    let conf = conf.ok_or_else(|| anyhow::anyhow!("{} -V names no --conf-path", nginx.display()))?;
+    Ok(Path::new(conf).with_file_name("mime.types").display().to_string())
 }
 
 fn free_port() -> anyhow::Result<u16> {

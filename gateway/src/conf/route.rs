@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use protocol::conf::ConfError;
 
 use super::limits::MAX_BODY_CAP;
-use super::{action, compression, headers, matching};
+use super::{action, compression, files, headers, matching};
 use super::{pool, Checker, RawPoolFields, RawRoute, RouteConf};
 
 /// Checks every route, then that no two routes of one host have the same path and that one
@@ -149,24 +149,8 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
     let hosts = hosts(c, prefix, r)?;
     let answer = r.answer.as_ref().map(|a| action::answer(c, a, &f("return"))).transpose()?;
     let rewrite = action::rewrite(c, prefix, (&r.rewrite, &r.replace_prefix), &location)?;
-    let pool = match (&r.upstreams, &answer) {
-        (Some(upstreams), None) => {
-            let mut pool = route_pool(c, prefix, r, upstreams)?;
-            pool.tls = super::upstream::tls(c, prefix, r, &pool.upstreams)?;
-            Some(pool)
-        }
-        (None, Some(_)) => None,
-        (Some(u), Some(_)) => {
-            return Err(c.err(
-                u.span(),
-                &f("upstreams"),
-                "a route with `return` answers itself: drop `upstreams`",
-            ))
-        }
-        (None, None) => {
-            return Err(c.err(r.name.span(), &f("upstreams"), "missing: give `upstreams` or `return`"))
-        }
-    };
+    let files = files::check(c, prefix, r, &location)?;
+    let pool = route_action(c, prefix, r, answer.is_some(), files.is_some())?;
     let client_max_body_size = match &r.client_max_body_size {
         Some(v) => Some(c.int(v, &f("client_max_body_size"), 0, MAX_BODY_CAP)? as u64),
         None => None,
@@ -180,12 +164,54 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
         rewrite,
         headers: headers::check(c, prefix, r)?,
         error_pages: action::error_pages(c, prefix, &r.error_page)?,
+        files,
         pool,
         client_max_body_size,
         compression: compression::check(c, prefix, r)?,
         limit_req: None,
         limit_conn: None,
     })
+}
+
+/// What a route does: proxy (`upstreams`: its pool), answer (`return`) or serve files
+/// (`root`/`alias`): one of them.
+fn route_action(
+    c: &Checker<'_>,
+    prefix: &str,
+    r: &RawRoute,
+    answers: bool,
+    files: bool,
+) -> Result<Option<super::PoolConf>, ConfError> {
+    let f = |name: &str| format!("{prefix}.{name}");
+    let (root_field, root_span) = match (&r.root, &r.alias) {
+        (Some(v), _) => ("root", v.span()),
+        (None, Some(v)) => ("alias", v.span()),
+        (None, None) => ("root", 0..0),
+    };
+    match (&r.upstreams, answers, files) {
+        (Some(upstreams), false, false) => {
+            let mut pool = route_pool(c, prefix, r, upstreams)?;
+            pool.tls = super::upstream::tls(c, prefix, r, &pool.upstreams)?;
+            Ok(Some(pool))
+        }
+        (Some(u), true, _) => {
+            Err(c.err(u.span(), &f("upstreams"), "a route with `return` answers itself: drop `upstreams`"))
+        }
+        (Some(u), false, true) => Err(c.err(
+            u.span(),
+            &f("upstreams"),
+            format!("a route with `{root_field}` serves files: drop `upstreams`"),
+        )),
+        (None, true, true) => {
+            Err(c.err(root_span, &f(root_field), "a route with `return` answers itself: drop it"))
+        }
+        (None, true, false) | (None, false, true) => Ok(None),
+        (None, false, false) => Err(c.err(
+            r.name.span(),
+            &f("upstreams"),
+            "missing: give `upstreams`, `return` or `root` (files)",
+        )),
+    }
 }
 
 #[cfg(test)]

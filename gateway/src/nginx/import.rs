@@ -58,6 +58,10 @@ struct Inherited {
     limit_conn: Option<Option<String>>,
     limit_req_status: Option<u16>,
     limit_conn_status: Option<u16>,
+    /// `root`, `index`, `default_type`: inherited from `http` and `server` as Nginx's.
+    root: Option<String>,
+    index: Option<Vec<String>>,
+    default_type: Option<String>,
 }
 
 /// What a level sets of `proxy_ssl_*` (HTTPS to upstreams).
@@ -90,7 +94,17 @@ struct Route {
     replace_prefix: Option<String>,
     answer: Option<String>,
     rewrite: Option<(String, String)>,
+    /// The location's `alias`, or its inherited `root`, when it serves files.
+    files: Option<FilesFrom>,
+    try_files: Option<Vec<String>>,
     inherited: Inherited,
+}
+
+/// Where a files route's folder comes from.
+#[derive(Debug, Clone)]
+enum FilesFrom {
+    Root(String),
+    Alias(String),
 }
 
 /// Imports the directives of a whole file (its `http` block).
@@ -265,13 +279,21 @@ fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<No
             n if n.starts_with("proxy_ssl") => proxy_ssl(d, &mut l.ssl, notes),
             "limit_req_zone" | "limit_conn_zone" | "limit_req" | "limit_conn" | "limit_req_status"
             | "limit_conn_status" => limit(d, &mut l, &mut own, notes),
+            "root" | "index" | "default_type" => files_setting(d, &mut l, notes),
+            "types" => note(
+                notes,
+                d,
+                true,
+                "a files route's Content-Type is the gateway's built-in table, Nginx's mime.types (types of your own are not mapped)",
+            ),
             "error_page" => note(
                 notes,
                 d,
                 false,
                 "error_page names a URI, the gateway's route error_page a file: write it by hand",
             ),
-            "location" | "proxy_pass" | "return" | "rewrite" | "server_name" | "listen" => {}
+            "location" | "proxy_pass" | "return" | "rewrite" | "server_name" | "listen" | "alias"
+            | "try_files" => {}
             _ => note(notes, d, false, why_not(&d.name)),
         }
     }
@@ -390,11 +412,36 @@ fn header_value(d: &Directive, notes: &mut Vec<Note>) -> bool {
     }
 }
 
+/// `root`, `index`, `default_type` at any level (a variable in them is not mapped).
+fn files_setting(d: &Directive, l: &mut Inherited, notes: &mut Vec<Note>) {
+    if d.args.is_empty() || d.args.iter().any(|a| a.contains('$')) {
+        return note(notes, d, false, "a value with variables is not mapped");
+    }
+    match d.name.as_str() {
+        "root" => {
+            if !d.args[0].starts_with('/') {
+                note(
+                    notes,
+                    d,
+                    true,
+                    "a relative root is from the gateway's server file's folder (Nginx's: its prefix)",
+                );
+            }
+            l.root = Some(d.args[0].clone());
+        }
+        "index" => l.index = Some(d.args.clone()),
+        _ => l.default_type = Some(d.args[0].clone()),
+    }
+}
+
 /// Why a directive with no counterpart is not mapped.
 fn why_not(name: &str) -> &'static str {
     match name {
-        "root" | "alias" | "index" | "try_files" | "autoindex" | "expires" => {
-            "static files are not served by the gateway (not built yet)"
+        "autoindex" => "a folder's listing is not built (a folder without index answers 403)",
+        "expires" => "a files route sends no Expires or Cache-Control of its own (add_header can)",
+        "if_modified_since" | "etag" | "max_ranges" | "disable_symlinks" | "open_file_cache" => {
+            "a files route answers as Nginx's defaults (exact If-Modified-Since, ETag on, one range; \
+             symlinks out of its folder refused): see docs/nginx-migration.md"
         }
         "limit_req_log_level" | "limit_conn_log_level" => {
             "a limited request is counted in seckill_gateway_route_limited_total and its access line's code"
@@ -469,6 +516,9 @@ fn server(
                 hosts.extend(s.args.iter().filter(|h| !matches!(h.as_str(), "_" | "\"\"" | "")).cloned())
             }
             "listen" => default_server |= the_listen(s, listen, notes),
+            "try_files" | "alias" if body.iter().any(|l| l.name == "location") => {
+                note(notes, s, false, "a server-level try_files is not mapped: write it in the locations")
+            }
             "rewrite" | "return" if body.iter().any(|l| l.name == "location") => note(
                 notes,
                 s,
@@ -482,25 +532,45 @@ fn server(
     let base = Route { hosts, default_server, inherited: level, ..Default::default() };
     let locations: Vec<&Directive> = body.iter().filter(|l| l.name == "location").collect();
     if locations.is_empty() {
-        // A server that only answers (`return`) is a route of its own at /, but the redirect of
-        // plain HTTP to https://, which is [tls] redirect_listen's.
-        if let Some(r) = body.iter().find(|l| l.name == "return") {
-            if r.args.len() == 2
-                && ["301", "302", "307", "308"].contains(&r.args[0].as_str())
-                && r.args[1].starts_with("https://")
-            {
-                return note(notes, r, true, "plain HTTP redirected to https:// is [tls] redirect_listen's (a 308 to the same host and path)");
-            }
-            let mut route = Route { path: "/".into(), name: format!("server-{}", d.at.line), ..base };
-            route.answer = answer(r, notes);
-            if route.answer.is_some() {
-                push(route, r, routes, notes);
-            }
-        }
-        return;
+        return lone_server(d, body, base, routes, notes);
     }
     for l in locations {
         location(l, &base, upstreams, routes, notes);
+    }
+}
+
+/// A server without locations: a route at / when it answers (`return`) or serves files (a
+/// `root`), but the redirect of plain HTTP to https://, which is [tls] redirect_listen's.
+fn lone_server(
+    d: &Directive,
+    body: &[Directive],
+    base: Route,
+    routes: &mut Vec<Route>,
+    notes: &mut Vec<Note>,
+) {
+    // A server that only answers (`return`) is a route of its own at /, but the redirect of
+    // plain HTTP to https://, which is [tls] redirect_listen's.
+    if let Some(r) = body.iter().find(|l| l.name == "return") {
+        if r.args.len() == 2
+            && ["301", "302", "307", "308"].contains(&r.args[0].as_str())
+            && r.args[1].starts_with("https://")
+        {
+            return note(notes, r, true, "plain HTTP redirected to https:// is [tls] redirect_listen's (a 308 to the same host and path)");
+        }
+        let mut route = Route { path: "/".into(), name: format!("server-{}", d.at.line), ..base };
+        route.answer = answer(r, notes);
+        if route.answer.is_some() {
+            push(route, r, routes, notes);
+        }
+    } else if base.inherited.root.is_some() {
+        // Files from the server's root for every path, as Nginx's location-less server.
+        let all =
+            Directive { name: "location".into(), args: vec!["/".into()], block: None, at: d.at.clone() };
+        let mut route = Route { path: "/".into(), name: format!("server-{}", d.at.line), ..base };
+        files_location(&all, body, &mut route, notes);
+        if route.files.is_some() {
+            push(route, d, routes, notes);
+        }
     }
 }
 
@@ -571,15 +641,56 @@ fn location(
     } else if let Some(p) = body.iter().find(|d| d.name == "proxy_pass") {
         proxy_pass(p, &l.args, upstreams, &mut route, notes);
     }
-    if route.answer.is_none() && route.upstreams.is_empty() {
-        return note(
-            notes,
-            l,
-            false,
-            "neither proxied nor answered here (static files, or a pass not mapped): no route",
-        );
+    if route.answer.is_none() && route.upstreams.is_empty() && !body.iter().any(|d| d.name == "proxy_pass") {
+        files_location(l, body, &mut route, notes);
+    }
+    if route.answer.is_none() && route.upstreams.is_empty() && route.files.is_none() {
+        return note(notes, l, false, "neither proxied, answered nor served from a folder here (Nginx's default root, `html` under its prefix, is not mapped): no route");
     }
     push(route, l, routes, notes);
+}
+
+/// A location without `proxy_pass` or `return` serves files: its `alias`, else the `root` it
+/// sets or inherits; its `try_files` (candidates `$uri...` or `/path`, then a path or `=CODE`).
+fn files_location(l: &Directive, body: &[Directive], route: &mut Route, notes: &mut Vec<Note>) {
+    let regex_or_exact = matches!(l.args.first().map(String::as_str), Some("=" | "~" | "~*"));
+    if let Some(a) = body.iter().find(|d| d.name == "alias") {
+        if regex_or_exact || a.args.len() != 1 || a.args[0].contains('$') {
+            return note(notes, a, false, "alias is mapped on a prefix location, without variables");
+        }
+        route.files = Some(FilesFrom::Alias(a.args[0].clone()));
+    } else if let Some(root) = &route.inherited.root {
+        route.files = Some(FilesFrom::Root(root.clone()));
+    } else {
+        return; // noted by the caller: no route
+    }
+    let Some(t) = body.iter().find(|d| d.name == "try_files") else { return };
+    let plain = |a: &str| {
+        let rest = a.strip_prefix("$uri").unwrap_or(a);
+        (rest.len() < a.len() || a.starts_with('/'))
+            && !rest.contains('$')
+            && !rest.contains('?')
+            && !rest.split('/').any(|s| s == ".." || s == ".")
+    };
+    let none = String::new();
+    let (last, candidates) = t.args.split_last().unwrap_or((&none, &[]));
+    let last_ok = last
+        .strip_prefix('=')
+        .map_or(plain(last), |c| c.parse::<u16>().is_ok_and(|c| (200..600).contains(&c)));
+    if candidates.is_empty() || !candidates.iter().all(|a| plain(a)) || !last_ok {
+        route.files = None;
+        return note(notes, t, false, "try_files is mapped with `$uri`, `$uri/` and paths, then a path or =CODE (no named location, query or other variable)");
+    }
+    let prefix = l.args.last().map(String::as_str).unwrap_or("/");
+    if !last.starts_with('=') && (regex_or_exact || !last.starts_with(prefix)) {
+        note(
+            notes,
+            t,
+            true,
+            "the last resort is served from this route's folder (Nginx searches the locations again for it)",
+        );
+    }
+    route.try_files = Some(t.args.clone());
 }
 
 /// Adds `route` unless an earlier one has a host of its and its path (Nginx told their servers
@@ -728,6 +839,8 @@ fn route(out: &mut String, r: &Route) {
     let _ = writeln!(out, "path = {}", q(&r.path));
     if let Some(a) = &r.answer {
         let _ = writeln!(out, "return = {}", q(a));
+    } else if let Some(from) = &r.files {
+        files(out, from, r);
     } else {
         let ups: Vec<String> = r.upstreams.iter().map(|u| q(u)).collect();
         let _ = writeln!(out, "upstreams = [{}]", ups.join(", "));
@@ -805,6 +918,24 @@ fn compression(out: &mut String, g: &Gzip) {
     out.push_str("compression_algorithms = [\"gzip\"]\n");
 }
 
+/// A files route's keys (Nginx's `default_type` is `text/plain` when no level sets it).
+fn files(out: &mut String, from: &FilesFrom, r: &Route) {
+    let list = |l: &[String]| l.iter().map(|a| q(a)).collect::<Vec<_>>().join(", ");
+    match from {
+        FilesFrom::Root(p) => writeln!(out, "root = {}", q(p)),
+        FilesFrom::Alias(p) => writeln!(out, "alias = {}", q(p)),
+    }
+    .unwrap_or_default();
+    if let Some(index) = &r.inherited.index {
+        let _ = writeln!(out, "index = [{}]", list(index));
+    }
+    if let Some(t) = &r.try_files {
+        let _ = writeln!(out, "try_files = [{}]", list(t));
+    }
+    let _ =
+        writeln!(out, "default_type = {}", q(r.inherited.default_type.as_deref().unwrap_or("text/plain")));
+}
+
 /// `field = { "Name" = "value", ... }` when there is any.
 fn table<'a>(out: &mut String, field: &str, pairs: impl Iterator<Item = (&'a str, &'a str)>) {
     let pairs: Vec<String> = pairs.map(|(k, v)| format!("{} = {}", q(k), q(v))).collect();
@@ -837,11 +968,14 @@ mod tests {
     #[test]
     fn the_shop_conf_becomes_a_proxy_only_conf_the_gateway_loads() {
         let i = shop();
-        let conf = crate::conf::parse_server(Path::new("imported.toml"), &i.toml)
+        // The static location's root is the shop's machine's: a folder that is there, here.
+        let toml = i.toml.replace("/srv/shop/static", &std::env::temp_dir().display().to_string());
+        let conf = crate::conf::parse_server(Path::new("imported.toml"), &toml)
             .unwrap_or_else(|e| panic!("{e}\n{}", i.toml));
-        // The locations proxied or answered: /, = /healthz, ^~ /api/, /old/, /search (the static
-        // one and the `last` rewrite are not mapped; the redirect to https is [tls]'s).
-        assert_eq!(i.toml.matches("[[route]]").count(), 5, "{}", i.toml);
+        // The locations proxied, answered or served: /, = /healthz, ^~ /api/, the static
+        // files, /old/, /search (the `last` rewrite is not mapped; the redirect to https is
+        // [tls]'s).
+        assert_eq!(i.toml.matches("[[route]]").count(), 6, "{}", i.toml);
         assert!(format!("{conf:?}").contains("shop_app") || i.toml.contains("127.0.0.1:9001"));
         for want in [
             "listen = \"0.0.0.0:80\"",
@@ -860,6 +994,7 @@ mod tests {
             "hosts = [\"shop.example.com\", \"*.shop.example.com\"]\ndefault_server = true",
             "[[limit_req_zone]]\nname = \"search\"\nkey = \"$binary_remote_addr\"\nrate = \"10r/s\"\nmax_keys = 163840",
             "limit_req = { zone = \"search\", burst = 20, nodelay = true }",
+            "path = \"~* \\\\.(css|js|png)$\"\nroot = \"/srv/shop/static\"\ndefault_type = \"application/octet-stream\"",
         ] {
             assert!(i.toml.contains(want), "{want:?} missing from:\n{}", i.toml);
         }
@@ -871,15 +1006,12 @@ mod tests {
         for want in [
             "shop.conf:3: user: not mapped",
             "shop.conf:6: events: not mapped",
-            "shop.conf:12: default_type: not mapped",
-            "mime.types:1: types: not mapped",
+            "mime.types:1: types: differently",
             "shop.conf:16: gzip: differently",
             "shop.conf:33: return: differently",
             "shop-https.conf:2: listen: not mapped",
             "shop-https.conf:4: ssl_certificate: not mapped",
             "shop-https.conf:8: proxy_set_header: differently",
-            "shop-https.conf:28: location: not mapped",
-            "shop-https.conf:29: root: not mapped",
             "shop-https.conf:30: expires: not mapped",
             "shop-https.conf:38: location: not mapped",
             "shop-https.conf:39: rewrite: not mapped",
@@ -891,7 +1023,8 @@ mod tests {
         }
         // Nothing else: every note is one of those (the upstream servers' weight, max_fails
         // and fail_timeout map).
-        assert_eq!(got.len(), 21, "{got:#?}");
+        assert_eq!(got.len(), 18, "{got:#?}");
+        assert!(!got.iter().any(|n| n.contains("default_type") || n.contains(": root:")), "{got:#?}");
     }
 
     /// Imports `http` (an http block's body) written to a file of its own.
@@ -934,6 +1067,59 @@ mod tests {
         let notes: Vec<String> = i.notes.iter().map(|n| format!("{}: {}", n.directive, n.mapped)).collect();
         assert!(notes.contains(&"server: false".to_string()), "backup is noted: {notes:?}");
         assert!(notes.contains(&"hash: true".to_string()), "hash without consistent: {notes:?}");
+    }
+
+    /// Imports an nginx.conf's text (written to a file of its own).
+    fn import_text(name: &str, text: &str) -> super::Import {
+        let file = std::env::temp_dir().join(format!("gateway-import-{name}-{}.conf", std::process::id()));
+        std::fs::write(&file, text).unwrap();
+        crate::nginx::import_file(&file).unwrap()
+    }
+
+    #[test]
+    fn root_alias_index_and_try_files_map_as_nginx_inherits_them() {
+        let i = import_text(
+            "files",
+            "http {\n default_type application/octet-stream;\n index home.html index.html;\n\
+             server {\n listen 8080;\n server_name shop.test;\n root /srv/www;\n\
+             location / { try_files $uri $uri/ /index.html; }\n\
+             location /assets/ { alias /srv/assets/; index a.html; }\n\
+             location /strict/ { root /srv/strict; try_files $uri =404; }\n\
+             location /api/ { proxy_pass http://127.0.0.1:9000; }\n\
+             location ~ \\.(png)$ { alias /srv/img/; }\n\
+             location /php/ { try_files $uri @php; }\n\
+             }\n server {\n listen 8080;\n server_name bare.test;\n root www;\n }\n}\n",
+        );
+        let t = &i.toml;
+        for want in [
+            "path = \"/\"\nroot = \"/srv/www\"\nindex = [\"home.html\", \"index.html\"]\n\
+             try_files = [\"$uri\", \"$uri/\", \"/index.html\"]\ndefault_type = \"application/octet-stream\"",
+            "path = \"/assets/\"\nalias = \"/srv/assets/\"\nindex = [\"a.html\"]",
+            "path = \"/strict/\"\nroot = \"/srv/strict\"\nindex = [\"home.html\", \"index.html\"]\n\
+             try_files = [\"$uri\", \"=404\"]",
+            "path = \"/api/\"\nupstreams = [\"127.0.0.1:9000\"]",
+            "hosts = [\"bare.test\"]\npath = \"/\"\nroot = \"www\"",
+        ] {
+            assert!(t.contains(want), "{want:?} missing from:\n{t}");
+        }
+        assert_eq!(t.matches("[[route]]").count(), 5, "{t}");
+        let got = notes(&i);
+        // The regex alias and the named fallback: no route (the directive and its location
+        // noted); the relative root: from the server file's folder.
+        let got: Vec<&str> = got.iter().map(|n| n.split_once(':').unwrap().1).collect();
+        assert_eq!(
+            got,
+            [
+                "12: alias: not mapped",
+                "12: location: not mapped",
+                "13: try_files: not mapped",
+                "13: location: not mapped",
+                "18: root: differently"
+            ]
+        );
+        // Without default_type anywhere, Nginx's own: text/plain.
+        let plain = import_text("plain", "http { server { listen 80; root /srv; } }\n");
+        assert!(plain.toml.contains("default_type = \"text/plain\""), "{}", plain.toml);
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod balancing;
 mod cluster;
 mod conf;
 mod defense;
+mod files;
 mod global_limits;
 mod limits;
 mod nginx_routes;
