@@ -1,12 +1,11 @@
 //! The gateway's server file (`conf/server.toml`) and the campaign files it points at.
 //!
-//! The server file reads like an Nginx `server` block: where to listen, the order-writer pool,
-//! and `[[route]]`s (hosts + path, as Nginx's `server_name` and `location` → upstream pool, an
-//! answer of its own or files from a folder) for the rest of the shop. The sale's own sections (`[sale]`, `[redis]`,
-//! `[kafka]`, `[defense]`: `plugins::conf::SECTIONS`) are in the same file and read by
-//! `plugins::conf`; this module reads the proxy's. Every value is checked at load; an error
-//! names the file, the line, the column and the field. See `conf/server.toml` for a commented
-//! example.
+//! The server file reads like an Nginx `server` block: where to listen, the order-writer pool, and
+//! `[[route]]`s (hosts + path, as Nginx's `server_name` and `location` → upstream pool, an answer
+//! of its own or files from a folder) for the rest of the shop. The sale's own sections (`[sale]`,
+//! `[redis]`, `[kafka]`, `[defense]`: `plugins::conf::SECTIONS`) are in the same file and read by
+//! `plugins::conf`; this module reads the proxy's. Every value is checked at load; an error names
+//! the file, the line, the column and the field. See `conf/server.toml` for a commented example.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
