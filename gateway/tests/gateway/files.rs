@@ -1,6 +1,6 @@
 //! A files route (`root`, `alias`, `try_files`) through the binary, on raw requests: types,
-//! validators, 304, ranges (206, 416), HEAD, 405, a folder's 301, 404, and paths that would
-//! leave the folder refused.
+//! validators, 304, ranges (206, 416), HEAD, 405, a folder's 301, 404, paths that would
+//! leave the folder refused, and a route limit.
 
 use e2e::parity::{send, Answer, Request};
 
@@ -40,7 +40,9 @@ async fn a_files_route_answers_as_nginx() {
     let text = format!(
         "[server]\nlisten = \"127.0.0.1:{{port}}\"\nworkers = 1\n\n[[route]]\nname = \"files\"\npath = \"/\"\n\
          root = {www:?}\nadd_header = {{ \"X-Added\" = \"yes\" }}\n\n\
-         [[route]]\nname = \"app\"\npath = \"/app/\"\nalias = {www:?}\ntry_files = [\"$uri\", \"/app/index.html\"]\n"
+         [[route]]\nname = \"app\"\npath = \"/app/\"\nalias = {www:?}\ntry_files = [\"$uri\", \"/app/index.html\"]\n\n\
+         [[route]]\nname = \"limited\"\npath = \"/limited/\"\nalias = {www:?}\nlimit_req = {{ zone = \"ip\" }}\n\n\
+         [[limit_req_zone]]\nname = \"ip\"\nkey = \"$binary_remote_addr\"\nrate = \"1r/m\"\n"
     );
     let gw = Gateway::start_text(&text).await;
     let a = ask(&gw, "GET", "/a.css", &[]).await;
@@ -91,5 +93,8 @@ async fn a_files_route_answers_as_nginx() {
         assert!(!String::from_utf8_lossy(&a.body).contains("secret"), "{target}");
     }
     assert_eq!(ask(&gw, "GET", "/out.txt", &[]).await.status, 403);
+    // A files route's limit_req, as a proxied route's: 1 a minute, then Nginx's 503.
+    assert_eq!(ask(&gw, "GET", "/limited/a.css", &[]).await.status, 200);
+    assert_eq!(ask(&gw, "GET", "/limited/a.css", &[]).await.status, 503);
     remove_unless_failed(&dir);
 }
