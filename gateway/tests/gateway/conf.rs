@@ -68,7 +68,7 @@ fn bad_conf_is_refused_with_file_line_and_field() {
             GatewayConf::new("redis://127.0.0.1:6390", "not-an-address", "c1", ""),
             "server.toml:14:",
             "field `order_writer.upstreams`",
-            "IP:port",
+            "HOST:PORT",
         ),
     ];
     for (conf, place, field, words) in cases {
