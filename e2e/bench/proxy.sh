@@ -121,7 +121,9 @@ NGINX
 
 # The small upstream: one worker, a fixed 13-byte body; /big: 10 KB of text for (z).
 mkdir -p "$WORK/up"
+chmod 755 "$WORK" "$WORK/up" # the upstream nginx's workers (another user) read big.txt
 python3 -c "import random; random.seed(7); w=['shop','sale','price','phone','order','stock','cart','page']; print(' '.join(random.choice(w) for _ in range(1800))[:10240])" >"$WORK/up/big.txt"
+chmod 644 "$WORK/up/big.txt"
 nginx_conf up 1 "  server { listen 127.0.0.1:$UP; location / { default_type text/plain; return 200 'hello, shop!\n'; }
     location = /big { default_type text/plain; alias $WORK/up/big.txt; } }"
 # The peer: Nginx proxy_pass with upstream keepalive, plain and TLS.
