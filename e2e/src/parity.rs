@@ -22,6 +22,8 @@ pub struct Request {
     pub headers: Vec<(String, String)>,
     /// Its body.
     pub body: Vec<u8>,
+    /// What the connection starts with before it (a PROXY header), if anything.
+    pub preface: Vec<u8>,
 }
 
 impl Request {
@@ -39,7 +41,8 @@ impl Request {
             head += &format!("Content-Length: {}\r\n", self.body.len());
         }
         head += "Connection: close\r\n\r\n";
-        let mut out = head.into_bytes();
+        let mut out = self.preface.clone();
+        out.extend_from_slice(head.as_bytes());
         out.extend_from_slice(&self.body);
         out
     }
@@ -55,11 +58,14 @@ pub fn base_requests(fixture: &str, name: &str) -> Vec<Request> {
             let mut fields = l.split('|');
             let mut parts = fields.next()?.split_whitespace();
             let (method, host, target) = (parts.next()?, parts.next()?, parts.next()?);
-            let headers: Vec<(String, String)> = fields
+            let mut headers: Vec<(String, String)> = fields
                 .filter_map(|h| h.split_once(':'))
                 .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
                 .collect();
             let shown: Vec<String> = headers.iter().map(|(k, v)| format!(" | {k}: {v}")).collect();
+            let preface =
+                headers.iter().find(|(k, _)| k == "PROXY").map(|(_, v)| proxy_header(v)).unwrap_or_default();
+            headers.retain(|(k, _)| k != "PROXY");
             Some(Request {
                 label: format!("{name}: {method} {host} {target}{}", shown.concat()),
                 method: method.into(),
@@ -67,9 +73,26 @@ pub fn base_requests(fixture: &str, name: &str) -> Vec<Request> {
                 target: target.into(),
                 headers,
                 body: Vec::new(),
+                preface,
             })
         })
         .collect()
+}
+
+/// A request line's `| PROXY: v1 203.0.113.7` or `| PROXY: v2 198.51.100.9`: the PROXY header
+/// (HAProxy's, version 1 or 2) a load balancer would write for that client (port 5555) to
+/// 127.0.0.1:80.
+fn proxy_header(spec: &str) -> Vec<u8> {
+    let (version, ip) = spec.split_once(' ').unwrap_or((spec, "203.0.113.7"));
+    let ip: std::net::Ipv4Addr = ip.trim().parse().unwrap_or(std::net::Ipv4Addr::new(203, 0, 113, 7));
+    if version == "v2" {
+        let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+        h.extend_from_slice(&[0x21, 0x11, 0, 12]);
+        h.extend_from_slice(&ip.octets());
+        h.extend_from_slice(&[127, 0, 0, 1, 0x15, 0xb3, 0, 80]);
+        return h;
+    }
+    format!("PROXY TCP4 {ip} 127.0.0.1 5555 80\r\n").into_bytes()
 }
 
 /// Each request in its forms: as written, with a query, a dot segment, a double slash, a
@@ -334,6 +357,18 @@ mod tests {
             [("Accept-Encoding".into(), "gzip".into()), ("Range".into(), "bytes=0-9".into())]
         );
         assert!(variants(&with[0]).iter().all(|r| r.headers.starts_with(&with[0].headers)));
+        let pp = base_requests("# request: GET p.test / | PROXY: v1 198.51.100.2\n# request: GET p.test / | PROXY: v2 10.1.2.3\n", "f");
+        assert!(
+            pp[0].headers.is_empty()
+                && pp[0]
+                    .bytes()
+                    .starts_with(b"PROXY TCP4 198.51.100.2 127.0.0.1 5555 80\r\nGET / HTTP/1.1\r\n")
+        );
+        assert!(pp[1].bytes().starts_with(b"\r\n\r\n\0\r\nQUIT\n\x21\x11\x00\x0c\x0a\x01\x02\x03"));
+        assert!(
+            variants(&pp[0]).iter().all(|r| r.bytes().starts_with(b"PROXY TCP4")),
+            "every form behind the header"
+        );
         let old = v.iter().find(|r| r.host.is_none()).unwrap();
         assert!(String::from_utf8(old.bytes())
             .unwrap()

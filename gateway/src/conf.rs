@@ -87,6 +87,8 @@ struct RawServer {
     threads: S<i64>,
     #[serde(default)]
     trusted_proxies: Vec<S<String>>,
+    #[serde(default)]
+    proxy_protocol: bool,
 }
 
 fn d_threads() -> S<i64> {
@@ -285,6 +287,10 @@ pub struct ServerConf {
     pub threads: usize,
     /// Proxies in front of the gateway whose `X-Forwarded-For` names the client.
     pub trusted_proxies: TrustedProxies,
+    /// Whether every plain connection starts with a PROXY header (v1 or v2) whose source is the
+    /// client (Nginx's `listen ... proxy_protocol` with `real_ip_header proxy_protocol`;
+    /// restart to change).
+    pub proxy_protocol: bool,
     /// The order writer's pool (result queries); `None` when the sale is off (a proxy only).
     pub order_writer: Option<PoolConf>,
     /// Shop routes, in file order.
@@ -321,6 +327,7 @@ impl std::fmt::Debug for ServerConf {
             .field("workers", &self.workers)
             .field("threads", &self.threads)
             .field("trusted_proxies", &self.trusted_proxies)
+            .field("proxy_protocol", &self.proxy_protocol)
             .field("order_writer", &self.order_writer)
             .field("routes", &self.routes)
             .field("limit_req_zones", &self.limit_req_zones)
@@ -469,6 +476,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         workers,
         threads,
         trusted_proxies,
+        proxy_protocol: s.proxy_protocol,
         order_writer,
         routes,
         limit_req_zones,

@@ -64,19 +64,28 @@ pub struct FrontDoor<A> {
     app: Arc<A>,
     limits: Limits,
     log: Option<AccessLog>,
+    /// Whether plain connections start with a PROXY header ([`crate::proxy_protocol`]).
+    proxy_protocol: bool,
 }
 
 impl<A> FrontDoor<A> {
     /// Puts `app` (the proxy) behind the front door with these limits (a restart applies a
     /// change of them).
     pub fn new(app: A, limits: Limits) -> Self {
-        Self { app: Arc::new(app), limits, log: None }
+        Self { app: Arc::new(app), limits, log: None, proxy_protocol: false }
     }
 
     /// The same, writing an access line for each request it refuses before the proxy sees it
     /// (as Nginx logs its 400, 408 and 431).
     pub fn with_access_log(mut self, log: Option<AccessLog>) -> Self {
         self.log = log;
+        self
+    }
+
+    /// The same, reading a PROXY header first on every plain connection (`[server]
+    /// proxy_protocol`); TLS connections are Pingora's from their first byte and have none.
+    pub fn with_proxy_protocol(mut self, on: bool) -> Self {
+        self.proxy_protocol = on;
         self
     }
 }
@@ -100,6 +109,35 @@ where
         if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
             return self.app.process_new(stream, shutdown).await;
         }
+        let tls = stream.get_ssl_digest().is_some();
+        if !self.proxy_protocol || tls {
+            return self.serve_http1(stream, shutdown).await;
+        }
+        let header =
+            timeout(self.limits.client_header_timeout, crate::proxy_protocol::read(&mut stream)).await;
+        match header {
+            Ok(Ok(source)) => {
+                crate::proxy_protocol::CLIENT.scope(source, self.serve_http1(stream, shutdown)).await
+            }
+            Ok(Err(why)) => {
+                tracing::debug!(why, "a connection without a valid PROXY header closed");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    async fn cleanup(&self) {
+        self.app.http_cleanup().await;
+    }
+}
+
+impl<A> FrontDoor<A>
+where
+    A: HttpServerApp + Send + Sync + 'static,
+{
+    /// Serves the HTTP/1 requests of one connection, each head read and checked here first.
+    async fn serve_http1(&self, mut stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let mut watch = shutdown.clone();
         let mut served: u32 = 0;
         loop {
@@ -142,10 +180,6 @@ where
             // What Pingora keeps across requests (keep-alive values) is set again above.
             stream = reused.consume().0;
         }
-    }
-
-    async fn cleanup(&self) {
-        self.app.http_cleanup().await;
     }
 }
 
@@ -368,9 +402,11 @@ pub fn client(session: &Session, trusted: &TrustedProxies) -> Option<std::net::I
     client_ip::client_ip(peer_ip(session), client_ip::forwarded_lines(&session.req_header().headers), trusted)
 }
 
-/// The socket peer's address (`None` on a Unix socket).
+/// The peer's address: the PROXY header's source on a listener that reads one, else the
+/// socket's (`None` on a Unix socket).
 pub fn peer_ip(session: &Session) -> Option<std::net::IpAddr> {
-    session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip())
+    crate::proxy_protocol::source()
+        .or_else(|| session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip()))
 }
 
 /// Removes the sale's own headers from a request on its way upstream

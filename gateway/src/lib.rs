@@ -11,10 +11,11 @@
 //! - [`shop`]: what a shop route does besides proxying: `return`, rewrites, headers, error pages;
 //! - [`template`]: values with Nginx's variables (`$host`, `$request_uri`, `$1`);
 //! - [`uri`]: the path routes are matched on, normalized as Nginx's;
-//! - [`upstreams`]: health-checked round-robin pools;
+//! - [`upstreams`]: health-checked pools balanced as Nginx's `upstream` blocks;
 //! - [`proxy`]: the hot path, one `ProxyHttp` impl, readable top to bottom;
 //! - [`answer`]: the answers the front door and a failed proxy attempt write;
 //! - [`frontdoor`]: every HTTP/1 request head read under the front door's limits first;
+//!   [`proxy_protocol`]: the PROXY header a load balancer writes before them;
 //! - [`limits`]: those limits as pure decisions;
 //! - [`route_limits`]: a route's request-rate and connection limits (Nginx's `limit_req`,
 //!   `limit_conn`);
@@ -42,6 +43,7 @@ pub mod metrics;
 pub mod nginx;
 pub mod observe;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod reload;
 pub mod request_id;
 pub mod route_limits;

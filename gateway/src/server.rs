@@ -146,8 +146,9 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     for worker in 0..server_conf.workers {
         let gateway = Gateway::new(Arc::clone(&shared), sale.clone()).with_observer(observer.clone());
         let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
-        let front_door =
-            FrontDoor::new(proxy, server_conf.limits.clone()).with_access_log(observer.access_log());
+        let front_door = FrontDoor::new(proxy, server_conf.limits.clone())
+            .with_access_log(observer.access_log())
+            .with_proxy_protocol(server_conf.proxy_protocol);
         // The name is its threads' (15 characters at most, as Linux keeps them).
         let mut service = Service::new(format!("gw-worker-{worker}"), front_door);
         service.threads = Some(server_conf.threads);

@@ -234,6 +234,7 @@ async fn echo(name: &'static str, delay_secs: u64) -> anyhow::Result<String> {
         let seen = serde_json::json!({
             "up": name, "method": parts.method.as_str(), "uri": parts.uri.to_string(), "host": h("host"),
             "x-outer": h("x-outer"), "x-inner": h("x-inner"), "x-removed": h("x-removed"),
+            "x-client": h("x-client"),
             "body_sha256": hex::encode(digest::digest(&digest::SHA256, &bytes)),
         });
         let path = parts.uri.path();

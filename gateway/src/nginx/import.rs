@@ -9,27 +9,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::limits::{self, Zone};
-use super::parse::{Directive, Place};
-
-/// What could not be mapped as it is, at its place.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Note {
-    /// Where the directive is.
-    pub at: Place,
-    /// The directive's name.
-    pub directive: String,
-    /// Mapped with another meaning (said how), else not mapped at all.
-    pub mapped: bool,
-    /// Why.
-    pub why: String,
-}
-
-impl std::fmt::Display for Note {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let what = if self.mapped { "mapped differently" } else { "not mapped" };
-        write!(f, "{}: {}: {what}: {}", self.at, self.directive, self.why)
-    }
-}
+use super::note::{bytes, millis, note, q, Note};
+use super::parse::Directive;
 
 /// The gateway's conf for what maps, and the notes.
 #[derive(Debug, Default)]
@@ -154,10 +135,6 @@ fn implicit_default(routes: &mut [Route]) {
     for r in routes.iter_mut().filter(|r| r.hosts == first) {
         r.default_server = true;
     }
-}
-
-pub(super) fn note(notes: &mut Vec<Note>, d: &Directive, mapped: bool, why: &str) {
-    notes.push(Note { at: d.at.clone(), directive: d.name.clone(), mapped, why: why.to_string() });
 }
 
 /// An `upstream` block as the gateway writes it: its servers (`ADDR[:PORT] [weight=N]
@@ -294,6 +271,9 @@ fn level(list: &[Directive], outer: Inherited, skip: &[&str], notes: &mut Vec<No
             ),
             "location" | "proxy_pass" | "return" | "rewrite" | "server_name" | "listen" | "alias"
             | "try_files" => {}
+            "real_ip_header" if d.args.first().is_some_and(|a| a == "proxy_protocol") => {
+                note(notes, d, true, "with `listen ... proxy_protocol` ([server] proxy_protocol) the PROXY source is always the client's")
+            }
             _ => note(notes, d, false, why_not(&d.name)),
         }
     }
@@ -473,31 +453,6 @@ fn timeout_field(name: &str) -> &'static str {
     }
 }
 
-/// Nginx's time: `60`, `60s`, `1m`, `500ms`, `1h` → ms.
-fn millis(t: &str) -> Option<i64> {
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (n, unit) = t.split_at(split);
-    let n: i64 = n.parse().ok()?;
-    Some(match unit {
-        "ms" => n,
-        "" | "s" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        _ => return None,
-    })
-}
-
-/// Nginx's size: `1024`, `512k`, `10m`, `1g` → bytes.
-pub(super) fn bytes(t: &str) -> Option<i64> {
-    let (n, mult) = match t.chars().last()? {
-        'k' | 'K' => (&t[..t.len() - 1], 1024),
-        'm' | 'M' => (&t[..t.len() - 1], 1024 * 1024),
-        'g' | 'G' => (&t[..t.len() - 1], 1024 * 1024 * 1024),
-        _ => (t, 1),
-    };
-    n.parse::<i64>().ok().map(|n| n * mult)
-}
-
 /// A `server`: its names and listen, its level's settings, and a route per location.
 fn server(
     d: &Directive,
@@ -583,6 +538,12 @@ fn the_listen(s: &Directive, listen: &mut Option<String>, notes: &mut Vec<Note>)
     for flag in &s.args[1..] {
         match flag.as_str() {
             "default_server" | "default" => {}
+            "proxy_protocol" => note(
+                notes,
+                s,
+                true,
+                "[server] proxy_protocol = true: the PROXY header's source is the client's address, as with `real_ip_header proxy_protocol` (the socket's peer is the balancer)",
+            ),
             "ssl" | "http2" => {
                 tls = true;
                 note(notes, s, false, "TLS and HTTP/2 are the gateway's [tls] section (listen, certificates): write it by hand; the routes serve both listeners")
@@ -590,6 +551,8 @@ fn the_listen(s: &Directive, listen: &mut Option<String>, notes: &mut Vec<Note>)
             other => note(notes, s, false, &format!("listen's `{other}` has no counterpart")),
         }
     }
+    let proxied = s.args.iter().any(|a| a == "proxy_protocol");
+    let addr = if proxied { format!("{addr} proxy_protocol") } else { addr };
     match listen {
         _ if tls => {}
         None => *listen = Some(addr),
@@ -809,17 +772,19 @@ fn slug(path: &str) -> String {
     }
 }
 
-/// A TOML string.
-pub(super) fn q(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
-}
-
 /// The conf file.
 fn render(listen: Option<&str>, zones: &[Zone], routes: &[Route]) -> String {
     let mut out = String::from(
         "# Imported from nginx.conf by `gateway import-nginx` (its notes on stderr).\n\n[server]\n",
     );
-    let _ = writeln!(out, "listen = {}", q(listen.unwrap_or("0.0.0.0:80")));
+    let (addr, proxied) = match listen.unwrap_or("0.0.0.0:80").split_once(' ') {
+        Some((addr, _)) => (addr, true),
+        None => (listen.unwrap_or("0.0.0.0:80"), false),
+    };
+    let _ = writeln!(out, "listen = {}", q(addr));
+    if proxied {
+        out.push_str("proxy_protocol = true\n");
+    }
     limits::render(&mut out, zones);
     for r in routes {
         route(&mut out, r);
@@ -1039,6 +1004,22 @@ mod tests {
     }
 
     #[test]
+    fn a_listener_with_the_proxy_protocol() {
+        let i = import_http(
+            "server { listen 8080 proxy_protocol; set_real_ip_from 10.0.0.0/8; real_ip_header proxy_protocol;
+               location / { return 200 ok; } }",
+        );
+        assert!(i.toml.contains("listen = \"0.0.0.0:8080\"\nproxy_protocol = true\n"), "{}", i.toml);
+        crate::conf::parse_server(std::path::Path::new("imported.toml"), &i.toml).expect("it loads");
+        let notes: Vec<String> = i.notes.iter().map(|n| format!("{}: {}", n.directive, n.mapped)).collect();
+        assert!(
+            notes.contains(&"listen: true".to_string())
+                && notes.contains(&"real_ip_header: true".to_string()),
+            "{notes:?}"
+        );
+    }
+
+    #[test]
     fn upstream_blocks_names_balancing_and_https() {
         let i = import_http(
             "upstream app { least_conn; server app.internal weight=2 max_fails=2 fail_timeout=5s; server 10.0.0.2:8080 backup; }
@@ -1120,16 +1101,5 @@ mod tests {
         // Without default_type anywhere, Nginx's own: text/plain.
         let plain = import_text("plain", "http { server { listen 80; root /srv; } }\n");
         assert!(plain.toml.contains("default_type = \"text/plain\""), "{}", plain.toml);
-    }
-
-    #[test]
-    fn nginx_times_and_sizes() {
-        assert_eq!(super::millis("60"), Some(60_000));
-        assert_eq!(super::millis("500ms"), Some(500));
-        assert_eq!(super::millis("2m"), Some(120_000));
-        assert_eq!(super::millis("1d"), None);
-        assert_eq!(super::bytes("8m"), Some(8 << 20));
-        assert_eq!(super::bytes("512k"), Some(512 << 10));
-        assert_eq!(super::bytes("x"), None);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::import::{note, q, Note};
+use super::note::{note, q, Note};
 use super::parse::Directive;
 
 /// A zone that maps.
@@ -44,7 +44,7 @@ pub(super) fn zone(d: &Directive, notes: &mut Vec<Note>) -> Option<Zone> {
             Some(("zone", z)) => {
                 let (n, s) = z.split_once(':').unwrap_or((z, ""));
                 name = Some(n.to_string());
-                size = super::import::bytes(s);
+                size = super::note::bytes(s);
             }
             Some(("rate", r)) => rate = Some(r.to_string()),
             _ => note(notes, d, false, &format!("`{a}` has no counterpart (left out)")),

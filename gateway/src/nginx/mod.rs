@@ -4,9 +4,11 @@
 
 mod import;
 mod limits;
+mod note;
 mod parse;
 
-pub use import::{Import, Note};
+pub use import::Import;
+pub use note::Note;
 
 /// Reads `path` (and its includes) and imports it; `Err` on a file Nginx would refuse to read.
 pub fn import_file(path: &std::path::Path) -> Result<Import, String> {

@@ -29,6 +29,7 @@ async fn ask(gw: &Gateway, method: &str, target: &str, headers: &[(&str, &str)])
         target: target.into(),
         headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         body: Vec::new(),
+        preface: Vec::new(),
     };
     send(gw.url("").trim_start_matches("http://"), &req).await
 }

@@ -23,6 +23,7 @@ mod observe;
 mod orders;
 mod polling;
 mod proxy_only;
+mod proxy_protocol;
 mod requests;
 mod route_limits;
 mod routes;

@@ -351,9 +351,16 @@ impl Gateway {
         let mut gw = Self { child, port, dir };
         let http = reqwest::Client::new();
         let probe = gw.url("/seckill/probe/info");
+        // A listener that takes PROXY headers answers only behind one (`PROXY UNKNOWN`).
+        let proxied = std::fs::read_to_string(&file).unwrap_or_default().contains("proxy_protocol = true");
         let up = eventually(Duration::from_secs(15), || {
             let (http, probe) = (http.clone(), probe.clone());
-            async move { http.get(probe).send().await.is_ok() }
+            async move {
+                match proxied {
+                    false => http.get(probe).send().await.is_ok(),
+                    true => answers_behind_a_proxy_header(port).await,
+                }
+            }
         })
         .await;
         if !up || gw.child.try_wait().unwrap().is_some() {
@@ -527,4 +534,17 @@ pub async fn scrape(http: &reqwest::Client, url: &str) -> Vec<Sample> {
     let resp = http.get(url).send().await.expect("the admin listener answers");
     assert_eq!(resp.status().as_u16(), 200, "{url}");
     parse_metrics(&resp.text().await.unwrap())
+}
+
+/// Whether the listener on `port` answers a request behind a `PROXY UNKNOWN` header.
+async fn answers_behind_a_proxy_header(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return false };
+    let req =
+        b"PROXY UNKNOWN\r\nGET /seckill/probe/info HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n";
+    if s.write_all(req).await.is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 12];
+    matches!(tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await, Ok(Ok(n)) if n > 0 && buf.starts_with(b"HTTP/1."))
 }
