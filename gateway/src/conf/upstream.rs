@@ -205,16 +205,22 @@ fn host_port(addr: &str) -> Result<(String, u16), String> {
 
 /// An Nginx time: `10`, `10s`, `500ms`, `1m`, `1h`.
 fn time(v: &str) -> Option<Duration> {
+    nginx_ms(v).map(|ms| Duration::from_millis(ms as u64))
+}
+
+/// An Nginx time (`60`, `60s`, `500ms`, `1m`, `1h`) in milliseconds; `None` for another unit or
+/// a number too large. The one reading of Nginx's times: `gateway import-nginx` reads them too.
+pub(crate) fn nginx_ms(v: &str) -> Option<i64> {
     let (n, unit) = v.find(|ch: char| !ch.is_ascii_digit()).map_or((v, ""), |i| v.split_at(i));
-    let n: u64 = n.parse().ok()?;
-    let ms = match unit {
-        "ms" => n,
-        "" | "s" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
+    let n: i64 = n.parse().ok()?;
+    let per = match unit {
+        "ms" => 1,
+        "" | "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
         _ => return None,
     };
-    Some(Duration::from_millis(ms))
+    n.checked_mul(per)
 }
 
 /// `balance`: `round_robin` (default), `least_conn`, `ip_hash`, `hash $remote_addr`,
@@ -269,6 +275,16 @@ mod tests {
         assert!(server("1.2.3.4:80 slow_start=1").unwrap_err().contains("not built"));
         assert!(server("1.2.3.4:80 weight=x").unwrap_err().contains("0 to 1000"));
         assert!(server("1.2.3.4:80 fail_timeout=1d").unwrap_err().contains("a time"));
+    }
+
+    #[test]
+    fn nginx_times() {
+        assert_eq!(nginx_ms("60"), Some(60_000));
+        assert_eq!(nginx_ms("500ms"), Some(500));
+        assert_eq!(nginx_ms("2m"), Some(120_000));
+        assert_eq!(nginx_ms("1d"), None);
+        assert_eq!(nginx_ms("9999999999999999h"), None, "too large: refused, not wrapped");
+        assert_eq!(time("1h"), Some(Duration::from_secs(3600)));
     }
 
     #[test]

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::limits::{self, Zone};
-use super::note::{bytes, millis, note, q, Note};
+use super::note::{bytes, note, q, Note};
 use super::parse::Directive;
+use crate::conf::upstream::nginx_ms as millis;
 
 /// The gateway's conf for what maps, and the notes.
 #[derive(Debug, Default)]

@@ -1,5 +1,5 @@
-//! The words every part of the import shares: the [`Note`] on a directive, Nginx's times and
-//! sizes, and TOML's strings.
+//! The words every part of the import shares: the [`Note`] on a directive, Nginx's sizes
+//! and TOML's strings (Nginx's times are the conf's: `crate::conf::upstream::nginx_ms`).
 
 use super::parse::{Directive, Place};
 
@@ -28,20 +28,6 @@ pub(super) fn note(notes: &mut Vec<Note>, d: &Directive, mapped: bool, why: &str
     notes.push(Note { at: d.at.clone(), directive: d.name.clone(), mapped, why: why.to_string() });
 }
 
-/// Nginx's time: `60`, `60s`, `1m`, `500ms`, `1h` → ms.
-pub(super) fn millis(t: &str) -> Option<i64> {
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (n, unit) = t.split_at(split);
-    let n: i64 = n.parse().ok()?;
-    Some(match unit {
-        "ms" => n,
-        "" | "s" => n * 1000,
-        "m" => n * 60_000,
-        "h" => n * 3_600_000,
-        _ => return None,
-    })
-}
-
 /// Nginx's size: `1024`, `512k`, `10m`, `1g` → bytes.
 pub(super) fn bytes(t: &str) -> Option<i64> {
     let (n, mult) = match t.chars().last()? {
@@ -61,11 +47,7 @@ pub(super) fn q(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn nginx_times_and_sizes() {
-        assert_eq!(super::millis("60"), Some(60_000));
-        assert_eq!(super::millis("500ms"), Some(500));
-        assert_eq!(super::millis("2m"), Some(120_000));
-        assert_eq!(super::millis("1d"), None);
+    fn nginx_sizes() {
         assert_eq!(super::bytes("8m"), Some(8 << 20));
         assert_eq!(super::bytes("512k"), Some(512 << 10));
         assert_eq!(super::bytes("x"), None);
