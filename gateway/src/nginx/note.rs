@@ -36,7 +36,7 @@ pub(super) fn bytes(t: &str) -> Option<i64> {
         'g' | 'G' => (&t[..t.len() - 1], 1024 * 1024 * 1024),
         _ => (t, 1),
     };
-    n.parse::<i64>().ok().map(|n| n * mult)
+    n.parse::<i64>().ok()?.checked_mul(mult)
 }
 
 /// A TOML string.
@@ -51,5 +51,6 @@ mod tests {
         assert_eq!(super::bytes("8m"), Some(8 << 20));
         assert_eq!(super::bytes("512k"), Some(512 << 10));
         assert_eq!(super::bytes("x"), None);
+        assert_eq!(super::bytes("99999999999g"), None, "too large: refused, not wrapped");
     }
 }
