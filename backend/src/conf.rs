@@ -57,6 +57,23 @@ struct Raw {
     admin: Option<RawAdmin>,
     #[serde(default)]
     events: RawEvents,
+    #[serde(default)]
+    fleet: Option<RawFleet>,
+}
+
+/// `[fleet]`: the gateways the campaign commands reach (`order-writer campaign ...`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    gateways: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    token: Option<Spanned<String>>,
+    #[serde(default = "d_converge")]
+    converge_ms: Spanned<i64>,
+}
+
+fn d_converge() -> Spanned<i64> {
+    Spanned::new(0..0, 2000)
 }
 
 /// `[events]`: the order events' topic (`crate::workers::events`).
@@ -405,6 +422,8 @@ pub struct Conf {
     pub events: EventsConf,
     /// Partition leases (used when the plan is [`Plan::Leased`]).
     pub leases: LeaseConf,
+    /// The gateways the campaign commands reach (`[fleet]`; none when absent).
+    pub fleet: FleetConf,
 }
 
 impl Conf {
@@ -507,7 +526,9 @@ impl Conf {
         let admin_listen = raw.admin.as_ref().map(|a| c.addr(&a.listen, "admin.listen")).transpose()?;
         let events = events(&c, &raw.events, &topic, partitions)?;
         let leases = leases(&c, &raw.leases)?;
+        let fleet = fleet(&c, raw.fleet.as_ref())?;
         Ok(Conf {
+            fleet,
             events,
             admin_listen,
             leases,
@@ -606,6 +627,39 @@ pub const PRODUCE_TIMEOUT_MAX_MS: i64 = 60_000;
 pub const SWEEP_AGE_MAX_SECS: i64 = 86_400;
 /// The longest `sweeper.interval_ms` and `closer.interval_ms`: an hour.
 pub const INTERVAL_MAX_MS: i64 = 3_600_000;
+
+/// The gateways of the fleet, as the campaign commands reach them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetConf {
+    /// Each gateway's admin listener, `host:port` (its `[admin] listen`).
+    pub gateways: Vec<String>,
+    /// The gateways' `[admin] token` (by reference).
+    pub token: Option<Password>,
+    /// How long a state command waits for every gateway to report the new state.
+    pub converge: Duration,
+}
+
+fn fleet(c: &Checker<'_>, raw: Option<&RawFleet>) -> Result<FleetConf, ConfError> {
+    let Some(f) = raw else { return Ok(FleetConf::default()) };
+    let mut gateways = Vec::new();
+    for g in f.gateways.get_ref() {
+        let ok = g
+            .get_ref()
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+        if !ok {
+            return Err(c.err(
+                g.span(),
+                "fleet.gateways",
+                format!("{:?} is not host:port (a gateway's [admin] listen)", g.get_ref()),
+            ));
+        }
+        gateways.push(g.get_ref().clone());
+    }
+    let token = f.token.as_ref().map(|t| c.password(t, "fleet.token")).transpose()?;
+    let converge = c.ms(&f.converge_ms, "fleet.converge_ms", 100, 60_000)?;
+    Ok(FleetConf { gateways, token, converge })
+}
 
 #[cfg(test)]
 mod tests {

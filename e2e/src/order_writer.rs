@@ -78,5 +78,6 @@ pub fn conf(place: Place<'_>) -> Conf {
             partitions: place.partitions,
         },
         leases: LeaseConf { lease: Duration::from_secs(10), renew: Duration::from_millis(2500) },
+        fleet: Default::default(),
     }
 }

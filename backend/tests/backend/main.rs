@@ -8,6 +8,7 @@
 mod common;
 
 mod buckets;
+mod campaign_end;
 mod events;
 mod http;
 mod integrating;

@@ -26,15 +26,15 @@ pub(crate) const PARTITIONS: i32 = 4;
 /// One sale's world: a fresh database (migrated), a topic of its own, a campaign of `stock`
 /// (limit 1) published from its file, and the same file in the gateway's conf.
 pub(crate) struct Sale {
-    pg_url: String,
+    pub(crate) pg_url: String,
     pub(crate) pool: PgPool,
     /// The Redis of the sale (the stack's, or its Redis Cluster: `cluster.rs`).
     pub(crate) redis_url: String,
     pub(crate) redis: Client,
     kafka: Arc<rskafka::client::Client>,
-    topic: String,
+    pub(crate) topic: String,
     pub(crate) campaign: String,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Its database, topic and campaign keys, deleted when it is dropped.
     _owned: (e2e::cleanup::Database, e2e::cleanup::Topic, e2e::cleanup::Campaign),
 }
