@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use backend::app::Connections;
-use backend::campaign::{end, operate, publish, rebalance, stock};
+use backend::campaign::{self, end, operate, publish, rebalance, stock};
 use backend::conf::{Conf, PostgresConf};
 use backend::db::schema::Schema;
 use backend::kafka::produce::{self, generate};
@@ -122,6 +122,15 @@ enum CampaignCommand {
         /// Campaign id.
         id: String,
     },
+    /// The campaign file against what was published (frozen fields, the writer's signing key,
+    /// topic and partitions) and, with --live, against every gateway of [fleet]; changes nothing.
+    Check {
+        /// Campaign id.
+        id: String,
+        /// Also ask every gateway (its key fingerprint, topic, partitions, file digest).
+        #[arg(long)]
+        live: bool,
+    },
     /// The campaign's state, stock left per bucket, and every gateway's view of it.
     Status {
         /// Campaign id.
@@ -219,7 +228,7 @@ async fn with_conf(file: &Path, command: Command) -> anyhow::Result<()> {
         Command::Migrate { .. } => setup::migrate(&cfg.postgres).await,
         Command::Check => check::run(&cfg, file).await,
         Command::Topic { command: TopicCommand::Create } => setup::topic_create(&conns).await,
-        Command::Campaign { command } => campaign(&conns, command).await,
+        Command::Campaign { command } => campaign_command(&conns, command).await,
         Command::Produce { file, generate, campaign, users } => {
             let source = match (file, generate) {
                 (Some(path), _) => produce::Source::File(path),
@@ -235,12 +244,13 @@ async fn with_conf(file: &Path, command: Command) -> anyhow::Result<()> {
 }
 
 /// `order-writer campaign ...`.
-async fn campaign(conns: &Connections<'_>, command: CampaignCommand) -> anyhow::Result<()> {
+async fn campaign_command(conns: &Connections<'_>, command: CampaignCommand) -> anyhow::Result<()> {
     use operate::Change;
     match command {
         CampaignCommand::Publish { id } => publish::run(conns, &id).await,
         CampaignCommand::Rebalance { id } => rebalance::run(conns, &id).await,
         CampaignCommand::Status { id } => operate::status(conns, &id).await,
+        CampaignCommand::Check { id, live } => campaign::check::run(conns, &id, live).await,
         CampaignCommand::Apply { id } => operate::apply(conns, &id).await,
         CampaignCommand::Pause { id } => operate::run(conns, &id, Change::Pause).await,
         CampaignCommand::Resume { id } => operate::run(conns, &id, Change::Resume).await,

@@ -169,6 +169,32 @@ async fn a_gateway_whose_files_disagree_with_the_publish_does_not_sell_and_refus
     let http = reqwest::Client::new();
     let (ok, out) = campaign(&conf, &["publish", c]);
     assert!(ok, "{out}");
+    let (ok, out) = campaign(&conf, &["check", c, "--live"]);
+    assert!(ok && out.contains("every fact agrees on every gateway"), "{out}");
+
+    // `check` catches each mismatch before it is tried: a stock edit in the file ...
+    let mine = sale.dir.join("campaigns").join(format!("{c}.toml"));
+    let original = std::fs::read_to_string(&mine).unwrap();
+    std::fs::write(&mine, original.replace("stock = 5", "stock = 50")).unwrap();
+    let (ok, out) = campaign(&conf, &["check", c]);
+    assert!(!ok && out.contains("stock is 5 published, 50 in the file"), "{out}");
+    std::fs::write(&mine, &original).unwrap();
+    // ... a writer's key other than the gateways' ...
+    let writer_text = std::fs::read_to_string(&conf).unwrap();
+    std::fs::write(sale.dir.join("other_key"), "another-signing-key-0123456789").unwrap();
+    std::fs::write(
+        &conf,
+        writer_text.replace("gateway_key = \"file:key\"", "gateway_key = \"file:other_key\""),
+    )
+    .unwrap();
+    let (ok, out) = campaign(&conf, &["check", c, "--live"]);
+    assert!(!ok && out.contains("its signing key differs from this writer's"), "{out}");
+    // ... and another partition count.
+    std::fs::write(&conf, writer_text.replace(&format!("partitions = {PARTITIONS}"), "partitions = 8"))
+        .unwrap();
+    let (ok, out) = campaign(&conf, &["check", c, "--live"]);
+    assert!(!ok && out.contains("this writer reads") && out.contains("with 8"), "{out}");
+    std::fs::write(&conf, &writer_text).unwrap();
 
     // A stock edit after the publish: the reload is refused at the line, the old file stays.
     let file = gw.dir.join("campaigns").join(format!("{c}.toml"));
