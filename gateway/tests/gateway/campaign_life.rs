@@ -124,8 +124,19 @@ async fn a_campaign_lives_through_the_command_across_two_gateways() {
         let (status, body) = order(&http, gw, c, "paused-buyer").await;
         assert_eq!((status, body["code"].as_str()), (503, Some("CAMPAIGN_CLOSED")), "{body}");
     }
+    // Queue only: TRY_LATER with Retry-After on both, nothing reserved; resume sells again.
+    let (ok, out) = campaign(&conf, &["queue-only", c]);
+    assert!(ok && out.contains("PAUSED → QUEUE_ONLY"), "{out}");
+    for gw in [&g1, &g2] {
+        let (status, body) = order(&http, gw, c, "queued-buyer").await;
+        assert_eq!((status, body["code"].as_str()), (429, Some("TRY_LATER")), "{body}");
+    }
     let (ok, out) = campaign(&conf, &["resume", c]);
-    assert!(ok && out.contains("PAUSED → OPEN"), "{out}");
+    assert!(ok && out.contains("QUEUE_ONLY → OPEN"), "{out}");
+    let (ok, out) = campaign(&conf, &["extend", c, "--until", "2040-01-01T00:00:00Z"]);
+    assert!(ok && out.contains("OPEN → OPEN"), "{out}");
+    let (ok, out) = campaign(&conf, &["status", c]);
+    assert!(ok && out.contains("window ends 2040-01-01 00:00:00 UTC (extended)"), "{out}");
     let (more, code) = sell(&http, &[&g1, &g2], c, "resumed", 100).await;
     assert_eq!((more.len(), code.as_str()), (4, "SOLD_OUT"), "the rest of the 6");
     all.extend(more);
