@@ -9,6 +9,7 @@ pub mod buckets;
 pub mod check;
 pub mod end;
 pub mod fleet;
+pub mod live;
 pub mod operate;
 pub mod publish;
 pub mod rebalance;

@@ -90,6 +90,8 @@ struct RawEvents {
 #[serde(deny_unknown_fields)]
 struct RawAdmin {
     listen: Spanned<String>,
+    #[serde(default)]
+    token: Option<Spanned<String>>,
 }
 
 fn d_payment_skew() -> Spanned<i64> {
@@ -418,6 +420,9 @@ pub struct Conf {
     pub close_batch: i64,
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`); off when `None`.
     pub admin_listen: Option<SocketAddr>,
+    /// The bearer token of the admin listener's live view (`/view/ID`, `/api/campaigns/ID`);
+    /// without one the view is off.
+    pub admin_token: Option<Password>,
     /// The order events' topic.
     pub events: EventsConf,
     /// Partition leases (used when the plan is [`Plan::Leased`]).
@@ -524,11 +529,13 @@ impl Conf {
         let close_interval = c.ms(&cl.interval_ms, "closer.interval_ms", 10, INTERVAL_MAX_MS)?;
         let close_batch = c.bounded(&cl.batch_size, "closer.batch_size", 1, 10_000)?;
         let admin_listen = raw.admin.as_ref().map(|a| c.addr(&a.listen, "admin.listen")).transpose()?;
+        let admin_token = admin_token(&c, raw.admin.as_ref())?;
         let events = events(&c, &raw.events, &topic, partitions)?;
         let leases = leases(&c, &raw.leases)?;
         let fleet = fleet(&c, raw.fleet.as_ref())?;
         Ok(Conf {
             fleet,
+            admin_token,
             events,
             admin_listen,
             leases,
@@ -637,6 +644,15 @@ pub struct FleetConf {
     pub token: Option<Password>,
     /// How long a state command waits for every gateway to report the new state.
     pub converge: Duration,
+}
+
+fn admin_token(c: &Checker<'_>, raw: Option<&RawAdmin>) -> Result<Option<Password>, ConfError> {
+    let Some(t) = raw.and_then(|a| a.token.as_ref()) else { return Ok(None) };
+    let token = c.password(t, "admin.token")?;
+    if token.expose().len() < 16 {
+        return Err(c.err(t.span(), "admin.token", "must be at least 16 characters"));
+    }
+    Ok(Some(token))
 }
 
 fn fleet(c: &Checker<'_>, raw: Option<&RawFleet>) -> Result<FleetConf, ConfError> {

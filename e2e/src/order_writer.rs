@@ -73,6 +73,7 @@ pub fn conf(place: Place<'_>) -> Conf {
         close_interval: Duration::from_millis(100),
         close_batch: 50,
         admin_listen: None,
+        admin_token: None,
         events: backend::workers::events::EventsConf {
             topic: backend::workers::events::default_topic(place.topic),
             partitions: place.partitions,

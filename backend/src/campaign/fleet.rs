@@ -40,6 +40,9 @@ pub struct Served {
     pub version: u64,
     /// Its local sold-out flag.
     pub sold_out: bool,
+    /// Its orders in flight in this gateway now.
+    #[serde(default)]
+    pub in_flight: u32,
     /// False when its files disagree with the published campaign.
     pub selling: bool,
     /// What disagrees.
@@ -103,6 +106,20 @@ impl Gateways {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Every gateway's Prometheus text (`GET /metrics`), at once.
+    pub async fn metrics(&self) -> Vec<(String, Result<String, String>)> {
+        let scrape = |g: String| async move {
+            let got = async {
+                let resp =
+                    self.http.get(format!("http://{g}/metrics")).send().await.map_err(|e| e.to_string())?;
+                resp.text().await.map_err(|e| e.to_string())
+            }
+            .await;
+            (g, got)
+        };
+        futures::future::join_all(self.conf.gateways.iter().cloned().map(scrape)).await
     }
 
     async fn each(&self, method: &str, path: &str) -> Vec<Seen> {

@@ -52,6 +52,13 @@ fn campaign(conf: &Path, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// The admin token's file of `sale` (written).
+fn token_file(sale: &Sale) -> PathBuf {
+    let token = sale.dir.join("admin_token");
+    std::fs::write(&token, TOKEN).unwrap();
+    token
+}
+
 /// A gateway of `sale` with its admin listener on `admin` (token by file).
 async fn gateway(sale: &Sale, admin: u16) -> Gateway {
     let mut conf = sale.gateway_conf(&e2e::stack::kafka_broker(), "");
@@ -102,8 +109,30 @@ async fn sell(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_campaign_lives_through_the_command_across_two_gateways() {
     let sale = Sale::new(6).await;
-    let _writer = sale.start_writer_with(Duration::from_secs(5), None).await;
-    let (a1, a2) = (free_port(), free_port());
+    let (a1, a2, view) = (free_port(), free_port(), free_port());
+    let _writer = sale
+        .start_writer_as(Duration::from_secs(5), Some(view), free_port(), |c| backend::conf::Conf {
+            admin_token: Some(
+                protocol::secret::Password::read(
+                    &format!("file:{}", token_file(&sale).display()),
+                    Path::new("/"),
+                )
+                .unwrap(),
+            ),
+            fleet: backend::conf::FleetConf {
+                gateways: vec![format!("127.0.0.1:{a1}"), format!("127.0.0.1:{a2}")],
+                token: Some(
+                    protocol::secret::Password::read(
+                        &format!("file:{}", token_file(&sale).display()),
+                        Path::new("/"),
+                    )
+                    .unwrap(),
+                ),
+                converge: Duration::from_secs(2),
+            },
+            ..c
+        })
+        .await;
     let (g1, g2) = (gateway(&sale, a1).await, gateway(&sale, a2).await);
     let conf = writer_conf(&sale, &[a1, a2]);
     let c = sale.campaign.as_str();
@@ -151,6 +180,24 @@ async fn a_campaign_lives_through_the_command_across_two_gateways() {
     all.extend(more);
     let (ok, out) = campaign(&conf, &["status", c]);
     assert!(ok && out.contains("left in Redis: 0"), "{out}");
+
+    // The live view's JSON says the same, behind the writer's admin token.
+    let api = format!("http://127.0.0.1:{view}/api/campaigns/{c}");
+    assert_eq!(http.get(&api).send().await.unwrap().status(), 401, "no token, no view");
+    let live: serde_json::Value =
+        http.get(&api).bearer_auth(TOKEN).send().await.unwrap().json().await.unwrap();
+    assert_eq!((live["state"].as_str(), live["stock"]["left"].as_i64()), (Some("OPEN"), Some(0)), "{live}");
+    assert_eq!(
+        (live["stock"]["total"].as_i64(), live["stock"]["added"].as_i64()),
+        (Some(9), Some(3)),
+        "{live}"
+    );
+    assert!(live["answers"]["QUEUED"]["total"].as_f64() >= Some(9.0), "{live}");
+    let gws = live["gateways"].as_array().unwrap();
+    assert!(gws.len() == 2 && gws.iter().all(|g| g["selling"] == true && g["state"] == "OPEN"), "{live}");
+    let page =
+        http.get(format!("http://127.0.0.1:{view}/view/{c}")).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains("/api/campaigns/"), "the page asks the JSON");
 
     // Close: ENDED everywhere; `end` waits for the pay window of the last orders.
     let (ok, out) = campaign(&conf, &["close", c]);

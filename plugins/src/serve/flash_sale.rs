@@ -241,6 +241,7 @@ impl FlashSale {
                     "version": e.control.version(),
                     "ends_at_ms": e.control.ends_at_ms(),
                     "sold_out": e.sold_out.is_set(now),
+                    "in_flight": e.budget.inflight(),
                     "selling": !e.control.conflicted(),
                     "disagreements": disagreements,
                 })
