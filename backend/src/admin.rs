@@ -38,6 +38,8 @@ pub struct AdminState {
     pub kafka: Option<(Arc<rskafka::client::Client>, String)>,
     /// The live view, when `[admin] token` is set.
     pub live: Option<Arc<LiveView>>,
+    /// Redis, for the stock left of each open campaign at scrape.
+    pub redis: Option<fred::prelude::Client>,
 }
 
 /// What the live view reads, and its token.
@@ -88,6 +90,9 @@ pub fn router(state: AdminState) -> Router {
 
 async fn metrics(State(st): State<AdminState>) -> Response {
     refresh_ends(&st).await;
+    if let Some(redis) = &st.redis {
+        st.metrics.stock_left(&st.pool, redis).await;
+    }
     let families = st.metrics.gather(&st.pool).await;
     let encoder = TextEncoder::new();
     let mut body = Vec::new();

@@ -125,6 +125,7 @@ pub async fn serve_as(
                 pool: pool.clone(),
                 assigned: cfg.kafka.plan.fixed().to_vec(),
                 kafka: Some((kc.clone(), cfg.kafka.topic.clone())),
+                redis: Some(redis.clone()),
                 live: cfg.admin_token.clone().map(|token| {
                     Arc::new(admin::LiveView {
                         token,
