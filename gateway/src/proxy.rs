@@ -358,7 +358,16 @@ impl ProxyHttp for Gateway {
         // The answer is written: give the campaign's budget place back.
         ctx.sale.release();
         let shop = matches!(ctx.upstream, Upstream::Shop(_));
+        // `$host` of a request without one: its route's server name (rare: built only then).
+        let server_name = match host(session.req_header()) {
+            Some(_) => String::new(),
+            None => {
+                let route = ctx.active.as_deref().zip(ctx.shop).and_then(|(a, i)| a.server.routes.get(i));
+                route.and_then(|r| r.hosts.first()).map_or(String::new(), |h| h.key())
+            }
+        };
         let seen = observe::Seen {
+            server_name: &server_name,
             active: ctx.active.as_deref(),
             client: ctx.sale.client(),
             request_id: &ctx.sale.request_id,

@@ -30,11 +30,7 @@ pub fn vars<'a>(
     let http_host =
         req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host());
     let http_host = http_host.unwrap_or("");
-    let name = match http_host.strip_prefix('[') {
-        Some(v6) => v6.split_once(']').map_or(http_host, |(a, _)| a),
-        None => http_host.rsplit_once(':').map_or(http_host, |(n, _)| n),
-    };
-    let host = match name.trim_end_matches('.').to_ascii_lowercase() {
+    let host = match host_name(http_host).to_ascii_lowercase() {
         h if h.is_empty() => route.hosts.first().map(|h| h.key()).unwrap_or_default(),
         h => h,
     };
@@ -48,6 +44,15 @@ pub fn vars<'a>(
         remote_addr: client,
         request_id,
     }
+}
+
+/// The name of a `Host` field as sent, without its port and trailing dot (not lowercased).
+pub fn host_name(http_host: &str) -> &str {
+    let name = match http_host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(http_host, |(a, _)| a),
+        None => http_host.rsplit_once(':').map_or(http_host, |(n, _)| n),
+    };
+    name.trim_end_matches('.')
 }
 
 /// The captures of the route's regex path over `path`, when it is one.

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::limits::{self, Zone};
+use super::logs;
 use super::note::{bytes, note, q, Note};
 use super::parse::Directive;
 use crate::conf::upstream::nginx_ms as millis;
@@ -96,6 +97,7 @@ pub fn import(top: &[Directive]) -> Import {
     let mut routes = Vec::new();
     let mut listen: Option<String> = None;
     let mut http_zones = Vec::new();
+    let mut access_log = None;
     for d in top {
         match (d.name.as_str(), &d.block) {
             ("http", Some(http)) => {
@@ -106,7 +108,9 @@ pub fn import(top: &[Directive]) -> Import {
                     http.iter().filter(|d| matches!(d.name.as_str(), "limit_req_zone" | "limit_conn_zone"));
                 let zones = zoned.filter_map(|d| limits::zone(d, &mut out.notes)).collect();
                 let outer = Inherited { zones, ..Inherited::default() };
-                let http_level = level(http, outer, &["server", "upstream"], &mut out.notes);
+                let skip = ["server", "upstream", "log_format", "access_log"];
+                let http_level = level(http, outer, &skip, &mut out.notes);
+                access_log = logs::access_log(http, &mut out.notes);
                 http_zones.clone_from(&http_level.zones);
                 for d in http.iter().filter(|d| d.name == "server") {
                     server(d, &http_level, &upstreams, &mut routes, &mut listen, &mut out.notes);
@@ -123,6 +127,7 @@ pub fn import(top: &[Directive]) -> Import {
         }
     }
     out.toml = render(listen.as_deref(), &http_zones, &routes);
+    out.toml.push_str(access_log.as_deref().unwrap_or(""));
     out
 }
 
@@ -431,9 +436,8 @@ fn why_not(name: &str) -> &'static str {
         "ssl_certificate" | "ssl_certificate_key" | "ssl_protocols" | "ssl_ciphers" => {
             "TLS is the gateway's [tls] section: write it by hand"
         }
-        "access_log" | "log_format" => {
-            "the access log is the gateway's [access_log] (text or JSON, one format)"
-        }
+        "access_log" => "the gateway writes one access log, [access_log], from http's `access_log`: a server's or location's own is not mapped",
+        "log_format" => "log_format is read in http only (as Nginx)",
         "if" | "set" | "map" => "conditions and variables are not built",
         "proxy_buffering" | "proxy_buffer_size" | "proxy_buffers" | "proxy_request_buffering" => {
             "the gateway streams bodies without buffering them"
