@@ -83,7 +83,8 @@ impl<A> FrontDoor<A> {
     }
 
     /// The same, reading a PROXY header first on every plain connection (`[server]
-    /// proxy_protocol`); TLS connections are Pingora's from their first byte and have none.
+    /// proxy_protocol`); a TLS connection's is read before its handshake, by
+    /// `crate::proxy_protocol::BeforeTls` (`[tls] proxy_protocol`).
     pub fn with_proxy_protocol(mut self, on: bool) -> Self {
         self.proxy_protocol = on;
         self

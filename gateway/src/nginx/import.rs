@@ -541,9 +541,16 @@ fn the_listen(s: &Directive, listen: &mut Option<String>, notes: &mut Vec<Note>)
     let addr = s.args.first().cloned().unwrap_or_default();
     let addr = if addr.parse::<u16>().is_ok() { format!("0.0.0.0:{addr}") } else { addr };
     let mut tls = false;
+    let ssl = s.args.iter().any(|a| a == "ssl");
     for flag in &s.args[1..] {
         match flag.as_str() {
             "default_server" | "default" => {}
+            "proxy_protocol" if ssl => note(
+                notes,
+                s,
+                true,
+                "[tls] proxy_protocol = true (in the [tls] section written by hand): the header comes before TLS, its source is the client's address",
+            ),
             "proxy_protocol" => note(
                 notes,
                 s,
@@ -1059,6 +1066,10 @@ mod tests {
                 && notes.contains(&"real_ip_header: true".to_string()),
             "{notes:?}"
         );
+        // On a TLS listener: [tls] proxy_protocol, not the plain listener's.
+        let i = import_http("server { listen 443 ssl proxy_protocol; location / { return 200 ok; } }");
+        assert!(!i.toml.contains("proxy_protocol = true"), "{}", i.toml);
+        assert!(i.notes.iter().any(|n| n.why.starts_with("[tls] proxy_protocol = true")), "{:?}", i.notes);
     }
 
     #[test]
