@@ -126,23 +126,29 @@ async fn fixture(args: &Args, path: &Path) -> anyhow::Result<((usize, usize), (u
     let mut corpus: Vec<Request> =
         parity::base_requests(&text, &name).iter().flat_map(parity::variants).collect();
     corpus.retain(|r| !r.target.is_empty());
-    let (mut same, mut alike) = (0, Vec::new());
-    for req in &corpus {
+    let alike = send_corpus(nport, gport, &corpus).await;
+    let same = alike.iter().flatten().count();
+    println!("{name}: {same} of {} identical", corpus.len());
+    let logs = compare_logs(&name, &nlog, &glog, &corpus, &alike).await?;
+    Ok(((same, corpus.len()), logs))
+}
+
+/// Sends every request to Nginx, then to the gateway, and compares the answers: for each,
+/// `Some(whether its body's bytes are the same in both access lines)` when identical.
+async fn send_corpus(nport: u16, gport: u16, corpus: &[Request]) -> Vec<Option<bool>> {
+    let mut alike = Vec::with_capacity(corpus.len());
+    for req in corpus {
         let n = parity::send(&format!("127.0.0.1:{nport}"), req).await;
         let g = parity::send(&format!("127.0.0.1:{gport}"), req).await;
         let diff = parity::differences(&n, &g);
         if diff.is_empty() {
-            same += 1;
-            let plain = matches!(n.status, 200 | 206) && !n.headers.contains_key("content-encoding");
-            alike.push(Some(plain));
+            alike.push(Some(matches!(n.status, 200 | 206) && !n.headers.contains_key("content-encoding")));
         } else {
             println!("differs: {}: {}", req.label, diff.join("; "));
             alike.push(None);
         }
     }
-    println!("{name}: {same} of {} identical", corpus.len());
-    let logs = compare_logs(&name, &nlog, &glog, &corpus, &alike).await?;
-    Ok(((same, corpus.len()), logs))
+    alike
 }
 
 /// The two servers' `combined` access lines, request by request: for each request whose
