@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use fred::prelude::{HashesInterface, KeysInterface};
+
 use crate::sale::{Sale, PARTITIONS};
 use crate::support::*;
 
@@ -138,7 +140,9 @@ async fn a_campaign_lives_through_the_command_across_two_gateways() {
     let c = sale.campaign.as_str();
     let http = reqwest::Client::new();
 
-    // Publish through the command: the facts reach both gateways, which agree and sell.
+    // Check, then publish through the command: the facts reach both gateways, which agree and sell.
+    let (ok, out) = campaign(&conf, &["check", c, "--live"]);
+    assert!(ok && out.contains("not published through `campaign publish` yet"), "{out}");
     let (ok, out) = campaign(&conf, &["publish", c]);
     assert!(ok, "{out}");
     assert!(out.contains("every gateway (2) shows version 1"), "{out}");
@@ -215,6 +219,32 @@ async fn a_campaign_lives_through_the_command_across_two_gateways() {
     let queued: HashSet<String> = all.into_iter().collect();
     assert_eq!(queued.len(), 9);
     assert_eq!(sale.wait_orders(&queued).await, queued, "every QUEUED answer is an order, nothing else");
+
+    // Time passes (the window, its extension and the pay window over, every order paid: written
+    // as they would be), then `end`: ENDED on both gateways, the keys gone, the orders kept.
+    sqlx::query("UPDATE campaigns SET starts_at = now() - interval '2 hours', ends_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(c)
+        .execute(&sale.pool)
+        .await
+        .unwrap();
+    let _: i64 = sale.redis.hdel(protocol::keys::control_key(c), "ends_at_ms").await.unwrap();
+    sqlx::query("UPDATE orders SET status = 'PAID', paid_at = now() WHERE campaign_id = $1")
+        .bind(c)
+        .execute(&sale.pool)
+        .await
+        .unwrap();
+    let (ok, out) = campaign(&conf, &["end", c]);
+    assert!(ok && out.contains("every gateway (2)") && out.contains("Redis key(s) removed"), "{out}");
+    for (gw, admin) in [(&g1, a1), (&g2, a2)] {
+        assert_eq!(served(&http, admin, c).await["state"], "ENDED");
+        let (status, body) = order(&http, gw, c, "after-the-end").await;
+        assert_eq!((status, body["code"].as_str()), (410, Some("ENDED")), "{body}");
+    }
+    let stock: Option<i64> = sale.redis.get(protocol::keys::CampaignKeys::new(c).stock).await.unwrap();
+    assert_eq!(stock, None, "the stock key is gone");
+    assert_eq!(sale.orders().await, queued, "the orders stay");
+    let (ok, out) = campaign(&conf, &["resume", c]);
+    assert!(!ok && out.contains("ENDED"), "an ended campaign never sells again: {out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
