@@ -44,7 +44,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
-use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,9 +54,8 @@ use protocol::codes::Code;
 
 use crate::conf::{AccessLogConf, LogFormat, LogOutput};
 
-mod format;
-
-pub use format::{Escape, LogTemplate, TemplateError, COMBINED};
+use crate::access_line::push_bytes;
+pub use crate::access_line::{Entry, Escape, LogTemplate, TemplateError, COMBINED};
 
 /// Counters of the access log since start.
 #[derive(Debug, Default)]
@@ -68,48 +66,9 @@ pub struct LogStats {
     pub dropped: AtomicU64,
 }
 
-/// One request, as its access line tells it.
-#[derive(Debug, Clone)]
-pub struct Entry<'a> {
-    /// When it was logged.
-    pub time: DateTime<Utc>,
-    /// The client after trusted proxies.
-    pub client: Option<IpAddr>,
-    /// Request method.
-    pub method: &'a str,
-    /// Path and query, as received.
-    pub uri: &'a str,
-    /// `HTTP/1.1`, `HTTP/2.0`, …
-    pub protocol: &'a str,
-    /// Status sent (0: none).
-    pub status: u16,
-    /// Body bytes sent.
-    pub bytes: usize,
-    /// From the request's header to the log line.
-    pub request_time: Duration,
-    /// The upstream a proxied request went to.
-    pub upstream: Option<SocketAddr>,
-    /// From picking the upstream to its response header.
-    pub upstream_time: Option<Duration>,
-    /// The gateway's answer code.
-    pub code: Option<Code>,
-    /// The request id.
-    pub request_id: &'a str,
-    /// From picking the upstream to the logging phase (Nginx's `$upstream_response_time`).
-    pub upstream_response_time: Option<Duration>,
-    /// The request's header fields (`None`: refused before it was parsed).
-    pub headers: Option<&'a http::HeaderMap>,
-    /// The host as sent: `Host`, else the URI's (HTTP/2's `:authority`); empty when none.
-    pub host: &'a str,
-    /// `http` or `https`.
-    pub scheme: &'a str,
-    /// The route's server name, `$host` of a request without `Host` (empty: none).
-    pub server_name: &'a str,
-}
-
 /// Appends `s`, escaping `"`, `\` and bytes outside printable ASCII as `\xHH` (as Nginx does).
 fn push_escaped(out: &mut String, s: &str) {
-    format::push_bytes(out, s.as_bytes(), Escape::Default);
+    push_bytes(out, s.as_bytes(), Escape::Default);
 }
 
 /// Appends `t` as RFC 3339 UTC with milliseconds (`2026-05-01T10:00:00.123Z`), without

@@ -30,6 +30,7 @@
 //! - [`shutdown`]: `SIGTERM`'s linger before Pingora's drain;
 //! - [`server`]: wires it all into a Pingora server.
 
+pub mod access_line;
 pub mod access_log;
 pub mod acme;
 pub mod admin;

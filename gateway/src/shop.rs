@@ -15,7 +15,7 @@ use regex::Captures;
 use crate::conf::{Location, RouteConf};
 use crate::frontdoor;
 use crate::template::Vars;
-use crate::uri::encode_path;
+use crate::uri::{encode_path, host_name};
 
 pub mod rewrite;
 
@@ -56,15 +56,6 @@ pub fn vars<'a>(
         remote_addr: client,
         request_id,
     }
-}
-
-/// The name of a `Host` field as sent, without its port and trailing dot (not lowercased).
-pub fn host_name(http_host: &str) -> &str {
-    let name = match http_host.strip_prefix('[') {
-        Some(v6) => v6.split_once(']').map_or(http_host, |(a, _)| a),
-        None => http_host.rsplit_once(':').map_or(http_host, |(n, _)| n),
-    };
-    name.trim_end_matches('.')
 }
 
 /// The captures of the route's regex path over `path`, when it is one.

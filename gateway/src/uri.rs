@@ -86,6 +86,15 @@ fn push_encoded(out: &mut String, text: &str, keep: impl Fn(u8) -> bool) {
     }
 }
 
+/// The name of a `Host` field as sent, without its port and trailing dot (not lowercased).
+pub fn host_name(http_host: &str) -> &str {
+    let name = match http_host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(http_host, |(a, _)| a),
+        None => http_host.rsplit_once(':').map_or(http_host, |(n, _)| n),
+    };
+    name.trim_end_matches('.')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

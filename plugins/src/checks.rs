@@ -34,6 +34,7 @@
 
 pub(crate) mod budget;
 pub mod client_ip;
+pub(crate) mod control;
 pub(crate) mod eligibility;
 pub(crate) mod global_limit;
 pub mod input;

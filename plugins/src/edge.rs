@@ -40,6 +40,7 @@ use protocol::signing::{Signer, NONCE_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 use crate::checks::budget::{Budget, Holder, Permit};
 #[cfg(doc)]
 use crate::checks::client_ip;
+use crate::checks::control::LiveControl;
 use crate::checks::eligibility::Eligibility;
 use crate::checks::global_limit::{GlobalCheck, Subject};
 use crate::checks::input::{self, DEVICE_HEADER};
@@ -58,7 +59,6 @@ use crate::reserve::Order;
 use crate::reserve::Reserver;
 use crate::room::WaitingRoom;
 use crate::setup::conf::RedisConf;
-use crate::setup::control::LiveControl;
 
 /// The request line and headers of a request, as any proxy has them.
 #[derive(Debug, Clone, Copy)]

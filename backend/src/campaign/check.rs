@@ -7,7 +7,6 @@ use protocol::campaign::Campaign;
 use protocol::control::{Disagreement, Fleet};
 
 use super::fleet::{Gateways, Seen};
-use super::publish::fleet_of;
 use crate::app::Connections;
 
 /// What one gateway's answer disagrees with: this writer's contract `mine` and file `c`.
@@ -49,7 +48,7 @@ pub fn gateway_disagreements(seen: &Seen, c: &Campaign, mine: &Fleet) -> Vec<Str
 pub async fn run(conns: &Connections<'_>, id: &str, live: bool) -> anyhow::Result<()> {
     let file = conns.conf().campaigns_dir.join(format!("{id}.toml"));
     let c = Campaign::load(&file)?;
-    let mine = fleet_of(conns.conf());
+    let mine = super::fleet::of_writer(conns.conf());
     println!(
         "campaign {id}: {} parses (digest {}); writer key fingerprint {}, topic {:?} with {} partitions",
         file.display(),

@@ -151,6 +151,16 @@ impl Gateways {
     }
 }
 
+/// This writer's side of the contract with the gateways: its gateway key's fingerprint, its
+/// topic and partition count.
+pub fn of_writer(conf: &crate::conf::Conf) -> protocol::control::Fleet {
+    protocol::control::Fleet {
+        signing: protocol::control::fingerprint(&conf.gateway_key),
+        topic: conf.kafka.topic.clone(),
+        partitions: conf.kafka.partitions,
+    }
+}
+
 /// One line per gateway: its view of campaign `id`.
 pub fn table(seen: &[Seen], id: &str) -> String {
     let mut out = format!(

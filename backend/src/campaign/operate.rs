@@ -229,7 +229,7 @@ pub async fn apply(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
     let campaign = protocol::campaign::Campaign::load(&file)?;
     let redis = conns.redis().await?;
     let control = read_control(&redis, id).await?;
-    let found = control.disagreements(&campaign, &super::publish::fleet_of(conns.conf()));
+    let found = control.disagreements(&campaign, &fleet::of_writer(conns.conf()));
     if let Some(d) = found.first() {
         anyhow::bail!("{}: {}", file.display(), d.message);
     }

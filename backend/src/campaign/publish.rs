@@ -83,7 +83,7 @@ pub async fn run(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
     for said in window_not_applied(&pool, &c).await? {
         println!("  note: {said}");
     }
-    let version = write_facts(&redis, &c, &fleet_of(conns.conf())).await?;
+    let version = write_facts(&redis, &c, &super::fleet::of_writer(conns.conf())).await?;
     super::operate::converge(conns, id, version).await?;
     if conns.conf().fleet.gateways.is_empty() {
         return Ok(());
@@ -134,16 +134,6 @@ async fn window_not_applied(pool: &PgPool, c: &Campaign) -> anyhow::Result<Vec<S
         out.push(format!("pay_window_secs is {pay} published, {} in the file: {keep}", c.pay_window_secs));
     }
     Ok(out)
-}
-
-/// This writer's side of the contract with the gateways: its gateway key's fingerprint, its
-/// topic and partition count.
-pub fn fleet_of(conf: &crate::conf::Conf) -> Fleet {
-    Fleet {
-        signing: protocol::control::fingerprint(&conf.gateway_key),
-        topic: conf.kafka.topic.clone(),
-        partitions: conf.kafka.partitions,
-    }
 }
 
 /// Writes the published facts of `c` and `fleet` into the control hash (its state stays, OPEN

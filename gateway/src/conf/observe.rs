@@ -11,7 +11,7 @@ use protocol::conf::ConfError;
 use serde::Deserialize;
 
 use super::{spanned, Checker, S};
-use crate::access_log::{Escape, LogTemplate};
+use crate::access_line::{Escape, LogTemplate};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

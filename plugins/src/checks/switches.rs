@@ -7,8 +7,8 @@ use protocol::campaign::Switches;
 use protocol::codes::Code;
 use protocol::control::State;
 
+use crate::checks::control::LiveControl;
 use crate::denial::Denial;
-use crate::setup::control::LiveControl;
 
 /// The answer's `Retry-After` while a campaign is paused, in seconds.
 const PAUSED_RETRY_SECS: u32 = 5;

@@ -21,11 +21,11 @@ use protocol::control::Fleet;
 use protocol::signing::Signer;
 
 use crate::checks::budget::{Budget, Budgets};
+use crate::checks::control::{Controls, LiveControl};
 use crate::checks::eligibility::Eligibility;
 use crate::checks::sold_out::{SoldOutFlag, SoldOutFlags};
 use crate::edge::{CampaignRef, Conf};
 use crate::setup::conf::{Loaded, SaleConf};
-use crate::setup::control::{Controls, LiveControl};
 
 /// A campaign with its process state (kept across reloads).
 #[derive(Debug)]

@@ -276,7 +276,7 @@ fn text_or_missing(out: &mut String, s: &str, esc: Escape) {
 }
 
 /// Appends `bytes` escaped as `esc` says.
-pub(super) fn push_bytes(out: &mut String, bytes: &[u8], esc: Escape) {
+pub fn push_bytes(out: &mut String, bytes: &[u8], esc: Escape) {
     match esc {
         Escape::Default => {
             for &b in bytes {
@@ -348,7 +348,7 @@ fn local_time(t: DateTime<Utc>, out: &mut String, fmt: &'static str) {
 /// Nginx's `$host`: the host sent (no port, no trailing dot, lowercase), else the route's
 /// server name.
 fn host(e: &Entry<'_>, out: &mut String, esc: Escape) {
-    let name = crate::shop::host_name(e.host);
+    let name = crate::uri::host_name(e.host);
     let name = if name.is_empty() { e.server_name } else { name };
     for b in name.bytes() {
         push_bytes(out, &[b.to_ascii_lowercase()], esc);
