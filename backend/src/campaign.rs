@@ -6,3 +6,7 @@
 pub mod buckets;
 pub mod publish;
 pub mod rebalance;
+
+// The sale afterwards: who won it, and its report.
+pub mod audit;
+pub mod report;

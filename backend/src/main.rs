@@ -122,6 +122,23 @@ enum CampaignCommand {
         /// Campaign id.
         id: String,
     },
+    /// Who won a campaign, grouped by address (/32, /24, IPv6 /64), device and account age,
+    /// each group's success rate against the crowd's; groups beyond the thresholds (`[audit]`
+    /// of the conf, then these flags) flagged for review. A table, or JSON with --json.
+    Audit {
+        /// Campaign id.
+        id: String,
+        #[command(flatten)]
+        args: backend::campaign::audit::Args,
+    },
+    /// The HTML report of a campaign's real sale, from PostgreSQL, Redis, the reconciliation,
+    /// the audit and the gateways' metrics.
+    Report {
+        /// Campaign id.
+        id: String,
+        #[command(flatten)]
+        args: backend::campaign::report::Args,
+    },
 }
 
 fn main() -> ExitCode {
@@ -164,6 +181,12 @@ async fn with_conf(file: &Path, command: Command) -> anyhow::Result<()> {
         Command::Topic { command: TopicCommand::Create } => setup::topic_create(&conns).await,
         Command::Campaign { command: CampaignCommand::Publish { id } } => publish::run(&conns, &id).await,
         Command::Campaign { command: CampaignCommand::Rebalance { id } } => rebalance::run(&conns, &id).await,
+        Command::Campaign { command: CampaignCommand::Audit { id, args } } => {
+            backend::campaign::audit::run(&conns, &id, file, &args).await
+        }
+        Command::Campaign { command: CampaignCommand::Report { id, args } } => {
+            backend::campaign::report::run(&conns, &id, file, &args).await
+        }
         Command::Produce { file, generate, campaign, users } => {
             let source = match (file, generate) {
                 (Some(path), _) => produce::Source::File(path),

@@ -33,7 +33,8 @@
 //!
 //! JSON lines (`format = "json"`): one object per line with the same fields by those names
 //! (`request` split into `method`, `uri` and `protocol`; absent values are `null`; times are
-//! numbers of seconds).
+//! numbers of seconds), and one more: `device`, the request's `x-device-id` header as sent (at
+//! most 128 bytes, else `null`), which the campaign audit counts attempts by.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -84,6 +85,9 @@ pub struct Entry<'a> {
     pub code: Option<Code>,
     /// The request id.
     pub request_id: &'a str,
+    /// The `x-device-id` header as the client sent it (JSON lines only: the audit counts a
+    /// campaign's order attempts by device, `order-writer campaign audit --access-log`).
+    pub device: Option<&'a str>,
 }
 
 /// Appends `s`, escaping `"`, `\` and bytes outside printable ASCII as `\xHH` (as Nginx does).
@@ -171,6 +175,7 @@ pub fn json_line(e: &Entry<'_>) -> String {
         "upstream_time": e.upstream_time.map(|t| t.as_secs_f64()),
         "code": e.code.map(Code::as_str),
         "request_id": (!e.request_id.is_empty()).then_some(e.request_id),
+        "device": e.device,
     })
     .to_string()
 }
@@ -354,6 +359,7 @@ mod tests {
             upstream_time: None,
             code: Some(Code::Queued),
             request_id: "0196a3c2-0000-7000-8000-000000000001",
+            device: Some("device-7"),
         }
     }
 
@@ -389,6 +395,10 @@ mod tests {
         assert_eq!((v["code"].as_str(), v["upstream"].is_null()), (Some("QUEUED"), true));
         assert_eq!(v["request_time"].as_f64(), Some(0.000412));
         assert_eq!(v["request_id"], "0196a3c2-0000-7000-8000-000000000001");
+        assert_eq!(v["device"], "device-7");
+        let v: serde_json::Value =
+            serde_json::from_str(&json_line(&Entry { device: None, ..entry() })).unwrap();
+        assert!(v["device"].is_null());
     }
 
     #[test]

@@ -205,6 +205,7 @@ fn refused_entry<'a>(
         upstream_time: None,
         code: Some(refusal.code),
         request_id,
+        device: None,
     }
 }
 

@@ -133,6 +133,11 @@ impl Observer {
                 upstream_time: trace.upstream_time,
                 code: trace.answer,
                 request_id,
+                device: req
+                    .headers
+                    .get(protocol::signing::DEVICE_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .filter(|d| d.len() <= 128),
             });
         }
     }

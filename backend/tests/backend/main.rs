@@ -7,6 +7,7 @@
 
 mod common;
 
+mod audit;
 mod buckets;
 mod events;
 mod http;
@@ -20,6 +21,7 @@ mod produce;
 mod publish;
 mod reconcile;
 mod release;
+mod report;
 mod signature;
 mod standalone;
 mod writer;
