@@ -16,13 +16,16 @@ const MR: f64 = 16.0;
 const MT: f64 = 14.0;
 const MB: f64 = 42.0;
 
+/// The longest sale (seconds) whose quiet seconds are drawn as zeros.
+const MAX_DENSE_SECS: i64 = 7200;
+
 /// The audit's flagged groups shown at most (the JSON has them all).
 const MAX_GROUPS_SHOWN: usize = 100;
 
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;max-width:940px;margin:1.5em auto;padding:0 12px;color:#1b1b1b}\
 .ok{color:#117733}.bad{color:#b3261e}h2{margin-top:1.6em;border-bottom:1px solid #ddd}h3{margin:1.2em 0 .2em;font-size:15px}\
-svg{max-width:100%;height:auto;display:block}table{border-collapse:collapse}td,th{padding:2px 10px;text-align:left;vertical-align:top}\
-td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}.legend{list-style:none;padding:0;margin:.3em 0 0 60px;display:flex;flex-wrap:wrap;gap:.2em 1.2em}\
+svg{max-width:100%;height:auto;display:block}table{border-collapse:collapse}td,th{padding:2px 10px;text-align:left;vertical-align:top}td.k{overflow-wrap:anywhere}\
+td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}.legend{list-style:none;padding:0;margin:.3em 0 0 60px;display:flex;flex-wrap:wrap;gap:.2em 1.2em}\
 .sw{display:inline-block;width:14px;height:10px;margin-right:5px;border:1px solid #0003;vertical-align:baseline}\
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(160px,1fr));gap:8px}.card{border:1px solid #ddd;border-radius:6px;padding:6px 10px}\
 .card b{display:block;font-size:20px}pre{background:#f6f6f6;padding:8px;overflow-x:auto}.bar{height:12px;display:inline-block;vertical-align:middle}";
@@ -176,12 +179,29 @@ fn cards(r: &Sale) -> String {
     s
 }
 
+/// The seconds of `timeline` with the quiet ones between them as zeros (a line drawn across a
+/// gap would show orders that were not there), up to [`MAX_DENSE_SECS`] seconds; a longer
+/// sale's seconds as they are.
+fn dense(timeline: &[super::Second]) -> Vec<super::Second> {
+    let (Some(first), Some(last)) = (timeline.first(), timeline.last()) else { return Vec::new() };
+    if last.t - first.t > MAX_DENSE_SECS {
+        return timeline.to_vec();
+    }
+    let mut out: Vec<super::Second> =
+        (first.t..=last.t).map(|t| super::Second { t, ..Default::default() }).collect();
+    for s in timeline {
+        out[(s.t - first.t) as usize] = s.clone();
+    }
+    out
+}
+
 /// Orders, payments and closes per second.
 fn timeline(r: &Sale) -> String {
     if r.timeline.is_empty() {
         return "<h2>The sale, second by second</h2><p>No order was written: nothing to draw.</p>".into();
     }
-    let line = |f: fn(&super::Second) -> i64| r.timeline.iter().map(|s| (s.t as f64, f(s) as f64)).collect();
+    let seconds = dense(&r.timeline);
+    let line = |f: fn(&super::Second) -> i64| seconds.iter().map(|s| (s.t as f64, f(s) as f64)).collect();
     let series = [
         Series { name: "orders (by reservation time)", color: "#117733", points: line(|s| s.ordered) },
         Series { name: "payments", color: "#0072B2", points: line(|s| s.paid) },
@@ -202,9 +222,12 @@ fn answers(r: &Sale) -> String {
         return s;
     };
     let total: u64 = a.values().sum();
-    let _ =
-        write!(s, "<p>{total} order requests answered, from the gateways' <code>/metrics</code>.</p><table>");
-    let mut rows: Vec<_> = a.iter().collect();
+    let _ = write!(
+        s,
+        "<p>{total} answers of the sale's endpoints (captcha, token, order), from the gateways' <code>/metrics</code> \
+         (<code>seckill_gateway_order_answers_total</code>).</p><table>"
+    );
+    let mut rows: Vec<_> = a.iter().filter(|(_, n)| **n > 0).collect();
     rows.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
     let max = rows.first().map_or(1, |r| *r.1).max(1);
     for (code, n) in rows {
@@ -328,7 +351,7 @@ fn audit(a: &Audit) -> String {
     for g in flagged.iter().take(MAX_GROUPS_SHOWN) {
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td class=k>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td class=n>{}</td><td>{}</td></tr>",
             g.kind.name(),
             esc(&g.key),
             g.winners,
@@ -381,6 +404,15 @@ mod tests {
     fn ticks_are_round_and_cover_the_range() {
         assert_eq!(ticks(0.0, 10.0, 5), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
         assert_eq!(ticks(-3.0, 12.0, 3), [0.0, 5.0, 10.0]);
+    }
+
+    #[test]
+    fn quiet_seconds_are_zeros() {
+        let s = |t, ordered| super::super::Second { t, ordered, paid: 0, closed: 0 };
+        let d = dense(&[s(3, 5), s(6, 2)]);
+        assert_eq!(d.iter().map(|x| (x.t, x.ordered)).collect::<Vec<_>>(), [(3, 5), (4, 0), (5, 0), (6, 2)]);
+        assert!(dense(&[]).is_empty());
+        assert_eq!(dense(&[s(0, 1), s(MAX_DENSE_SECS + 1, 1)]).len(), 2, "a long sale as it is");
     }
 
     #[test]
