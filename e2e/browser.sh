@@ -16,6 +16,8 @@
 #               open from 10 minutes before (2 browsers join it before the start)
 #   <run>draw   the same room without a pre-queue, opening DRAW_IN (PREQ_IN + 35) seconds after
 #               setup, with a start draw of 10 s (2 browsers click in it)
+#   <run>live   open, stock 10: paused by the live view's test (the order writer's /view/ID of an
+#               open, a sold-out and a paused campaign)
 # starts the order writer, the gateway (its shop route /login goes to demo-login) and
 # demo-login, runs the tests (e2e/browser/*.test.mjs, node's test runner), then stops what it
 # started, drops the database, deletes the topic and the campaigns' Redis keys. Screenshots of
@@ -90,7 +92,8 @@ mkdir -p "$RUN/shots"
 RUN_ID="br$(date -u +%H%M%S)$((RANDOM % 100))"
 SECKILL_GATEWAY_KEY=$(random_key browser-gateway-)
 SECKILL_PAYMENT_KEY=$(random_key browser-payment-)
-export SECKILL_GATEWAY_KEY SECKILL_PAYMENT_KEY
+SECKILL_ADMIN_TOKEN=$(random_key browser-admin-)
+export SECKILL_GATEWAY_KEY SECKILL_PAYMENT_KEY SECKILL_ADMIN_TOKEN
 edge_keys browser
 
 PIDS=()
@@ -133,10 +136,14 @@ browser_campaign "$RUN/campaigns" "${RUN_ID}preq" 10 "$PREQ_AT" ""
 printf '\n[waiting_room]\nadmit_per_sec = 1\npre_queue_secs = 600\n' >>"$RUN/campaigns/${RUN_ID}preq.toml"
 browser_campaign "$RUN/campaigns" "${RUN_ID}draw" 10 "$DRAW_AT" ""
 printf '\n[waiting_room]\nadmit_per_sec = 1\nstart_draw_ms = 10000\n' >>"$RUN/campaigns/${RUN_ID}draw.toml"
-for c in open sold crowd room preq draw; do
+# The live view's own (paused by its test).
+browser_campaign "$RUN/campaigns" "${RUN_ID}live" 10 "$OPENED" ""
+for c in open sold crowd room preq draw live; do
   "$BIN/order-writer" --conf "$RUN/order-writer.toml" campaign publish "$RUN_ID$c" >/dev/null
 done
-
+# The gateway's admin listener, for the live view and the campaign commands of the tests (after
+# the publishes above: the gateway is not up yet to show them).
+fleet_table "$RUN/order-writer.toml" "$((GATEWAY_PORT + 1000))"
 "$BIN/order-writer" --conf "$RUN/order-writer.toml" serve >"$RUN/order-writer.log" 2>&1 &
 PIDS+=($!)
 "$BIN/demo-login" --listen "127.0.0.1:$LOGIN_PORT" >"$RUN/demo-login.log" 2>&1 &
@@ -160,5 +167,7 @@ BASE_URL="http://127.0.0.1:$GATEWAY_PORT" RUN_ID="$RUN_ID" \
   DRAW_AT_MS=$(($(date -u -d "$DRAW_AT" +%s) * 1000)) \
   SHOTS="$RUN/shots" REPORT_HTML="${REPORT_HTML:-$ROOT/.stack/demo/report.html}" \
   SALE_REPORT_HTML="${SALE_REPORT_HTML:-$ROOT/.stack/demo/sale-report.html}" \
+  WRITER_ADMIN="http://127.0.0.1:$((WRITER_PORT + 1000))" ORDER_WRITER="$BIN/order-writer" \
+  WRITER_CONF="$RUN/order-writer.toml" \
   node --test --test-concurrency=2 ${BROWSER_TESTS:-e2e/browser/}
 log "screenshots: $RUN/shots"

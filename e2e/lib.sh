@@ -292,7 +292,7 @@ sale_create() { # run id stock starts_at writer_port bin_dir
     -e "s#^topic = \"seckill.order-events\"#topic = \"reservations.$id.order-events\"#" \
     -e "s#^age_secs = .*#age_secs = ${SWEEP_AGE_SECS:-10}#" \
     conf/order-writer.toml >"$run/order-writer.toml"
-  printf '\n[admin]\nlisten = "127.0.0.1:%s"\n' "$((wport + 1000))" >>"$run/order-writer.toml"
+  printf '\n[admin]\nlisten = "127.0.0.1:%s"\n%s' "$((wport + 1000))" "$(admin_token_line)" >>"$run/order-writer.toml"
   psql "$SECKILL_PG_ADMIN_URL" -qc "CREATE DATABASE sale_$id" >/dev/null
   local ow=("$bin/order-writer" --conf "$run/order-writer.toml")
   "${ow[@]}" migrate
@@ -344,7 +344,23 @@ gateway_conf() { # run name port id writer_port
     -e "s#^topic = .*#topic = \"reservations.$id\"#" \
     -e "s#^upgrade_sock = .*#upgrade_sock = \"$run/$name-upgrade.sock\"#" \
     conf/server.toml >"$run/$name.toml"
-  printf '\n[admin]\nlisten = "127.0.0.1:%s"\n' "$((port + 1000))" >>"$run/$name.toml"
+  printf '\n[admin]\nlisten = "127.0.0.1:%s"\n%s' "$((port + 1000))" "$(admin_token_line)" >>"$run/$name.toml"
+}
+
+# The admin listeners' token line (by reference) when SECKILL_ADMIN_TOKEN is set: the gateways'
+# /campaigns and /reload, the order writer's live view.
+admin_token_line() {
+  [[ -n "${SECKILL_ADMIN_TOKEN:-}" ]] && printf 'token = "env:SECKILL_ADMIN_TOKEN"\n'
+  return 0
+}
+
+# Appends the order writer's [fleet] to FILE: the gateways' admin listeners on PORTS, the token
+# of SECKILL_ADMIN_TOKEN (`order-writer campaign ...` and the live view reach them).
+fleet_table() { # file port...
+  local file=$1 list=()
+  shift
+  for p in "$@"; do list+=("\"127.0.0.1:$p\""); done
+  printf '\n[fleet]\ngateways = [%s]\ntoken = "env:SECKILL_ADMIN_TOKEN"\n' "$(IFS=,; echo "${list[*]}")" >>"$file"
 }
 
 # Waits (20 s at most) until something listens on 127.0.0.1:PORT; else prints LOG's tail, fails.

@@ -61,6 +61,23 @@ struct Raw {
     #[serde(default)]
     #[allow(dead_code)]
     audit: Option<toml::Value>,
+    #[serde(default)]
+    fleet: Option<RawFleet>,
+}
+
+/// `[fleet]`: the gateways the campaign commands reach (`order-writer campaign ...`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFleet {
+    gateways: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    token: Option<Spanned<String>>,
+    #[serde(default = "d_converge")]
+    converge_ms: Spanned<i64>,
+}
+
+fn d_converge() -> Spanned<i64> {
+    Spanned::new(0..0, 2000)
 }
 
 /// `[events]`: the order events' topic (`crate::workers::events`).
@@ -77,6 +94,8 @@ struct RawEvents {
 #[serde(deny_unknown_fields)]
 struct RawAdmin {
     listen: Spanned<String>,
+    #[serde(default)]
+    token: Option<Spanned<String>>,
 }
 
 fn d_payment_skew() -> Spanned<i64> {
@@ -405,10 +424,15 @@ pub struct Conf {
     pub close_batch: i64,
     /// The admin listener (`/metrics`, `/healthz`, `/readyz`); off when `None`.
     pub admin_listen: Option<SocketAddr>,
+    /// The bearer token of the admin listener's live view (`/view/ID`, `/api/campaigns/ID`);
+    /// without one the view is off.
+    pub admin_token: Option<Password>,
     /// The order events' topic.
     pub events: EventsConf,
     /// Partition leases (used when the plan is [`Plan::Leased`]).
     pub leases: LeaseConf,
+    /// The gateways the campaign commands reach (`[fleet]`; none when absent).
+    pub fleet: FleetConf,
 }
 
 impl Conf {
@@ -509,9 +533,13 @@ impl Conf {
         let close_interval = c.ms(&cl.interval_ms, "closer.interval_ms", 10, INTERVAL_MAX_MS)?;
         let close_batch = c.bounded(&cl.batch_size, "closer.batch_size", 1, 10_000)?;
         let admin_listen = raw.admin.as_ref().map(|a| c.addr(&a.listen, "admin.listen")).transpose()?;
+        let admin_token = admin_token(&c, raw.admin.as_ref())?;
         let events = events(&c, &raw.events, &topic, partitions)?;
         let leases = leases(&c, &raw.leases)?;
+        let fleet = fleet(&c, raw.fleet.as_ref())?;
         Ok(Conf {
+            fleet,
+            admin_token,
             events,
             admin_listen,
             leases,
@@ -610,6 +638,48 @@ pub const PRODUCE_TIMEOUT_MAX_MS: i64 = 60_000;
 pub const SWEEP_AGE_MAX_SECS: i64 = 86_400;
 /// The longest `sweeper.interval_ms` and `closer.interval_ms`: an hour.
 pub const INTERVAL_MAX_MS: i64 = 3_600_000;
+
+/// The gateways of the fleet, as the campaign commands reach them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetConf {
+    /// Each gateway's admin listener, `host:port` (its `[admin] listen`).
+    pub gateways: Vec<String>,
+    /// The gateways' `[admin] token` (by reference).
+    pub token: Option<Password>,
+    /// How long a state command waits for every gateway to report the new state.
+    pub converge: Duration,
+}
+
+fn admin_token(c: &Checker<'_>, raw: Option<&RawAdmin>) -> Result<Option<Password>, ConfError> {
+    let Some(t) = raw.and_then(|a| a.token.as_ref()) else { return Ok(None) };
+    let token = c.password(t, "admin.token")?;
+    if token.expose().len() < 16 {
+        return Err(c.err(t.span(), "admin.token", "must be at least 16 characters"));
+    }
+    Ok(Some(token))
+}
+
+fn fleet(c: &Checker<'_>, raw: Option<&RawFleet>) -> Result<FleetConf, ConfError> {
+    let Some(f) = raw else { return Ok(FleetConf::default()) };
+    let mut gateways = Vec::new();
+    for g in f.gateways.get_ref() {
+        let ok = g
+            .get_ref()
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+        if !ok {
+            return Err(c.err(
+                g.span(),
+                "fleet.gateways",
+                format!("{:?} is not host:port (a gateway's [admin] listen)", g.get_ref()),
+            ));
+        }
+        gateways.push(g.get_ref().clone());
+    }
+    let token = f.token.as_ref().map(|t| c.password(t, "fleet.token")).transpose()?;
+    let converge = c.ms(&f.converge_ms, "fleet.converge_ms", 100, 60_000)?;
+    Ok(FleetConf { gateways, token, converge })
+}
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use backend::app::Connections;
-use backend::campaign::{publish, rebalance};
+use backend::campaign::{self, end, operate, publish, rebalance, stock};
 use backend::conf::{Conf, PostgresConf};
 use backend::db::schema::Schema;
 use backend::kafka::produce::{self, generate};
@@ -122,6 +122,72 @@ enum CampaignCommand {
         /// Campaign id.
         id: String,
     },
+    /// The campaign file against what was published (frozen fields, the writer's signing key,
+    /// topic and partitions) and, with --live, against every gateway of [fleet]; changes nothing.
+    Check {
+        /// Campaign id.
+        id: String,
+        /// Also ask every gateway (its key fingerprint, topic, partitions, file digest).
+        #[arg(long)]
+        live: bool,
+    },
+    /// The campaign's state, stock left per bucket, and every gateway's view of it.
+    Status {
+        /// Campaign id.
+        id: String,
+    },
+    /// Every gateway reads its files again and must serve this conf's copy of the campaign file
+    /// (compared by digest); refused when the file disagrees with what was published.
+    Apply {
+        /// Campaign id.
+        id: String,
+    },
+    /// Orders answered CAMPAIGN_CLOSED with Retry-After on every gateway, until `resume`.
+    Pause {
+        /// Campaign id.
+        id: String,
+    },
+    /// Back to selling on every gateway (after pause, queue-only or close).
+    Resume {
+        /// Campaign id.
+        id: String,
+    },
+    /// Orders answered TRY_LATER on every gateway, nothing reserved, until `resume`.
+    QueueOnly {
+        /// Campaign id.
+        id: String,
+    },
+    /// Orders answered ENDED on every gateway, until `resume` (or for good after `end`).
+    Close {
+        /// Campaign id.
+        id: String,
+    },
+    /// Moves the window's end later on every gateway.
+    Extend {
+        /// Campaign id.
+        id: String,
+        /// The new end, RFC 3339 with an offset (e.g. 2026-12-06T21:00:00Z).
+        #[arg(long)]
+        until: String,
+    },
+    /// More units for sale: a ledger entry in PostgreSQL, each bucket's share in Redis, the
+    /// gateways' sold-out flags cleared. Idempotent by --ref.
+    AddStock {
+        /// Campaign id.
+        id: String,
+        /// Units to add.
+        units: i64,
+        /// The addition's reference (default: a new one, printed): run again with it to finish
+        /// an addition a failure interrupted.
+        #[arg(long = "ref")]
+        reference: Option<String>,
+    },
+    /// Over for good, after the pay window: drain, final reconcile, ENDED on every gateway, the
+    /// campaign's Redis keys removed (PostgreSQL's rows kept).
+    End {
+        /// Campaign id.
+        id: String,
+    },
     /// Who won a campaign, grouped by address (/32, /24, IPv6 /64), device and account age,
     /// each group's success rate against the crowd's; groups beyond the thresholds (`[audit]`
     /// of the conf, then these flags) flagged for review. A table, or JSON with --json.
@@ -179,14 +245,7 @@ async fn with_conf(file: &Path, command: Command) -> anyhow::Result<()> {
         Command::Migrate { .. } => setup::migrate(&cfg.postgres).await,
         Command::Check => check::run(&cfg, file).await,
         Command::Topic { command: TopicCommand::Create } => setup::topic_create(&conns).await,
-        Command::Campaign { command: CampaignCommand::Publish { id } } => publish::run(&conns, &id).await,
-        Command::Campaign { command: CampaignCommand::Rebalance { id } } => rebalance::run(&conns, &id).await,
-        Command::Campaign { command: CampaignCommand::Audit { id, args } } => {
-            backend::campaign::audit::run(&conns, &id, file, &args).await
-        }
-        Command::Campaign { command: CampaignCommand::Report { id, args } } => {
-            backend::campaign::report::run(&conns, &id, file, &args).await
-        }
+        Command::Campaign { command } => campaign_command(&conns, file, command).await,
         Command::Produce { file, generate, campaign, users } => {
             let source = match (file, generate) {
                 (Some(path), _) => produce::Source::File(path),
@@ -198,5 +257,35 @@ async fn with_conf(file: &Path, command: Command) -> anyhow::Result<()> {
             produce::run(&conns, source).await
         }
         Command::Reconcile { campaign, repair } => reconcile::run(&conns, &campaign, repair).await,
+    }
+}
+
+/// `order-writer campaign ...`.
+async fn campaign_command(
+    conns: &Connections<'_>,
+    file: &Path,
+    command: CampaignCommand,
+) -> anyhow::Result<()> {
+    use operate::Change;
+    match command {
+        CampaignCommand::Publish { id } => publish::run(conns, &id).await,
+        CampaignCommand::Rebalance { id } => rebalance::run(conns, &id).await,
+        CampaignCommand::Status { id } => operate::status(conns, &id).await,
+        CampaignCommand::Check { id, live } => campaign::check::run(conns, &id, live).await,
+        CampaignCommand::Apply { id } => operate::apply(conns, &id).await,
+        CampaignCommand::Pause { id } => operate::run(conns, &id, Change::Pause).await,
+        CampaignCommand::Resume { id } => operate::run(conns, &id, Change::Resume).await,
+        CampaignCommand::QueueOnly { id } => operate::run(conns, &id, Change::QueueOnly).await,
+        CampaignCommand::Close { id } => operate::run(conns, &id, Change::Close).await,
+        CampaignCommand::Extend { id, until } => {
+            let until = chrono::DateTime::parse_from_rfc3339(&until).map_err(|e| {
+                anyhow::anyhow!("--until {until:?}: not an RFC 3339 time with an offset: {e}")
+            })?;
+            operate::run(conns, &id, Change::Extend(until.to_utc())).await
+        }
+        CampaignCommand::AddStock { id, units, reference } => stock::add(conns, &id, units, reference).await,
+        CampaignCommand::End { id } => end::run(conns, &id).await,
+        CampaignCommand::Audit { id, args } => campaign::audit::run(conns, &id, file, &args).await,
+        CampaignCommand::Report { id, args } => campaign::report::run(conns, &id, file, &args).await,
     }
 }

@@ -57,6 +57,7 @@ pub struct RedisScripts {
     adopt: Script,
     claim: Script,
     pause: Script,
+    restock: Script,
 }
 
 /// What `claim.lua` answered for a repair's claim on one outbox entry.
@@ -95,6 +96,7 @@ impl RedisScripts {
             adopt: lua(include_str!("../../lua/adopt.lua")),
             claim: lua(include_str!("../../lua/claim.lua")),
             pause: lua(include_str!("../../lua/pause.lua")),
+            restock: lua(include_str!("../../lua/restock.lua")),
         }
     }
 
@@ -106,6 +108,7 @@ impl RedisScripts {
             adopt: scripts::read(dir, "adopt.lua")?,
             claim: scripts::read(dir, "claim.lua")?,
             pause: scripts::read(dir, "pause.lua")?,
+            restock: scripts::read(dir, "restock.lua")?,
         })
     }
 
@@ -170,6 +173,31 @@ impl RedisScripts {
             [1, returned] => Ok(Some(*returned)),
             [-3, _] => Ok(None),
             other => anyhow::bail!("pause.lua answered {other:?}"),
+        }
+    }
+
+    /// Adds `qty` units to `bucket` under the addition `reference` (`lua/restock.lua`), once:
+    /// `Some(true)` added now, `Some(false)` added before, `None` the bucket is not published.
+    pub async fn restock(
+        &self,
+        client: &Client,
+        bucket: &Bucket,
+        reference: &str,
+        qty: i64,
+    ) -> anyhow::Result<Option<bool>> {
+        let keys = bucket.keys.all();
+        let args = vec![
+            reference.to_string(),
+            qty.to_string(),
+            REPLENISH_CHANNEL.to_string(),
+            bucket.campaign.clone(),
+        ];
+        let out: Vec<i64> = self.restock.evalsha_with_retry(client, keys, args).await?;
+        match out.as_slice() {
+            [1, _] => Ok(Some(true)),
+            [0, _] => Ok(Some(false)),
+            [-3, _] => Ok(None),
+            other => anyhow::bail!("restock.lua answered {other:?}"),
         }
     }
 

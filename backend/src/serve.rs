@@ -125,6 +125,15 @@ pub async fn serve_as(
                 pool: pool.clone(),
                 assigned: cfg.kafka.plan.fixed().to_vec(),
                 kafka: Some((kc.clone(), cfg.kafka.topic.clone())),
+                redis: Some(redis.clone()),
+                live: cfg.admin_token.clone().map(|token| {
+                    Arc::new(admin::LiveView {
+                        token,
+                        redis: redis.clone(),
+                        fleet: cfg.fleet.clone(),
+                        rates: Default::default(),
+                    })
+                }),
             };
             let mut rx = shutdown_tx.subscribe();
             Some(tokio::spawn(async move {

@@ -73,10 +73,12 @@ pub fn conf(place: Place<'_>) -> Conf {
         close_interval: Duration::from_millis(100),
         close_batch: 50,
         admin_listen: None,
+        admin_token: None,
         events: backend::workers::events::EventsConf {
             topic: backend::workers::events::default_topic(place.topic),
             partitions: place.partitions,
         },
         leases: LeaseConf { lease: Duration::from_secs(10), renew: Duration::from_millis(2500) },
+        fleet: Default::default(),
     }
 }

@@ -4,6 +4,13 @@
 //! unready, the outbox holds the records; 503 `draining` once `SIGTERM` was received). Keep it
 //! off the public interface.
 //!
+//! With `[admin] token`, two more for the fleet's commands (`order-writer campaign ...`), each
+//! asking `Authorization: Bearer <token>` (401 otherwise; 404 without a token configured):
+//! `GET /campaigns`, what this process serves (each campaign's file digest, operated state and
+//! control version, sold-out flag, disagreements with the published campaign), and `POST
+//! /reload`, the reload `SIGHUP` does, answering the same JSON after it or 422 with the refusal
+//! (file:line:column: field).
+//!
 //! [`Live`] holds the gateway's families read at scrape time (see [`crate::metrics`]); the
 //! sale's are registered by the sale itself, in the same registry.
 
@@ -23,6 +30,9 @@ use prometheus::proto::MetricFamily;
 use prometheus::IntCounter;
 
 use crate::access_log::LogStats;
+use crate::reload::SharedState;
+use pingora_http::RequestHeader;
+use protocol::secret::Password;
 
 /// The admin app: `/metrics`, `/healthz`, `/readyz`; 404 otherwise.
 pub struct AdminApp {
@@ -43,7 +53,11 @@ fn json(status: u16, body: serde_json::Value) -> Response<Vec<u8>> {
 #[async_trait]
 impl ServeHttp for AdminApp {
     async fn response(&self, session: &mut ServerSession) -> Response<Vec<u8>> {
-        match session.req_header().uri.path() {
+        let path = session.req_header().uri.path();
+        if path == "/campaigns" || path == "/reload" {
+            return self.live.fleet(session.req_header());
+        }
+        match path {
             "/metrics" => PrometheusHttpApp.response(session).await,
             "/healthz" => json(200, serde_json::json!({"status": "ok"})),
             "/readyz" if crate::shutdown::draining() => json(
@@ -71,10 +85,12 @@ pub fn service(listen: &str, live: Arc<Live>) -> Service<HttpServer<AdminApp>> {
     service
 }
 
-/// What is read at scrape time.
+/// What is read at scrape time, and what the fleet's endpoints act on.
 pub struct Live {
     /// The sale, when it is on (its readiness is its Redis pool's).
     sale: Option<Arc<FlashSale>>,
+    /// The bearer token of `/campaigns` and `/reload`, and the state a reload replaces.
+    fleet: Option<(Password, Arc<SharedState>)>,
     log: Option<Arc<LogStats>>,
     /// One scrape at a time updates the families below.
     lock: Mutex<()>,
@@ -84,10 +100,15 @@ pub struct Live {
 
 impl Live {
     /// The scrape-time families over the process's state.
-    pub fn new(sale: Option<Arc<FlashSale>>, log: Option<Arc<LogStats>>) -> Self {
+    pub fn new(
+        sale: Option<Arc<FlashSale>>,
+        log: Option<Arc<LogStats>>,
+        fleet: Option<(Password, Arc<SharedState>)>,
+    ) -> Self {
         let counter = |name: &str, help: &str| IntCounter::new(name, help).expect("valid metric");
         Self {
             sale,
+            fleet,
             log,
             lock: Mutex::new(()),
             log_lines: counter("seckill_gateway_access_log_lines_total", "Access lines written"),
@@ -95,6 +116,44 @@ impl Live {
                 "seckill_gateway_access_log_dropped_total",
                 "Access lines dropped because the writer's queue was full",
             ),
+        }
+    }
+
+    /// `GET /campaigns` and `POST /reload`, behind the token.
+    fn fleet(&self, req: &RequestHeader) -> Response<Vec<u8>> {
+        let Some((token, shared)) = &self.fleet else {
+            return json(
+                404,
+                serde_json::json!({"code": "NOT_FOUND", "message": "set [admin] token to use the fleet's endpoints"}),
+            );
+        };
+        if !token.is_bearer(req.headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok())) {
+            return json(
+                401,
+                serde_json::json!({"code": "UNAUTHORIZED", "message": "Authorization: Bearer <[admin] token>"}),
+            );
+        }
+        match (req.method.as_str(), req.uri.path()) {
+            ("GET", "/campaigns") => json(200, self.campaigns()),
+            ("POST", "/reload") => match crate::reload::reload(shared, self.sale.as_deref()) {
+                Ok(_) => json(200, self.campaigns()),
+                Err(e) => json(
+                    422,
+                    serde_json::json!({"code": "RELOAD_REFUSED", "message": e.to_string(), "field": e.field}),
+                ),
+            },
+            (_, path) => json(
+                405,
+                serde_json::json!({"code": "METHOD_NOT_ALLOWED", "message": format!("GET /campaigns or POST /reload, not {path} with {}", req.method)}),
+            ),
+        }
+    }
+
+    /// What this process serves (no sale: no campaigns).
+    fn campaigns(&self) -> serde_json::Value {
+        match &self.sale {
+            Some(sale) => sale.campaigns_status(),
+            None => serde_json::json!({"campaigns": []}),
         }
     }
 

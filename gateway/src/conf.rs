@@ -462,7 +462,7 @@ pub fn parse_server(file: &Path, text: &str) -> Result<ServerConf, ConfError> {
         )?),
     };
 
-    let admin = observe::admin(&c, &raw.admin)?;
+    let admin = observe::admin(&c, &raw.admin, base)?;
     let access_log = observe::access_log(&c, &raw.access_log, base)?;
 
     let mut routes = route::routes(&c, &raw.routes)?;

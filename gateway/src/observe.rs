@@ -166,6 +166,7 @@ pub fn install(
     server: &mut Server,
     conf: &ServerConf,
     sale: &Option<Arc<FlashSale>>,
+    shared: &Arc<crate::reload::SharedState>,
     control: &tokio::runtime::Handle,
 ) -> anyhow::Result<Observer> {
     let log = match &conf.access_log {
@@ -179,7 +180,8 @@ pub fn install(
     };
     if let Some(admin) = &conf.admin {
         let stats = log.as_ref().map(AccessLog::stats);
-        let live = Arc::new(Live::new(sale.clone(), stats));
+        let fleet = admin.token.clone().map(|t| (t, Arc::clone(shared)));
+        let live = Arc::new(Live::new(sale.clone(), stats, fleet));
         crate::metrics::register(Box::new(SharedLive(Arc::clone(&live))))?;
         server.add_service(admin::service(&admin.listen.to_string(), live));
         tracing::info!(listen = %admin.listen, "admin listener: /metrics, /healthz, /readyz");

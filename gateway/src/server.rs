@@ -137,7 +137,7 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     if let Some(sale) = &sale {
         server.add_service(sale.replenish_service());
     }
-    let observer = observe::install(&mut server, &server_conf, &sale, control.handle())?;
+    let observer = observe::install(&mut server, &server_conf, &sale, &shared, control.handle())?;
     // Nginx's worker model: `workers` services on the same address, each on a runtime of its own
     // (`threads`, 1 by default) with its own listening socket (SO_REUSEPORT: the kernel spreads
     // connections over them) and its own upstream keepalive pools, so a request is accepted,

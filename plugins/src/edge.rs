@@ -58,6 +58,7 @@ use crate::reserve::Order;
 use crate::reserve::Reserver;
 use crate::room::WaitingRoom;
 use crate::setup::conf::RedisConf;
+use crate::setup::control::LiveControl;
 use protocol::record::Origin;
 
 /// The request line and headers of a request, as any proxy has them.
@@ -114,6 +115,8 @@ pub struct CampaignRef<'a> {
     pub budget: &'a Arc<Budget>,
     /// Who may buy, its lists loaded.
     pub eligibility: &'a Eligibility,
+    /// Its operated state (`order-writer campaign pause`, ...), read from Redis.
+    pub control: &'a LiveControl,
 }
 
 /// An order whose request line and headers passed every check ([`Edge::admit`]).
@@ -214,8 +217,8 @@ impl Edge {
         let campaign = c.campaign;
         let id = campaign.id.as_str();
         let now = Utc::now();
-        window::check(campaign, now)?;
-        switches::check(&campaign.switches)?;
+        window::check(campaign, now, c.control.ends_at_ms())?;
+        switches::check(&campaign.switches, c.control)?;
         c.sold_out.check(now_ms())?;
         self.pressure.check(conf.shed_at_lag)?;
 

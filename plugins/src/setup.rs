@@ -3,6 +3,7 @@
 //! (`registry`) and the replenish listener that clears sold-out flags (`replenish`).
 
 pub mod conf;
+pub(crate) mod control;
 pub(crate) mod redis;
 pub(crate) mod registry;
 pub(crate) mod replenish;

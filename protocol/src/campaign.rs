@@ -197,6 +197,9 @@ pub struct Campaign {
     /// The proof of work's bits by arrival rate (`[[pow_level]]`), sorted by rate; empty: the
     /// campaign's `pow_bits` always.
     pub pow_levels: Vec<PowLevel>,
+    /// The file's content hash (SHA-256 of its bytes, the first 16 hex digits): the version a
+    /// process says it loaded, compared across the fleet by `order-writer campaign apply`.
+    pub digest: String,
 }
 
 /// Where a campaign's window stands at a given time.
@@ -330,6 +333,7 @@ impl Campaign {
             bucket_tries,
             waiting_room,
             pow_levels,
+            digest: digest(text),
         })
     }
 
@@ -350,6 +354,12 @@ impl Campaign {
         files.sort();
         files.iter().map(|f| Self::load(f)).collect()
     }
+}
+
+/// The content hash of a campaign file's text ([`Campaign::digest`]).
+pub fn digest(text: &str) -> String {
+    let d = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    hex::encode(&d.as_ref()[..8])
 }
 
 #[cfg(test)]

@@ -16,6 +16,12 @@
 /// campaign id. Every gateway process clears its local sold-out flag for that campaign.
 pub const REPLENISH_CHANNEL: &str = "seckill:replenish";
 
+/// HASH: the operated state of campaign `campaign` and the facts its processes must agree on
+/// ([`crate::control`]). The one key of a campaign that `order-writer campaign end` keeps.
+pub fn control_key(campaign: &str) -> String {
+    format!("sk:{{{campaign}}}:control")
+}
+
 /// The keys of one campaign.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CampaignKeys {

@@ -24,6 +24,7 @@ pub mod campaign;
 pub mod cluster;
 pub mod codes;
 pub mod conf;
+pub mod control;
 pub mod defense;
 pub mod global_limit;
 pub mod kafka;

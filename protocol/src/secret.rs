@@ -52,6 +52,16 @@ impl Password {
     }
 }
 
+impl Password {
+    /// Whether an `Authorization` header's value is `Bearer <this password>`, compared by
+    /// digest (the time taken says nothing of the password): the admin listeners' token check.
+    pub fn is_bearer(&self, authorization: Option<&str>) -> bool {
+        let digest = |s: &[u8]| ring::digest::digest(&ring::digest::SHA256, s);
+        let expected = format!("Bearer {}", self.0);
+        authorization.is_some_and(|a| digest(a.as_bytes()).as_ref() == digest(expected.as_bytes()).as_ref())
+    }
+}
+
 impl std::fmt::Debug for Password {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Password(<redacted>)")
@@ -135,6 +145,15 @@ pub fn read(reference: &str, base_dir: &Path) -> Result<Vec<u8>, SecretError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bearer_token_matches_only_itself() {
+        let p = Password("a-token-of-16-chars".into());
+        assert!(p.is_bearer(Some("Bearer a-token-of-16-chars")));
+        assert!(!p.is_bearer(Some("Bearer a-token-of-16-charz")));
+        assert!(!p.is_bearer(Some("a-token-of-16-chars")));
+        assert!(!p.is_bearer(None));
+    }
 
     #[test]
     fn inline_secrets_are_refused() {

@@ -67,6 +67,8 @@ pub struct WriterMetrics {
     pub fenced_batches: IntCounter,
     orders: IntGaugeVec,
     repairs: IntGaugeVec,
+    /// Units left in Redis per open campaign (read at scrape: [`WriterMetrics::stock_left`]).
+    stock_left: IntGaugeVec,
     events_pending: IntGauge,
     db_up: IntGauge,
 }
@@ -191,6 +193,11 @@ impl WriterMetrics {
                 "Reconcile repairs recorded in audit_log, by kind (read at scrape)",
                 &["kind"],
             ),
+            stock_left: gauge_vec(
+                "seckill_writer_stock_left",
+                "Units left in Redis (every bucket) per READY or LIVE campaign (read at scrape)",
+                &["campaign"],
+            ),
             events_pending: IntGauge::new(
                 "seckill_writer_order_events_pending",
                 "Order events in the outbox not produced yet (read at scrape; backend::events)",
@@ -221,6 +228,7 @@ impl WriterMetrics {
             Box::new(m.fenced_batches.clone()),
             Box::new(m.orders.clone()),
             Box::new(m.repairs.clone()),
+            Box::new(m.stock_left.clone()),
             Box::new(m.events_pending.clone()),
             Box::new(m.db_up.clone()),
         ];
@@ -282,6 +290,39 @@ impl WriterMetrics {
     /// Counts a refusal with `reason` (a handful of codes: looked up per refusal).
     pub fn refused(&self, reason: &str) {
         self.refusals.with_label_values(&[reason]).inc();
+    }
+
+    /// Reads the stock left in Redis of every READY or LIVE campaign into
+    /// `seckill_writer_stock_left` (bounded like the database's read; the last values stay when
+    /// it does not answer in time).
+    pub async fn stock_left(&self, pool: &PgPool, redis: &fred::prelude::Client) {
+        use fred::prelude::KeysInterface;
+        let read = async {
+            let open: Vec<(String, i32)> =
+                sqlx::query_as("SELECT id, buckets FROM campaigns WHERE state IN ('READY', 'LIVE')")
+                    .fetch_all(pool)
+                    .await?;
+            let mut out = Vec::new();
+            for (id, buckets) in open {
+                let mut left = 0;
+                for b in protocol::keys::Bucket::all(&id, buckets.max(1) as u32) {
+                    let n: Option<i64> = redis.get(&b.keys.stock).await?;
+                    left += n.unwrap_or(0);
+                }
+                out.push((id, left));
+            }
+            Ok::<_, anyhow::Error>(out)
+        };
+        match tokio::time::timeout(DB_SCRAPE_TIMEOUT, read).await {
+            Ok(Ok(left)) => {
+                self.stock_left.reset();
+                for (id, n) in left {
+                    self.stock_left.with_label_values(&[id.as_str()]).set(n);
+                }
+            }
+            Ok(Err(e)) => tracing::debug!(error = %format!("{e:#}"), "scrape: stock left not read"),
+            Err(_) => tracing::debug!("scrape: stock left not read within {DB_SCRAPE_TIMEOUT:?}"),
+        }
     }
 
     /// Every family, with the database's read now (bounded; without them, and

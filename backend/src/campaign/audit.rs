@@ -2,7 +2,7 @@
 //! buyer with many accounts shows (seed: 审计异常成功率、相同地址和设备聚集).
 //!
 //! The winners are the campaign's orders (every status: a closed order was won too), each with
-//! the origin its reservation record carried (`sql/0007_order_origin.sql`: client address,
+//! the origin its reservation record carried (`sql/0008_order_origin.sql`: client address,
 //! device id, account creation time). They are grouped by IPv4 address (/32) and network (/24),
 //! IPv6 network (/64), device and account age band. The crowd's attempts come from the
 //! gateways' JSON access logs (`--access-log FILE`, repeated; each line of a campaign's order

@@ -20,6 +20,7 @@ use anyhow::Context;
 use fred::prelude::Client as RedisClient;
 use protocol::campaign::Campaign;
 use protocol::conf::ConfError;
+use protocol::control::{Control, Fleet, State};
 use protocol::keys::Bucket;
 use protocol::scripts::{PublishOutcome, PublishSpec};
 use sqlx::PgPool;
@@ -68,13 +69,64 @@ impl std::fmt::Display for Published {
 
 /// Publishes the campaign of `conf/campaigns/<id>.toml`.
 /// `order-writer campaign publish ID` (applies the migrations first).
+/// Then writes the campaign's facts and this writer's side of the contract into its control hash
+/// ([`protocol::control`]) and, with `[fleet]`, waits for every gateway to read them: a gateway
+/// whose files disagree (a frozen field, the signing key, the topic) does not sell the campaign,
+/// and the command fails naming it.
 pub async fn run(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
     let pool = conns.migrated_postgres(COMMAND_POOL).await?;
     let redis = conns.redis().await?;
     let scripts = conns.scripts()?;
     let out = publish(&pool, &redis, &scripts, &conns.conf().campaigns_dir, id).await?;
     println!("campaign {id}: {out}");
+    let c = Campaign::load(&conns.conf().campaigns_dir.join(format!("{id}.toml")))?;
+    let version = write_facts(&redis, &c, &fleet_of(conns.conf())).await?;
+    super::operate::converge(conns, id, version).await?;
+    if conns.conf().fleet.gateways.is_empty() {
+        return Ok(());
+    }
+    let seen = super::fleet::Gateways::new(&conns.conf().fleet)?.serving().await;
+    let refusing: Vec<String> = seen
+        .iter()
+        .filter_map(|s| {
+            s.campaign(id)
+                .filter(|c| !c.selling)
+                .map(|c| format!("{}: {}", s.gateway, c.disagreements.join("; ")))
+        })
+        .collect();
+    if !refusing.is_empty() {
+        anyhow::bail!(
+            "{} gateway(s) do not sell campaign {id}, their files disagree:\n  {}",
+            refusing.len(),
+            refusing.join("\n  ")
+        );
+    }
     Ok(())
+}
+
+/// This writer's side of the contract with the gateways: its gateway key's fingerprint, its
+/// topic and partition count.
+pub fn fleet_of(conf: &crate::conf::Conf) -> Fleet {
+    Fleet {
+        signing: protocol::control::fingerprint(&conf.gateway_key),
+        topic: conf.kafka.topic.clone(),
+        partitions: conf.kafka.partitions,
+    }
+}
+
+/// Writes the published facts of `c` and `fleet` into the control hash (its state stays, OPEN
+/// when it had none) and bumps its version; returns the version.
+pub async fn write_facts(redis: &RedisClient, c: &Campaign, fleet: &Fleet) -> anyhow::Result<u64> {
+    use fred::prelude::{HashesInterface, TransactionInterface};
+    let key = protocol::keys::control_key(&c.id);
+    let fields: Vec<(String, String)> =
+        Control::published_fields(c, fleet).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let tx = redis.multi();
+    let _: () = tx.hset(&key, fields).await?;
+    let _: () = tx.hsetnx(&key, "state", State::Open.as_str()).await?;
+    let _: () = tx.hincrby(&key, "version", 1).await?;
+    let (_, _, version): (i64, i64, i64) = tx.exec(true).await.context("writing the control hash")?;
+    Ok(version.max(0) as u64)
 }
 
 pub async fn publish(
@@ -134,7 +186,8 @@ pub async fn publish(
     .execute(&mut *tx)
     .await?;
     let row: PublishedRow = sqlx::query_as(
-        "SELECT state, stock_version, total_stock, sold, per_user_limit, sku, price_cents, price_version, buckets
+        "SELECT state, stock_version, total_stock, sold, per_user_limit, sku, price_cents, price_version, buckets,
+                stock_added
            FROM campaigns WHERE id = $1",
     )
     .bind(id)
@@ -150,9 +203,14 @@ pub async fn publish(
         price_cents,
         price_version,
         buckets,
+        stock_added,
     } = row;
     let buckets = buckets.max(1) as u32;
-    let published = Frozen { stock: total, price_cents, limit, sku: &sku, buckets };
+    let published = Frozen { stock: total - stock_added, price_cents, limit, sku: &sku, buckets };
+    if state == "ENDED" {
+        tx.rollback().await?;
+        anyhow::bail!("campaign {id} is ENDED: it is never published again (its orders stay in PostgreSQL)");
+    }
     if state != "DRAFT" {
         if let Some((field, why)) = published.differs_from(&c) {
             // Nothing of this publish is written: the file says what the sale no longer is.
@@ -163,7 +221,7 @@ pub async fn publish(
                 format!(
                     "campaign {id} is {state}: {why}; these never change once published (the buyers' \
                      answers, the holdings and the ledger were made with them). Put the file back; \
-                     more stock for a published campaign is not built yet (issue 39: add-stock)"
+                     more stock comes by `order-writer campaign add-stock {id} N`"
                 ),
             )
             .into());
@@ -255,6 +313,8 @@ struct PublishedRow {
     price_version: i64,
     /// Hot-stock buckets (fixed once published).
     buckets: i32,
+    /// Units added by `add-stock` (the file's stock is total_stock - stock_added).
+    stock_added: i64,
 }
 
 /// The outcome of a publish of every bucket, from each bucket's (in bucket order): refused when

@@ -9,6 +9,7 @@ mod common;
 
 mod audit;
 mod buckets;
+mod campaign_end;
 mod events;
 mod http;
 mod integrating;

@@ -14,6 +14,7 @@ use super::{spanned, Checker, S};
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAdmin {
     listen: S<String>,
+    token: Option<S<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -33,11 +34,15 @@ fn d_queue() -> S<i64> {
     spanned(65_536)
 }
 
-/// The admin listener: Prometheus `/metrics`, `/healthz` (alive) and `/readyz` (Redis reachable).
+/// The admin listener: Prometheus `/metrics`, `/healthz` (alive) and `/readyz` (Redis reachable);
+/// with a token, `GET /campaigns` and `POST /reload` for the fleet's commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminConf {
     /// Its address; keep it off the public interface (loopback or a private network).
     pub listen: SocketAddr,
+    /// The bearer token `/campaigns` and `/reload` require (by reference); without one they are
+    /// off.
+    pub token: Option<protocol::secret::Password>,
 }
 
 /// Where access lines go.
@@ -70,9 +75,24 @@ pub struct AccessLogConf {
 }
 
 /// Validates `[admin]`.
-pub(super) fn admin(c: &Checker<'_>, raw: &Option<RawAdmin>) -> Result<Option<AdminConf>, ConfError> {
+pub(super) fn admin(
+    c: &Checker<'_>,
+    raw: &Option<RawAdmin>,
+    base: &Path,
+) -> Result<Option<AdminConf>, ConfError> {
     let Some(a) = raw else { return Ok(None) };
-    Ok(Some(AdminConf { listen: c.addr(&a.listen, "admin.listen")? }))
+    let token = match &a.token {
+        None => None,
+        Some(t) => {
+            let token = protocol::secret::Password::read(t.get_ref(), base)
+                .map_err(|e| c.err(t.span(), "admin.token", e.to_string()))?;
+            if token.expose().len() < 16 {
+                return Err(c.err(t.span(), "admin.token", "must be at least 16 characters".to_string()));
+            }
+            Some(token)
+        }
+    };
+    Ok(Some(AdminConf { listen: c.addr(&a.listen, "admin.listen")?, token }))
 }
 
 /// Validates `[access_log]`; a relative file is taken from the server file's folder.

@@ -12,6 +12,7 @@ mod support;
 mod acme;
 mod admission;
 mod balancing;
+mod campaign_life;
 mod cluster;
 mod conf;
 mod defense;

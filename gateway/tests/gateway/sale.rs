@@ -26,15 +26,15 @@ pub(crate) const PARTITIONS: i32 = 4;
 /// One sale's world: a fresh database (migrated), a topic of its own, a campaign of `stock`
 /// (limit 1) published from its file, and the same file in the gateway's conf.
 pub(crate) struct Sale {
-    pg_url: String,
+    pub(crate) pg_url: String,
     pub(crate) pool: PgPool,
     /// The Redis of the sale (the stack's, or its Redis Cluster: `cluster.rs`).
     pub(crate) redis_url: String,
     pub(crate) redis: Client,
     kafka: Arc<rskafka::client::Client>,
-    topic: String,
+    pub(crate) topic: String,
     pub(crate) campaign: String,
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// Its database, topic and campaign keys, deleted when it is dropped.
     _owned: (e2e::cleanup::Database, e2e::cleanup::Topic, e2e::cleanup::Campaign),
 }
@@ -129,6 +129,17 @@ impl Sale {
 
     /// The same, answering result queries on `port` (a gateway's `[order_writer]` upstream).
     pub(crate) async fn start_writer_at(&self, sweep_age: Duration, admin: Option<u16>, port: u16) -> Writer {
+        self.start_writer_as(sweep_age, admin, port, |c| c).await
+    }
+
+    /// The same, its conf changed by `change` last.
+    pub(crate) async fn start_writer_as(
+        &self,
+        sweep_age: Duration,
+        admin: Option<u16>,
+        port: u16,
+        change: impl FnOnce(Conf) -> Conf,
+    ) -> Writer {
         let base = e2e::order_writer::conf(e2e::order_writer::Place {
             listen: format!("127.0.0.1:{port}").parse().unwrap(),
             postgres_url: &self.pg_url,
@@ -146,6 +157,7 @@ impl Sale {
             admin_listen,
             ..base
         };
+        let cfg = change(cfg);
         let (shutdown, _) = watch::channel(false);
         let task = tokio::spawn(backend::serve::serve(cfg, shutdown.clone(), false));
         Writer { shutdown, task: Some(task) }

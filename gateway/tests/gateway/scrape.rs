@@ -47,6 +47,10 @@ async fn metrics_after_a_small_sale_are_the_sales_counts_and_feed_the_dashboard(
     let gw_admin = free_port();
     let mut conf = sale.gateway_conf(&e2e::stack::kafka_broker(), "");
     conf.sold_out_ttl_ms = 60_000;
+    // A second campaign with a waiting room, so that the room's families are exported too (a
+    // campaign without a room has none).
+    let room = format!("{}r", sale.campaign);
+    conf.campaigns.push((room.clone(), campaign_toml(&room, "[waiting_room]\nadmit_per_sec = 10")));
     conf.tables = format!(
         "[admin]\nlisten = \"127.0.0.1:{gw_admin}\"\n\n[access_log]\noutput = \"access.log\"\nformat = \"json\"\n"
     );

@@ -7,10 +7,13 @@ use protocol::codes::Code;
 use crate::denial::Denial;
 
 /// `Ok` while the campaign's window is open at `now`; `NOT_STARTED` (with a `Retry-After` of
-/// the seconds left, at most an hour) or `ENDED` otherwise.
-pub fn check(campaign: &Campaign, now: DateTime<Utc>) -> Result<(), Denial> {
+/// the seconds left, at most an hour) or `ENDED` otherwise. `extended_ms`: the end `order-writer
+/// campaign extend` set (ms since the epoch), which counts when it is later than the file's.
+pub fn check(campaign: &Campaign, now: DateTime<Utc>, extended_ms: Option<i64>) -> Result<(), Denial> {
+    let extended = extended_ms.and_then(DateTime::from_timestamp_millis);
     match campaign.window(now) {
         Window::Open => Ok(()),
+        Window::Ended if extended.is_some_and(|end| now < end) => Ok(()),
         Window::NotStarted => {
             let secs = (campaign.starts_at.to_utc() - now).num_seconds().clamp(1, 3600) as u32;
             Err(Denial::new(Code::NotStarted, "the sale has not started").retry_after(secs))
@@ -41,10 +44,17 @@ ends_at = 2026-12-01T11:00:00Z
     fn before_during_and_after() {
         let c = campaign();
         let start = c.starts_at.to_utc();
-        let early = check(&c, start - chrono::Duration::seconds(30)).unwrap_err();
+        let early = check(&c, start - chrono::Duration::seconds(30), None).unwrap_err();
         assert_eq!(early.code, Code::NotStarted);
         assert_eq!(early.retry_after_secs, Some(30));
-        assert!(check(&c, start).is_ok());
-        assert_eq!(check(&c, c.ends_at.to_utc()).unwrap_err().code, Code::Ended);
+        assert!(check(&c, start, None).is_ok());
+        let end = c.ends_at.to_utc();
+        assert_eq!(check(&c, end, None).unwrap_err().code, Code::Ended);
+        let later = (end + chrono::Duration::minutes(5)).timestamp_millis();
+        assert!(check(&c, end, Some(later)).is_ok(), "extended");
+        let past = end + chrono::Duration::minutes(5);
+        assert_eq!(check(&c, past, Some(later)).unwrap_err().code, Code::Ended);
+        let early_end = (end - chrono::Duration::minutes(5)).timestamp_millis();
+        assert_eq!(check(&c, end, Some(early_end)).unwrap_err().code, Code::Ended, "never shortened");
     }
 }

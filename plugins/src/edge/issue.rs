@@ -90,8 +90,8 @@ impl Edge {
         let now = Utc::now();
         // A waiting room's pre-queue opens the challenge with the token endpoint: a buyer who
         // arrives early may solve its work before its turn, as after the start.
-        room::check_window(campaign, now)?;
-        switches::check(&campaign.switches)?;
+        room::check_window(campaign, now, c.control.ends_at_ms())?;
+        switches::check(&campaign.switches, c.control)?;
         self.pressure.check(conf.shed_at_lag)?;
         let device = input::device_id(head.header(DEVICE_HEADER))?;
         let ip = head.client;
@@ -170,8 +170,8 @@ impl Edge {
             return Err(Denial::new(Code::BadRequest, "ask for a token with a POST"));
         }
         let campaign = c.campaign;
-        room::check_window(campaign, Utc::now())?;
-        switches::check(&campaign.switches)?;
+        room::check_window(campaign, Utc::now(), c.control.ends_at_ms())?;
+        switches::check(&campaign.switches, c.control)?;
         c.sold_out.check(now_ms())?;
         self.pressure.check(conf.shed_at_lag)?;
         let device = input::device_id(head.header(DEVICE_HEADER))?.ok_or_else(|| {

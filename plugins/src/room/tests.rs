@@ -418,10 +418,10 @@ fn the_pre_queue_window_opens_the_token_endpoint_before_the_start_only_with_the_
     .unwrap();
     let start = on.starts_at.to_utc();
     let at = |s: i64| start + chrono::Duration::seconds(s);
-    assert!(check_window(&on, at(-60)).is_ok());
-    assert!(check_window(&on, at(-1)).is_ok());
-    assert_eq!(check_window(&on, at(-61)).unwrap_err().code, Code::NotStarted);
-    assert_eq!(check_window(&off, at(-1)).unwrap_err().code, Code::NotStarted);
-    assert!(check_window(&on, at(0)).is_ok());
-    assert_eq!(check_window(&on, at(3600)).unwrap_err().code, Code::Ended);
+    assert!(check_window(&on, at(-60), None).is_ok());
+    assert!(check_window(&on, at(-1), None).is_ok());
+    assert_eq!(check_window(&on, at(-61), None).unwrap_err().code, Code::NotStarted);
+    assert_eq!(check_window(&off, at(-1), None).unwrap_err().code, Code::NotStarted);
+    assert!(check_window(&on, at(0), None).is_ok());
+    assert_eq!(check_window(&on, at(3600), None).unwrap_err().code, Code::Ended);
 }

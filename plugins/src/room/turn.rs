@@ -134,7 +134,7 @@ pub fn retry_after_secs(eta_ms: i64) -> u64 {
 
 /// A token request may come in the pre-queue window before the start when the room is on;
 /// otherwise the campaign's window decides (`window::check`).
-pub fn check_window(campaign: &Campaign, now: DateTime<Utc>) -> Result<(), Denial> {
+pub fn check_window(campaign: &Campaign, now: DateTime<Utc>, extended_ms: Option<i64>) -> Result<(), Denial> {
     let room = &campaign.waiting_room;
     if room.enabled && room.pre_queue_secs > 0 {
         let opens = campaign.starts_at.to_utc() - chrono::Duration::seconds(i64::from(room.pre_queue_secs));
@@ -142,5 +142,5 @@ pub fn check_window(campaign: &Campaign, now: DateTime<Utc>) -> Result<(), Denia
             return Ok(());
         }
     }
-    window::check(campaign, now)
+    window::check(campaign, now, extended_ms)
 }

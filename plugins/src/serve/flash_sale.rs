@@ -207,11 +207,48 @@ impl FlashSale {
         Ok(sale)
     }
 
-    /// The replenish listener, forever: a message on the replenish channel clears the
-    /// campaign's sold-out flag at once (reconnecting after errors). [`FlashSale::replenish_service`]
-    /// runs it as a Pingora background service; a proxy without Pingora runs this future.
+    /// The replenish listener and the control reader, forever: a message on the replenish
+    /// channel clears the campaign's sold-out flag at once (reconnecting after errors), and each
+    /// campaign's operated state is read from Redis every [`protocol::control::POLL`]
+    /// (`crate::setup::control`). [`FlashSale::replenish_service`] runs it as a Pingora background
+    /// service; a proxy without Pingora runs this future.
     pub fn replenish(&self) -> impl Future<Output = ()> + Send + 'static {
-        crate::setup::replenish::run(self.registry().conf.redis.clone(), Arc::clone(&self.registrar))
+        let listen =
+            crate::setup::replenish::run(self.registry().conf.redis.clone(), Arc::clone(&self.registrar));
+        let control = crate::setup::control::run(self.redis.clone(), Arc::clone(&self.registrar));
+        async move {
+            tokio::join!(listen, control);
+        }
+    }
+
+    /// What this process serves, for the fleet's convergence checks (the admin listener's
+    /// `/campaigns`): each campaign's file digest, its operated state and control version as last
+    /// read, its sold-out flag, and what disagrees with the published campaign.
+    pub fn campaigns_status(&self) -> serde_json::Value {
+        let registry = self.registrar.active();
+        let now = crate::checks::sold_out::now_ms();
+        let mut ids: Vec<&String> = registry.campaigns.keys().collect();
+        ids.sort();
+        let campaigns: Vec<serde_json::Value> = ids
+            .into_iter()
+            .map(|id| {
+                let e = &registry.campaigns[id];
+                let disagreements = e.control.last().map(|(_, found)| found).unwrap_or_default();
+                serde_json::json!({
+                    "id": id,
+                    "digest": e.campaign.digest,
+                    "state": e.control.state().as_str(),
+                    "version": e.control.version(),
+                    "ends_at_ms": e.control.ends_at_ms(),
+                    "sold_out": e.sold_out.is_set(now),
+                    "in_flight": e.budget.inflight(),
+                    "selling": !e.control.conflicted(),
+                    "disagreements": disagreements,
+                })
+            })
+            .collect();
+        serde_json::json!({ "signing": registry.fleet.signing, "topic": registry.fleet.topic,
+                            "partitions": registry.fleet.partitions, "campaigns": campaigns })
     }
 
     /// The active campaigns and settings (a snapshot).

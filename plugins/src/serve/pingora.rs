@@ -20,6 +20,7 @@
 //! building blocks under them are a `Session` as a [`SaleRequest`] ([`PingoraRequest`]), the
 //! client's address ([`client`]) and a [`Reply`] written on a session ([`write()`]).
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -195,10 +196,15 @@ impl FlashSale {
         ctx.release();
     }
 
-    /// The replenish listener as a Pingora background service (`server.add_service(...)`): a
-    /// message on the replenish channel clears the campaign's sold-out flag at once.
+    /// The replenish listener and the control reader as a Pingora background service
+    /// (`server.add_service(...)`): a message on the replenish channel clears the campaign's
+    /// sold-out flag at once, and each campaign's operated state is read from Redis
+    /// ([`FlashSale::replenish`]).
     pub fn replenish_service(&self) -> GenBackgroundService<Replenish> {
-        background_service("sale replenish", Replenish(Arc::clone(&self.registrar)))
+        background_service(
+            "sale replenish and control",
+            Replenish(std::sync::Mutex::new(Some(Box::pin(self.replenish())))),
+        )
     }
 
     /// Every background service of the sale, for `server.add_services(...)`: the replenish
@@ -226,16 +232,21 @@ impl FlashSale {
     }
 }
 
-/// The replenish listener ([`FlashSale::replenish_service`]).
-#[derive(Debug)]
-pub struct Replenish(Arc<Registrar>);
+/// The replenish listener and the control reader ([`FlashSale::replenish_service`]).
+pub struct Replenish(std::sync::Mutex<Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>>);
+
+impl std::fmt::Debug for Replenish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Replenish")
+    }
+}
 
 #[async_trait]
 impl BackgroundService for Replenish {
     async fn start(&self, mut shutdown: ShutdownWatch) {
-        let redis = self.0.active().conf.redis.clone();
+        let Some(work) = self.0.lock().unwrap_or_else(|e| e.into_inner()).take() else { return };
         tokio::select! {
-            () = crate::setup::replenish::run(redis, Arc::clone(&self.0)) => {}
+            () = work => {}
             _ = shutdown.changed() => {}
         }
     }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use protocol::campaign::Campaign;
 use protocol::conf::ConfError;
+use protocol::control::Fleet;
 use protocol::signing::Signer;
 
 use crate::checks::budget::{Budget, Budgets};
@@ -24,6 +25,7 @@ use crate::checks::eligibility::Eligibility;
 use crate::checks::sold_out::{SoldOutFlag, SoldOutFlags};
 use crate::edge::{CampaignRef, Conf};
 use crate::setup::conf::{Loaded, SaleConf};
+use crate::setup::control::{Controls, LiveControl};
 
 /// A campaign with its process state (kept across reloads).
 #[derive(Debug)]
@@ -36,6 +38,8 @@ pub struct CampaignEntry {
     pub budget: Arc<Budget>,
     /// Who may buy (its lists loaded).
     pub eligibility: Eligibility,
+    /// Its operated state, read from Redis.
+    pub control: Arc<LiveControl>,
 }
 
 impl CampaignEntry {
@@ -46,6 +50,7 @@ impl CampaignEntry {
             sold_out: &self.sold_out,
             budget: &self.budget,
             eligibility: &self.eligibility,
+            control: &self.control,
         }
     }
 }
@@ -59,6 +64,9 @@ pub struct Registry {
     pub campaigns: HashMap<String, CampaignEntry>,
     /// Signs the reserved records.
     pub signer: Signer,
+    /// This process's side of the contract with the order writer (its signing key's
+    /// fingerprint, its topic and partitions), checked against each campaign's published one.
+    pub fleet: Fleet,
 }
 
 impl Registry {
@@ -165,15 +173,18 @@ pub struct Registrar {
     pub sold_out: SoldOutFlags,
     /// Concurrency budgets by campaign, kept across reloads.
     pub budgets: Budgets,
+    /// Operated states by campaign, kept across reloads.
+    pub controls: Controls,
 }
 
 impl Registrar {
     /// The registry of `source`'s sale sections and campaigns; fails on any invalid file.
     pub fn load(source: impl Into<SaleSource>) -> Result<Self, ConfError> {
         let source = source.into();
-        let (sold_out, budgets) = (SoldOutFlags::default(), Budgets::default());
-        let active = build(source.load()?, &sold_out, &budgets)?;
-        Ok(Self { source, active: ArcSwap::from_pointee(active), sold_out, budgets })
+        let kept = Kept::default();
+        let active = build(source.load()?, &kept)?;
+        let Kept { sold_out, budgets, controls } = kept;
+        Ok(Self { source, active: ArcSwap::from_pointee(active), sold_out, budgets, controls })
     }
 
     /// The active registry (a snapshot: keep it for the whole request).
@@ -188,11 +199,11 @@ impl Registrar {
             tracing::error!(error = %e, "reload refused; the previous configuration stays active");
             e
         };
-        let new = Arc::new(
-            self.source.load().and_then(|l| build(l, &self.sold_out, &self.budgets)).map_err(refused)?,
-        );
+        let kept = KeptRef { sold_out: &self.sold_out, budgets: &self.budgets, controls: &self.controls };
+        let new = Arc::new(self.source.load().and_then(|l| build(l, kept)).map_err(refused)?);
         let old = self.active();
         same_buckets(&old, &new).map_err(refused)?;
+        agrees_with_published(&new, &self.controls).map_err(refused)?;
         if old.conf.redis != new.conf.redis || old.conf.kafka != new.conf.kafka {
             tracing::warn!("[redis] and [kafka] take effect only after a restart");
         }
@@ -202,7 +213,29 @@ impl Registrar {
     }
 }
 
-fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<Registry, ConfError> {
+/// The process state a registry is built with, kept across reloads.
+#[derive(Default)]
+struct Kept {
+    sold_out: SoldOutFlags,
+    budgets: Budgets,
+    controls: Controls,
+}
+
+#[derive(Clone, Copy)]
+struct KeptRef<'a> {
+    sold_out: &'a SoldOutFlags,
+    budgets: &'a Budgets,
+    controls: &'a Controls,
+}
+
+impl<'a> From<&'a Kept> for KeptRef<'a> {
+    fn from(k: &'a Kept) -> Self {
+        KeptRef { sold_out: &k.sold_out, budgets: &k.budgets, controls: &k.controls }
+    }
+}
+
+fn build<'a>(loaded: Loaded, kept: impl Into<KeptRef<'a>>) -> Result<Registry, ConfError> {
+    let KeptRef { sold_out, budgets, controls } = kept.into();
     let Loaded { conf, campaigns } = loaded;
     let dir = &conf.campaigns_dir;
     let campaigns = campaigns
@@ -214,13 +247,45 @@ fn build(loaded: Loaded, sold_out: &SoldOutFlags, budgets: &Budgets) -> Result<R
             let entry = CampaignEntry {
                 sold_out: sold_out.get(&c.id),
                 budget: budgets.get(&c.id, &c.limits),
+                control: controls.get(&c.id),
                 eligibility,
                 campaign: c,
             };
             Ok((entry.campaign.id.clone(), entry))
         })
         .collect::<Result<_, ConfError>>()?;
-    Ok(Registry { signer: Signer::new(&conf.signing_key), conf, campaigns })
+    let fleet = Fleet {
+        signing: protocol::control::fingerprint(&conf.signing_key),
+        topic: conf.kafka.topic.clone(),
+        partitions: conf.kafka.partitions,
+    };
+    Ok(Registry { signer: Signer::new(&conf.signing_key), conf, campaigns, fleet })
+}
+
+/// Refuses a conf whose campaign files or contract disagree with what was published for a
+/// campaign (as last read from its control hash): a frozen field edited after the publish, a
+/// signing key or a topic other than the order writer's. The error is at the field's line, in
+/// the campaign file or in the server file.
+fn agrees_with_published(new: &Registry, controls: &Controls) -> Result<(), ConfError> {
+    for (id, entry) in &new.campaigns {
+        let Some(published) = controls.last(id) else { continue };
+        let Some(d) = published.disagreements(&entry.campaign, &new.fleet).into_iter().next() else {
+            continue;
+        };
+        let message = format!("{}; the reload is refused", d.message);
+        if d.server {
+            let text = std::fs::read_to_string(&new.conf.file).unwrap_or_default();
+            let key = d.field.rsplit('.').next().unwrap_or(d.field);
+            let span = protocol::conf::field_span(&text, key);
+            return Err(ConfError::at(&new.conf.file, &text, span, Some(d.field), message));
+        }
+        return Err(ConfError::at_field(
+            &new.conf.campaigns_dir.join(format!("{id}.toml")),
+            d.field,
+            message,
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses a conf that gives a campaign this process serves another `buckets` (at the line of
