@@ -199,3 +199,20 @@ fn order_lines_of_the_access_log_are_the_attempts() {
     assert_eq!(attempt_of(&line.replace("POST", "GET"), "c1"), None);
     assert_eq!(attempt_of("2026-05-01T10:00:00.123Z 203.0.113.7 \"POST /seckill/c1/order\"", "c1"), None);
 }
+
+#[test]
+fn the_conf_files_audit_table_says_the_defaults() {
+    // conf/order-writer.toml documents [audit] commented out: uncommented, it is the defaults.
+    let conf =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/order-writer.toml")).unwrap();
+    let table: String = conf
+        .lines()
+        .skip_while(|l| *l != "# [audit]")
+        .skip(1)
+        .take_while(|l| l.starts_with("# ") && l.contains(" = "))
+        .map(|l| format!("{}\n", &l[2..]))
+        .collect();
+    let t: Thresholds = toml::from_str(&table).unwrap();
+    assert_eq!(t, Thresholds::default(), "{table}");
+    assert_eq!(table.lines().count(), 12, "every threshold is documented: {table}");
+}
