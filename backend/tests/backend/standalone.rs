@@ -70,7 +70,7 @@ fn newest() -> usize {
     std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../sql")).unwrap().count()
 }
 
-const TABLES: [&str; 11] = [
+const TABLES: [&str; 12] = [
     "_sqlx_migrations",
     "audit_log",
     "campaigns",
@@ -80,6 +80,7 @@ const TABLES: [&str; 11] = [
     "orders",
     "partition_leases",
     "reservation_results",
+    "stock_additions",
     "stock_ledger",
     "writer_heartbeats",
 ];
