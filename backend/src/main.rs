@@ -131,6 +131,16 @@ enum CampaignCommand {
         #[arg(long)]
         live: bool,
     },
+    /// What a changed campaign file would do, field by field, against the file in force and what
+    /// was published (applies at the gateways' reload / at the next publish / refused, and why);
+    /// changes nothing.
+    Diff {
+        /// Campaign id.
+        id: String,
+        /// The changed file (named ID.toml, in any folder).
+        #[arg(long, value_name = "PATH")]
+        file: PathBuf,
+    },
     /// The campaign's state, stock left per bucket, and every gateway's view of it.
     Status {
         /// Campaign id.
@@ -271,6 +281,7 @@ async fn campaign_command(
         CampaignCommand::Publish { id } => publish::run(conns, &id).await,
         CampaignCommand::Rebalance { id } => rebalance::run(conns, &id).await,
         CampaignCommand::Status { id } => operate::status(conns, &id).await,
+        CampaignCommand::Diff { id, file } => campaign::diff::run(conns, &id, &file).await,
         CampaignCommand::Check { id, live } => campaign::check::run(conns, &id, live).await,
         CampaignCommand::Apply { id } => operate::apply(conns, &id).await,
         CampaignCommand::Pause { id } => operate::run(conns, &id, Change::Pause).await,

@@ -6,7 +6,7 @@
 #
 #   off      no [admin], no [access_log]           (the logging phase returns at once)
 #   metrics  [admin] on                            (counters and histograms per request)
-#   log      [access_log] to a file, text lines    (one line formatted and queued per request)
+#   log      [access_log] to a file, combined lines (the default; one line formatted and queued per request)
 #   both     [admin] and [access_log]
 #
 # For each: requests/s, p50/p99, and the gateway's CPU time per request (user + system, from

@@ -327,9 +327,55 @@ fn same_target(nginx: &str, gateway: &str) -> bool {
     }
 }
 
+/// The names of a `combined` access line's fields, as [`combined_fields`] gives them.
+pub const COMBINED_FIELDS: [&str; 7] =
+    ["remote_addr", "remote_user", "request", "status", "body_bytes_sent", "http_referer", "http_user_agent"];
+
+/// The fields of an access line in Nginx's `combined` format, its time left out (it is each
+/// server's own moment): see [`COMBINED_FIELDS`]; `None` when the line is not of that shape.
+pub fn combined_fields(line: &str) -> Option<Vec<String>> {
+    let (addr, rest) = line.split_once(" - ")?;
+    let (user, rest) = rest.split_once(" [")?;
+    let (_time, rest) = rest.split_once("] \"")?;
+    let (request, rest) = rest.split_once("\" ")?;
+    let (status, rest) = rest.split_once(' ')?;
+    let (bytes, rest) = rest.split_once(" \"")?;
+    let (referer, agent) = rest.split_once("\" \"")?;
+    let agent = agent.strip_suffix('"')?;
+    Some([addr, user, request, status, bytes, referer, agent].map(String::from).to_vec())
+}
+
+/// The differences between Nginx's `combined` line and the gateway's for one request: every
+/// field but the time, the body's bytes only when `bytes` (a body both sent alike: an identical
+/// 200 or 206 not compressed; error pages and compressed bodies are each server's own).
+pub fn log_differences(nginx: &str, gateway: &str, bytes: bool) -> Vec<String> {
+    let (Some(n), Some(g)) = (combined_fields(nginx), combined_fields(gateway)) else {
+        return vec![format!("not combined lines: {nginx:?} vs {gateway:?}")];
+    };
+    COMBINED_FIELDS
+        .iter()
+        .zip(n.iter().zip(&g))
+        .filter(|(name, (a, b))| a != b && (bytes || **name != "body_bytes_sent"))
+        .map(|(name, (a, b))| format!("{name} {a:?} vs {b:?}"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn combined_lines_are_compared_field_by_field_but_the_time() {
+        let n = r#"127.0.0.1 - user [06/Dec/2026:18:02:27 +0000] "GET /a?x=1 HTTP/1.1" 200 4 "http://r.test/" "t/1 \x22q\x22""#;
+        let g = r#"127.0.0.1 - user [06/Dec/2026:18:02:28 +0000] "GET /a?x=1 HTTP/1.1" 200 5 "http://r.test/" "t/1 \x22q\x22""#;
+        assert_eq!(combined_fields(n).unwrap()[2], "GET /a?x=1 HTTP/1.1");
+        assert_eq!(combined_fields(n).unwrap()[6], "t/1 \\x22q\\x22");
+        assert!(log_differences(n, g, false).is_empty());
+        assert_eq!(log_differences(n, g, true), ["body_bytes_sent \"4\" vs \"5\""]);
+        let other = g.replace("user", "-").replace(" 200 ", " 404 ");
+        assert_eq!(log_differences(n, &other, false).len(), 2);
+        assert!(log_differences(n, "junk", false)[0].starts_with("not combined"));
+    }
 
     #[test]
     fn fixture_lines_give_requests_and_each_has_fifteen_forms() {

@@ -11,7 +11,14 @@
 //! convention: rename the file, send `SIGUSR1`, and the next lines go to a new file of the old
 //! name (lines already buffered are flushed to the renamed one first).
 //!
-//! Text format (`format = "text"`), fields separated by one space, `-` when absent:
+//! Nginx's `combined` (`format = "combined"`, the default) or a template of Nginx's variables
+//! (`template = '...'`, with `escape`; [`format`]), rendered straight into the line:
+//!
+//! ```text
+//! 203.0.113.7 - - [01/May/2026:10:00:00 +0000] "GET /a?b=1 HTTP/1.1" 200 512 "-" "curl/8.5.0"
+//! ```
+//!
+//! The gateway's own text format (`format = "text"`), fields separated by one space, `-` when absent:
 //!
 //! ```text
 //! time client "method uri protocol" status bytes request_time upstream upstream_time code request_id
@@ -49,6 +56,10 @@ use protocol::codes::Code;
 
 use crate::conf::{AccessLogConf, LogFormat, LogOutput};
 
+mod format;
+
+pub use format::{Escape, LogTemplate, TemplateError, COMBINED};
+
 /// Counters of the access log since start.
 #[derive(Debug, Default)]
 pub struct LogStats {
@@ -85,20 +96,21 @@ pub struct Entry<'a> {
     pub code: Option<Code>,
     /// The request id.
     pub request_id: &'a str,
-    /// The `x-device-id` header as the client sent it (JSON lines only: the audit counts a
-    /// campaign's order attempts by device, `order-writer campaign audit --access-log`).
-    pub device: Option<&'a str>,
+    /// From picking the upstream to the logging phase (Nginx's `$upstream_response_time`).
+    pub upstream_response_time: Option<Duration>,
+    /// The request's header fields (`None`: refused before it was parsed).
+    pub headers: Option<&'a http::HeaderMap>,
+    /// The host as sent: `Host`, else the URI's (HTTP/2's `:authority`); empty when none.
+    pub host: &'a str,
+    /// `http` or `https`.
+    pub scheme: &'a str,
+    /// The route's server name, `$host` of a request without `Host` (empty: none).
+    pub server_name: &'a str,
 }
 
 /// Appends `s`, escaping `"`, `\` and bytes outside printable ASCII as `\xHH` (as Nginx does).
 fn push_escaped(out: &mut String, s: &str) {
-    for b in s.bytes() {
-        if (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("\\x{b:02X}"));
-        }
-    }
+    format::push_bytes(out, s.as_bytes(), Escape::Default);
 }
 
 /// Appends `t` as RFC 3339 UTC with milliseconds (`2026-05-01T10:00:00.123Z`), without
@@ -175,9 +187,17 @@ pub fn json_line(e: &Entry<'_>) -> String {
         "upstream_time": e.upstream_time.map(|t| t.as_secs_f64()),
         "code": e.code.map(Code::as_str),
         "request_id": (!e.request_id.is_empty()).then_some(e.request_id),
-        "device": e.device,
+        "device": device(e),
     })
     .to_string()
+}
+
+/// The request's `x-device-id` header as sent, for the JSON line (the audit counts a campaign's
+/// order attempts by device, `order-writer campaign audit --access-log`); `None` when absent,
+/// not text, or longer than the gateway accepts (128 bytes).
+fn device<'a>(e: &Entry<'a>) -> Option<&'a str> {
+    let value = e.headers?.get(protocol::signing::DEVICE_HEADER)?.to_str().ok()?;
+    (value.len() <= 128).then_some(value)
 }
 
 /// How often the writer takes the queued lines and writes them (Nginx's `flush=`): a line
@@ -220,15 +240,20 @@ impl AccessLog {
         let q = Arc::clone(&queue);
         let writer =
             std::thread::Builder::new().name("gw-access-log".into()).spawn(move || write_lines(&q, out))?;
-        Ok(Self { queue, format: conf.format, writer: writer.thread().clone() })
+        Ok(Self { queue, format: conf.format.clone(), writer: writer.thread().clone() })
     }
 
     /// Formats `e` and queues it without waiting for any I/O (a short lock, no wake-up); a full
     /// queue drops it (counted).
     pub fn log(&self, e: &Entry<'_>) {
-        let line = match self.format {
+        let line = match &self.format {
             LogFormat::Text => text_line(e),
             LogFormat::Json => json_line(e),
+            LogFormat::Template(t) => {
+                let mut line = String::with_capacity(192 + e.uri.len());
+                t.render(e, &mut line);
+                line
+            }
         };
         let mut lines = self.queue.lines.lock().unwrap_or_else(|p| p.into_inner());
         if lines.len() < self.queue.capacity {
@@ -359,7 +384,11 @@ mod tests {
             upstream_time: None,
             code: Some(Code::Queued),
             request_id: "0196a3c2-0000-7000-8000-000000000001",
-            device: Some("device-7"),
+            upstream_response_time: None,
+            headers: None,
+            host: "",
+            scheme: "http",
+            server_name: "",
         }
     }
 
@@ -395,9 +424,16 @@ mod tests {
         assert_eq!((v["code"].as_str(), v["upstream"].is_null()), (Some("QUEUED"), true));
         assert_eq!(v["request_time"].as_f64(), Some(0.000412));
         assert_eq!(v["request_id"], "0196a3c2-0000-7000-8000-000000000001");
-        assert_eq!(v["device"], "device-7");
+        assert!(v["device"].is_null(), "no header, no device");
+        // The device the request sent, for the audit; one longer than the gateway accepts is not.
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-device-id", http::HeaderValue::from_static("device-7"));
         let v: serde_json::Value =
-            serde_json::from_str(&json_line(&Entry { device: None, ..entry() })).unwrap();
+            serde_json::from_str(&json_line(&Entry { headers: Some(&headers), ..entry() })).unwrap();
+        assert_eq!(v["device"], "device-7");
+        headers.insert("x-device-id", http::HeaderValue::from_str(&"d".repeat(129)).unwrap());
+        let v: serde_json::Value =
+            serde_json::from_str(&json_line(&Entry { headers: Some(&headers), ..entry() })).unwrap();
         assert!(v["device"].is_null());
     }
 

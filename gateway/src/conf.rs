@@ -31,7 +31,7 @@ pub mod shutdown;
 pub mod tls;
 pub mod upstream;
 
-pub use action::{Return, Rewrite};
+pub use action::{PrefixRewrite, RegexRewrite, Return, RewriteFlag};
 pub use files::Files;
 pub use headers::Headers;
 pub use matching::{HostName, Location, Pattern};
@@ -126,7 +126,7 @@ struct RawRoute {
     #[serde(default, rename = "return")]
     answer: Option<S<String>>,
     #[serde(default)]
-    rewrite: Option<action::RawRewrite>,
+    rewrite: Option<action::RawRewrites>,
     #[serde(default)]
     replace_prefix: Option<S<String>>,
     #[serde(default)]
@@ -253,8 +253,10 @@ pub struct RouteConf {
     pub location: Location,
     /// Its own answer, in place of proxying (Nginx's `return`).
     pub answer: Option<Return>,
-    /// The path change before proxying.
-    pub rewrite: Option<Rewrite>,
+    /// Its rewrites, in order (Nginx's `rewrite`s of a location).
+    pub rewrites: Vec<RegexRewrite>,
+    /// Its prefix replaced on the way upstream (unless a `break` rewrite changed the URI).
+    pub replace_prefix: Option<PrefixRewrite>,
     /// Headers set on the request, added to or hidden from the answer.
     pub headers: Headers,
     /// Pages shown in place of the built-in one for a status (502, 504), read at load.

@@ -187,7 +187,7 @@ fn map(files: &Files, uri: &str) -> Option<PathBuf> {
 pub async fn serve(
     session: &mut Session,
     route: &RouteConf,
-    uri: Option<&str>,
+    at: shop::At<'_>,
     client: Option<IpAddr>,
     request_id: &str,
 ) -> Result<bool> {
@@ -196,12 +196,12 @@ pub async fn serve(
     };
     crate::frontdoor::drain(session).await;
     let req = session.req_header();
-    let path = uri.unwrap_or(req.uri.path()).to_string();
-    let (args, method) = (req.uri.query().unwrap_or("").to_string(), req.method.clone());
+    let path = at.path.unwrap_or(req.uri.path()).to_string();
+    let (args, method) = (at.args.unwrap_or(req.uri.query().unwrap_or("")).to_string(), req.method.clone());
     let found = find(files, &path, &args, &method).await;
     let head = method == Method::HEAD;
     let (header, body) = {
-        let vars = shop::vars(session, route, uri, client, request_id);
+        let vars = shop::vars(session, route, at, client, request_id);
         answer(route, files, &vars, session.req_header(), found)?
     };
     let mut header = header;

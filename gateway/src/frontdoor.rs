@@ -83,7 +83,8 @@ impl<A> FrontDoor<A> {
     }
 
     /// The same, reading a PROXY header first on every plain connection (`[server]
-    /// proxy_protocol`); TLS connections are Pingora's from their first byte and have none.
+    /// proxy_protocol`); a TLS connection's is read before its handshake, by
+    /// `crate::proxy_protocol::BeforeTls` (`[tls] proxy_protocol`).
     pub fn with_proxy_protocol(mut self, on: bool) -> Self {
         self.proxy_protocol = on;
         self
@@ -148,8 +149,11 @@ where
                     let request_id = crate::request_id::new();
                     let answer = limits::raw_answer(&refusal, &request_id);
                     if let Some(log) = &self.log {
-                        let client = stream.get_socket_digest().and_then(|d| d.peer_addr().cloned());
-                        log.log(&refused_entry(&refusal, &request_id, client, answer.len()));
+                        let peer = stream.get_socket_digest().and_then(|d| d.peer_addr().cloned());
+                        let client = crate::proxy_protocol::source()
+                            .or_else(|| peer.and_then(|a| a.as_inet().map(|a| a.ip())));
+                        let scheme = if stream.get_ssl_digest().is_some() { "https" } else { "http" };
+                        log.log(&refused_entry(&refusal, &request_id, client, scheme, answer.len()));
                     }
                     let _ = stream.write_all(&answer).await;
                     linger(&mut stream).await;
@@ -184,17 +188,18 @@ where
 }
 
 /// The access line of a request refused before it was parsed: no method, URI or protocol is
-/// known (`-`), the client is the socket's peer (no header was trusted), the bytes are the whole
-/// raw answer.
+/// known (`-`), the client is the PROXY header's source or the socket's peer (no header field
+/// was trusted), the bytes are the whole raw answer.
 fn refused_entry<'a>(
     refusal: &Refusal,
     request_id: &'a str,
-    peer: Option<pingora_core::protocols::l4::socket::SocketAddr>,
+    client: Option<std::net::IpAddr>,
+    scheme: &'a str,
     bytes: usize,
 ) -> Entry<'a> {
     Entry {
         time: chrono::Utc::now(),
-        client: peer.and_then(|a| a.as_inet().map(|a| a.ip())),
+        client,
         method: "-",
         uri: "-",
         protocol: "-",
@@ -205,7 +210,11 @@ fn refused_entry<'a>(
         upstream_time: None,
         code: Some(refusal.code),
         request_id,
-        device: None,
+        upstream_response_time: None,
+        headers: None,
+        host: "",
+        scheme,
+        server_name: "",
     }
 }
 

@@ -33,6 +33,8 @@ pub struct Seen<'a> {
     pub sale_route: Option<&'a SaleRoute>,
     /// Whether it went to a shop route.
     pub shop: bool,
+    /// The server name of its shop route when the request names no host (`$host`), else empty.
+    pub server_name: &'a str,
 }
 
 /// What one request's logging phase needs beyond the session: set along the way by the proxy.
@@ -133,11 +135,16 @@ impl Observer {
                 upstream_time: trace.upstream_time,
                 code: trace.answer,
                 request_id,
-                device: req
+                upstream_response_time: trace.upstream_started.map(|t| t.elapsed()),
+                headers: Some(&req.headers),
+                host: req
                     .headers
-                    .get(protocol::signing::DEVICE_HEADER)
+                    .get(http::header::HOST)
                     .and_then(|v| v.to_str().ok())
-                    .filter(|d| d.len() <= 128),
+                    .or_else(|| req.uri.host())
+                    .unwrap_or(""),
+                scheme: crate::frontdoor::scheme(session),
+                server_name: seen.server_name,
             });
         }
     }
@@ -173,7 +180,7 @@ pub fn install(
         Some(c) => {
             let log = AccessLog::start(c)?;
             control.spawn(access_log::watch_sigusr1(log.clone()));
-            tracing::info!(output = ?c.output, format = ?c.format, "access log on");
+            tracing::info!(output = ?c.output, "access log on");
             Some(log)
         }
         None => None,

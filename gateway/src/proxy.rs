@@ -112,8 +112,12 @@ pub struct Ctx {
     pub(crate) sale: SaleCtx,
     /// The shop route of the request, when it is one.
     shop: Option<usize>,
-    /// The path the shop route was matched on, when normalizing changed it (`uri::normalize`).
+    /// The path the shop route was matched on, when normalizing (`uri::normalize`) or a
+    /// rewrite changed it.
     uri: Option<String>,
+    /// The URI its route's rewrites left, when they changed it, and where they ended.
+    rewritten: Option<shop::rewrite::Rewritten>,
+    rewrite_end: Option<shop::rewrite::End>,
     /// Why the path cannot be normalized (answered 400).
     bad_path: Option<&'static str>,
     /// Where it goes.
@@ -142,9 +146,12 @@ impl ProxyHttp for Gateway {
         // The conf snapshot and the route, decided once for the request: the sale's paths
         // first, then the shop's routes.
         let active = self.shared.active();
+        // Who and which request, before a route's rewrites (`$remote_addr`, `$request_id`).
+        ctx.sale.set_client(frontdoor::client(session, &active.server.trusted_proxies));
+        ctx.sale.request_id = crate::request_id::new();
         let req = session.req_header();
         if self.sale.is_none() || ctx.sale.decide_route(req.uri.path()).is_none() {
-            shop_route(&active, req, ctx);
+            shop_route(&active, session, ctx);
         }
         // Response compression is set before Pingora's module reads Accept-Encoding.
         frontdoor::compression(session, &active, ctx.shop);
@@ -156,9 +163,6 @@ impl ProxyHttp for Gateway {
         let Some(active) = ctx.active.clone() else {
             return Err(Error::explain(ErrorType::InternalError, "no conf"));
         };
-        ctx.sale.set_client(frontdoor::client(session, &active.server.trusted_proxies));
-        ctx.sale.request_id = crate::request_id::new();
-
         // The front door's limits: header fields, smuggling, declared body size (413).
         match frontdoor::admit(session, &active, ctx.shop) {
             Ok(body) => ctx.body = body,
@@ -173,12 +177,16 @@ impl ProxyHttp for Gateway {
             let d = Denial::new(Code::BadRequest, why);
             return self.reply(session, ctx, Reply::denied(&d, &ctx.sale.request_id)).await;
         }
+        if let Some(end) = ctx.rewrite_end.take() {
+            if let Some(done) = rewrite_answer(session, ctx, &active, end).await {
+                return done;
+            }
+        }
         let (Some(_), Some(sale)) = (ctx.sale.route(), &self.sale) else {
             return match ctx.shop {
                 Some(i) if active.server.routes[i].answer.is_some() => {
                     let route = &active.server.routes[i];
-                    shop::answer(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id)
-                        .await
+                    shop::answer(session, route, ctx.at(), ctx.sale.client(), &ctx.sale.request_id).await
                 }
                 Some(i) => self.limit_then_proxy(session, ctx, &active, i).await,
                 None => {
@@ -252,9 +260,8 @@ impl ProxyHttp for Gateway {
         frontdoor::forwarded_headers(session, upstream_request, trusted, ctx.sale.client())?;
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
             let route = &active.server.routes[i];
-            let vars =
-                shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
-            shop::rewrite(route, &vars, upstream_request)?;
+            let vars = shop::vars(session, route, ctx.at(), ctx.sale.client(), &ctx.sale.request_id);
+            shop::upstream_uri(route, &vars, ctx.rewritten.as_ref(), upstream_request)?;
             shop::request_headers(route, &vars, upstream_request)?;
         }
         frontdoor::strip_sale_headers(upstream_request);
@@ -272,8 +279,7 @@ impl ProxyHttp for Gateway {
         ctx.trace.upstream_answered();
         if let (Upstream::Shop(i), Some(active)) = (ctx.upstream, &ctx.active) {
             let route = &active.server.routes[i];
-            let vars =
-                shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
+            let vars = shop::vars(session, route, ctx.at(), ctx.sale.client(), &ctx.sale.request_id);
             shop::response_headers(route, &vars, upstream_response)?;
             frontdoor::compression_of_answer(session, route, upstream_response);
         }
@@ -358,7 +364,16 @@ impl ProxyHttp for Gateway {
         // The answer is written: give the campaign's budget place back.
         ctx.sale.release();
         let shop = matches!(ctx.upstream, Upstream::Shop(_));
+        // `$host` of a request without one: its route's server name (rare: built only then).
+        let server_name = match host(session.req_header()) {
+            Some(_) => String::new(),
+            None => {
+                let route = ctx.active.as_deref().zip(ctx.shop).and_then(|(a, i)| a.server.routes.get(i));
+                route.and_then(|r| r.hosts.first()).map_or(String::new(), |h| h.key())
+            }
+        };
         let seen = observe::Seen {
+            server_name: &server_name,
             active: ctx.active.as_deref(),
             client: ctx.sale.client(),
             request_id: &ctx.sale.request_id,
@@ -392,13 +407,17 @@ impl Gateway {
                         metrics().limited(limit, &zone);
                     }
                     ctx.trace.answered(Code::RateLimited);
-                    return limited_page(session, ctx, route, status).await;
+                    return status_page(session, ctx, route, status).await;
                 }
             }
         }
         if route.files.is_some() {
-            let (uri, client) = (ctx.uri.as_deref(), ctx.sale.client());
-            return crate::files::serve(session, route, uri, client, &ctx.sale.request_id).await;
+            let (at, client) = (ctx.at(), ctx.sale.client());
+            return crate::files::serve(session, route, at, client, &ctx.sale.request_id).await;
+        }
+        if active.shop_pools.get(i).is_none_or(Option::is_none) {
+            // A route of rewrites only, none of which took the request away.
+            return status_page(session, ctx, route, 404).await;
         }
         ctx.upstream = Upstream::Shop(i);
         Ok(false)
@@ -415,9 +434,19 @@ impl Gateway {
     }
 }
 
-/// The shop route of `req`, matched on its normalized path (kept in `ctx.uri` when it differs
-/// from the path as sent); a path that cannot be normalized is kept in `ctx.bad_path`.
-fn shop_route(active: &Active, req: &RequestHeader, ctx: &mut Ctx) {
+impl Ctx {
+    /// The request's path and query where they differ from those sent.
+    fn at(&self) -> shop::At<'_> {
+        shop::At { path: self.uri.as_deref(), args: self.rewritten.as_ref().map(|r| r.args.as_str()) }
+    }
+}
+
+/// The shop route of the request, matched on its normalized path (kept in `ctx.uri` when it
+/// differs from the path as sent), then by its rewrites (`shop::rewrite`: the URI they leave in
+/// `ctx.uri` and `ctx.rewritten`, a redirect or a cycle in `ctx.rewrite_end`); a path that
+/// cannot be normalized is kept in `ctx.bad_path`.
+fn shop_route(active: &Active, session: &Session, ctx: &mut Ctx) {
+    let req = session.req_header();
     match uri::normalize(req.uri.path()) {
         Ok(path) => {
             ctx.shop = active.routes.find(host(req), &path);
@@ -425,6 +454,54 @@ fn shop_route(active: &Active, req: &RequestHeader, ctx: &mut Ctx) {
         }
         Err(why) => ctx.bad_path = Some(why),
     }
+    let Some(first) = ctx.shop.filter(|&i| !active.server.routes[i].rewrites.is_empty()) else { return };
+    let path = ctx.uri.clone().unwrap_or_else(|| req.uri.path().to_string());
+    let sent = shop::rewrite::Rewritten { path, args: req.uri.query().unwrap_or("").into(), broke: false };
+    let mut uri = sent.clone();
+    let (client, id) = (ctx.sale.client(), ctx.sale.request_id.as_str());
+    let vars = |route: &crate::conf::RouteConf| shop::vars(session, route, shop::At::default(), client, id);
+    let end = shop::rewrite::search(active, host(req), first, &mut uri, vars);
+    ctx.shop = match end {
+        shop::rewrite::End::Route(i) => Some(i),
+        _ => None,
+    };
+    if uri != sent {
+        ctx.uri = Some(uri.path.clone());
+        ctx.rewritten = Some(uri);
+    }
+    ctx.rewrite_end = Some(end);
+}
+
+/// Answers what a route's rewrites ended in, when it is an answer: a redirect, or 500 after
+/// too many searches (`None`: the request goes on).
+async fn rewrite_answer(
+    session: &mut Session,
+    ctx: &Ctx,
+    active: &Active,
+    end: shop::rewrite::End,
+) -> Option<Result<bool>> {
+    use shop::rewrite::End;
+    let (i, status, to) = match end {
+        End::Redirect(i, status, to) => (i, status, to),
+        End::Cycle(i) => {
+            let route = &active.server.routes[i];
+            tracing::warn!(route = %route.name, "rewrite cycle: more than {} searches", shop::rewrite::MAX_SEARCHES);
+            return Some(status_page(session, ctx, route, 500).await);
+        }
+        End::Route(_) | End::NotFound => return None,
+    };
+    let route = &active.server.routes[i];
+    let made = {
+        let vars = shop::vars(session, route, ctx.at(), ctx.sale.client(), &ctx.sale.request_id);
+        shop::redirect(route, &vars, status, &to)
+    };
+    let written = async {
+        let (header, body) = made?;
+        session.write_response_header(Box::new(header), false).await?;
+        session.write_response_body(Some(Bytes::from(body)), true).await?;
+        Ok(true)
+    };
+    Some(written.await)
 }
 
 /// Answers a shop route's visitor with the HTML page of `status`, like Nginx.
@@ -432,22 +509,23 @@ async fn shop_page(session: &mut Session, ctx: &Ctx, route: usize, status: u16) 
     let active = ctx.active.as_ref().ok_or_else(|| Error::explain(ErrorType::InternalError, "no conf"))?;
     let (header, body) = {
         let route = &active.server.routes[route];
-        let vars = shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
+        let vars = shop::vars(session, route, ctx.at(), ctx.sale.client(), &ctx.sale.request_id);
         shop::error_page(route, &vars, status)?
     };
     answer::write_and_close(session, header, body).await
 }
 
-/// Answers a request a route's limit rejected with the HTML page of `status`, like Nginx's
-/// (the route's `error_page` for it, its `add_header_always`); the connection stays open.
-async fn limited_page(
+/// Answers a request with the HTML page of `status` on its route, like Nginx's (the route's
+/// `error_page` for it, its `add_header_always`; a limit's rejection, a route of rewrites only
+/// that none took away, a rewrite cycle); the connection stays open.
+async fn status_page(
     session: &mut Session,
     ctx: &Ctx,
     route: &crate::conf::RouteConf,
     status: u16,
 ) -> Result<bool> {
     let (header, body) = {
-        let vars = shop::vars(session, route, ctx.uri.as_deref(), ctx.sale.client(), &ctx.sale.request_id);
+        let vars = shop::vars(session, route, ctx.at(), ctx.sale.client(), &ctx.sale.request_id);
         shop::error_page(route, &vars, status)?
     };
     session.write_response_header(Box::new(header), false).await?;

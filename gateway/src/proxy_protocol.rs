@@ -1,12 +1,15 @@
 //! The PROXY protocol (HAProxy's, versions 1 and 2) on the plain listener (`[server]
 //! proxy_protocol = true`, Nginx's `listen ... proxy_protocol` with `real_ip_header
+//! proxy_protocol`) and on the HTTPS one (`[tls] proxy_protocol = true`, `listen 443 ssl
 //! proxy_protocol`): every connection starts with the header a load balancer writes, and its
 //! source address is the client's for the whole connection (the socket's peer is the balancer).
 //! A connection without a valid header is closed, as Nginx closes it ("broken header").
 //!
-//! The address travels with the connection's task ([`CLIENT`]): the front door reads the
-//! header and serves the connection's requests within [`CLIENT`]'s scope, and
-//! [`crate::frontdoor::peer_ip`] reads it there.
+//! On the plain listener the address travels with the connection's task ([`CLIENT`]): the
+//! front door reads the header and serves the connection's requests within [`CLIENT`]'s scope,
+//! and [`crate::frontdoor::peer_ip`] reads it there. On the HTTPS listener the header comes
+//! before TLS: [`BeforeTls`] reads it in Pingora's pre-TLS hook and puts the source in the
+//! connection's socket digest, where the same function finds it as the peer.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -21,6 +24,38 @@ tokio::task_local! {
 /// The source address of the connection being served, when its PROXY header gave one.
 pub fn source() -> Option<IpAddr> {
     CLIENT.try_with(|c| c.map(|a| a.ip())).ok().flatten()
+}
+
+/// Reads the PROXY header of a connection to the HTTPS listener before its TLS handshake
+/// (`[tls] proxy_protocol`, Pingora's pre-TLS hook): its source becomes the socket's peer in the
+/// connection's digest, which every request of the connection reads as its client. A
+/// connection without a valid header within `timeout` is closed before any TLS byte is sent.
+#[derive(Debug)]
+pub struct BeforeTls {
+    /// How long the header may take (the front door's `client_header_timeout`).
+    pub timeout: std::time::Duration,
+}
+
+#[async_trait::async_trait]
+impl pingora_core::listeners::PreTlsProcess for BeforeTls {
+    async fn process(
+        &self,
+        stream: &mut pingora_core::protocols::l4::stream::Stream,
+    ) -> pingora_core::Result<()> {
+        use pingora_core::protocols::{GetSocketDigest, SocketDigest};
+        use pingora_core::{Error, ErrorType};
+        let source = match tokio::time::timeout(self.timeout, read(stream)).await {
+            Ok(Ok(source)) => source,
+            Ok(Err(why)) => return Err(Error::explain(ErrorType::ReadError, why)),
+            Err(_) => return Err(Error::explain(ErrorType::ReadTimedout, "no PROXY header in time")),
+        };
+        if let Some(source) = source {
+            let digest = SocketDigest::from_raw_fd(std::os::fd::AsRawFd::as_raw_fd(stream));
+            let _ = digest.peer_addr.set(Some(pingora_core::protocols::l4::socket::SocketAddr::Inet(source)));
+            stream.set_socket_digest(digest);
+        }
+        Ok(())
+    }
 }
 
 /// Version 2's first 12 bytes.

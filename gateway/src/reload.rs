@@ -121,8 +121,9 @@ pub fn reload(shared: &SharedState, sale: Option<&FlashSale>) -> Result<Arc<Acti
     let old = shared.active();
     let new = Arc::new(build(server, registry.as_deref(), Some(&old)).map_err(refused)?);
     let (o, n) = (&old.server, &new.server);
-    let tls_listeners =
-        |t: &Option<crate::conf::tls::TlsConf>| t.as_ref().map(|t| (t.listen, t.http2, t.redirect_listen));
+    let tls_listeners = |t: &Option<crate::conf::tls::TlsConf>| {
+        t.as_ref().map(|t| (t.listen, t.http2, t.redirect_listen, t.proxy_protocol))
+    };
     if o.listen != n.listen
         || o.threads != n.threads
         || o.limits != n.limits

@@ -155,12 +155,17 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
         service.add_tcp_with_settings(&worker_addr(server_conf.listen, worker), reuse_port());
         if let Some(tls) = &server_conf.tls {
             let settings = tls::settings(Arc::clone(&shared), tls.http2)?;
+            if tls.proxy_protocol {
+                let before =
+                    crate::proxy_protocol::BeforeTls { timeout: server_conf.limits.client_header_timeout };
+                service.endpoints().set_pre_tls_callback(Arc::new(before));
+            }
             service.add_tls_with_settings(&worker_addr(tls.listen, worker), Some(reuse_port()), settings);
         }
         server.add_service(service);
     }
     if let Some(tls) = &server_conf.tls {
-        tracing::info!(listen = %tls.listen, http2 = tls.http2, certs = tls.certs.entries.len(), "TLS listener");
+        tracing::info!(listen = %tls.listen, http2 = tls.http2, certs = tls.certs.entries.len(), proxy_protocol = tls.proxy_protocol, "TLS listener");
         if let Some(plain) = tls.redirect_listen {
             let app = tls::Redirect { https_port: tls.listen.port(), acme: Arc::clone(&shared.acme) };
             let mut redirect = Service::new("https redirect".to_string(), app);

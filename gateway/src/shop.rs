@@ -1,6 +1,7 @@
 //! What a shop route does besides proxying the request as it came: its own answer (`return`),
-//! the path change before proxying (`rewrite`, `replace_prefix`), and the HTML pages a shop
-//! visitor is shown when the gateway answers in the upstream's place, like Nginx's.
+//! its rewrites ([`rewrite`], run when the route is searched) and the path sent upstream
+//! (`replace_prefix`), and the HTML pages a shop visitor is shown when the gateway answers in
+//! the upstream's place, like Nginx's.
 
 use std::net::IpAddr;
 
@@ -11,18 +12,29 @@ use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_proxy::Session;
 use regex::Captures;
 
-use crate::conf::{Location, Rewrite, RouteConf};
+use crate::conf::{Location, RouteConf};
 use crate::frontdoor;
 use crate::template::Vars;
 use crate::uri::encode_path;
 
-/// The variables of the request in `session` on `route` (`uri`: its normalized path when it
-/// differs from the path as sent; `client`: its address; `request_id`: its id). `$host` of a
-/// request without a host is the route's first host name, as Nginx's is its server's name.
+pub mod rewrite;
+
+/// The request's URI where it differs from the one sent: `$uri` and `$args`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct At<'a> {
+    /// The path, when normalizing or a rewrite changed it.
+    pub path: Option<&'a str>,
+    /// The query (without `?`), when a rewrite changed it.
+    pub args: Option<&'a str>,
+}
+
+/// The variables of the request in `session` on `route` (`at`: its path and query where they
+/// differ from those sent; `client`: its address; `request_id`: its id). `$host` of a request
+/// without a host is the route's first host name, as Nginx's is its server's name.
 pub fn vars<'a>(
     session: &'a Session,
     route: &RouteConf,
-    uri: Option<&'a str>,
+    at: At<'a>,
     client: Option<IpAddr>,
     request_id: &'a str,
 ) -> Vars<'a> {
@@ -30,11 +42,7 @@ pub fn vars<'a>(
     let http_host =
         req.headers.get(http::header::HOST).and_then(|v| v.to_str().ok()).or_else(|| req.uri.host());
     let http_host = http_host.unwrap_or("");
-    let name = match http_host.strip_prefix('[') {
-        Some(v6) => v6.split_once(']').map_or(http_host, |(a, _)| a),
-        None => http_host.rsplit_once(':').map_or(http_host, |(n, _)| n),
-    };
-    let host = match name.trim_end_matches('.').to_ascii_lowercase() {
+    let host = match host_name(http_host).to_ascii_lowercase() {
         h if h.is_empty() => route.hosts.first().map(|h| h.key()).unwrap_or_default(),
         h => h,
     };
@@ -43,11 +51,20 @@ pub fn vars<'a>(
         host,
         http_host,
         request_uri: req.uri.path_and_query().map_or("/", |p| p.as_str()),
-        uri: uri.unwrap_or(req.uri.path()),
-        args: req.uri.query().unwrap_or(""),
+        uri: at.path.unwrap_or(req.uri.path()),
+        args: at.args.unwrap_or(req.uri.query().unwrap_or("")),
         remote_addr: client,
         request_id,
     }
+}
+
+/// The name of a `Host` field as sent, without its port and trailing dot (not lowercased).
+pub fn host_name(http_host: &str) -> &str {
+    let name = match http_host.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(http_host, |(a, _)| a),
+        None => http_host.rsplit_once(':').map_or(http_host, |(n, _)| n),
+    };
+    name.trim_end_matches('.')
 }
 
 /// The captures of the route's regex path over `path`, when it is one.
@@ -63,12 +80,12 @@ fn location_captures<'p>(route: &'p RouteConf, path: &'p str) -> Option<Captures
 pub async fn answer(
     session: &mut Session,
     route: &RouteConf,
-    uri: Option<&str>,
+    at: At<'_>,
     client: Option<IpAddr>,
     request_id: &str,
 ) -> Result<bool> {
     let (header, body) = {
-        let vars = vars(session, route, uri, client, request_id);
+        let vars = vars(session, route, at, client, request_id);
         own_answer(route, &vars)?
     };
     session.write_response_header(Box::new(header), false).await?;
@@ -82,46 +99,64 @@ fn own_answer(route: &RouteConf, vars: &Vars<'_>) -> Result<(ResponseHeader, Str
         return Err(Error::explain(ErrorType::InternalError, "the route has no return"));
     };
     let caps = location_captures(route, vars.uri);
+    if let Some(location) = &ret.location {
+        return redirect(route, vars, ret.status, &location.render(vars, caps.as_ref()));
+    }
     let mut header = ResponseHeader::build(ret.status, Some(4))?;
-    let body = match (&ret.location, &ret.text) {
-        (Some(location), _) => {
-            let to = location.render(vars, caps.as_ref());
-            let to = HeaderValue::from_str(&to).or_else(|_| HeaderValue::from_str(&encode_path(&to)));
-            header.insert_header(
-                http::header::LOCATION,
-                to.map_err(|e| Error::explain(ErrorType::HTTPStatus(400), e.to_string()))?,
-            )?;
-            header.insert_header(http::header::CONTENT_TYPE, "text/html")?;
-            page(ret.status)
-        }
-        (None, Some(text)) => {
+    let body = match &ret.text {
+        Some(text) => {
             header.insert_header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")?;
             text.render(vars, caps.as_ref())
         }
-        (None, None) => String::new(),
+        None => String::new(),
     };
     header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
     response_headers(route, vars, &mut header)?;
     Ok((header, body))
 }
 
-/// Changes the path of the request going upstream as the route says, from its normalized
-/// path, encoded again (the query stays, as in
-/// Nginx, unless the replacement has its own: then the client's follows it after `&`, or is
-/// dropped when the replacement ends in `?`).
-pub fn rewrite(route: &RouteConf, vars: &Vars<'_>, upstream: &mut RequestHeader) -> Result<()> {
-    let new = match &route.rewrite {
-        None => return Ok(()),
-        Some(Rewrite::Prefix { from, to }) => match vars.uri.strip_prefix(from.as_str()) {
-            Some(rest) => format!("{to}{rest}"),
-            None => return Ok(()),
-        },
-        Some(Rewrite::Regex { regex, replacement }) => match regex.regex().captures(vars.uri) {
-            Some(caps) => replacement.render(vars, Some(&caps)),
-            None => return Ok(()),
-        },
+/// The head and body of a redirect of `route` to `to` (a `return` or a rewrite's), with Nginx's
+/// page and the route's added headers.
+pub fn redirect(
+    route: &RouteConf,
+    vars: &Vars<'_>,
+    status: u16,
+    to: &str,
+) -> Result<(ResponseHeader, String)> {
+    let mut header = ResponseHeader::build(status, Some(4))?;
+    let to = HeaderValue::from_str(to).or_else(|_| HeaderValue::from_str(&encode_path(to)));
+    header.insert_header(
+        http::header::LOCATION,
+        to.map_err(|e| Error::explain(ErrorType::HTTPStatus(400), e.to_string()))?,
+    )?;
+    header.insert_header(http::header::CONTENT_TYPE, "text/html")?;
+    let body = page(status);
+    header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+    response_headers(route, vars, &mut header)?;
+    Ok((header, body))
+}
+
+/// Sets the path of the request going upstream: the route's `replace_prefix` over `$uri`
+/// (unless a `break` rewrite changed it, as Nginx ignores `proxy_pass`'s URI then), else the
+/// rewritten URI (`rewritten`), encoded again; else the request goes as it was sent.
+pub fn upstream_uri(
+    route: &RouteConf,
+    vars: &Vars<'_>,
+    rewritten: Option<&rewrite::Rewritten>,
+    upstream: &mut RequestHeader,
+) -> Result<()> {
+    let replaced = match &route.replace_prefix {
+        Some(p) if !rewritten.is_some_and(|r| r.broke) => {
+            vars.uri.strip_prefix(p.from.as_str()).map(|rest| format!("{}{rest}", p.to))
+        }
+        _ => None,
     };
-    let uri = encode_path(&with_args(new, vars.args));
+    let new = match (replaced, rewritten) {
+        (Some(path), _) => with_args(path, vars.args),
+        (None, Some(r)) => with_args(r.path.clone(), &r.args),
+        (None, None) => return Ok(()),
+    };
+    let uri = encode_path(&new);
     let uri = http::Uri::try_from(uri.as_str()).map_err(|e| {
         Error::explain(ErrorType::HTTPStatus(400), format!("the rewritten path {uri:?}: {e}"))
     })?;
@@ -166,7 +201,7 @@ pub fn response_headers(route: &RouteConf, vars: &Vars<'_>, resp: &mut ResponseH
 }
 
 /// The rewritten path with the client's query, by Nginx's rule.
-fn with_args(new: String, args: &str) -> String {
+pub(crate) fn with_args(new: String, args: &str) -> String {
     if let Some(own) = new.strip_suffix('?') {
         return own.to_string();
     }

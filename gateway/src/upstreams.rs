@@ -93,9 +93,15 @@ impl AddrState {
         now_ms < self.down_until_ms.load(Ordering::Relaxed)
     }
 
-    /// A failed attempt: the `max_fails`-th within `fail_timeout` sets the address aside.
+    /// A failed attempt: the `max_fails`-th within `fail_timeout` sets the address aside. Its
+    /// count stays at `max_fails` after that until an attempt succeeds (Nginx's `fails`, reset
+    /// only by a success): back from aside, its first failure sets it aside again.
     fn failed(&self, now_ms: u64) {
         if self.max_fails == 0 {
+            return;
+        }
+        if self.fails.load(Ordering::Relaxed) >= self.max_fails {
+            self.down_until_ms.store(now_ms + self.fail_timeout_ms, Ordering::Relaxed);
             return;
         }
         let start = self.window_start_ms.load(Ordering::Relaxed);
@@ -105,6 +111,13 @@ impl AddrState {
         }
         if self.fails.fetch_add(1, Ordering::Relaxed) + 1 >= self.max_fails {
             self.down_until_ms.store(now_ms + self.fail_timeout_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// An attempt that did not fail: an address back from aside is trusted again (a success
+    /// within the window before it was set aside does not clear its count, as in Nginx).
+    fn succeeded(&self, now_ms: u64) {
+        if self.fails.load(Ordering::Relaxed) >= self.max_fails && !self.down(now_ms) {
             self.fails.store(0, Ordering::Relaxed);
         }
     }
@@ -116,6 +129,8 @@ pub struct InFlight {
     state: Arc<AddrState>,
     /// Whether failures count: a pool of one address never sets it aside (as Nginx).
     counts: bool,
+    /// Whether this attempt failed (else its end is a success).
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for InFlight {
@@ -128,6 +143,7 @@ impl InFlight {
     /// The attempt on this address failed (a refused or timed-out connection, a broken or
     /// timed-out answer): counted towards its `max_fails`.
     pub fn failed(&self) {
+        self.failed.store(true, Ordering::Relaxed);
         if self.counts {
             self.state.failed(plugins::checks::now_ms());
         }
@@ -137,6 +153,9 @@ impl InFlight {
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if self.counts && self.state.max_fails > 0 && !self.failed.load(Ordering::Relaxed) {
+            self.state.succeeded(plugins::checks::now_ms());
+        }
     }
 }
 
@@ -342,7 +361,7 @@ impl Pool {
                 std::hash::Hasher::finish(&h)
             }
         };
-        Some((Box::new(peer), InFlight { state, counts }))
+        Some((Box::new(peer), InFlight { state, counts, failed: false.into() }))
     }
 
     /// An HTTPS peer: SNI and the certificate's name, the pool's CA when it has one.
@@ -444,5 +463,41 @@ where
         let now = plugins::checks::now_ms();
         let checks = set.pools().into_iter().map(|p| p.check_if_due(now));
         futures::future::join_all(checks).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(max_fails: u32) -> AddrState {
+        AddrState {
+            max_fails,
+            fail_timeout_ms: 1_000,
+            in_flight: AtomicUsize::new(0),
+            fails: AtomicU32::new(0),
+            window_start_ms: AtomicU64::new(0),
+            down_until_ms: AtomicU64::new(0),
+        }
+    }
+
+    #[test]
+    fn failures_set_an_address_aside_and_only_a_success_clears_its_count_as_nginx() {
+        let s = state(2);
+        s.failed(100);
+        s.succeeded(105); // within the window: the count stays (Nginx's `accessed < checked`)
+        assert!(!s.down(110));
+        s.failed(200);
+        assert!(s.down(1_199) && !s.down(1_200), "aside for fail_timeout");
+        s.failed(1_300);
+        assert!(s.down(1_301), "back from aside: one failure sets it aside again");
+        s.succeeded(2_400);
+        s.failed(2_500);
+        assert!(!s.down(2_501), "a success after it came back: max_fails failures again");
+        s.failed(3_600); // a new window: one failure of two
+        assert!(!s.down(3_601));
+        let never = state(0);
+        never.failed(1);
+        assert!(!never.down(2), "max_fails=0: never aside");
     }
 }

@@ -80,6 +80,9 @@ pub async fn run(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
     let out = publish(&pool, &redis, &scripts, &conns.conf().campaigns_dir, id).await?;
     println!("campaign {id}: {out}");
     let c = Campaign::load(&conns.conf().campaigns_dir.join(format!("{id}.toml")))?;
+    for said in window_not_applied(&pool, &c).await? {
+        println!("  note: {said}");
+    }
     let version = write_facts(&redis, &c, &fleet_of(conns.conf())).await?;
     super::operate::converge(conns, id, version).await?;
     if conns.conf().fleet.gateways.is_empty() {
@@ -102,6 +105,35 @@ pub async fn run(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The window fields of `c` that differ from what PostgreSQL keeps since the publish (said, never
+/// ignored silently): the gateways apply them at their reload, PostgreSQL does not.
+async fn window_not_applied(pool: &PgPool, c: &Campaign) -> anyhow::Result<Vec<String>> {
+    let row: Option<(String, chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>, i64)> =
+        sqlx::query_as("SELECT state, starts_at, ends_at, pay_window_secs FROM campaigns WHERE id = $1")
+            .bind(&c.id)
+            .fetch_optional(pool)
+            .await?;
+    let Some((state, starts, ends, pay)) = row.filter(|r| r.0 != "DRAFT") else { return Ok(Vec::new()) };
+    let mut out = Vec::new();
+    let keep = "the gateways apply the file's at their reload, PostgreSQL keeps the published one (orders' pay-by and `end` read it)";
+    if c.starts_at.to_utc() != starts {
+        out.push(format!(
+            "starts_at is {starts} published ({state}), {} in the file: {keep}",
+            c.starts_at.to_utc()
+        ));
+    }
+    if c.ends_at.to_utc() != ends {
+        out.push(format!(
+            "ends_at is {ends} published, {} in the file: {keep}; move the end with campaign extend",
+            c.ends_at.to_utc()
+        ));
+    }
+    if c.pay_window_secs != pay {
+        out.push(format!("pay_window_secs is {pay} published, {} in the file: {keep}", c.pay_window_secs));
+    }
+    Ok(out)
 }
 
 /// This writer's side of the contract with the gateways: its gateway key's fingerprint, its

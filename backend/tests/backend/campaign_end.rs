@@ -98,8 +98,25 @@ async fn bad_campaign_commands_say_why_and_change_nothing() {
     assert!(!ok && out.contains("give 1 to"), "{out}");
     let (ok, out) = run(&conf, &["campaign", "apply", c]);
     assert!(!ok && out.contains("[fleet] gateways"), "no gateway to reach: {out}");
+    // diff: a staged copy with more stock and another rate: each field said with its effect.
+    let current = std::fs::read_to_string(env.dir.join("campaigns").join(format!("{c}.toml"))).unwrap();
+    let staged = env.dir.join("staged");
+    std::fs::create_dir_all(&staged).unwrap();
+    let changed = current.replace("stock = 5\n", "stock = 50\n") + "\n[limits]\nuser_per_sec = 9\n";
+    std::fs::write(staged.join(format!("{c}.toml")), changed).unwrap();
+    let file = staged.join(format!("{c}.toml"));
+    let (ok, out) = run(&conf, &["campaign", "diff", c, "--file", file.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    assert!(out.contains("stock: 5 → 50: REFUSED after the publish") && out.contains("add-stock"), "{out}");
+    assert!(out.contains("[limits]") && out.contains("applies at the gateways' reload"), "{out}");
+    // A window field edited after the publish is said, not ignored silently.
+    let live = env.dir.join("campaigns").join(format!("{c}.toml"));
+    std::fs::write(&live, current.replace("pay_window_secs = 900", "pay_window_secs = 600")).unwrap();
+    let (ok, out) = run(&conf, &["campaign", "publish", c]);
+    assert!(ok && out.contains("note: pay_window_secs is 900 published, 600 in the file"), "{out}");
+    std::fs::write(&live, &current).unwrap();
     let (ok, out) = run(&conf, &["campaign", "pause", c]);
     assert!(ok && out.contains("OPEN → PAUSED") && out.contains("not checked"), "{out}");
     let (ok, out) = run(&conf, &["campaign", "status", c]);
-    assert!(ok && out.contains("PAUSED (control version 1)") && out.contains("left in Redis: 5"), "{out}");
+    assert!(ok && out.contains("PAUSED (control version 2)") && out.contains("left in Redis: 5"), "{out}");
 }

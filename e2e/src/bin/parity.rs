@@ -5,8 +5,9 @@
 //! `@SLOW@` after 1 s; `@DEAD@` refuses), and `@STATIC@`, a folder of files both serve
 //! (`static_files`, every mtime 2024-01-01 00:00:00 UTC so a fixture can name their `ETag`s),
 //! `@MIME_TYPES@`, this Nginx's own `mime.types`; every request of the fixture in each of its forms
-//! (`e2e::parity::variants`) sent to both; their answers compared. Prints each difference and
-//! `parity: N of M identical`; exits 1 below `--min-percent`.
+//! (`e2e::parity::variants`) sent to both; their answers compared, and their `combined` access
+//! lines (both write one; the gateway's `[access_log]` from the import of Nginx's). Prints each
+//! difference and `parity: N of M identical`; exits 1 below `--min-percent` (of the answers).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -62,19 +63,20 @@ async fn main() -> anyhow::Result<()> {
         .filter(|p| p.extension().is_some_and(|x| x == "conf"))
         .collect();
     fixtures.sort();
-    let (mut same, mut all) = (0, 0);
+    let (mut same, mut all, mut log_same, mut log_all) = (0, 0, 0, 0);
     for f in &fixtures {
-        let (s, n) = fixture(&args, f).await?;
-        same += s;
-        all += n;
+        let ((s, n), (ls, ln)) = fixture(&args, f).await?;
+        (same, all, log_same, log_all) = (same + s, all + n, log_same + ls, log_all + ln);
     }
     let percent = 100.0 * same as f64 / all.max(1) as f64;
+    println!("access log: {log_same} of {log_all} combined lines identical (time aside; bytes of error pages and compressed bodies aside)");
     println!("parity: {same} of {all} identical ({percent:.1} %, {} fixtures)", fixtures.len());
     std::process::exit(if all > 0 && percent >= args.min_percent { 0 } else { 1 });
 }
 
-/// One fixture: its servers up, its corpus sent to both; (identical, sent).
-async fn fixture(args: &Args, path: &Path) -> anyhow::Result<(usize, usize)> {
+/// One fixture: its servers up, its corpus sent to both; (identical, sent) of the answers and
+/// of the access lines.
+async fn fixture(args: &Args, path: &Path) -> anyhow::Result<((usize, usize), (usize, usize))> {
     let name = path.file_stem().unwrap_or_default().to_string_lossy().to_string();
     let work = args.work.join(&name);
     std::fs::create_dir_all(work.join("tmp"))?;
@@ -104,8 +106,10 @@ async fn fixture(args: &Args, path: &Path) -> anyhow::Result<(usize, usize)> {
         "{name}: import-nginx failed: {}",
         String::from_utf8_lossy(&import.stderr)
     );
+    let (nlog, glog) = (work.join("nginx-access.log"), work.join("gateway-access.log"));
     let toml = std::fs::read_to_string(work.join("server.toml"))?
-        .replace(&format!("listen = \"127.0.0.1:{nport}\""), &format!("listen = \"127.0.0.1:{gport}\""));
+        .replace(&format!("listen = \"127.0.0.1:{nport}\""), &format!("listen = \"127.0.0.1:{gport}\""))
+        .replace(&nlog.display().to_string(), &glog.display().to_string());
     std::fs::write(work.join("server.toml"), toml)?;
     let log = std::fs::File::create(work.join("gateway.log"))?;
     let _gateway = Proc(
@@ -122,19 +126,76 @@ async fn fixture(args: &Args, path: &Path) -> anyhow::Result<(usize, usize)> {
     let mut corpus: Vec<Request> =
         parity::base_requests(&text, &name).iter().flat_map(parity::variants).collect();
     corpus.retain(|r| !r.target.is_empty());
-    let mut same = 0;
-    for req in &corpus {
+    let alike = send_corpus(nport, gport, &corpus).await;
+    let same = alike.iter().flatten().count();
+    println!("{name}: {same} of {} identical", corpus.len());
+    let logs = compare_logs(&name, &nlog, &glog, &corpus, &alike).await?;
+    Ok(((same, corpus.len()), logs))
+}
+
+/// Sends every request to Nginx, then to the gateway, and compares the answers: for each,
+/// `Some(whether its body's bytes are the same in both access lines)` when identical.
+async fn send_corpus(nport: u16, gport: u16, corpus: &[Request]) -> Vec<Option<bool>> {
+    let mut alike = Vec::with_capacity(corpus.len());
+    for req in corpus {
         let n = parity::send(&format!("127.0.0.1:{nport}"), req).await;
         let g = parity::send(&format!("127.0.0.1:{gport}"), req).await;
         let diff = parity::differences(&n, &g);
         if diff.is_empty() {
-            same += 1;
+            alike.push(Some(matches!(n.status, 200 | 206) && !n.headers.contains_key("content-encoding")));
         } else {
             println!("differs: {}: {}", req.label, diff.join("; "));
+            alike.push(None);
         }
     }
-    println!("{name}: {same} of {} identical", corpus.len());
-    Ok((same, corpus.len()))
+    alike
+}
+
+/// The two servers' `combined` access lines, request by request: for each request whose
+/// answers were identical (`alike`: `Some(whether its body's bytes count)`), every field but the
+/// time; (identical, compared).
+async fn compare_logs(
+    name: &str,
+    nginx: &Path,
+    gateway: &Path,
+    corpus: &[Request],
+    alike: &[Option<bool>],
+) -> anyhow::Result<(usize, usize)> {
+    // The gateway's writer takes its lines every 100 ms.
+    let read = |p: &Path| {
+        std::fs::read_to_string(p).unwrap_or_default().lines().map(String::from).collect::<Vec<_>>()
+    };
+    let mut lines = (read(nginx), read(gateway));
+    for _ in 0..20 {
+        if lines.1.len() >= corpus.len() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        lines = (read(nginx), read(gateway));
+    }
+    let (n, g) = lines;
+    if n.len() != corpus.len() || g.len() != corpus.len() {
+        println!(
+            "{name}: access lines not compared: {} (nginx), {} (gateway) for {} requests",
+            n.len(),
+            g.len(),
+            corpus.len()
+        );
+        return Ok((0, 0));
+    }
+    let (mut same, mut compared) = (0, 0);
+    for (i, bytes) in alike.iter().enumerate() {
+        let Some(bytes) = bytes else { continue };
+        compared += 1;
+        let diff = parity::log_differences(&n[i], &g[i], *bytes);
+        if diff.is_empty() {
+            same += 1;
+        } else {
+            println!("access line differs: {}: {}", corpus[i].label, diff.join("; "));
+        }
+    }
+    println!("{name}: access lines {same} of {compared} identical");
+    Ok((same, compared))
 }
 
 /// The fixture's text with its placeholders filled: `addrs` are `@LISTEN@`, `@UP1B@`, `@UP1@`,
@@ -158,7 +219,7 @@ fn nginx_conf(work: &Path, body: &str) -> String {
     let w = work.display();
     format!(
         "worker_processes 1;\ndaemon off;\npid {w}/nginx.pid;\nerror_log {w}/error.log warn;\n\
-         events {{ worker_connections 256; }}\nhttp {{\n  access_log off;\n  \
+         events {{ worker_connections 256; }}\nhttp {{\n  access_log {w}/nginx-access.log;\n  \
          client_body_temp_path {w}/tmp/body;\n  proxy_temp_path {w}/tmp/proxy;\n  \
          fastcgi_temp_path {w}/tmp/fastcgi;\n  uwsgi_temp_path {w}/tmp/uwsgi;\n  scgi_temp_path {w}/tmp/scgi;\n\
          {body}\n}}\n"

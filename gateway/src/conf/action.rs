@@ -1,6 +1,6 @@
 //! What a `[[route]]` does besides proxying as is: `return` (an answer of its own, Nginx's
-//! `return`) and a path change before proxying (`rewrite`, Nginx's `rewrite ... break`, or
-//! `replace_prefix`, Nginx's `proxy_pass http://up/new/;` under a prefix location).
+//! `return`), `rewrite`s (Nginx's, run in order, with its flags) and `replace_prefix`
+//! (Nginx's `proxy_pass http://up/new/;` under a prefix location).
 
 use protocol::conf::ConfError;
 use serde::Deserialize;
@@ -10,12 +10,41 @@ use super::matching::{self, Location, Pattern};
 use super::Checker;
 use crate::template::Template;
 
-/// `rewrite = { regex = '^/old/(.*)$', replacement = '/new/$1' }`.
+/// `rewrite = { regex = '^/old/(.*)$', replacement = '/new/$1', flag = "last" }`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRewrite {
     regex: Spanned<String>,
     replacement: Spanned<String>,
+    flag: Option<Spanned<String>>,
+}
+
+/// `rewrite = { ... }` or `rewrite = [{ ... }, { ... }]`: one or several, in order (each
+/// read by [`RawRewrite`]'s own rules, so an error keeps its place).
+#[derive(Debug)]
+pub(super) enum RawRewrites {
+    One(RawRewrite),
+    Many(Vec<RawRewrite>),
+}
+
+impl<'de> Deserialize<'de> for RawRewrites {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = RawRewrites;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a table { regex, replacement, flag } or a list of them")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                RawRewrite::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawRewrites::One)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+                Vec::deserialize(serde::de::value::SeqAccessDeserializer::new(seq)).map(RawRewrites::Many)
+            }
+        }
+        d.deserialize_any(Either)
+    }
 }
 
 /// Redirect statuses: the rest of a `return` is the `Location`.
@@ -32,23 +61,57 @@ pub struct Return {
     pub text: Option<Template>,
 }
 
-/// How a route changes the path before proxying.
+/// What a rewrite does after it matched (Nginx's flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RewriteFlag {
+    /// No flag in Nginx (`flag = "none"`): the route's next rewrites run on the new URI, then
+    /// the routes are searched again with it (or the route's `return` answers).
+    None,
+    /// The routes are searched again with the new URI (at most 10 times, then 500).
+    Last,
+    /// The route keeps the request, the new URI goes upstream (the default: a route's one
+    /// rewrite meant this before flags were read).
+    Break,
+    /// A 302 to the new URI.
+    Redirect,
+    /// A 301 to the new URI.
+    Permanent,
+}
+
+impl RewriteFlag {
+    fn parse(word: &str) -> Option<Self> {
+        match word {
+            "none" => Some(Self::None),
+            "last" => Some(Self::Last),
+            "break" => Some(Self::Break),
+            "redirect" => Some(Self::Redirect),
+            "permanent" => Some(Self::Permanent),
+            _ => None,
+        }
+    }
+}
+
+/// One `rewrite` of a route: a regex over the URI, replaced (with `$1`..) when it matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rewrite {
-    /// A regex over the path, replaced (with `$1`..) when it matches; else the path stays.
-    Regex {
-        /// What is matched against the path.
-        regex: Pattern,
-        /// The new path (and query, if it has one).
-        replacement: Template,
-    },
-    /// The route's prefix replaced by `to`.
-    Prefix {
-        /// The route's prefix (its `path`).
-        from: String,
-        /// What replaces it.
-        to: String,
-    },
+pub struct RegexRewrite {
+    /// What is matched against the path.
+    pub regex: Pattern,
+    /// The new path (and query, if it has one), or a URL to redirect to.
+    pub replacement: Template,
+    /// What follows a match.
+    pub flag: RewriteFlag,
+    /// The status of a redirect (`redirect`, `permanent`, or a replacement that is a URL).
+    pub redirect: Option<u16>,
+}
+
+/// `replace_prefix`: the route's prefix replaced by `to` on the way upstream (Nginx's URI in
+/// `proxy_pass`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixRewrite {
+    /// The route's prefix (its `path`).
+    pub from: String,
+    /// What replaces it.
+    pub to: String,
 }
 
 /// Reads `return`: `"CODE"`, `"CODE text"`, `"CODE URL"` (301, 302, 303, 307, 308) or `"URL"`
@@ -119,45 +182,64 @@ pub(super) fn error_pages(
     Ok(pages)
 }
 
-/// Reads `rewrite` or `replace_prefix` (not both) of a route whose path is `location`.
-pub(super) fn rewrite(
+/// Reads a route's `rewrite`s (one table or a list, run in order) and `replace_prefix`.
+pub(super) fn rewrites(
     c: &Checker<'_>,
     prefix: &str,
-    raw: (&Option<RawRewrite>, &Option<Spanned<String>>),
+    raw: (&Option<RawRewrites>, &Option<Spanned<String>>),
     location: &Location,
-) -> Result<Option<Rewrite>, ConfError> {
-    match raw {
-        (Some(_), Some(p)) => Err(c.err(
-            p.span(),
-            &format!("{prefix}.replace_prefix"),
-            "give `rewrite` or `replace_prefix`, not both",
-        )),
-        (Some(r), None) => regex_rewrite(c, prefix, r).map(Some),
-        (None, Some(to)) => {
-            let field = format!("{prefix}.replace_prefix");
-            let Some(from) = location.prefix() else {
-                return Err(c.err(to.span(), &field, "a regex path has no prefix to replace: use `rewrite`"));
-            };
-            if !to.get_ref().starts_with('/') {
-                return Err(c.err(to.span(), &field, "must start with /"));
-            }
-            Ok(Some(Rewrite::Prefix { from: from.to_string(), to: to.get_ref().clone() }))
-        }
-        (None, None) => Ok(None),
+) -> Result<(Vec<RegexRewrite>, Option<PrefixRewrite>), ConfError> {
+    let list = match raw.0 {
+        None => Vec::new(),
+        Some(RawRewrites::One(r)) => vec![regex_rewrite(c, &format!("{prefix}.rewrite"), r)?],
+        Some(RawRewrites::Many(all)) => all
+            .iter()
+            .enumerate()
+            .map(|(i, r)| regex_rewrite(c, &format!("{prefix}.rewrite[{i}]"), r))
+            .collect::<Result<_, _>>()?,
+    };
+    let Some(to) = raw.1 else { return Ok((list, None)) };
+    let field = format!("{prefix}.replace_prefix");
+    let Some(from) = location.prefix() else {
+        return Err(c.err(to.span(), &field, "a regex path has no prefix to replace: use `rewrite`"));
+    };
+    if !to.get_ref().starts_with('/') {
+        return Err(c.err(to.span(), &field, "must start with /"));
     }
+    Ok((list, Some(PrefixRewrite { from: from.to_string(), to: to.get_ref().clone() })))
 }
 
-fn regex_rewrite(c: &Checker<'_>, prefix: &str, r: &RawRewrite) -> Result<Rewrite, ConfError> {
-    let regex = matching::compile(c, &r.regex, &format!("{prefix}.rewrite.regex"), r.regex.get_ref())?;
-    let field = format!("{prefix}.rewrite.replacement");
+/// Whether a replacement is a URL (then the rewrite redirects, whatever its flag, as Nginx's).
+fn is_url(to: &str) -> bool {
+    ["http://", "https://", "$scheme"].iter().any(|s| to.starts_with(s))
+}
+
+fn regex_rewrite(c: &Checker<'_>, field: &str, r: &RawRewrite) -> Result<RegexRewrite, ConfError> {
+    let regex = matching::compile(c, &r.regex, &format!("{field}.regex"), r.regex.get_ref())?;
+    let rfield = format!("{field}.replacement");
     let to = r.replacement.get_ref();
-    if !to.starts_with('/') {
+    if !to.starts_with('/') && !is_url(to) {
         return Err(c.err(
             r.replacement.span(),
-            &field,
-            "must be a path starting with / (a redirect is a `return`, e.g. \"301 https://$host$1\")",
+            &rfield,
+            "must be a path starting with / or a URL (http://, https://, $scheme: a redirect)",
         ));
     }
-    let replacement = Template::parse(to).map_err(|e| c.err(r.replacement.span(), &field, e))?;
-    Ok(Rewrite::Regex { regex, replacement })
+    let replacement = Template::parse(to).map_err(|e| c.err(r.replacement.span(), &rfield, e))?;
+    let flag = match &r.flag {
+        None => RewriteFlag::Break,
+        Some(f) => RewriteFlag::parse(f.get_ref()).ok_or_else(|| {
+            c.err(
+                f.span(),
+                &format!("{field}.flag"),
+                format!("must be last, break, redirect, permanent or none, found {:?}", f.get_ref()),
+            )
+        })?,
+    };
+    let redirect = match (is_url(to), flag) {
+        (_, RewriteFlag::Permanent) => Some(301),
+        (true, _) | (_, RewriteFlag::Redirect) => Some(302),
+        _ => None,
+    };
+    Ok(RegexRewrite { regex, replacement, flag, redirect })
 }

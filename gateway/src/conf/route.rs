@@ -148,7 +148,7 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
     };
     let hosts = hosts(c, prefix, r)?;
     let answer = r.answer.as_ref().map(|a| action::answer(c, a, &f("return"))).transpose()?;
-    let rewrite = action::rewrite(c, prefix, (&r.rewrite, &r.replace_prefix), &location)?;
+    let (rewrites, replace_prefix) = action::rewrites(c, prefix, (&r.rewrite, &r.replace_prefix), &location)?;
     let files = files::check(c, prefix, r, &location)?;
     let pool = route_action(c, prefix, r, answer.is_some(), files.is_some())?;
     let client_max_body_size = match &r.client_max_body_size {
@@ -161,7 +161,8 @@ fn one(c: &Checker<'_>, prefix: &str, r: &RawRoute) -> Result<RouteConf, ConfErr
         default_server: r.default_server.as_ref().is_some_and(|d| *d.get_ref()),
         location,
         answer,
-        rewrite,
+        rewrites,
+        replace_prefix,
         headers: headers::check(c, prefix, r)?,
         error_pages: action::error_pages(c, prefix, &r.error_page)?,
         files,
@@ -206,6 +207,8 @@ fn route_action(
             Err(c.err(root_span, &f(root_field), "a route with `return` answers itself: drop it"))
         }
         (None, true, false) | (None, false, true) => Ok(None),
+        // Rewrites only: a request none of them takes away is answered 404.
+        (None, false, false) if r.rewrite.is_some() => Ok(None),
         (None, false, false) => Err(c.err(
             r.name.span(),
             &f("upstreams"),
@@ -349,6 +352,27 @@ mod tests {
             "rewrite",
             "unknown field `replacment`",
         );
+        refused(
+            &rw("rewrite = [{ regex = \"x\", replacement = \"/\" }, { regex = \"y\", replacement = \"/\", flag = \"lats\" }]"),
+            7,
+            "route[0].rewrite[1].flag",
+            "must be last, break, redirect, permanent or none",
+        );
+        refused(
+            &rw("rewrite = [{ regex = \"x\", replacment = \"/\" }]"),
+            7,
+            "rewrite",
+            "unknown field `replacment`",
+        );
+        refused(&rw("rewrite = 3"), 7, "rewrite", "a table { regex, replacement, flag } or a list");
+        let two = super::super::parse_server(
+            std::path::Path::new("s.toml"),
+            &file(&rw("rewrite = [{ regex = 'a', replacement = 'https://x/', flag = \"last\" }, \
+                       { regex = 'b', replacement = '/c', flag = \"permanent\" }]")),
+        );
+        let flags: Vec<_> = two.unwrap().routes[0].rewrites.iter().map(|r| (r.flag, r.redirect)).collect();
+        use super::super::RewriteFlag::{Last, Permanent};
+        assert_eq!(flags, [(Last, Some(302)), (Permanent, Some(301))], "a URL redirects whatever the flag");
         refused(&rw("replace_prefix = \"new/\""), 7, "route[0].replace_prefix", "start with /");
         refused(
             &route("path = \"~ x\"\nreplace_prefix = \"/\""),

@@ -22,6 +22,8 @@ pub(super) struct RawTls {
     http2: Option<S<bool>>,
     #[serde(default)]
     redirect_listen: Option<S<String>>,
+    #[serde(default)]
+    proxy_protocol: Option<S<bool>>,
     #[serde(default, rename = "cert")]
     certs: Option<S<Vec<RawCert>>>,
     #[serde(default)]
@@ -83,6 +85,9 @@ pub struct TlsConf {
     pub http2: bool,
     /// A plain-HTTP listener answering every request with a 308 to HTTPS (restart to change).
     pub redirect_listen: Option<SocketAddr>,
+    /// Every connection to the HTTPS listener starts with a PROXY header, before TLS (Nginx's
+    /// `listen 443 ssl proxy_protocol`; restart to change).
+    pub proxy_protocol: bool,
     /// Certificates (reloaded on `SIGHUP`).
     pub certs: Certs,
     /// Certificates by ACME (restart to change).
@@ -130,6 +135,7 @@ pub(super) fn check(c: &Checker<'_>, raw: &RawTls, base: &Path) -> Result<TlsCon
         listen,
         http2: raw.http2.as_ref().is_none_or(|b| *b.get_ref()),
         redirect_listen,
+        proxy_protocol: raw.proxy_protocol.as_ref().is_some_and(|b| *b.get_ref()),
         certs: Certs { entries, table: CertTable::new(loaded).map(Arc::new) },
         acme,
     })
@@ -149,5 +155,6 @@ mod tests {
         };
         expect_err(&with(&cert("[\"a b\"]")), line + 1, "tls.cert[0].hosts", "not a host name");
         expect_err(&with(&cert("[\"shop.example\"]")), line + 2, "tls.cert[0].cert_file", "cannot read");
+        expect_err(&with("proxy_protocol = \"yes\""), line, "proxy_protocol", "invalid type");
     }
 }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use super::limits::{self, Zone};
+use super::logs;
 use super::note::{bytes, note, q, Note};
 use super::parse::Directive;
 use crate::conf::upstream::nginx_ms as millis;
@@ -75,7 +76,8 @@ struct Route {
     tls: bool,
     replace_prefix: Option<String>,
     answer: Option<String>,
-    rewrite: Option<(String, String)>,
+    /// `rewrite`s: regex, replacement, flag (`none` for Nginx's none).
+    rewrites: Vec<(String, String, &'static str)>,
     /// The location's `alias`, or its inherited `root`, when it serves files.
     files: Option<FilesFrom>,
     try_files: Option<Vec<String>>,
@@ -96,6 +98,7 @@ pub fn import(top: &[Directive]) -> Import {
     let mut routes = Vec::new();
     let mut listen: Option<String> = None;
     let mut http_zones = Vec::new();
+    let mut access_log = None;
     for d in top {
         match (d.name.as_str(), &d.block) {
             ("http", Some(http)) => {
@@ -106,7 +109,9 @@ pub fn import(top: &[Directive]) -> Import {
                     http.iter().filter(|d| matches!(d.name.as_str(), "limit_req_zone" | "limit_conn_zone"));
                 let zones = zoned.filter_map(|d| limits::zone(d, &mut out.notes)).collect();
                 let outer = Inherited { zones, ..Inherited::default() };
-                let http_level = level(http, outer, &["server", "upstream"], &mut out.notes);
+                let skip = ["server", "upstream", "log_format", "access_log"];
+                let http_level = level(http, outer, &skip, &mut out.notes);
+                access_log = logs::access_log(http, &mut out.notes);
                 http_zones.clone_from(&http_level.zones);
                 for d in http.iter().filter(|d| d.name == "server") {
                     server(d, &http_level, &upstreams, &mut routes, &mut listen, &mut out.notes);
@@ -123,6 +128,7 @@ pub fn import(top: &[Directive]) -> Import {
         }
     }
     out.toml = render(listen.as_deref(), &http_zones, &routes);
+    out.toml.push_str(access_log.as_deref().unwrap_or(""));
     out
 }
 
@@ -431,9 +437,8 @@ fn why_not(name: &str) -> &'static str {
         "ssl_certificate" | "ssl_certificate_key" | "ssl_protocols" | "ssl_ciphers" => {
             "TLS is the gateway's [tls] section: write it by hand"
         }
-        "access_log" | "log_format" => {
-            "the access log is the gateway's [access_log] (text or JSON, one format)"
-        }
+        "access_log" => "the gateway writes one access log, [access_log], from http's `access_log`: a server's or location's own is not mapped",
+        "log_format" => "log_format is read in http only (as Nginx)",
         "if" | "set" | "map" => "conditions and variables are not built",
         "proxy_buffering" | "proxy_buffer_size" | "proxy_buffers" | "proxy_request_buffering" => {
             "the gateway streams bodies without buffering them"
@@ -536,9 +541,16 @@ fn the_listen(s: &Directive, listen: &mut Option<String>, notes: &mut Vec<Note>)
     let addr = s.args.first().cloned().unwrap_or_default();
     let addr = if addr.parse::<u16>().is_ok() { format!("0.0.0.0:{addr}") } else { addr };
     let mut tls = false;
+    let ssl = s.args.iter().any(|a| a == "ssl");
     for flag in &s.args[1..] {
         match flag.as_str() {
             "default_server" | "default" => {}
+            "proxy_protocol" if ssl => note(
+                notes,
+                s,
+                true,
+                "[tls] proxy_protocol = true (in the [tls] section written by hand): the header comes before TLS, its source is the client's address",
+            ),
             "proxy_protocol" => note(
                 notes,
                 s,
@@ -593,13 +605,7 @@ fn location(
         inherited,
         ..Default::default()
     };
-    let mut rewrites = body.iter().filter(|d| d.name == "rewrite");
-    if let Some(r) = rewrites.next() {
-        route.rewrite = rewrite(r, notes);
-    }
-    for extra in rewrites {
-        note(notes, extra, false, "one rewrite per route");
-    }
+    route.rewrites = rewrites(body, notes);
     if let Some(r) = body.iter().find(|d| d.name == "return") {
         route.answer = answer(r, notes);
     } else if let Some(p) = body.iter().find(|d| d.name == "proxy_pass") {
@@ -608,7 +614,13 @@ fn location(
     if route.answer.is_none() && route.upstreams.is_empty() && !body.iter().any(|d| d.name == "proxy_pass") {
         files_location(l, body, &mut route, notes);
     }
-    if route.answer.is_none() && route.upstreams.is_empty() && route.files.is_none() {
+    if route.answer.is_none()
+        && route.upstreams.is_empty()
+        && route.files.is_none()
+        && !route.rewrites.is_empty()
+    {
+        note(notes, l, true, "rewrites only: a request none of them takes away is answered 404 (Nginx's default root, `html` under its prefix, is not mapped)");
+    } else if route.answer.is_none() && route.upstreams.is_empty() && route.files.is_none() {
         return note(notes, l, false, "neither proxied, answered nor served from a folder here (Nginx's default root, `html` under its prefix, is not mapped): no route");
     }
     push(route, l, routes, notes);
@@ -742,25 +754,48 @@ fn answer(r: &Directive, notes: &mut Vec<Note>) -> Option<String> {
     }
 }
 
-/// `rewrite REGEX REPLACEMENT [break]`: `last` and no flag search the locations again, the
-/// redirect flags answer: not mapped.
-fn rewrite(r: &Directive, notes: &mut Vec<Note>) -> Option<(String, String)> {
-    match r.args.as_slice() {
-        [regex, replacement, flag] if flag == "break" => Some((regex.clone(), replacement.clone())),
-        [_, _] | [_, _, _] => {
+/// A location's `rewrite`s in order; those after its `return` never run (noted).
+fn rewrites(body: &[Directive], notes: &mut Vec<Note>) -> Vec<(String, String, &'static str)> {
+    let mut out = Vec::new();
+    let mut answered = false;
+    for d in body.iter().filter(|d| matches!(d.name.as_str(), "rewrite" | "return")) {
+        match (d.name.as_str(), answered) {
+            ("return", _) => answered = true,
+            (_, true) => note(notes, d, false, "after the location's `return`: never runs"),
+            _ => out.extend(rewrite(d, notes)),
+        }
+    }
+    out
+}
+
+/// `rewrite REGEX REPLACEMENT [last|break|redirect|permanent]`.
+fn rewrite(r: &Directive, notes: &mut Vec<Note>) -> Option<(String, String, &'static str)> {
+    let flag = match (r.args.len(), r.args.get(2).map(String::as_str)) {
+        (2, _) => "none",
+        (3, Some("last")) => "last",
+        (3, Some("break")) => "break",
+        (3, Some("redirect")) => "redirect",
+        (3, Some("permanent")) => "permanent",
+        _ => {
             note(
                 notes,
                 r,
                 false,
-                "only `rewrite … break` is built (the gateway does not search the locations again)",
+                "rewrite takes a regex, a replacement and a flag (last, break, redirect, permanent)",
             );
-            None
+            return None;
         }
-        _ => {
-            note(notes, r, false, "rewrite takes a regex, a replacement and a flag");
-            None
-        }
+    };
+    let to = &r.args[1];
+    if !["/", "http://", "https://", "$scheme"].iter().any(|p| to.starts_with(p)) {
+        note(notes, r, false, "the replacement must be a path (/...) or a URL");
+        return None;
     }
+    if let Err(e) = crate::template::Template::parse(to) {
+        note(notes, r, false, &e);
+        return None;
+    }
+    Some((r.args[0].clone(), to.clone(), flag))
 }
 
 fn slug(path: &str) -> String {
@@ -807,7 +842,7 @@ fn route(out: &mut String, r: &Route) {
         let _ = writeln!(out, "return = {}", q(a));
     } else if let Some(from) = &r.files {
         files(out, from, r);
-    } else {
+    } else if !r.upstreams.is_empty() {
         let ups: Vec<String> = r.upstreams.iter().map(|u| q(u)).collect();
         let _ = writeln!(out, "upstreams = [{}]", ups.join(", "));
         if let Some(b) = &r.balance {
@@ -820,8 +855,21 @@ fn route(out: &mut String, r: &Route) {
     if let Some(p) = &r.replace_prefix {
         let _ = writeln!(out, "replace_prefix = {}", q(p));
     }
-    if let Some((regex, replacement)) = &r.rewrite {
-        let _ = writeln!(out, "rewrite = {{ regex = {}, replacement = {} }}", q(regex), q(replacement));
+    let rewrites: Vec<String> = r
+        .rewrites
+        .iter()
+        .map(|(regex, to, flag)| {
+            format!("{{ regex = {}, replacement = {}, flag = {} }}", q(regex), q(to), q(flag))
+        })
+        .collect();
+    match rewrites.as_slice() {
+        [] => {}
+        [one] => {
+            let _ = writeln!(out, "rewrite = {one}");
+        }
+        all => {
+            let _ = writeln!(out, "rewrite = [\n  {},\n]", all.join(",\n  "));
+        }
     }
     let i = &r.inherited;
     for (field, ms) in &i.timeouts {
@@ -938,10 +986,10 @@ mod tests {
         let toml = i.toml.replace("/srv/shop/static", &std::env::temp_dir().display().to_string());
         let conf = crate::conf::parse_server(Path::new("imported.toml"), &toml)
             .unwrap_or_else(|e| panic!("{e}\n{}", i.toml));
-        // The locations proxied, answered or served: /, = /healthz, ^~ /api/, the static
-        // files, /old/, /search (the `last` rewrite is not mapped; the redirect to https is
+        // The locations proxied, answered, served or rewritten: /, = /healthz, ^~ /api/, the
+        // static files, /old/, /legacy/ (its `last` rewrite), /search (the redirect to https is
         // [tls]'s).
-        assert_eq!(i.toml.matches("[[route]]").count(), 6, "{}", i.toml);
+        assert_eq!(i.toml.matches("[[route]]").count(), 7, "{}", i.toml);
         assert!(format!("{conf:?}").contains("shop_app") || i.toml.contains("127.0.0.1:9001"));
         for want in [
             "listen = \"0.0.0.0:80\"",
@@ -955,7 +1003,8 @@ mod tests {
             "proxy_set_header = { \"X-Api\" = \"1\" }",
             "proxy_set_header = { \"Host\" = \"$host\", \"X-Forwarded-Proto\" = \"$scheme\" }",
             "add_header_always = { \"X-Frame-Options\" = \"SAMEORIGIN\" }",
-            "rewrite = { regex = \"^/old/(.*)$\", replacement = \"/new/$1\" }",
+            "rewrite = { regex = \"^/old/(.*)$\", replacement = \"/new/$1\", flag = \"break\" }",
+            "path = \"/legacy/\"\nrewrite = { regex = \"^/legacy/(.*)$\", replacement = \"/$1\", flag = \"last\" }",
             "proxy_hide_header = [\"X-Powered-By\"]",
             "hosts = [\"shop.example.com\", \"*.shop.example.com\"]\ndefault_server = true",
             "[[limit_req_zone]]\nname = \"search\"\nkey = \"$binary_remote_addr\"\nrate = \"10r/s\"\nmax_keys = 163840",
@@ -979,8 +1028,7 @@ mod tests {
             "shop-https.conf:4: ssl_certificate: not mapped",
             "shop-https.conf:8: proxy_set_header: differently",
             "shop-https.conf:30: expires: not mapped",
-            "shop-https.conf:38: location: not mapped",
-            "shop-https.conf:39: rewrite: not mapped",
+            "shop-https.conf:38: location: differently",
             "shop-https.conf:44: if: not mapped",
             "shop-https.conf:49: error_page: not mapped",
             "shop-https.conf:50: access_log: not mapped",
@@ -989,7 +1037,7 @@ mod tests {
         }
         // Nothing else: every note is one of those (the upstream servers' weight, max_fails
         // and fail_timeout map).
-        assert_eq!(got.len(), 18, "{got:#?}");
+        assert_eq!(got.len(), 17, "{got:#?}");
         assert!(!got.iter().any(|n| n.contains("default_type") || n.contains(": root:")), "{got:#?}");
     }
 
@@ -1018,6 +1066,35 @@ mod tests {
                 && notes.contains(&"real_ip_header: true".to_string()),
             "{notes:?}"
         );
+        // On a TLS listener: [tls] proxy_protocol, not the plain listener's.
+        let i = import_http("server { listen 443 ssl proxy_protocol; location / { return 200 ok; } }");
+        assert!(!i.toml.contains("proxy_protocol = true"), "{}", i.toml);
+        assert!(i.notes.iter().any(|n| n.why.starts_with("[tls] proxy_protocol = true")), "{:?}", i.notes);
+    }
+
+    #[test]
+    fn rewrites_in_order_with_their_flags() {
+        let i = import_http(
+            "server { listen 8080; server_name r.test;\n\
+             location /a/ { rewrite ^/a/(.*)$ /b/$1; rewrite ^/b/(.*)$ /c/$1 last; rewrite ^/x https://$host/ permanent; }\n\
+             location /t/ { rewrite ^/t/(.*)$ /u/$1; return 200 \"$uri\"; rewrite ^ /never; }\n\
+             location /bad/ { rewrite ^ relative; rewrite a b c d; proxy_pass http://127.0.0.1:9; }\n}",
+        );
+        let want = "rewrite = [\n  { regex = \"^/a/(.*)$\", replacement = \"/b/$1\", flag = \"none\" },\n  \
+                    { regex = \"^/b/(.*)$\", replacement = \"/c/$1\", flag = \"last\" },\n  \
+                    { regex = \"^/x\", replacement = \"https://$host/\", flag = \"permanent\" },\n]";
+        assert!(i.toml.contains(want), "{}", i.toml);
+        assert!(i.toml.contains("return = \"200 $uri\"\nrewrite = { regex = \"^/t/(.*)$\", replacement = \"/u/$1\", flag = \"none\" }"), "{}", i.toml);
+        let n: Vec<String> =
+            i.notes.iter().map(|n| format!("{}:{} {}", n.at.line, n.directive, n.why)).collect();
+        assert!(n.iter().any(|n| n.starts_with("3:location") && n.contains("rewrites only")), "{n:#?}");
+        assert!(n.iter().any(|n| n.starts_with("4:") && n.contains("never runs")), "{n:#?}");
+        assert!(n.iter().any(|n| n.starts_with("5:") && n.contains("a path (/...) or a URL")), "{n:#?}");
+        assert!(
+            n.iter().any(|n| n.starts_with("5:") && n.contains("a regex, a replacement and a flag")),
+            "{n:#?}"
+        );
+        crate::conf::parse_server(std::path::Path::new("imported.toml"), &i.toml).expect("it loads");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod import;
 mod limits;
+mod logs;
 mod note;
 mod parse;
 

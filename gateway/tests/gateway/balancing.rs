@@ -72,6 +72,64 @@ async fn a_refused_address_is_set_aside_and_its_request_tried_on_another() {
     assert_eq!(got, BTreeMap::from([("a".to_string(), 20)]), "no request fails: each is tried again on a");
 }
 
+/// An upstream that accepts, reads a request and closes unanswered (a broken answer: a failed
+/// attempt), counting the connections it accepted.
+async fn closer() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await;
+        }
+    });
+    (addr, accepted)
+}
+
+#[tokio::test]
+async fn an_address_back_from_aside_is_set_aside_again_by_one_failure_as_nginx() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let b = named("b", Duration::ZERO).await;
+    let (a, accepted) = closer().await;
+    let gw = gateway(
+        &[format!("{a} max_fails=2 fail_timeout=1s"), b.address().to_string()],
+        "health_check_interval_ms = 60000",
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let send = |n: usize| {
+        let (http, url) = (http.clone(), gw.url("/x"));
+        async move {
+            for _ in 0..n {
+                let _ = http.get(&url).send().await.unwrap().status();
+            }
+        }
+    };
+    // The start's health check and probe (which may have failed on a) behind us, past
+    // fail_timeout.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    let at_start = accepted.load(SeqCst);
+    // Two failures within fail_timeout set it aside: then every request goes to b.
+    for _ in 0..20 {
+        if accepted.load(SeqCst) >= at_start + 2 {
+            break;
+        }
+        send(1).await;
+    }
+    assert_eq!(accepted.load(SeqCst), at_start + 2, "max_fails=2");
+    send(6).await;
+    assert_eq!(accepted.load(SeqCst), at_start + 2, "aside for fail_timeout");
+    // Back after fail_timeout, but its count kept until an answer succeeds (Nginx's `fails`):
+    // its first failure sets it aside again at once, not after two more.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    send(8).await;
+    assert_eq!(accepted.load(SeqCst), at_start + 3, "one try, then aside again");
+}
+
 #[tokio::test]
 async fn least_conn_sends_to_the_address_with_fewest_in_flight() {
     let slow = named("slow", Duration::from_millis(1500)).await;

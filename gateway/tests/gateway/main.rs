@@ -9,6 +9,7 @@
 mod pebble;
 mod support;
 
+mod access_log;
 mod acme;
 mod admission;
 mod balancing;

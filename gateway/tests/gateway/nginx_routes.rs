@@ -190,6 +190,50 @@ async fn rewrite_and_replace_prefix_change_the_path_before_proxying() {
 }
 
 #[tokio::test]
+async fn rewrites_run_in_order_last_searches_again_and_a_cycle_is_500() {
+    // = /z0 .. = /z14 each `rewrite ^ /z<i+1> last`; /z15 is proxied.
+    let chain: Vec<(String, String)> = (0..16)
+        .map(|i| {
+            let rw = format!("rewrite = {{ regex = '^', replacement = '/z{}', flag = \"last\" }}", i + 1);
+            (format!("z{i}"), format!("path = \"= /z{i}\"\n{}", if i < 15 { rw.as_str() } else { "" }))
+        })
+        .collect();
+    let mut routes: Vec<(&str, &str)> = chain.iter().map(|(n, e)| (n.as_str(), e.as_str())).collect();
+    routes.extend([
+        ("legacy", "path = \"/legacy/\"\nrewrite = { regex = '^/legacy/(.*)$', replacement = '/shop/$1', flag = \"last\" }"),
+        ("shop", "path = \"/shop/\""),
+        (
+            "chain",
+            "path = \"/chain/\"\nrewrite = [{ regex = '^/chain/(.*)$', replacement = '/step/$1', flag = \"none\" },\n\
+             { regex = '^/step/(.*)$', replacement = '/final/$1?z=1', flag = \"none\" }]",
+        ),
+        ("final", "path = \"/final/\"\nreplace_prefix = \"/fin/\""),
+        ("go", "path = \"/go/\"\nrewrite = { regex = '^/go/(.*)$', replacement = '/dest/$1', flag = \"redirect\" }"),
+    ]);
+    let (text, ups) = proxy_file(&routes).await;
+    let gw = Gateway::start_text(&text).await;
+    let seen = |i: usize| {
+        let up = &ups[i];
+        async move {
+            let got = up.received_requests().await.unwrap();
+            let last = got.last().expect("a request reached the upstream");
+            last.url.path().to_string() + last.url.query().map(|q| format!("?{q}")).as_deref().unwrap_or("")
+        }
+    };
+    // Ten searches again are Nginx's most: the eleventh is a 500.
+    assert_eq!(get(&gw, "a", "/z5").await, (200, "z15".into()));
+    assert_eq!(get(&gw, "a", "/z4").await.0, 500);
+    assert_eq!(get(&gw, "a", "/legacy/item?x=1").await, (200, "shop".into()));
+    assert_eq!(seen(17).await, "/shop/item?x=1", "the new URI, the query kept");
+    assert_eq!(get(&gw, "a", "/chain/a?y=2").await, (200, "final".into()));
+    assert_eq!(seen(19).await, "/fin/a?z=1&y=2", "both rewrites, then the prefix of the route found");
+    let no_follow = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+    let r = no_follow.get(gw.url("/go/x?y=1")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 302);
+    assert_eq!(r.headers()["location"], "/dest/x?y=1");
+}
+
+#[tokio::test]
 async fn request_headers_set_and_removed_response_headers_added_and_hidden() {
     let up = MockServer::start().await;
     let answer = |status| {

@@ -216,3 +216,70 @@ async fn https_to_an_upstream_checks_its_certificate_by_the_routes_ca_and_name()
     assert!(!ok && said.contains(":7:") && said.contains("needs `upstream_tls = true`"), "{said}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A relay on a port of its own that opens a connection to `to` for each one it accepts, writes
+/// `header` there first (what a load balancer's PROXY protocol does), then copies both ways.
+async fn proxy_relay(to: u16, header: Vec<u8>) -> u16 {
+    use tokio::io::AsyncWriteExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let header = header.clone();
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await else { return };
+                if server.write_all(&header).await.is_ok() {
+                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn the_proxy_protocol_on_the_https_listener_names_the_client_before_tls() {
+    let ca = TestCa::new();
+    let dir = cert_dir();
+    ca.issue(&dir, "shop", &["shop.test"]);
+    let up = MockServer::start().await;
+    Mock::given(any())
+        .respond_with(|req: &wiremock::Request| {
+            let ip = req.headers.get("x-real-ip").and_then(|v| v.to_str().ok()).unwrap_or("none");
+            ResponseTemplate::new(200).set_body_string(format!("ip={ip}"))
+        })
+        .mount(&up)
+        .await;
+    let tls_port = free_port();
+    let d = dir.display();
+    let gw = Gateway::start_text(&format!(
+        "[server]\nlisten = \"127.0.0.1:{{port}}\"\nworkers = {}\n[[route]]\nname = \"shop\"\npath = \"/\"\nupstreams = [\"{}\"]\n\
+         [tls]\nlisten = \"127.0.0.1:{tls_port}\"\nproxy_protocol = true\n[[tls.cert]]\nhosts = [\"shop.test\"]\n\
+         cert_file = \"{d}/shop.pem\"\nkey_file = \"{d}/shop.key\"\n",
+        workers(),
+        up.address()
+    ))
+    .await;
+    let v1 = proxy_relay(tls_port, b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 443\r\n".to_vec()).await;
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    v2.extend_from_slice(&[0x21, 0x11, 0, 12, 198, 51, 100, 9, 127, 0, 0, 1, 0x15, 0xb3, 1, 0xbb]);
+    let v2 = proxy_relay(tls_port, v2).await;
+    let unknown = proxy_relay(tls_port, b"PROXY UNKNOWN\r\n".to_vec()).await;
+    for (port, http1, want) in [
+        (v1, true, "ip=203.0.113.7"),
+        (v1, false, "ip=203.0.113.7"),
+        (v2, false, "ip=198.51.100.9"),
+        (unknown, true, "ip=127.0.0.1"),
+    ] {
+        let resp = ca.client(port, &["shop.test"], http1).get("https://shop.test/a").send().await.unwrap();
+        let version = resp.version();
+        assert_eq!(resp.text().await.unwrap(), want, "through port {port}, {version:?}");
+    }
+    // Straight to the listener, without the header: no TLS at all (the first bytes are the
+    // ClientHello, not a PROXY header), as Nginx closes a broken header.
+    let direct = ca.client(tls_port, &["shop.test"], true).get("https://shop.test/a").send().await;
+    assert!(direct.is_err(), "{direct:?}");
+    // The plain listener reads no PROXY header (its own `[server] proxy_protocol` is off).
+    assert_eq!(reqwest::get(gw.url("/b")).await.unwrap().text().await.unwrap(), "ip=127.0.0.1");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -258,8 +258,25 @@ impl SaleConf {
 
 impl Loaded {
     /// `conf` with every campaign file of its campaigns folder, checked.
+    /// A campaign asking a provider's captcha while the server file names no provider is
+    /// refused at its `captcha` line: every token request would fail.
     pub fn with_campaigns(conf: SaleConf) -> Result<Self, ConfError> {
         let campaigns = Campaign::load_dir(&conf.campaigns_dir)?;
+        let provider_less = |c: &&Campaign| {
+            c.defense.captcha == protocol::defense::CaptchaKind::Provider && conf.defense.provider.is_none()
+        };
+        if let Some(c) = campaigns.iter().find(provider_less) {
+            return Err(ConfError::at_field(
+                &conf.campaigns_dir.join(format!("{}.toml", c.id)),
+                "captcha",
+                format!(
+                    "campaign {} asks a provider's captcha, and {} names no captcha_provider_alg/_key/\
+                     _issuer/_audience in [defense]: every token request would fail",
+                    c.id,
+                    conf.file.display()
+                ),
+            ));
+        }
         Ok(Loaded { conf, campaigns })
     }
 }

@@ -398,6 +398,22 @@ login_audience = "seckill"
     }
 
     #[test]
+    fn a_provider_captcha_without_a_provider_in_the_server_file_is_refused_at_its_line() {
+        let dir = temp_dir();
+        write_conf(&dir, "10", 1);
+        let file = dir.join("campaigns/c1.toml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, format!("{text}\n[defense]\ncaptcha = \"provider\"\n")).unwrap();
+        let err = Registrar::load(dir.join("sale.toml")).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("captcha"));
+        assert!(
+            err.to_string().contains("c1.toml:11:") && err.to_string().contains("names no captcha_provider"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_reload_never_changes_the_bucket_count_of_a_campaign_it_serves() {
         let dir = temp_dir();
         write_conf(&dir, "10", 3);
