@@ -166,6 +166,7 @@ BASE_URL="http://127.0.0.1:$GATEWAY_PORT" RUN_ID="$RUN_ID" \
   PREQ_AT_MS=$(($(date -u -d "$PREQ_AT" +%s) * 1000)) \
   DRAW_AT_MS=$(($(date -u -d "$DRAW_AT" +%s) * 1000)) \
   SHOTS="$RUN/shots" REPORT_HTML="${REPORT_HTML:-$ROOT/.stack/demo/report.html}" \
+  SALE_REPORT_HTML="${SALE_REPORT_HTML:-$ROOT/.stack/demo/sale-report.html}" \
   WRITER_ADMIN="http://127.0.0.1:$((WRITER_PORT + 1000))" ORDER_WRITER="$BIN/order-writer" \
   WRITER_CONF="$RUN/order-writer.toml" \
   node --test --test-concurrency=2 ${BROWSER_TESTS:-e2e/browser/}

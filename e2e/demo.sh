@@ -11,13 +11,19 @@
 # the captcha's proof of work, the token endpoint) and send their signed orders at once, mixed
 # with hot users and bots; queued requests are polled until they settle, half of the winners pay,
 # the other half's orders close after PAY_WINDOW_SECS and their stock is sold again to a resale
-# wave. Then the report (text, JSON and an HTML page), the invariants, the reconciliation; it
-# stops what it started and exits non-zero when an invariant breaks.
+# wave. Then the report (text, JSON and an HTML page), the invariants, the reconciliation, the
+# audit of the winners and the crowd (`order-writer campaign audit`, from the gateways' JSON
+# access logs) and the real sale's report (`order-writer campaign report`: from PostgreSQL,
+# Redis, the reconciliation, the audit and the gateways' metrics, .stack/demo/sale-report.html,
+# linked from report.html), judged by e2e/sale_judge.py (hot users' and bots' devices flagged, no
+# buyer's; the two reports agree); it stops what it started and exits non-zero when an invariant
+# or a judgement breaks.
 # What it leaves: the stack's servers it started (Redis, PostgreSQL, Kafka; it says so at the end,
 # `bash e2e/stack.sh down` stops them); its sale (database, topic, Redis keys) stays for its report until the next demo,
 # which deletes it (SALE_CLEANUP=older, e2e/lib.sh sales_cleanup); SALE_CLEANUP=all deletes it
 # at the end, none keeps every demo's.
-# Knobs (environment): STOCK (1000), USERS (50000), REQUESTS_PER_USER (4), POW_BITS (8),
+# Knobs (environment): STOCK (1000), USERS (50000), REQUESTS_PER_USER (4), HOT_USERS (50),
+# BOTS_PER_KIND (250), POW_BITS (8),
 # CONCURRENCY (256), START_IN (15), PAY_WINDOW_SECS (60), GATEWAY_PORT (8080), WRITER_PORT
 # (8081; the demo's stand-in login for the buyer's page on GATEWAY_PORT + 5), PROFILE (release; the test command runs a small sale with PROFILE=debug, reusing the
 # binaries its tests built).
@@ -124,10 +130,16 @@ STARTS_AT=$(date -u -d "+$START_IN seconds" +%Y-%m-%dT%H:%M:%SZ)
 sales_cleanup start sale "$ID"
 log "creating database, topic and campaign $ID (stock $STOCK, opens $STARTS_AT)"
 sale_create "$RUN" "$ID" "$STOCK" "$STARTS_AT" "$WRITER_PORT" "$BIN"
+# The audit (order-writer campaign audit, docs/operations.md "Audit"): the crowd comes from one
+# loopback address, so addresses say nothing here; devices do.
+printf '\n[audit]\nexempt = ["127.0.0.0/8"]\n' >>"$RUN/order-writer.toml"
 OW=("$BIN/order-writer" --conf "$RUN/order-writer.toml")
 
 # The crowd's arguments for every process it watches and scrapes.
 CROWD=()
+# The audit's and the real sale's report's: each gateway's access log and metrics.
+AUDIT_INPUTS=()
+GATEWAY_METRICS=()
 log "starting $WRITERS order writer(s) and $GATEWAYS gateway(s)"
 if ((WRITERS == 1)); then
   "${OW[@]}" serve >"$RUN/order-writer.log" 2>&1 &
@@ -168,6 +180,11 @@ for n in $(seq 1 "$GATEWAYS"); do
   [[ -z "${BATCH_MAX:-}" ]] || sed -i "0,/^batch_max = /s#^batch_max = .*#batch_max = $BATCH_MAX#" "$RUN/$name.toml"
   [[ ${ADMISSION:-on} != off ]] || sed -i "0,/^batch_wait_us = /s#^\(batch_wait_us = .*\)#\1\nadmission = false#" "$RUN/$name.toml"
   [[ -z "${SHED_AT_LAG_MS:-}" ]] || sed -i "s#^shed_at_lag_ms = .*#shed_at_lag_ms = $SHED_AT_LAG_MS#" "$RUN/$name.toml"
+  # Each order request's client, device and answer, for the audit (JSON lines; a queue that
+  # holds the whole burst).
+  printf '\n[access_log]\noutput = "%s"\nformat = "json"\nqueue = 2000000\n' "$RUN/$name-access.json" >>"$RUN/$name.toml"
+  AUDIT_INPUTS+=(--access-log "$RUN/$name-access.json")
+  GATEWAY_METRICS+=(--gateway-metrics "http://127.0.0.1:$((port + 1000))/metrics")
   demo_login_route "$RUN/$name.toml" "$LOGIN_PORT"
   # -- the rest of the shop during the sale --
   demo_shop_route "$RUN/$name.toml" "$LOGIN_PORT"
@@ -190,8 +207,11 @@ log "redis $(redacted_url "$SECKILL_REDIS_URL")  postgres $(redacted_url "$(sale
 
 log "the sale: $USERS users x $REQUESTS_PER_USER requests, $CONCURRENCY in flight, stock $STOCK"
 status=0
+HOT_USERS=${HOT_USERS:-50}
+BOTS_PER_KIND=${BOTS_PER_KIND:-250}
 "$BIN/seckill-load" "${CROWD[@]}" --campaign "$ID" \
   --users "$USERS" --requests-per-user "$REQUESTS_PER_USER" --concurrency "$CONCURRENCY" \
+  --hot-users "$HOT_USERS" --bots-per-kind "$BOTS_PER_KIND" \
   --give-up-percent "${GIVE_UP_PERCENT:-0}" \
   --writer "http://127.0.0.1:$WRITER_PORT" --close-wait-secs "$((PAY_WINDOW_SECS + 60))" \
   --process "postgres=$(stack_pid postgres)" --process "kafka=$(stack_pid kafka)" \
@@ -204,7 +224,22 @@ log "reconciliation"
 order_events_check "$ID" "$RUN"
 log "order events ($ID's topic reservations.$ID.order-events): $EVENTS"
 [[ $EVENTS_OK == 0 ]] || { log "the order events do not match the orders' transitions"; status=1; }
-log "report: $RUN/report.json, $RUN/report.html"
+
+# What the campaign left, read back: the audit of its winners and crowd, and the real sale's
+# report (PostgreSQL, Redis, reconciliation, audit, the gateways' metrics), then the judge: the
+# hot users' and bots' devices flagged, no other buyer's, and the two reports agree.
+log "audit and the real sale's report"
+sleep 0.5 # the access logs' last lines (written every 100 ms)
+"${OW[@]}" campaign audit "$ID" "${AUDIT_INPUTS[@]}" >"$RUN/audit.txt" || status=$?
+"${OW[@]}" campaign audit "$ID" "${AUDIT_INPUTS[@]}" --json >"$RUN/audit.json" || status=$?
+head -n 12 "$RUN/audit.txt"
+"${OW[@]}" campaign report "$ID" --out "$RUN/sale-report.html" --json "$RUN/sale-report.json" \
+  "${AUDIT_INPUTS[@]}" "${GATEWAY_METRICS[@]}" || status=$?
+python3 e2e/sale_judge.py "$RUN/audit.json" "$RUN/report.json" "$RUN/sale-report.json" \
+  --users "$USERS" --hot-users "$HOT_USERS" --bots-per-kind "$BOTS_PER_KIND" || status=$?
+# The demo's report links the real sale's, beside it.
+sed -i 's#</h1>#</h1><p><a href="sale-report.html">The real sale'"'"'s report</a>: the same sale as the campaign left it in PostgreSQL, Redis, the reconciliation, the audit and the gateways'"'"' metrics.</p>#' "$RUN/report.html"
+log "report: $RUN/report.json, $RUN/report.html; the real sale's: $RUN/sale-report.html; audit: $RUN/audit.txt"
 if ((${#STARTED[@]})); then
   log "left running: ${STARTED[*]} (started for this demo; data under .stack/). Stop them with: bash e2e/stack.sh down"
 else

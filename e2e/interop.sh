@@ -8,7 +8,8 @@
 #      signed records, exactly as the gateway and the sweeper write them;
 #   2. kcat (librdkafka, Debian's package) and kafka-python (PyPI) each read the whole topic;
 #      e2e/interop/records.py checks every record against the README's format (JSON value with its
-#      fields and types, the user as key, the FNV-1a partition, the `seckill-signature` header =
+#      fields and types, the optional ones when present (the audit's origin: client_ip, device,
+#      registered_at), the user as key, the FNV-1a partition, the `seckill-signature` header =
 #      HMAC-SHA256 of the value under the gateway key) and that both clients read the same;
 #   3. foreign records are produced by the standard clients: kcat without the header, kcat with a
 #      wrong signature, kafka-python signed with another key; the order writer then consumes the
@@ -92,6 +93,9 @@ summary=$("$PY/bin/python" e2e/interop/records.py read "$SECKILL_KAFKA_BROKER" "
   die "the records do not match the README's format"
 log "  $summary"
 [[ $summary == *"\"records\": $GENERATED,"* ]] || die "expected $GENERATED records: $summary"
+# Every generated record carries its origin (client_ip, device: the audit's fields), as the
+# gateway's do.
+[[ $summary == *"\"with_origin\": $GENERATED,"* ]] || die "expected $GENERATED records with an origin: $summary"
 
 log "foreign records: kcat unsigned, kcat with a wrong signature, kafka-python with another key"
 foreign_value() { # request_id
@@ -121,6 +125,9 @@ counted=$(curl -s "http://127.0.0.1:$((WRITER_PORT + 1000))/metrics" |
 log "  orders $orders (want $GENERATED), dead letters $dead (want 3), foreign orders $foreign_orders (want 0), counted $counted (want 3)"
 [[ $orders == "$GENERATED" && $dead == 3 && $foreign_orders == 0 && $counted == 3 ]] ||
   die "the foreign records were not all dead-lettered, or the project's not all written"
+origins=$(count "SELECT count(*) FROM orders WHERE client_ip IS NOT NULL AND device_id IS NOT NULL")
+log "  orders with their origin (client address, device) $origins (want $GENERATED)"
+[[ $origins == "$GENERATED" ]] || die "the orders do not carry their records' origin"
 reasons=$(count "SELECT string_agg(error, ' | ' ORDER BY id) FROM dead_letters")
 log "  dead-letter reasons: $reasons"
 [[ $(grep -o 'unsigned record' <<<"$reasons" | wc -l) == 1 && $(grep -o 'signature does not match' <<<"$reasons" | wc -l) == 2 ]] ||

@@ -30,7 +30,7 @@
 --   2 the caller's bucket count (its campaign file's `buckets`, 1 without buckets): it must be
 --     meta `buckets` (absent: 1), or the caller's home buckets are not the published ones and
 --     its records would be acked, released and swept in the wrong bucket (-6).
---   then per order, 7 values and 3 per global limit rule it carries:
+--   then per order, 8 values and 3 per global limit rule it carries:
 --     request id, user id, quantity,
 --     nonce TTL in seconds ("": the order has no nonce and no key among KEYS[9..]),
 --     request fingerprint (with a nonce only, no spaces),
@@ -38,7 +38,11 @@
 --       stock to this one (lua/transfer.lua): a short stock answers 3 instead of 0 and the
 --       nonce is forgotten, so that the same request may come again once stock moved here.
 --       "": the last word.
---     the number of global limit rules r ("" or "0": none), then r times:
+--     the number of global limit rules r ("" or "0": none),
+--     the order's origin for the audit: JSON members spliced into its record after "qty" as
+--       they are (protocol::record::Origin::fragment: ',"client_ip":"...","device":"...",
+--       "registered_at":N', each when known), "" for none; absent (the call's last value) is ""
+--     then r times:
 --       the rule's max (in this bucket), its window in ms, ms into its current window
 -- Meta `buckets` (written by publish.lua on a campaign with buckets) goes into the record, so
 -- that whoever reads it finds the buyer's home bucket (protocol::keys::Bucket::of_user).
@@ -103,7 +107,8 @@ local now_ms -- the call's TIME, read at its first reservation
 local now_text -- the same as text (a number made text costs a printf in Redis's Lua: done once)
 local tail -- the record's fields that are the same for every order of the call: ',"campaign":...}'
 
--- The orders, parsed once: {request id, user, qty, ttl, fingerprint, fall over, nonce key, r, k, a}
+-- The orders, parsed once: {request id, user, qty, ttl, fingerprint, fall over, nonce key, r, k, a,
+-- origin}
 -- (r global limit rules, their keys from KEYS[k], their arguments from ARGV[a]).
 local orders = {}
 do
@@ -117,9 +122,9 @@ do
     end
     local r = tonumber(ARGV[i + 6]) or 0
     orders[#orders + 1] = {ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], nonce_key, r, k,
-      i + 7}
+      i + 8, ARGV[i + 7] or ''}
     k = k + 2 * r
-    i = i + 7 + 3 * r
+    i = i + 8 + 3 * r
   end
 end
 
@@ -165,7 +170,7 @@ if not closed and #orders > 0 then
   end
 end
 
-local function reserve(request_id, user, qty_arg, fall_over)
+local function reserve(request_id, user, qty_arg, fall_over, origin)
   if closed then
     return closed
   end
@@ -207,7 +212,7 @@ local function reserve(request_id, user, qty_arg, fall_over)
     }), 2)
   end
   local record = '{"request_id":' .. cjson.encode(request_id) .. ',"user":' .. cjson.encode(user) .. ',"qty":' ..
-    (qty == 1 and '1' or string.format('%d', qty)) .. tail
+    (qty == 1 and '1' or string.format('%d', qty)) .. origin .. tail
 
   taken = taken + qty
   held[user] = held[user] + qty
@@ -240,12 +245,12 @@ end
 -- One order: its request id finished already (a call sent again after its undo: nothing), its
 -- nonce (when it has one: a resent request or a replay is answered from it), its global limit
 -- rules (r rules, keys from KEYS[k], arguments from ARGV[a]), then the reservation.
-local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_key, r, k, a)
+local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_key, r, k, a, origin)
   if finished[request_id] then
     return {-2, 0, ''}
   end
   if not nonce_key then
-    return r > 0 and over_limit(r, k, a) or reserve(request_id, user, qty, fall_over)
+    return r > 0 and over_limit(r, k, a) or reserve(request_id, user, qty, fall_over, origin)
   end
   local first = redis.call('SET', nonce_key, fingerprint .. ' ' .. request_id, 'NX', 'GET', 'EX', ttl)
   if not first and r > 0 then
@@ -271,7 +276,7 @@ local function order(request_id, user, qty, ttl, fingerprint, fall_over, nonce_k
     end
     return {tonumber(code), tonumber(n), 'again'}
   end
-  local out = reserve(request_id, user, qty, fall_over)
+  local out = reserve(request_id, user, qty, fall_over, origin)
   if out[1] == 3 then
     redis.call('DEL', nonce_key)
     return out
@@ -284,7 +289,7 @@ end
 
 local answers = {}
 for _, o in ipairs(orders) do
-  local out = order(o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10])
+  local out = order(o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11])
   local at = #answers
   answers[at + 1], answers[at + 2], answers[at + 3] = out[1], out[2], out[3]
 end

@@ -15,3 +15,7 @@ pub mod operate;
 pub mod publish;
 pub mod rebalance;
 pub mod stock;
+
+// The sale afterwards: who won it, and its report.
+pub mod audit;
+pub mod report;

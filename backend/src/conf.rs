@@ -57,6 +57,10 @@ struct Raw {
     admin: Option<RawAdmin>,
     #[serde(default)]
     events: RawEvents,
+    /// `[audit]`: read by `campaign::audit::source::conf_thresholds`, not here.
+    #[serde(default)]
+    #[allow(dead_code)]
+    audit: Option<toml::Value>,
     #[serde(default)]
     fleet: Option<RawFleet>,
 }

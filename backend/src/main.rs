@@ -198,6 +198,23 @@ enum CampaignCommand {
         /// Campaign id.
         id: String,
     },
+    /// Who won a campaign, grouped by address (/32, /24, IPv6 /64), device and account age,
+    /// each group's success rate against the crowd's; groups beyond the thresholds (`[audit]`
+    /// of the conf, then these flags) flagged for review. A table, or JSON with --json.
+    Audit {
+        /// Campaign id.
+        id: String,
+        #[command(flatten)]
+        args: backend::campaign::audit::Args,
+    },
+    /// The HTML report of a campaign's real sale, from PostgreSQL, Redis, the reconciliation,
+    /// the audit and the gateways' metrics.
+    Report {
+        /// Campaign id.
+        id: String,
+        #[command(flatten)]
+        args: backend::campaign::report::Args,
+    },
 }
 
 fn main() -> ExitCode {
@@ -238,7 +255,7 @@ async fn with_conf(file: &Path, command: Command) -> anyhow::Result<()> {
         Command::Migrate { .. } => setup::migrate(&cfg.postgres).await,
         Command::Check => check::run(&cfg, file).await,
         Command::Topic { command: TopicCommand::Create } => setup::topic_create(&conns).await,
-        Command::Campaign { command } => campaign_command(&conns, command).await,
+        Command::Campaign { command } => campaign_command(&conns, file, command).await,
         Command::Produce { file, generate, campaign, users } => {
             let source = match (file, generate) {
                 (Some(path), _) => produce::Source::File(path),
@@ -254,7 +271,11 @@ async fn with_conf(file: &Path, command: Command) -> anyhow::Result<()> {
 }
 
 /// `order-writer campaign ...`.
-async fn campaign_command(conns: &Connections<'_>, command: CampaignCommand) -> anyhow::Result<()> {
+async fn campaign_command(
+    conns: &Connections<'_>,
+    file: &Path,
+    command: CampaignCommand,
+) -> anyhow::Result<()> {
     use operate::Change;
     match command {
         CampaignCommand::Publish { id } => publish::run(conns, &id).await,
@@ -275,5 +296,7 @@ async fn campaign_command(conns: &Connections<'_>, command: CampaignCommand) -> 
         }
         CampaignCommand::AddStock { id, units, reference } => stock::add(conns, &id, units, reference).await,
         CampaignCommand::End { id } => end::run(conns, &id).await,
+        CampaignCommand::Audit { id, args } => campaign::audit::run(conns, &id, file, &args).await,
+        CampaignCommand::Report { id, args } => campaign::report::run(conns, &id, file, &args).await,
     }
 }

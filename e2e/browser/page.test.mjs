@@ -7,7 +7,7 @@ import http from 'node:http';
 import { after, before, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
 import {
-  BASE, CAMPAIGN, OPEN_AT_MS, REPORT_HTML, buyer, launch, settled, shot, sql, state, zeroBits,
+  BASE, CAMPAIGN, OPEN_AT_MS, REPORT_HTML, SALE_REPORT_HTML, buyer, launch, settled, shot, sql, state, zeroBits,
 } from './support.mjs';
 
 let browser;
@@ -287,5 +287,51 @@ test('the sale report reads at a glance: nothing cut, every chart drawn', { time
   }));
   assert.deepEqual(cut, [], 'texts outside their chart');
   await page.screenshot({ path: `${process.env.SHOTS}/report.png`, fullPage: true });
+  await context.close();
+});
+
+// The headline cards of a report page: name -> value.
+async function cards(page) {
+  return page.$$eval('.card', (list) => Object.fromEntries(list.map((c) => [c.firstChild.textContent.trim(), c.querySelector('b').textContent])));
+}
+
+test('the real sale report reads at a glance: its figures, its charts, nothing cut, the same sale as the demo report', { timeout: 60000 }, async (t) => {
+  if (!SALE_REPORT_HTML || !existsSync(SALE_REPORT_HTML)) {
+    t.skip(`no report at ${SALE_REPORT_HTML}: e2e/demo.sh writes it (order-writer campaign report)`);
+    return;
+  }
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  await page.goto(pathToFileURL(SALE_REPORT_HTML).href);
+  const figures = await cards(page);
+  for (const name of ['stock', 'ordered (units)', 'paid (units)', 'sold (database)', 'left in Redis', 'reconcile']) {
+    assert.ok(figures[name] !== undefined, `card ${name}: ${JSON.stringify(figures)}`);
+  }
+  assert.equal(figures.reconcile, 'holds');
+  const headings = await page.$$eval('h2', (list) => list.map((h) => h.textContent));
+  for (const h of ['The sale, second by second', 'Answers by code', 'Stock flow', 'Payments and closes', 'Audit']) {
+    assert.ok(headings.some((x) => x.startsWith(h)), `section ${h}: ${headings}`);
+  }
+  if (Number(figures['ordered (units)']) > 0) {
+    assert.ok((await page.$$eval('svg polyline', (l) => l.length)) >= 3, 'the timeline draws orders, payments, closes');
+  }
+  const cut = await page.$$eval('svg', (list) => list.flatMap((svg) => {
+    const box = svg.getBoundingClientRect();
+    return [...svg.querySelectorAll('text')].map((x) => ({ t: x.textContent, r: x.getBoundingClientRect() }))
+      .filter(({ r }) => r.left < box.left - 0.5 || r.right > box.right + 0.5 || r.top < box.top - 0.5 || r.bottom > box.bottom + 0.5)
+      .map(({ t }) => t);
+  }));
+  assert.deepEqual(cut, [], 'texts outside their chart');
+  // Nothing wider than the page.
+  const wide = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  assert.ok(wide <= 0, `the page scrolls sideways by ${wide} px`);
+  await page.screenshot({ path: `${process.env.SHOTS}/sale-report.png`, fullPage: true });
+  // The demo's report links it, and both tell the same stock.
+  if (REPORT_HTML && existsSync(REPORT_HTML)) {
+    const demo = await context.newPage();
+    await demo.goto(pathToFileURL(REPORT_HTML).href);
+    assert.equal(await demo.$$eval('a[href="sale-report.html"]', (l) => l.length), 1, 'the demo report links the real sale\'s');
+    assert.equal((await cards(demo)).stock, figures.stock, 'the same stock in both reports');
+  }
   await context.close();
 });

@@ -21,6 +21,7 @@ export const DRAW_AT_MS = Number(need('DRAW_AT_MS'));
 export const DB_URL = need('DB_URL');
 export const SHOTS = need('SHOTS');
 export const REPORT_HTML = process.env.REPORT_HTML || '';
+export const SALE_REPORT_HTML = process.env.SALE_REPORT_HTML || '';
 export { launch };
 export const CAMPAIGN = {
   open: `${RUN_ID}open`, sold: `${RUN_ID}sold`, crowd: `${RUN_ID}crowd`, room: `${RUN_ID}room`, preq: `${RUN_ID}preq`,

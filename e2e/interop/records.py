@@ -16,6 +16,7 @@ Exits 1 with a reason on the first record that breaks the format.
 import base64
 import hashlib
 import hmac
+import ipaddress
 import json
 import os
 import sys
@@ -36,6 +37,14 @@ FIELDS = {
     "stock_version": int,
     "reserved_at_ms": int,
 }
+# Optional fields, absent in older records: their JSON types and what they must hold.
+OPTIONAL = {
+    "buckets": (int, lambda v: 1 <= v <= 64),
+    "client_ip": (str, lambda v: ipaddress.ip_address(v) is not None),
+    "device": (str, lambda v: 1 <= len(v) <= 128),
+    "registered_at": (int, lambda v: v >= 0),
+}
+ORIGIN = ("client_ip", "device", "registered_at")
 READ_DEADLINE_SECS = 60
 
 
@@ -66,6 +75,16 @@ def check(record, key, partitions):
     for field, kind in FIELDS.items():
         if not isinstance(value.get(field), kind) or isinstance(value.get(field), bool):
             fail(f"{record.partition}/{record.offset}: field {field} missing or not {kind.__name__}")
+    for field, (kind, good) in OPTIONAL.items():
+        if field not in value:
+            continue
+        v = value[field]
+        try:
+            ok = isinstance(v, kind) and not isinstance(v, bool) and good(v)
+        except ValueError:
+            ok = False
+        if not ok:
+            fail(f"{record.partition}/{record.offset}: optional field {field} is {v!r}")
     if value["qty"] < 1 or value["price_cents"] < 0:
         fail(f"{record.partition}/{record.offset}: qty < 1 or price_cents < 0")
     if record.key.decode() != value["user"]:
@@ -100,9 +119,12 @@ def read_all(broker, topic, keep):
 def read(broker, topic, key_env, kcat_file):
     key = os.environ[key_env].encode()
     seen = {}
+    with_origin = [0]
     def keep(r, partitions):
         value = check(r, key, partitions)
         seen[(r.partition, r.offset)] = (value["request_id"], r.headers)
+        if any(f in value for f in ORIGIN):
+            with_origin[0] += 1
     partitions = read_all(broker, topic, keep)
 
     # kcat's view (-J: one JSON object a record, headers as a flat [name, value, ...] list).
@@ -123,7 +145,8 @@ def read(broker, topic, key_env, kcat_file):
     for place, (rid, headers) in seen.items():
         if kcat[place][0] != rid or kcat[place][1] != dict(headers)[SIGNATURE_HEADER].decode():
             fail(f"{place}: kcat and kafka-python disagree on the record")
-    print(json.dumps({"records": len(seen), "partitions": partitions, "agree_with_kcat": True}))
+    print(json.dumps({"records": len(seen), "partitions": partitions, "with_origin": with_origin[0],
+                      "agree_with_kcat": True}))
 
 
 def events(broker, topic, kcat_file):

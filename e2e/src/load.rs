@@ -305,6 +305,18 @@ pub(crate) async fn settle(client: &reqwest::Client, crowd: &Crowd, out: &mut Ou
     out.settle = started.elapsed();
 }
 
+/// When the shop says `user`'s account was created (the login JWT's `registered_at`, carried into
+/// the reservation record for the audit), `now` being unix seconds: a bot's account (`bot-...`)
+/// an hour ago, a user's between 40 days and about three years ago, spread by its name.
+pub fn registered_at(user: &str, now: i64) -> i64 {
+    const DAY: i64 = 86_400;
+    if user.starts_with("bot-") {
+        return now - 3_600;
+    }
+    let spread = user.bytes().fold(0i64, |h, b| (h * 31 + i64::from(b)) % 1_000);
+    now - (40 + spread) * DAY
+}
+
 /// Gets each of `users` a campaign token (login, captcha and its proof of work, token), with the
 /// crowd's concurrency: the ticket or the refusal's code, and how long it took.
 async fn tickets(
@@ -315,7 +327,9 @@ async fn tickets(
 ) -> Vec<(String, Result<Ticket, String>, Duration)> {
     futures::stream::iter(users)
         .map(|user| async move {
-            let login = crowd.auth.login(&user, serde_json::json!({"level": 1}));
+            let registered_at = registered_at(&user, chrono::Utc::now().timestamp());
+            let login =
+                crowd.auth.login(&user, serde_json::json!({"level": 1, "registered_at": registered_at}));
             let device = format!("device-{user}");
             let t0 = Instant::now();
             let t = get_ticket(client, &crowd.gateways[0], &crowd.campaign, &login, &device).await;
@@ -430,6 +444,17 @@ mod tests {
         }
         // Users are interleaved, not in id order.
         assert_ne!(&s[..3], &[0, 1, 2]);
+    }
+
+    #[test]
+    fn accounts_are_old_but_the_bots_are_new() {
+        let now = 1_800_000_000;
+        assert_eq!(registered_at("bot-sig-3", now), now - 3_600);
+        for u in ["user-0", "user-1", "user-49999"] {
+            let age_days = (now - registered_at(u, now)) / 86_400;
+            assert!((40..1_040).contains(&age_days), "{u}: {age_days} days");
+        }
+        assert_ne!(registered_at("user-1", now), registered_at("user-2", now), "spread by name");
     }
 
     #[test]

@@ -58,6 +58,7 @@ async fn crowd(reserver: &Reserver, bucket: &Bucket, n: usize) -> Vec<Result<Res
                     qty: 1,
                     nonce: Some(&nonce),
                     limits: None,
+                    origin: "",
                 };
                 reserver.decide(&order).await.map(|d| d.outcome)
             })

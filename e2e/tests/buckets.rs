@@ -60,6 +60,7 @@ impl Sale {
             qty,
             nonce,
             limits: None,
+            origin: "",
         };
         self.reserver.decide(&order).await.unwrap()
     }

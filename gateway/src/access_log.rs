@@ -40,7 +40,8 @@
 //!
 //! JSON lines (`format = "json"`): one object per line with the same fields by those names
 //! (`request` split into `method`, `uri` and `protocol`; absent values are `null`; times are
-//! numbers of seconds).
+//! numbers of seconds), and one more: `device`, the request's `x-device-id` header as sent (at
+//! most 128 bytes, else `null`), which the campaign audit counts attempts by.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -145,8 +146,17 @@ pub fn json_line(e: &Entry<'_>) -> String {
         "upstream_time": e.upstream_time.map(|t| t.as_secs_f64()),
         "code": e.code.map(Code::as_str),
         "request_id": (!e.request_id.is_empty()).then_some(e.request_id),
+        "device": device(e),
     })
     .to_string()
+}
+
+/// The request's `x-device-id` header as sent, for the JSON line (the audit counts a campaign's
+/// order attempts by device, `order-writer campaign audit --access-log`); `None` when absent,
+/// not text, or longer than the gateway accepts (128 bytes).
+fn device<'a>(e: &Entry<'a>) -> Option<&'a str> {
+    let value = e.headers?.get(protocol::signing::DEVICE_HEADER)?.to_str().ok()?;
+    (value.len() <= 128).then_some(value)
 }
 
 /// How often the writer takes the queued lines and writes them (Nginx's `flush=`): a line
@@ -373,6 +383,17 @@ mod tests {
         assert_eq!((v["code"].as_str(), v["upstream"].is_null()), (Some("QUEUED"), true));
         assert_eq!(v["request_time"].as_f64(), Some(0.000412));
         assert_eq!(v["request_id"], "0196a3c2-0000-7000-8000-000000000001");
+        assert!(v["device"].is_null(), "no header, no device");
+        // The device the request sent, for the audit; one longer than the gateway accepts is not.
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-device-id", http::HeaderValue::from_static("device-7"));
+        let v: serde_json::Value =
+            serde_json::from_str(&json_line(&Entry { headers: Some(&headers), ..entry() })).unwrap();
+        assert_eq!(v["device"], "device-7");
+        headers.insert("x-device-id", http::HeaderValue::from_str(&"d".repeat(129)).unwrap());
+        let v: serde_json::Value =
+            serde_json::from_str(&json_line(&Entry { headers: Some(&headers), ..entry() })).unwrap();
+        assert!(v["device"].is_null());
     }
 
     #[test]

@@ -59,6 +59,7 @@ use crate::reserve::Order;
 use crate::reserve::Reserver;
 use crate::room::WaitingRoom;
 use crate::setup::conf::RedisConf;
+use protocol::record::Origin;
 
 /// The request line and headers of a request, as any proxy has them.
 #[derive(Debug, Clone, Copy)]
@@ -301,7 +302,14 @@ impl Edge {
             ttl_secs: c.campaign.defense.nonce_ttl_secs(),
             fingerprint: order.signature.clone(),
         };
+        let origin = Origin {
+            client_ip: order.ip.map(|ip| ip.to_string()),
+            device: Some(order.claims.dev.clone()),
+            registered_at: order.claims.reg,
+        }
+        .fragment();
         let reservation = Order {
+            origin: &origin,
             campaign,
             home,
             bucket_tries: c.campaign.bucket_tries,

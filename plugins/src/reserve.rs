@@ -190,6 +190,7 @@ impl Reserver {
         let Order { home: bucket, request_id, user, qty, nonce, .. } = *order;
         let mut call =
             ReserveCall::new(request_id, user, qty).with_nonce(nonce.cloned()).with_fall_over(fall_over);
+        call.origin = order.origin.to_string();
         let mut wait = self.timeout;
         let check = order.limits.filter(|c| with_limits && !c.rules.is_empty());
         if let Some(check) = check {
@@ -238,6 +239,9 @@ pub struct Order<'a> {
     pub nonce: Option<&'a Nonce>,
     /// The campaign's global limits for this order, checked in its first call.
     pub limits: Option<&'a GlobalCheck>,
+    /// Where the order came from, for its record ([`protocol::record::Origin::fragment`]; empty:
+    /// unknown).
+    pub origin: &'a str,
 }
 
 /// What the reservation decided, and whether it found every bucket empty.

@@ -38,6 +38,55 @@ pub struct Reservation {
     /// buyer's home bucket, [`Reservation::bucket`].
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub buckets: u32,
+    /// The client's address after trusted proxies, for the audit ([`Origin`]; absent in
+    /// records written before it and in the order writer's own test reservations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ip: Option<String>,
+    /// The device id the buyer's campaign token is bound to ([`Origin`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// The account's creation time, unix seconds ([`Origin`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered_at: Option<i64>,
+}
+
+/// What the gateway knew of a winning order's sender, carried in its record for the audit
+/// (`order-writer campaign audit`): every field optional, absent when unknown. The gateway
+/// passes it to `reserve.lua` already encoded ([`Origin::fragment`]), which splices it into the
+/// record's text as is (one concatenation per order, no encoding in the script).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The client's address after trusted proxies (IPv4 or IPv6, as text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ip: Option<String>,
+    /// The device id the campaign token is bound to (`x-device-id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// The account's creation time, unix seconds (the login JWT's `registered_at` claim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered_at: Option<i64>,
+}
+
+impl Origin {
+    /// The record's text for these fields: `,"client_ip":"...","device":"...","registered_at":N`
+    /// (each only when known; empty when none is), JSON-escaped, ready to follow the record's
+    /// `qty`.
+    pub fn fragment(&self) -> String {
+        let mut out = String::new();
+        let mut field = |name: &str, value: serde_json::Value| {
+            out.push_str(&format!(",\"{name}\":{value}"));
+        };
+        if let Some(ip) = &self.client_ip {
+            field("client_ip", ip.as_str().into());
+        }
+        if let Some(device) = &self.device {
+            field("device", device.as_str().into());
+        }
+        if let Some(at) = self.registered_at {
+            field("registered_at", at.into());
+        }
+        out
+    }
 }
 
 fn one() -> u32 {
@@ -83,6 +132,31 @@ impl Reservation {
             }
         }
         Ok(())
+    }
+
+    /// Forgets the origin fields the audit could not use: an address that does not parse, a
+    /// device id outside 1 to 128 bytes (the gateway's bound on `x-device-id`), a negative
+    /// creation time. Never a reason to refuse the reservation ([`Reservation::check`] ignores
+    /// them).
+    pub fn drop_bad_origin(&mut self) {
+        if self.client_ip.as_ref().is_some_and(|ip| ip.parse::<std::net::IpAddr>().is_err()) {
+            self.client_ip = None;
+        }
+        if self.device.as_ref().is_some_and(|d| d.is_empty() || d.len() > 128) {
+            self.device = None;
+        }
+        if self.registered_at.is_some_and(|at| at < 0) {
+            self.registered_at = None;
+        }
+    }
+
+    /// Where the order came from, as far as its record says.
+    pub fn origin(&self) -> Origin {
+        Origin {
+            client_ip: self.client_ip.clone(),
+            device: self.device.clone(),
+            registered_at: self.registered_at,
+        }
     }
 
     /// The bucket whose keys hold this reservation: the buyer's home bucket.
@@ -198,6 +272,34 @@ mod tests {
             "price_cents":999,"price_version":2,"stock_version":3,"reserved_at_ms":1,"buckets":3}"#;
         let r = Reservation::from_json(raw).unwrap();
         assert_eq!(r.bucket(), crate::keys::Bucket::of_user("c", "u", 3));
+    }
+
+    #[test]
+    fn the_origin_goes_into_the_record_as_its_fragment_says_and_older_records_have_none() {
+        let origin = Origin {
+            client_ip: Some("203.0.113.7".into()),
+            device: Some("dev-\"1\"".into()),
+            registered_at: Some(1_600_000_000),
+        };
+        let frag = origin.fragment();
+        assert_eq!(frag, r#","client_ip":"203.0.113.7","device":"dev-\"1\"","registered_at":1600000000"#);
+        // As reserve.lua splices it: after qty, before the campaign's fields.
+        let raw = format!(
+            r#"{{"request_id":"r1","user":"u","qty":1{frag},"campaign":"c","sku":"s","price_cents":9,"price_version":1,"stock_version":1,"reserved_at_ms":5}}"#
+        );
+        let r = Reservation::from_json(raw.as_bytes()).unwrap();
+        assert_eq!(r.origin(), origin);
+        assert_eq!(r.check(), Ok(()));
+        assert_eq!(Origin::default().fragment(), "");
+        let old = br#"{"request_id":"r1","campaign":"c","user":"u","sku":"s","qty":1,
+            "price_cents":999,"price_version":2,"stock_version":3,"reserved_at_ms":1}"#;
+        assert_eq!(Reservation::from_json(old).unwrap().origin(), Origin::default());
+        let only_ip = Origin { client_ip: Some("2001:db8::1".into()), ..Origin::default() };
+        assert_eq!(only_ip.fragment(), r#","client_ip":"2001:db8::1""#);
+        let mut bad = Reservation { client_ip: Some("x".into()), registered_at: Some(-1), ..r };
+        assert_eq!(bad.check(), Ok(()), "an origin is never a reason to refuse the sale");
+        bad.drop_bad_origin();
+        assert_eq!(bad.origin(), Origin { device: origin.device, ..Origin::default() });
     }
 
     #[test]

@@ -151,6 +151,9 @@ pub struct ReserveCall {
     /// The campaign's global limit rules for this order, checked (and counted when they all
     /// pass) in the same call, before the nonce is spent; empty: none.
     pub limits: Vec<LimitRule>,
+    /// Where the order came from, spliced into its record for the audit: the fragment of
+    /// [`crate::record::Origin::fragment`]; empty: none.
+    pub origin: String,
 }
 
 impl ReserveCall {
@@ -163,7 +166,14 @@ impl ReserveCall {
             nonce: None,
             fall_over: false,
             limits: Vec::new(),
+            origin: String::new(),
         }
+    }
+
+    /// The same order carrying `origin` into its record.
+    pub fn with_origin(mut self, origin: &crate::record::Origin) -> Self {
+        self.origin = origin.fragment();
+        self
     }
 
     /// The same order with `nonce`.
@@ -407,7 +417,7 @@ impl Scripts {
             return Ok(Vec::new());
         }
         let mut keys = bucket.keys.all();
-        let mut args = Vec::with_capacity(2 + 7 * calls.len());
+        let mut args = Vec::with_capacity(2 + 8 * calls.len());
         args.push(bucket.campaign.clone());
         args.push(bucket.count.to_string());
         for c in calls {
@@ -421,6 +431,7 @@ impl Scripts {
             }
             args.push(if c.fall_over { "1" } else { "" }.to_string());
             args.push(c.limits.len().to_string());
+            args.push(c.origin.clone());
             for r in &c.limits {
                 keys.extend([r.current.clone(), r.previous.clone()]);
                 args.extend([r.max.to_string(), r.window_ms.max(1).to_string(), r.into_ms.to_string()]);

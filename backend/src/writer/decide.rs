@@ -65,8 +65,10 @@ pub(super) fn decode(
     let bytes = value.ok_or("record has no value")?;
     let signature = std::str::from_utf8(signature).map_err(|_| MISMATCH)?;
     signer.verify(bytes, signature.trim()).map_err(|_| MISMATCH)?;
-    let r = Reservation::from_json(bytes).map_err(|e| format!("not a reservation record: {e}"))?;
+    let mut r = Reservation::from_json(bytes).map_err(|e| format!("not a reservation record: {e}"))?;
     r.check()?;
+    // An origin the audit cannot use is dropped, never a reason to refuse the sale.
+    r.drop_bad_origin();
     Ok(r)
 }
 
@@ -91,6 +93,9 @@ fn salvage(bytes: &[u8]) -> Option<Reservation> {
         stock_version: 0,
         reserved_at_ms: 0,
         buckets,
+        client_ip: None,
+        device: None,
+        registered_at: None,
     };
     r.check().is_ok().then_some(r)
 }
@@ -304,6 +309,9 @@ mod tests {
             stock_version: 1,
             reserved_at_ms: 1,
             buckets: 1,
+            client_ip: None,
+            device: None,
+            registered_at: None,
         }
     }
 

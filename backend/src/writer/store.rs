@@ -156,6 +156,9 @@ pub(super) struct OrderArrays {
     one_per_user: Vec<bool>,
     reserved_at_ms: Vec<i64>,
     pay_window: Vec<i64>,
+    client_ip: Vec<Option<String>>,
+    device: Vec<Option<String>>,
+    registered_at: Vec<Option<i64>>,
 }
 
 impl OrderArrays {
@@ -175,6 +178,9 @@ impl OrderArrays {
             a.one_per_user.push(c.limit == 1);
             a.reserved_at_ms.push(r.reserved_at_ms);
             a.pay_window.push(c.pay_window_secs);
+            a.client_ip.push(r.client_ip.clone());
+            a.device.push(r.device.clone());
+            a.registered_at.push(r.registered_at);
         }
         a
     }
@@ -184,12 +190,14 @@ impl OrderArrays {
 pub(super) async fn insert_orders(conn: &mut PgConnection, a: &OrderArrays) -> anyhow::Result<Vec<String>> {
     sqlx::query_scalar(
         "INSERT INTO orders (request_id, campaign_id, user_id, sku, qty, amount_cents, price_version,
-                             stock_version, one_per_user, reserved_at, pay_by)
+                             stock_version, one_per_user, reserved_at, pay_by, client_ip, device_id,
+                             registered_at)
          SELECT t.r, t.c, t.u, t.s, t.q, t.a, t.pv, t.sv, t.one, to_timestamp(t.ms / 1000.0),
-                now() + make_interval(secs => t.w)
+                now() + make_interval(secs => t.w), t.ip::inet, t.dev, to_timestamp(t.reg)
            FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[],
-                       $7::int8[], $8::int8[], $9::bool[], $10::int8[], $11::int8[])
-                AS t(r, c, u, s, q, a, pv, sv, one, ms, w)
+                       $7::int8[], $8::int8[], $9::bool[], $10::int8[], $11::int8[], $12::text[],
+                       $13::text[], $14::int8[])
+                AS t(r, c, u, s, q, a, pv, sv, one, ms, w, ip, dev, reg)
          ON CONFLICT DO NOTHING
          RETURNING request_id",
     )
@@ -204,6 +212,9 @@ pub(super) async fn insert_orders(conn: &mut PgConnection, a: &OrderArrays) -> a
     .bind(&a.one_per_user)
     .bind(&a.reserved_at_ms)
     .bind(&a.pay_window)
+    .bind(&a.client_ip)
+    .bind(&a.device)
+    .bind(&a.registered_at)
     .fetch_all(conn)
     .await
     .context("inserting orders")

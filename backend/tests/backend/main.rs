@@ -7,6 +7,7 @@
 
 mod common;
 
+mod audit;
 mod buckets;
 mod campaign_end;
 mod events;
@@ -21,6 +22,7 @@ mod produce;
 mod publish;
 mod reconcile;
 mod release;
+mod report;
 mod signature;
 mod standalone;
 mod writer;

@@ -42,6 +42,10 @@ async fn generated_reservations_are_reserved_in_redis_produced_signed_and_become
     env.drain(50).await;
     assert_eq!(orders(&env).await, 20);
     assert_eq!(env.count("SELECT count(DISTINCT user_id) FROM orders WHERE campaign_id = $1").await, 10);
+    // Each carries its origin, as the gateway's records do, into its order.
+    let origins = "SELECT count(*) FROM orders WHERE campaign_id = $1 AND host(client_ip) = '192.0.2.1'
+                      AND device_id = 'generated-' || user_id AND registered_at IS NULL";
+    assert_eq!(env.count(origins).await, 20);
     assert!(env.dead_letters().await.is_empty());
     assert_eq!(env.outbox_len().await, 0);
     // Each record is keyed by its user, on the user's partition, and signed.

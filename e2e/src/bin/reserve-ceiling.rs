@@ -15,6 +15,9 @@
 //! `release.lua`, that many per call, one call at a time on one connection (as the order
 //! writer's closer does): releases/s, and the same Redis and client figures per release.
 //!
+//! `--origin`: each order carries an origin into its record (the audit's fields), as the gateway's
+//! do; a run beside one without tells what carrying it costs.
+//!
 //! `--lua DIR` reads the scripts from another folder (an older commit's, say), so that two
 //! versions of a script are measured side by side on the same machine minute.
 
@@ -55,6 +58,10 @@ struct Args {
     /// beside today's in the same run.
     #[arg(long)]
     lua: Option<std::path::PathBuf>,
+    /// Each order carries an origin into its record, as the gateway's do (an address, a device
+    /// id, an account creation time: `protocol::record::Origin`), for a run beside one without.
+    #[arg(long)]
+    origin: bool,
 }
 
 /// User + system CPU time of this process.
@@ -123,6 +130,15 @@ async fn publish(scripts: &Scripts, redis: &Client, prefix: &str, orders: u64) -
     Ok(campaign)
 }
 
+/// A gateway-like origin of order `i`: an address, a device id, an account creation time.
+fn origin(i: u64) -> protocol::record::Origin {
+    protocol::record::Origin {
+        client_ip: Some(format!("198.51.{}.{}", (i >> 8) % 256, i % 256)),
+        device: Some(format!("device-user-{i}")),
+        registered_at: Some(1_700_000_000 - (i % 1000) as i64 * 86_400),
+    }
+}
+
 /// One batch size's run; returns its line.
 async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyhow::Result<String> {
     let admin = &clients[0];
@@ -135,7 +151,7 @@ async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyho
     for client in clients {
         let (client, scripts, bucket, next, calls) =
             (client.clone(), scripts.clone(), bucket.clone(), next.clone(), calls.clone());
-        let orders = a.orders;
+        let (orders, with_origin) = (a.orders, a.origin);
         tasks.push(tokio::spawn(async move {
             let mut reserved = 0u64;
             loop {
@@ -150,7 +166,13 @@ async fn run(a: &Args, scripts: &Scripts, clients: &[Client], k: usize) -> anyho
                             ttl_secs: 300,
                             fingerprint: format!("sig{i}"),
                         };
-                        ReserveCall::new(format!("r{i}"), format!("u{i}"), 1).with_nonce(Some(nonce))
+                        let call =
+                            ReserveCall::new(format!("r{i}"), format!("u{i}"), 1).with_nonce(Some(nonce));
+                        if with_origin {
+                            call.with_origin(&origin(i))
+                        } else {
+                            call
+                        }
                     })
                     .collect();
                 let out = scripts.reserve_batch(&client, &bucket, &batch).await?;

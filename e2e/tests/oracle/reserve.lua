@@ -30,7 +30,8 @@
 --   2 the caller's bucket count (its campaign file's `buckets`, 1 without buckets): it must be
 --     meta `buckets` (absent: 1), or the caller's home buckets are not the published ones and
 --     its records would be acked, released and swept in the wrong bucket (-6).
---   then per order, 7 values and 3 per global limit rule it carries:
+--   then per order, 7 values and 3 per global limit rule it carries (since the audit's origin,
+--   an 8th value after r, skipped here: the oracle's orders carry none, see lua/reserve.lua):
 --     request id, user id, quantity,
 --     nonce TTL in seconds ("": the order has no nonce and no key among KEYS[9..]),
 --     request fingerprint (with a nonce only, no spaces),
@@ -223,9 +224,9 @@ while i + 6 <= #ARGV do
     k = k + 1
   end
   local r = tonumber(ARGV[i + 6]) or 0
-  local out = order(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], nonce_key, r, k, i + 7)
+  local out = order(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], nonce_key, r, k, i + 8)
   k = k + 2 * r
-  i = i + 7 + 3 * r
+  i = i + 8 + 3 * r
   local at = #answers
   answers[at + 1], answers[at + 2], answers[at + 3] = out[1], out[2], out[3]
 end

@@ -94,6 +94,20 @@ pub fn why_stopped(campaign: &str, user: &str, outcome: &ReserveOutcome) -> Opti
     })
 }
 
+/// The address a generated reservation says it came from: 192.0.2.1, of TEST-NET-1 (RFC 5737,
+/// kept for documentation), so that no audit mistakes it for a client's.
+pub const GENERATED_CLIENT_IP: &str = "192.0.2.1";
+
+/// The origin a generated reservation carries, as the gateway's do (`protocol::record::Origin`):
+/// [`GENERATED_CLIENT_IP`] and a device of the user's own, `generated-<user>`; no account age.
+pub fn generated_origin(user: &str) -> protocol::record::Origin {
+    protocol::record::Origin {
+        client_ip: Some(GENERATED_CLIENT_IP.into()),
+        device: Some(format!("generated-{user}")),
+        registered_at: None,
+    }
+}
+
 /// Reserves one unit for `user` in their home bucket, as the gateway does
 /// ([`home_or_fall_over`]): when that bucket is short, stock moves to it from each other bucket in
 /// turn (at least half of what the other holds) and the reservation is asked again; sold out
@@ -107,8 +121,10 @@ pub async fn reserve_home(
     user: &str,
 ) -> Result<ReserveOutcome, protocol::scripts::ScriptError> {
     let home = &Bucket::of_user(campaign, user, buckets);
+    let origin = &generated_origin(user);
     let reserve = |fall_over: bool| async move {
-        scripts.reserve(redis, home, &ReserveCall::new(request_id, user, 1).with_fall_over(fall_over)).await
+        let call = ReserveCall::new(request_id, user, 1).with_fall_over(fall_over).with_origin(origin);
+        scripts.reserve(redis, home, &call).await
     };
     let transfer = |other: Bucket, id: String, want: i64| async move {
         scripts.transfer(redis, &other, home, &id, want, true).await.map(Some)

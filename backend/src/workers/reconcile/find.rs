@@ -220,6 +220,9 @@ mod tests {
             price_version: 1,
             stock_version: 1,
             reserved_at_ms: at,
+            client_ip: None,
+            device: None,
+            registered_at: None,
             buckets: 1,
         }
     }

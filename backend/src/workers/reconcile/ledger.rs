@@ -180,6 +180,9 @@ mod tests {
                 price_version: 1,
                 stock_version: 1,
                 reserved_at_ms: 99_000,
+                client_ip: None,
+                device: None,
+                registered_at: None,
                 buckets: 2,
             },
         );

@@ -55,6 +55,9 @@ async fn backlog(
             price_version: 1,
             stock_version: 1,
             reserved_at_ms: now.timestamp_millis(),
+            client_ip: None,
+            device: None,
+            registered_at: None,
             buckets: 1,
         };
         let value = serde_json::to_vec(&rec)?;
