@@ -52,6 +52,8 @@ pub struct LiveView {
     pub fleet: crate::conf::FleetConf,
     /// The rates' memory.
     pub rates: crate::campaign::live::Rates,
+    /// The audit's thresholds (the conf's `[audit]`), for the winners' flagged groups.
+    pub thresholds: crate::campaign::audit::Thresholds,
 }
 
 /// How long a scrape waits for the partitions' ends before it answers with the last ones seen.
@@ -144,6 +146,7 @@ async fn view_json(
         fleet: &live.fleet,
         lag,
         rates: &live.rates,
+        thresholds: &live.thresholds,
     };
     match crate::campaign::live::snapshot(&src, &id).await {
         Ok(Some(v)) => ([(header::CACHE_CONTROL, "no-store")], axum::Json(v)).into_response(),

@@ -389,6 +389,8 @@ fn postgres(
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Conf {
+    /// The file it was read from (empty when built in code).
+    pub file: PathBuf,
     /// HTTP listen address (result query, payment callback, health check).
     pub listen: SocketAddr,
     /// Redis URL: one Redis or a Redis Cluster (`protocol::cluster::URL_FORMS`).
@@ -538,6 +540,7 @@ impl Conf {
         let leases = leases(&c, &raw.leases)?;
         let fleet = fleet(&c, raw.fleet.as_ref())?;
         Ok(Conf {
+            file: file.to_path_buf(),
             fleet,
             admin_token,
             events,

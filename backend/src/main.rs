@@ -123,7 +123,7 @@ enum CampaignCommand {
         id: String,
     },
     /// The campaign file against what was published (frozen fields, the writer's signing key,
-    /// topic and partitions) and, with --live, against every gateway of [fleet]; changes nothing.
+    /// topic and partitions) and, with --live, against every gateway of `[fleet]`; changes nothing.
     Check {
         /// Campaign id.
         id: String,

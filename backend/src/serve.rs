@@ -126,14 +126,16 @@ pub async fn serve_as(
                 assigned: cfg.kafka.plan.fixed().to_vec(),
                 kafka: Some((kc.clone(), cfg.kafka.topic.clone())),
                 redis: Some(redis.clone()),
-                live: cfg.admin_token.clone().map(|token| {
-                    Arc::new(admin::LiveView {
+                live: match cfg.admin_token.clone() {
+                    None => None,
+                    Some(token) => Some(Arc::new(admin::LiveView {
                         token,
                         redis: redis.clone(),
                         fleet: cfg.fleet.clone(),
                         rates: Default::default(),
-                    })
-                }),
+                        thresholds: audit_thresholds(&cfg)?,
+                    })),
+                },
             };
             let mut rx = shutdown_tx.subscribe();
             Some(tokio::spawn(async move {
@@ -218,4 +220,15 @@ pub async fn serve_as(
     }
     tracing::info!("order writer stopped");
     Ok(())
+}
+
+/// The conf's `[audit]` thresholds (the defaults for a conf built in code); a bad table stops
+/// the start, naming it.
+fn audit_thresholds(cfg: &Conf) -> anyhow::Result<crate::campaign::audit::Thresholds> {
+    if cfg.file.as_os_str().is_empty() {
+        return Ok(Default::default());
+    }
+    let t = crate::campaign::audit::source::conf_thresholds(&cfg.file)?;
+    crate::campaign::audit::check_thresholds(&t)?;
+    Ok(t)
 }

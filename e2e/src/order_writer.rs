@@ -43,6 +43,7 @@ pub struct Place<'a> {
 /// sweeper of age 1 s every 200 ms and a closer every 100 ms (override fields as a test needs).
 pub fn conf(place: Place<'_>) -> Conf {
     Conf {
+        file: std::path::PathBuf::new(),
         listen: place.listen,
         redis_url: stack::redis_url(),
         redis_password: None,

@@ -50,6 +50,8 @@ pub struct Sources<'a> {
     pub lag: i64,
     /// The rates' memory.
     pub rates: &'a Rates,
+    /// The audit's thresholds.
+    pub thresholds: &'a super::audit::Thresholds,
 }
 
 /// The value of each sample of `name` in Prometheus text `text` whose labels include `labels`,
@@ -89,6 +91,7 @@ pub async fn snapshot(src: &Sources<'_>, id: &str) -> anyhow::Result<Option<Valu
     let left: i64 = buckets.iter().map(|b| b["left"].as_i64().unwrap_or(0)).sum();
     let (gateways, answers) = gateways(src, id).await;
     let ends_at = control.ends_at.map_or(row.ends_at, |e| e.max(row.ends_at));
+    let audit = winners_audit(src, id).await?;
     Ok(Some(json!({
         "id": id,
         "at": chrono::Utc::now().to_rfc3339(),
@@ -101,7 +104,19 @@ pub async fn snapshot(src: &Sources<'_>, id: &str) -> anyhow::Result<Option<Valu
         "answers": answers,
         "gateways": gateways,
         "writer": {"lag": src.lag, "orders_per_sec": src.rates.per_sec(&format!("orders/{id}"), orders as f64)},
+        "audit": audit,
     })))
+}
+
+/// The audit of the winners so far (`campaign audit` without access logs: no attempts, so no
+/// success rates), its flagged groups.
+async fn winners_audit(src: &Sources<'_>, id: &str) -> anyhow::Result<Value> {
+    let a = super::audit::source::audit_of(src.pool, id, &[], src.thresholds).await?;
+    let flagged: Vec<Value> = a
+        .flagged()
+        .map(|g| json!({"kind": g.kind, "key": g.key, "winners": g.winners, "units": g.units, "flags": g.flags}))
+        .collect();
+    Ok(json!({"winners": a.crowd.winners, "groups": a.groups.len(), "flagged": flagged}))
 }
 
 /// Each bucket's stock left and outbox.

@@ -32,7 +32,7 @@ pub enum Change {
     Close,
     /// The window's end moved later.
     Extend(DateTime<Utc>),
-    /// Over for good (after the drain and the final reconcile: [`end`]).
+    /// Over for good (after the drain and the final reconcile: [`super::end`]).
     End,
 }
 

@@ -197,6 +197,10 @@ async fn a_campaign_lives_through_the_command_across_two_gateways() {
         "{live}"
     );
     assert!(live["answers"]["QUEUED"]["total"].as_f64() >= Some(9.0), "{live}");
+    // Its audit of the winners: the 9 all came from 127.0.0.1, past the default of 2 an address.
+    assert_eq!(live["audit"]["winners"].as_u64(), Some(9), "{live}");
+    let flagged = live["audit"]["flagged"].as_array().unwrap();
+    assert!(flagged.iter().any(|g| g["kind"] == "ip32" && g["key"] == "127.0.0.1"), "{live}");
     let gws = live["gateways"].as_array().unwrap();
     assert!(gws.len() == 2 && gws.iter().all(|g| g["selling"] == true && g["state"] == "OPEN"), "{live}");
     let page =
