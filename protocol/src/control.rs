@@ -230,8 +230,13 @@ impl Control {
 
     /// The window's end in force: the file's, or the later one `extend` set.
     pub fn ends_at(&self, c: &Campaign) -> DateTime<Utc> {
-        let file = c.ends_at.to_utc();
-        self.ends_at.map_or(file, |e| e.max(file))
+        self.ends_at_after(c.ends_at.to_utc())
+    }
+
+    /// The window's end in force over `published` (the file's or the database's end): the later
+    /// one `extend` set, when it set one.
+    pub fn ends_at_after(&self, published: DateTime<Utc>) -> DateTime<Utc> {
+        self.ends_at.map_or(published, |e| e.max(published))
     }
 
     /// Every way a process with campaign file `c` and contract `mine` disagrees with what was

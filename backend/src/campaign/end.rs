@@ -55,7 +55,7 @@ pub async fn run(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
     let row = operate::published(&pool, id).await?;
     let control = operate::read_control(&redis, id).await?;
     if control.state != State::Ended {
-        let ends_at = control.ends_at.map_or(row.ends_at, |e| e.max(row.ends_at));
+        let ends_at = control.ends_at_after(row.ends_at);
         let (pending, unreleased): (i64, i64) = sqlx::query_as(
             "SELECT count(*) FILTER (WHERE status = 'PENDING_PAYMENT'),
                     count(*) FILTER (WHERE status = 'CLOSED' AND NOT redis_released)

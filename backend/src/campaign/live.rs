@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use fred::prelude::{Client as RedisClient, HashesInterface, KeysInterface};
-use protocol::keys::Bucket;
+use fred::prelude::Client as RedisClient;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -90,7 +89,7 @@ pub async fn snapshot(src: &Sources<'_>, id: &str) -> anyhow::Result<Option<Valu
     let buckets = stock_left(src.redis, id, row.buckets).await?;
     let left: i64 = buckets.iter().map(|b| b["left"].as_i64().unwrap_or(0)).sum();
     let (gateways, answers) = gateways(src, id).await;
-    let ends_at = control.ends_at.map_or(row.ends_at, |e| e.max(row.ends_at));
+    let ends_at = control.ends_at_after(row.ends_at);
     let audit = winners_audit(src, id).await?;
     Ok(Some(json!({
         "id": id,
@@ -121,13 +120,11 @@ async fn winners_audit(src: &Sources<'_>, id: &str) -> anyhow::Result<Value> {
 
 /// Each bucket's stock left and outbox.
 async fn stock_left(redis: &RedisClient, id: &str, buckets: i32) -> anyhow::Result<Vec<Value>> {
-    let mut out = Vec::new();
-    for b in Bucket::all(id, buckets.max(1) as u32) {
-        let left: Option<i64> = redis.get(&b.keys.stock).await?;
-        let outbox: i64 = redis.hlen(&b.keys.outbox).await?;
-        out.push(json!({"index": b.index, "left": left.unwrap_or(0), "outbox": outbox}));
-    }
-    Ok(out)
+    let now = super::operate::buckets_now(redis, id, buckets).await?;
+    Ok(now
+        .iter()
+        .map(|b| json!({"index": b.index, "left": b.stock.unwrap_or(0), "outbox": b.outbox}))
+        .collect())
 }
 
 /// Each gateway's view and metrics, and the answers by code summed over the gateways (totals

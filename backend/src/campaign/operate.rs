@@ -139,7 +139,7 @@ pub async fn run(conns: &Connections<'_>, id: &str, change: Change) -> anyhow::R
     let redis = conns.redis().await?;
     let row = published(&pool, id).await?;
     let now = read_control(&redis, id).await?;
-    let in_force = now.ends_at.map_or(row.ends_at, |e| e.max(row.ends_at));
+    let in_force = now.ends_at_after(row.ends_at);
     let to = decide(&now, in_force, change)
         .map_err(|why| anyhow::anyhow!("{} {id} refused: {why}", change.name()))?;
     let end = match change {
@@ -182,6 +182,28 @@ pub async fn converge(conns: &Connections<'_>, id: &str, version: u64) -> anyhow
     }
 }
 
+/// One bucket of a campaign in Redis now.
+#[derive(Debug)]
+pub struct BucketNow {
+    /// Its index.
+    pub index: u32,
+    /// Its stock left (`None`: no stock key).
+    pub stock: Option<i64>,
+    /// Reservations in its outbox (waiting for their order).
+    pub outbox: i64,
+}
+
+/// Each bucket's stock and outbox now (`status` and the live view).
+pub async fn buckets_now(redis: &RedisClient, id: &str, buckets: i32) -> anyhow::Result<Vec<BucketNow>> {
+    let mut out = Vec::new();
+    for b in Bucket::all(id, buckets.max(1) as u32) {
+        let stock: Option<i64> = redis.get(&b.keys.stock).await?;
+        let outbox: i64 = redis.hlen(&b.keys.outbox).await?;
+        out.push(BucketNow { index: b.index, stock, outbox });
+    }
+    Ok(out)
+}
+
 /// `status ID`: the campaign's row, control, stock left per bucket, and every gateway's view.
 pub async fn status(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
     let pool = conns.migrated_postgres(COMMAND_POOL).await?;
@@ -197,18 +219,17 @@ pub async fn status(conns: &Connections<'_>, id: &str) -> anyhow::Result<()> {
         row.stock_added,
         row.sold
     );
-    let in_force = control.ends_at.map_or(row.ends_at, |e| e.max(row.ends_at));
+    let in_force = control.ends_at_after(row.ends_at);
     println!("  window ends {in_force}{}", if control.ends_at.is_some() { " (extended)" } else { "" });
     let mut left = 0;
-    for b in Bucket::all(id, row.buckets.max(1) as u32) {
-        let stock: Option<i64> = redis.get(&b.keys.stock).await?;
-        let outbox: i64 = redis.hlen(&b.keys.outbox).await?;
+    for b in buckets_now(&redis, id, row.buckets).await? {
         println!(
-            "  bucket {}: {} left, {outbox} in the outbox",
+            "  bucket {}: {} left, {} in the outbox",
             b.index,
-            stock.map_or("-".into(), |s| s.to_string())
+            b.stock.map_or("-".into(), |s| s.to_string()),
+            b.outbox
         );
-        left += stock.unwrap_or(0);
+        left += b.stock.unwrap_or(0);
     }
     println!("  left in Redis: {left}");
     if conns.conf().fleet.gateways.is_empty() {
