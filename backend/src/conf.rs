@@ -804,6 +804,26 @@ partitions = 4
     }
 
     #[test]
+    fn the_fleet_and_the_admin_token_are_checked_at_their_lines() {
+        std::env::set_var("OW_TEST_SHORT", "short");
+        let fleet = |body: &str| format!("{}\n[fleet]\n{body}\n", good());
+        let c = parse(&fleet(
+            "gateways = [\"10.0.0.11:9180\", \"gw-2.internal:9180\"]\ntoken = \"env:OW_TEST_KEY\"",
+        ))
+        .unwrap();
+        assert_eq!(c.fleet.gateways, vec!["10.0.0.11:9180".to_string(), "gw-2.internal:9180".to_string()]);
+        assert_eq!(c.fleet.converge, Duration::from_millis(2000), "the default wait");
+        expect(&fleet("gateways = [\"10.0.0.11\"]"), 13, "fleet.gateways", "not host:port");
+        expect(&fleet("gateways = [\"10.0.0.11:0\"]"), 13, "fleet.gateways", "not host:port");
+        expect(&fleet("gateways = []\nconverge_ms = 5"), 14, "fleet.converge_ms", "between 100 and 60000");
+        let admin =
+            |token: &str| format!("{}\n[admin]\nlisten = \"127.0.0.1:9181\"\ntoken = \"{token}\"\n", good());
+        assert!(parse(&admin("env:OW_TEST_KEY")).unwrap().admin_token.is_some());
+        expect(&admin("env:OW_TEST_SHORT"), 14, "admin.token", "at least 16 characters");
+        expect(&admin("plain-text-token-0123"), 14, "admin.token", "env:");
+    }
+
+    #[test]
     fn the_events_topic_is_the_reservations_ones_by_default_or_named() {
         let c = parse(&good()).unwrap();
         let derived = EventsConf { topic: "seckill.reservations.order-events".into(), partitions: 4 };
