@@ -92,11 +92,11 @@ impl RedisScripts {
         let lua = |body: &str| Script::from_lua(body.to_string());
         Self {
             shared: Scripts::builtin(),
-            ack: lua(include_str!("../../lua/ack.lua")),
-            adopt: lua(include_str!("../../lua/adopt.lua")),
-            claim: lua(include_str!("../../lua/claim.lua")),
-            pause: lua(include_str!("../../lua/pause.lua")),
-            restock: lua(include_str!("../../lua/restock.lua")),
+            ack: lua(include_str!("../lua/ack.lua")),
+            adopt: lua(include_str!("../lua/adopt.lua")),
+            claim: lua(include_str!("../lua/claim.lua")),
+            pause: lua(include_str!("../lua/pause.lua")),
+            restock: lua(include_str!("../lua/restock.lua")),
         }
     }
 

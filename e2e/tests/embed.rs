@@ -32,7 +32,9 @@ fn example() -> std::path::PathBuf {
     bin
 }
 
-/// A one-answer HTTP upstream on loopback: every request gets `200 {body}`.
+/// A one-answer HTTP upstream on loopback: every request gets `200 {body}`, followed by
+/// ` +sale-header` if the request carried one of the sale's own headers and ` +id` if it
+/// carried an `X-Request-Id`.
 fn upstream(body: &'static str) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -41,7 +43,15 @@ fn upstream(body: &'static str) -> String {
             let Ok(mut s) = stream else { continue };
             let mut buf = [0u8; 4096];
             let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-            let _ = s.read(&mut buf);
+            let n = s.read(&mut buf).unwrap_or(0);
+            let request = String::from_utf8_lossy(&buf[..n]).to_ascii_lowercase();
+            let saw = |name: &str| request.contains(&format!("\r\n{name}:"));
+            let leaked = plugins::pingora::SALE_OWNED.iter().any(|h| saw(h));
+            let body = format!(
+                "{body}{}{}",
+                if leaked { " +sale-header" } else { "" },
+                if saw("x-request-id") { " +id" } else { "" }
+            );
             let head =
                 format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len());
             let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(body.as_bytes()));
@@ -141,6 +151,15 @@ async fn a_proxy_of_its_own_sells_through_the_whole_sale() {
     // The rest of the shop is proxied; the sale's own pages are the sale's.
     let shop = http.get(format!("{base}/cart")).send().await.unwrap();
     assert_eq!((shop.status().as_u16(), shop.text().await.unwrap()), (200, "shop".to_string()));
+    // The sale's own headers never reach the shop, with only the sale's `request_filter` called.
+    let shop = http
+        .get(format!("{base}/cart"))
+        .header(protocol::signing::SIGNATURE_HEADER, "0".repeat(64))
+        .header("x-result-token", "x".repeat(40))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(shop.text().await.unwrap(), "shop", "the shop saw none of the sale's headers");
     let info: serde_json::Value =
         http.get(format!("{base}/seckill/{campaign}/info")).send().await.unwrap().json().await.unwrap();
     assert_eq!((info["campaign"].as_str(), info["state"].as_str()), (Some(campaign.as_str()), Some("OPEN")));
@@ -169,7 +188,8 @@ async fn a_proxy_of_its_own_sells_through_the_whole_sale() {
 
     // A result query goes to the order writer with its result token, and only then.
     let polled = client::poll(&http, &base, &campaign, &q).await.unwrap();
-    assert_eq!((polled.status().as_u16(), polled.text().await.unwrap()), (200, "writer".to_string()));
+    let polled = (polled.status().as_u16(), polled.text().await.unwrap());
+    assert_eq!(polled, (200, "writer +id".to_string()), "the request's id, not its result token");
     let stranger = client::Queued { result_token: "x".repeat(40), ..q };
     let refused = client::poll(&http, &base, &campaign, &stranger).await.unwrap();
     assert_ne!(refused.status().as_u16(), 200, "a result is told only to its token's holder");

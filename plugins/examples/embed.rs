@@ -1,9 +1,8 @@
 //! A platform team's own Pingora proxy with the whole sale embedded, everything else proxied to
 //! one upstream, its metrics on a listener of their own.
 use async_trait::async_trait;
-use pingora_core::{server::Server, upstreams::peer::HttpPeer, Result};
-use pingora_http::RequestHeader as Header;
-use pingora_proxy::{ProxyHttp, Session};
+use pingora_core::prelude::*;
+use pingora_proxy::prelude::*;
 use plugins::{FlashSale, SaleCtx};
 const USAGE: &str = "usage: embed <listen> <shop upstream> <order writer> <sale conf file> <metrics listen>";
 
@@ -20,14 +19,11 @@ impl ProxyHttp for Shop {
         SaleCtx::default()
     }
     async fn request_filter(&self, session: &mut Session, ctx: &mut SaleCtx) -> Result<bool> {
-        self.sale.request_filter(session, ctx).await // true: the sale answered
+        self.sale.request_filter(session, ctx).await // true: answered; false: passed on, its own headers gone
     }
     async fn upstream_peer(&self, _: &mut Session, ctx: &mut SaleCtx) -> Result<Box<HttpPeer>> {
         let to = if ctx.to_order_writer() { &self.order_writer } else { &self.upstream };
         Ok(Box::new(HttpPeer::new(to.as_str(), false, String::new())))
-    }
-    async fn upstream_request_filter(&self, s: &mut Session, h: &mut Header, c: &mut SaleCtx) -> Result<()> {
-        self.sale.upstream_request_filter(s, h, c).await // the sale's own headers stay here
     }
 }
 
@@ -40,7 +36,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     server.add_services(sale.services()); // the replenish listener, the reload on SIGHUP
     server.add_service(FlashSale::metrics_service(metrics));
     let shop = Shop { sale, upstream: upstream.clone(), order_writer: order_writer.clone() };
-    let mut proxy = pingora_proxy::http_proxy_service(&server.configuration, shop);
+    let mut proxy = http_proxy_service(&server.configuration, shop);
     proxy.add_tcp(listen);
     server.add_service(proxy);
     server.run_forever()

@@ -345,13 +345,13 @@ impl Scripts {
     pub fn builtin() -> Self {
         let lua = |body: &str| Script::from_lua(body.to_string());
         Self {
-            reserve: lua(include_str!("../../lua/reserve.lua")),
-            release: lua(include_str!("../../lua/release.lua")),
-            publish: lua(include_str!("../../lua/publish.lua")),
-            transfer: lua(include_str!("../../lua/transfer.lua")),
-            room: lua(include_str!("../../lua/room.lua")),
-            arrivals: lua(include_str!("../../lua/arrivals.lua")),
-            admit: lua(include_str!("../../lua/admit.lua")),
+            reserve: lua(include_str!("../lua/reserve.lua")),
+            release: lua(include_str!("../lua/release.lua")),
+            publish: lua(include_str!("../lua/publish.lua")),
+            transfer: lua(include_str!("../lua/transfer.lua")),
+            room: lua(include_str!("../lua/room.lua")),
+            arrivals: lua(include_str!("../lua/arrivals.lua")),
+            admit: lua(include_str!("../lua/admit.lua")),
         }
     }
 

@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn room_lua_clamps_an_arrival_to_the_same_bound() {
-        let script = include_str!("../../lua/room.lua");
+        let script = include_str!("../lua/room.lua");
         let line = format!("local CLAIM_MAX_MS = {ARRIVAL_CLAIM_MAX_MS}\n");
         assert!(script.contains(&line), "lua/room.lua must say {line:?}");
         let undo = undo_timeout(Duration::from_millis(RESERVE_TIMEOUT_MAX_MS as u64));

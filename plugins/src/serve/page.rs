@@ -34,10 +34,10 @@ pub struct Asset {
 
 /// The page's files: (name, content type, bytes).
 const FILES: [(&str, &str, &[u8]); 4] = [
-    ("", "text/html; charset=utf-8", include_bytes!("../../../web/index.html")),
-    ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/app.js")),
-    ("pow.js", "text/javascript; charset=utf-8", include_bytes!("../../../web/pow.js")),
-    ("page.css", "text/css; charset=utf-8", include_bytes!("../../../web/page.css")),
+    ("", "text/html; charset=utf-8", include_bytes!("../../web/index.html")),
+    ("app.js", "text/javascript; charset=utf-8", include_bytes!("../../web/app.js")),
+    ("pow.js", "text/javascript; charset=utf-8", include_bytes!("../../web/pow.js")),
+    ("page.css", "text/css; charset=utf-8", include_bytes!("../../web/page.css")),
 ];
 
 static PAGE: LazyLock<Vec<Asset>> = LazyLock::new(|| FILES.iter().map(|&(n, t, b)| asset(n, t, b)).collect());

@@ -10,8 +10,7 @@
 //! async fn request_filter(&self, session: &mut Session, ctx: &mut SaleCtx) -> Result<bool> {
 //!     self.sale.request_filter(session, ctx).await   // true: answered; false: proxy it
 //! }
-//! // upstream_peer: ctx.to_order_writer() → the order writer, else the proxy's own upstream;
-//! // upstream_request_filter: self.sale.upstream_request_filter(session, header, ctx).await
+//! // upstream_peer: ctx.to_order_writer() → the order writer, else the proxy's own upstream
 //! ```
 //!
 //! Below the hooks, for a proxy that does its own bookkeeping between the sale's decision and
@@ -122,7 +121,10 @@ impl FlashSale {
     /// The sale's `request_filter`: a request on one of the sale's paths is answered here
     /// (`Ok(true)`), or, a result query whose result token is the request's, marked for the
     /// order writer (`Ok(false)`, [`SaleCtx::to_order_writer`]); any other path is left to the
-    /// proxy (`Ok(false)`). Call it from the proxy's own `request_filter`.
+    /// proxy (`Ok(false)`). A request passed on has already lost the sale's own headers and
+    /// carries the sale's id, as [`FlashSale::upstream_request_filter`] would do (Pingora builds
+    /// the upstream request from the session's), so a proxy that calls only this hook leaks
+    /// none of them. Call it from the proxy's own `request_filter`.
     pub async fn request_filter(
         &self,
         session: &mut Session,
@@ -130,7 +132,10 @@ impl FlashSale {
     ) -> pingora_core::Result<bool> {
         match self.handle_session(session, ctx).await {
             Some(Handled::Reply(reply)) => self.respond(session, ctx, reply).await,
-            Some(Handled::ToOrderWriter) | None => Ok(false),
+            Some(Handled::ToOrderWriter) | None => {
+                self.pass_on(session.req_header_mut(), ctx)?;
+                Ok(false)
+            }
         }
     }
 
@@ -174,15 +179,22 @@ impl FlashSale {
         Ok(true)
     }
 
-    /// The sale's `upstream_request_filter`: every proxied request (the shop's and a result
-    /// query alike) loses the sale's own headers ([`strip_sale_headers`]), and one the sale gave
-    /// an id carries it as `X-Request-Id`, for the order writer's log.
+    /// The sale's `upstream_request_filter`, for a proxy that decides with
+    /// [`FlashSale::handle_session`] ([`FlashSale::request_filter`] does this itself): every
+    /// proxied request (the shop's and a result query alike) loses the sale's own headers
+    /// ([`strip_sale_headers`]), and one the sale gave an id carries it as `X-Request-Id`, for
+    /// the order writer's log.
     pub async fn upstream_request_filter(
         &self,
         _session: &mut Session,
         upstream_request: &mut RequestHeader,
         ctx: &mut SaleCtx,
     ) -> pingora_core::Result<()> {
+        self.pass_on(upstream_request, ctx)
+    }
+
+    /// A request on its way upstream: without the sale's own headers, with the sale's id.
+    fn pass_on(&self, upstream_request: &mut RequestHeader, ctx: &SaleCtx) -> pingora_core::Result<()> {
         strip_sale_headers(upstream_request);
         if !ctx.request_id.is_empty() {
             upstream_request.insert_header("x-request-id", ctx.request_id.as_str())?;
