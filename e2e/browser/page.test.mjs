@@ -247,6 +247,23 @@ test('sold out: the sold-out words, bought with the keyboard and announced', { t
   await page.context().close();
 });
 
+// The answers after which nothing was reserved and the page offers "try again": a buyer does.
+const BUSY = ['SERVICE_DEGRADED', 'TRY_LATER', 'NETWORK'];
+
+// A buyer's attempts: the answer the page settles on, clicking "try again" when the page offers
+// it after a busy answer (at most 3 times, each said in the log): on two cores shared with 20
+// browsers, the gateway's threads can run late enough for a reservation to be undone unsent.
+async function buyAgainWhenBusy(page) {
+  let r = await settled(page, 180000);
+  for (let n = 0; n < 3 && r.state === 'retry' && BUSY.includes(r.code); n++) {
+    console.log(`crowd: a buyer saw ${r.code} and tries again`);
+    await page.evaluate(() => document.getElementById('buy').click());
+    await page.waitForFunction(() => document.body.dataset.state !== 'retry', null, { timeout: 10000 });
+    r = await settled(page, 180000);
+  }
+  return r;
+}
+
 test('20 browsers buy at once on stock 5: exactly 5 succeed, the rest are sold out, the database agrees', { timeout: 240000 }, async () => {
   const pages = [];
   for (let i = 0; i < 20; i++) {
@@ -254,7 +271,7 @@ test('20 browsers buy at once on stock 5: exactly 5 succeed, the rest are sold o
   }
   await Promise.all(pages.map((p) => p.waitForFunction(() => document.body.dataset.state === 'open')));
   await Promise.all(pages.map((p) => p.evaluate(() => document.getElementById('buy').click())));
-  const results = await Promise.all(pages.map((p) => settled(p, 180000)));
+  const results = await Promise.all(pages.map((p) => buyAgainWhenBusy(p)));
   const codes = {};
   for (const r of results) codes[r.code] = (codes[r.code] || 0) + 1;
   console.log(`crowd answers: ${JSON.stringify(codes)}`);
