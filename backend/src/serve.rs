@@ -208,6 +208,38 @@ struct Workers {
     events: JoinHandle<()>,
 }
 
+/// The partition writers of a fixed plan, or the lease holder that runs them.
+fn spawn_writers(
+    cfg: &Conf,
+    shared: &Shared,
+    gateway: Arc<Signer>,
+    shutdown_tx: &watch::Sender<bool>,
+) -> Vec<JoinHandle<anyhow::Result<()>>> {
+    let ctx = WriterCtx {
+        pool: shared.pool.clone(),
+        redis: shared.redis.clone(),
+        scripts: shared.scripts.clone(),
+        kafka: shared.kafka.clone(),
+        topic: cfg.kafka.topic.clone(),
+        signer: gateway,
+        cfg: cfg.writer.clone(),
+        metrics: shared.metrics.clone(),
+    };
+    let mut writers = Vec::new();
+    match &cfg.kafka.plan {
+        Plan::Fixed(assigned) => {
+            for &p in assigned {
+                writers.push(tokio::spawn(writer::run_partition(ctx.clone(), p, shutdown_tx.subscribe())));
+            }
+        }
+        Plan::Leased => {
+            let (leases, n) = (cfg.leases, cfg.kafka.partitions);
+            writers.push(tokio::spawn(leases::run(ctx.clone(), leases, n, shutdown_tx.subscribe())));
+        }
+    }
+    writers
+}
+
 impl Workers {
     /// Starts them all.
     fn spawn(
@@ -217,32 +249,7 @@ impl Workers {
         producer: &Producer,
         shutdown_tx: &watch::Sender<bool>,
     ) -> Self {
-        let ctx = WriterCtx {
-            pool: shared.pool.clone(),
-            redis: shared.redis.clone(),
-            scripts: shared.scripts.clone(),
-            kafka: shared.kafka.clone(),
-            topic: cfg.kafka.topic.clone(),
-            signer: gateway,
-            cfg: cfg.writer.clone(),
-            metrics: shared.metrics.clone(),
-        };
-        let mut writers = Vec::new();
-        match &cfg.kafka.plan {
-            Plan::Fixed(assigned) => {
-                for &p in assigned {
-                    writers.push(tokio::spawn(writer::run_partition(
-                        ctx.clone(),
-                        p,
-                        shutdown_tx.subscribe(),
-                    )));
-                }
-            }
-            Plan::Leased => {
-                let (leases, n) = (cfg.leases, cfg.kafka.partitions);
-                writers.push(tokio::spawn(leases::run(ctx.clone(), leases, n, shutdown_tx.subscribe())));
-            }
-        }
+        let writers = spawn_writers(cfg, shared, gateway, shutdown_tx);
         let sweep = sweeper::Sweeper {
             pool: shared.pool.clone(),
             redis: shared.redis.clone(),
