@@ -464,79 +464,15 @@ impl Conf {
             c.bounded(&raw.payment_max_skew_secs, "payment_max_skew_secs", 1, 3600)?;
         let result_pool_size = c.bounded(&raw.result_pool_size, "result_pool_size", 1, 64)?;
 
-        let k = &raw.kafka;
-        let err_at = |span, field: &str, msg: String| c.err(span, field, msg);
-        let connection = protocol::kafka::check_connection(
-            protocol::kafka::RawConnection {
-                brokers: &k.brokers,
-                tls: k.tls.as_ref(),
-                sasl: k.sasl.as_ref(),
-            },
-            &err_at,
-            &base,
-        )?;
-        let protocol::kafka::Topic { name: topic, partitions } =
-            protocol::kafka::check_topic(&k.topic, &k.partitions, &err_at)?;
-        let replication_factor = *k.replication_factor.get_ref();
-        if !(replication_factor == -1 || (1..=16).contains(&replication_factor)) {
-            return Err(c.err(
-                k.replication_factor.span(),
-                "kafka.replication_factor",
-                "must be 1 to 16, or -1 for the cluster's default.replication.factor",
-            ));
-        }
-        let plan = match &k.assigned {
-            None => Plan::Leased,
-            Some(a) => {
-                let list = a.get_ref().clone();
-                if list.is_empty() || list.iter().any(|p| !(0..partitions).contains(p)) {
-                    return Err(c.err(
-                        a.span(),
-                        "kafka.assigned",
-                        format!("must list partitions between 0 and {}", partitions - 1),
-                    ));
-                }
-                Plan::Fixed(list)
-            }
-        };
-        let produce_timeout =
-            c.ms(&k.produce_timeout_ms, "kafka.produce_timeout_ms", 1, PRODUCE_TIMEOUT_MAX_MS)?;
-        let produce_batch = c.int(&k.produce_batch, "kafka.produce_batch", 1, 10_000)?;
-
-        let w = &raw.writer;
-        let max_wait = c.millis(&w.max_wait_ms, "writer.max_wait_ms", 0, 500)?;
-        let writer = WriterConf {
-            batch_size: c.int(&w.batch_size, "writer.batch_size", 1, 20_000)?,
-            max_wait,
-            // An idle partition is never polled more often than a busy one.
-            idle_wait: c
-                .millis(&w.idle_wait_ms, "writer.idle_wait_ms", i64::from(max_wait.as_i32()), 5_000)
-                .map_err(|mut e| {
-                    e.message.push_str(" (never below writer.max_wait_ms)");
-                    e
-                })?,
-            fetch_max_bytes: c.bounded(
-                &w.fetch_max_bytes,
-                "writer.fetch_max_bytes",
-                1024,
-                i64::from(i32::MAX),
-            )?,
-            batch_retries: c.bounded(&w.batch_retries, "writer.batch_retries", 1, 100)?,
-        };
-
-        let s = &raw.sweeper;
-        let sweep_age = c.secs(&s.age_secs, "sweeper.age_secs", 0, SWEEP_AGE_MAX_SECS)?;
-        protocol::timing::check_sweep_age(sweep_age)
-            .map_err(|e| c.err(s.age_secs.span(), "sweeper.age_secs", e))?;
-        let sweep_interval = c.ms(&s.interval_ms, "sweeper.interval_ms", 10, INTERVAL_MAX_MS)?;
-        protocol::timing::check_sweep_interval(sweep_age, sweep_interval)
-            .map_err(|e| c.err(s.interval_ms.span(), "sweeper.interval_ms", e))?;
+        let kafka = kafka(&c, &raw.kafka, &base)?;
+        let writer = writer(&c, &raw.writer)?;
+        let (sweep_age, sweep_interval) = sweeper(&c, &raw.sweeper)?;
         let cl = &raw.closer;
         let close_interval = c.ms(&cl.interval_ms, "closer.interval_ms", 10, INTERVAL_MAX_MS)?;
         let close_batch = c.bounded(&cl.batch_size, "closer.batch_size", 1, 10_000)?;
         let admin_listen = raw.admin.as_ref().map(|a| c.addr(&a.listen, "admin.listen")).transpose()?;
         let admin_token = admin_token(&c, raw.admin.as_ref())?;
-        let events = events(&c, &raw.events, &topic, partitions)?;
+        let events = events(&c, &raw.events, &kafka.topic, kafka.partitions)?;
         let leases = leases(&c, &raw.leases)?;
         let fleet = fleet(&c, raw.fleet.as_ref())?;
         Ok(Conf {
@@ -556,15 +492,7 @@ impl Conf {
             payment_key,
             payment_max_skew_secs,
             result_pool_size,
-            kafka: KafkaConf {
-                connection,
-                replication_factor: replication_factor as i16,
-                topic,
-                partitions,
-                plan,
-                produce_timeout,
-                produce_batch,
-            },
+            kafka,
             writer,
             sweep_age,
             sweep_interval,
@@ -572,6 +500,89 @@ impl Conf {
             close_batch,
         })
     }
+}
+
+/// Checks `[kafka]`: the connection (brokers, TLS, SASL; files relative to `base`), the topic
+/// and its partitions, the replication factor, the assigned partitions (the leases when none)
+/// and the producer's timeout and batch.
+fn kafka(c: &Checker<'_>, k: &RawKafka, base: &Path) -> Result<KafkaConf, ConfError> {
+    let err_at = |span, field: &str, msg: String| c.err(span, field, msg);
+    let connection = protocol::kafka::check_connection(
+        protocol::kafka::RawConnection { brokers: &k.brokers, tls: k.tls.as_ref(), sasl: k.sasl.as_ref() },
+        &err_at,
+        base,
+    )?;
+    let protocol::kafka::Topic { name: topic, partitions } =
+        protocol::kafka::check_topic(&k.topic, &k.partitions, &err_at)?;
+    let replication_factor = *k.replication_factor.get_ref();
+    if !(replication_factor == -1 || (1..=16).contains(&replication_factor)) {
+        return Err(c.err(
+            k.replication_factor.span(),
+            "kafka.replication_factor",
+            "must be 1 to 16, or -1 for the cluster's default.replication.factor",
+        ));
+    }
+    let plan = match &k.assigned {
+        None => Plan::Leased,
+        Some(a) => {
+            let list = a.get_ref().clone();
+            if list.is_empty() || list.iter().any(|p| !(0..partitions).contains(p)) {
+                return Err(c.err(
+                    a.span(),
+                    "kafka.assigned",
+                    format!("must list partitions between 0 and {}", partitions - 1),
+                ));
+            }
+            Plan::Fixed(list)
+        }
+    };
+    let produce_timeout =
+        c.ms(&k.produce_timeout_ms, "kafka.produce_timeout_ms", 1, PRODUCE_TIMEOUT_MAX_MS)?;
+    let produce_batch = c.int(&k.produce_batch, "kafka.produce_batch", 1, 10_000)?;
+    Ok(KafkaConf {
+        connection,
+        replication_factor: replication_factor as i16,
+        topic,
+        partitions,
+        plan,
+        produce_timeout,
+        produce_batch,
+    })
+}
+
+/// Checks `[writer]`: the batch's size and wait, the idle wait (never below the batch's wait),
+/// the fetch's bytes and the batch's retries.
+fn writer(c: &Checker<'_>, w: &RawWriter) -> Result<WriterConf, ConfError> {
+    let max_wait = c.millis(&w.max_wait_ms, "writer.max_wait_ms", 0, 500)?;
+    Ok(WriterConf {
+        batch_size: c.int(&w.batch_size, "writer.batch_size", 1, 20_000)?,
+        max_wait,
+        // An idle partition is never polled more often than a busy one.
+        idle_wait: c
+            .millis(&w.idle_wait_ms, "writer.idle_wait_ms", i64::from(max_wait.as_i32()), 5_000)
+            .map_err(|mut e| {
+                e.message.push_str(" (never below writer.max_wait_ms)");
+                e
+            })?,
+        fetch_max_bytes: c.bounded(
+            &w.fetch_max_bytes,
+            "writer.fetch_max_bytes",
+            1024,
+            i64::from(i32::MAX),
+        )?,
+        batch_retries: c.bounded(&w.batch_retries, "writer.batch_retries", 1, 100)?,
+    })
+}
+
+/// Checks `[sweeper]`: its age and its period, as [`protocol::timing`] bounds them.
+fn sweeper(c: &Checker<'_>, s: &RawSweeper) -> Result<(Duration, Duration), ConfError> {
+    let sweep_age = c.secs(&s.age_secs, "sweeper.age_secs", 0, SWEEP_AGE_MAX_SECS)?;
+    protocol::timing::check_sweep_age(sweep_age)
+        .map_err(|e| c.err(s.age_secs.span(), "sweeper.age_secs", e))?;
+    let sweep_interval = c.ms(&s.interval_ms, "sweeper.interval_ms", 10, INTERVAL_MAX_MS)?;
+    protocol::timing::check_sweep_interval(sweep_age, sweep_interval)
+        .map_err(|e| c.err(s.interval_ms.span(), "sweeper.interval_ms", e))?;
+    Ok((sweep_age, sweep_interval))
 }
 
 /// `[events]` of the writer's conf.

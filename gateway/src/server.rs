@@ -115,55 +115,15 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let health = Arc::clone(&shared);
     control.spawn(upstreams::run_health_checks(move || health.active()));
 
-    // SIGTERM: keep serving for the linger while saying so (`crate::shutdown`), then stop
-    // accepting, let requests in flight finish within the drain bound (Pingora's grace period),
-    // exit. SIGQUIT: first hand the listening sockets to a new process started
-    // with --upgrade (both accept for Pingora's 5 s hand-over), then the same.
     let shutdown = &server_conf.shutdown;
-    let pingora_conf = PingoraConf {
-        // The admin listener and the HTTPS redirect; each worker sets its own.
-        threads: 1,
-        grace_period_seconds: Some(shutdown.drain.as_secs()),
-        // After the drain, what is left is cancelled; this bounds only blocking threads.
-        graceful_shutdown_timeout_seconds: Some(1),
-        upgrade_sock: shutdown.upgrade_sock.to_string_lossy().into_owned(),
-        max_retries: 2,
-        work_stealing: false,
-        ..PingoraConf::default()
-    };
     let opt = Opt { upgrade: opts.upgrade, ..Opt::default() };
-    let mut server = Server::new_with_opt_and_conf(Some(opt), pingora_conf);
+    let mut server = Server::new_with_opt_and_conf(Some(opt), pingora_conf(shutdown));
     server.bootstrap();
     if let Some(sale) = &sale {
         server.add_service(sale.replenish_service());
     }
     let observer = observe::install(&mut server, &server_conf, &sale, &shared, control.handle())?;
-    // Nginx's worker model: `workers` services on the same address, each on a runtime of its own
-    // (`threads`, 1 by default) with its own listening socket (SO_REUSEPORT: the kernel spreads
-    // connections over them) and its own upstream keepalive pools, so a request is accepted,
-    // proxied and answered on one thread. The sale (rate limits, budgets, sold-out flags, Redis
-    // and Kafka clients), the conf, metrics and the access log are the process's, shared.
-    for worker in 0..server_conf.workers {
-        let gateway = Gateway::new(Arc::clone(&shared), sale.clone()).with_observer(observer.clone());
-        let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
-        let front_door = FrontDoor::new(proxy, server_conf.limits.clone())
-            .with_access_log(observer.access_log())
-            .with_proxy_protocol(server_conf.proxy_protocol);
-        // The name is its threads' (15 characters at most, as Linux keeps them).
-        let mut service = Service::new(format!("gw-worker-{worker}"), front_door);
-        service.threads = Some(server_conf.threads);
-        service.add_tcp_with_settings(&worker_addr(server_conf.listen, worker), reuse_port());
-        if let Some(tls) = &server_conf.tls {
-            let settings = tls::settings(Arc::clone(&shared), tls.http2)?;
-            if tls.proxy_protocol {
-                let before =
-                    crate::proxy_protocol::BeforeTls { timeout: server_conf.limits.client_header_timeout };
-                service.endpoints().set_pre_tls_callback(Arc::new(before));
-            }
-            service.add_tls_with_settings(&worker_addr(tls.listen, worker), Some(reuse_port()), settings);
-        }
-        server.add_service(service);
-    }
+    add_workers(&mut server, &shared, &sale, &observer, &server_conf)?;
     if let Some(tls) = &server_conf.tls {
         tracing::info!(listen = %tls.listen, http2 = tls.http2, certs = tls.certs.entries.len(), proxy_protocol = tls.proxy_protocol, "TLS listener");
         if let Some(plain) = tls.redirect_listen {
@@ -182,6 +142,60 @@ pub fn run(opts: &Options) -> anyhow::Result<()> {
     let signals = crate::shutdown::Signals { linger: shutdown.linger };
     server.run(RunArgs { shutdown_signal: Box::new(signals) });
     std::process::exit(0)
+}
+
+/// Pingora's settings. SIGTERM: keep serving for the linger while saying so
+/// (`crate::shutdown`), then stop accepting, let requests in flight finish within the drain
+/// bound (Pingora's grace period), exit. SIGQUIT: first hand the listening sockets to a new
+/// process started with --upgrade (both accept for Pingora's 5 s hand-over), then the same.
+fn pingora_conf(shutdown: &crate::conf::shutdown::ShutdownConf) -> PingoraConf {
+    PingoraConf {
+        // The admin listener and the HTTPS redirect; each worker sets its own.
+        threads: 1,
+        grace_period_seconds: Some(shutdown.drain.as_secs()),
+        // After the drain, what is left is cancelled; this bounds only blocking threads.
+        graceful_shutdown_timeout_seconds: Some(1),
+        upgrade_sock: shutdown.upgrade_sock.to_string_lossy().into_owned(),
+        max_retries: 2,
+        work_stealing: false,
+        ..PingoraConf::default()
+    }
+}
+
+/// Nginx's worker model: `workers` services on the same address, each on a runtime of its own
+/// (`threads`, 1 by default) with its own listening socket (SO_REUSEPORT: the kernel spreads
+/// connections over them) and its own upstream keepalive pools, so a request is accepted,
+/// proxied and answered on one thread. The sale (rate limits, budgets, sold-out flags, Redis
+/// and Kafka clients), the conf, metrics and the access log are the process's, shared.
+fn add_workers(
+    server: &mut Server,
+    shared: &Arc<SharedState>,
+    sale: &Option<Arc<FlashSale>>,
+    observer: &observe::Observer,
+    server_conf: &crate::conf::ServerConf,
+) -> anyhow::Result<()> {
+    for worker in 0..server_conf.workers {
+        let gateway = Gateway::new(Arc::clone(shared), sale.clone()).with_observer(observer.clone());
+        let proxy = pingora_proxy::http_proxy(&server.configuration, gateway);
+        let front_door = FrontDoor::new(proxy, server_conf.limits.clone())
+            .with_access_log(observer.access_log())
+            .with_proxy_protocol(server_conf.proxy_protocol);
+        // The name is its threads' (15 characters at most, as Linux keeps them).
+        let mut service = Service::new(format!("gw-worker-{worker}"), front_door);
+        service.threads = Some(server_conf.threads);
+        service.add_tcp_with_settings(&worker_addr(server_conf.listen, worker), reuse_port());
+        if let Some(tls) = &server_conf.tls {
+            let settings = tls::settings(Arc::clone(shared), tls.http2)?;
+            if tls.proxy_protocol {
+                let before =
+                    crate::proxy_protocol::BeforeTls { timeout: server_conf.limits.client_header_timeout };
+                service.endpoints().set_pre_tls_callback(Arc::new(before));
+            }
+            service.add_tls_with_settings(&worker_addr(tls.listen, worker), Some(reuse_port()), settings);
+        }
+        server.add_service(service);
+    }
+    Ok(())
 }
 
 /// The background service that issues and renews the `[[tls.acme]]` certificates, when any.

@@ -213,6 +213,91 @@ pub enum Window {
     Ended,
 }
 
+/// Checks a campaign's `id` (a campaign id, the file's name) and its `sku` (not empty).
+fn check_names(c: &Checker<'_>, raw: &Raw, file: &Path) -> Result<(), ConfError> {
+    if !valid_campaign_id(raw.id.get_ref()) {
+        return Err(c.err(raw.id.span(), "id", "must be 1 to 64 characters of A-Z a-z 0-9 _ -"));
+    }
+    if let Some(stem) = file.file_stem().and_then(|s| s.to_str()) {
+        if stem != raw.id.get_ref() {
+            return Err(c.err(raw.id.span(), "id", format!("must equal the file name ({stem:?})")));
+        }
+    }
+    if raw.sku.get_ref().trim().is_empty() {
+        return Err(c.err(raw.sku.span(), "sku", "must not be empty"));
+    }
+    Ok(())
+}
+
+/// A time of a campaign file: an RFC 3339 time with an offset, as a TOML datetime or a string.
+fn time(c: &Checker<'_>, v: &Spanned<toml::Value>, field: &str) -> Result<DateTime<FixedOffset>, ConfError> {
+    let s = match v.get_ref() {
+        toml::Value::Datetime(d) => d.to_string(),
+        toml::Value::String(s) => s.clone(),
+        other => {
+            return Err(c.err(
+                v.span(),
+                field,
+                format!("expected an RFC 3339 time, found {}", other.type_str()),
+            ))
+        }
+    };
+    DateTime::parse_from_rfc3339(&s)
+        .map_err(|e| c.err(v.span(), field, format!("{s:?} is not an RFC 3339 time with an offset: {e}")))
+}
+
+/// Checks `[limits]`: each rate and in-flight bound within its range, and the global limits'
+/// timeout.
+fn check_limits(c: &Checker<'_>, l: &Limits) -> Result<(), ConfError> {
+    for (v, field, min) in [
+        (l.ip_per_sec, "ip_per_sec", 0),
+        (l.device_per_sec, "device_per_sec", 0),
+        (l.user_per_sec, "user_per_sec", 0),
+        (l.campaign_per_sec, "campaign_per_sec", 0),
+        (l.max_inflight, "max_inflight", 1),
+        (l.max_inflight_per_buyer, "max_inflight_per_buyer", 1),
+        (l.max_inflight_per_ip, "max_inflight_per_ip", 0),
+        (l.result_per_sec, "result_per_sec", 0),
+    ] {
+        conf::within(v, min, MAX_LIMIT_RATE)
+            .map_err(|m| c.err_at_key(field, &format!("limits.{field}"), m))?;
+    }
+    conf::within(l.global_timeout_ms, 1, 1000)
+        .map_err(|m| c.err_at_key("global_timeout_ms", "limits.global_timeout_ms", m))?;
+    Ok(())
+}
+
+/// Checks the `[[global_limit]]` rules (one per dimension), `buckets` (each rule's max splits
+/// among them) and `bucket_tries` (below `buckets`; all the other buckets when absent).
+fn global_limits_and_buckets(c: &Checker<'_>, raw: &Raw) -> Result<(Vec<GlobalLimit>, u32, u32), ConfError> {
+    let global_limits = raw.global_limit.iter().map(|g| g.check(c)).collect::<Result<Vec<_>, _>>()?;
+    if let Some(i) = global_limit::repeated(&global_limits) {
+        return Err(c.err(
+            raw.global_limit[i].by_span(),
+            "global_limit.by",
+            format!("a second rule by {:?}: one rule per dimension", global_limits[i].by.as_str()),
+        ));
+    }
+    let buckets: u32 = c.bounded(&raw.buckets, "buckets", 1, i64::from(MAX_BUCKETS))?;
+    if let Some(i) = global_limit::unsplittable(&global_limits, buckets) {
+        return Err(c.err(
+            raw.global_limit[i].max_span(),
+            "global_limit.max",
+            format!(
+                "a rule by {:?} counts in each of the {buckets} buckets with its share of max: \
+                 max must be at least {buckets}",
+                global_limits[i].by.as_str()
+            ),
+        ));
+    }
+    let bucket_tries = match &raw.bucket_tries {
+        None => buckets - 1,
+        Some(t) if buckets == 1 => return Err(c.err(t.span(), "bucket_tries", "needs buckets = 2 or more")),
+        Some(t) => c.bounded(t, "bucket_tries", 1, i64::from(buckets) - 1)?,
+    };
+    Ok((global_limits, buckets, bucket_tries))
+}
+
 impl Campaign {
     /// Where the window stands at `now`.
     pub fn window(&self, now: DateTime<chrono::Utc>) -> Window {
@@ -229,87 +314,18 @@ impl Campaign {
     pub fn parse(file: &Path, text: &str) -> Result<Self, ConfError> {
         let raw: Raw = conf::parse(file, text)?;
         let c = Checker::new(file, text);
-        let err = |span: std::ops::Range<usize>, field: &str, msg: String| c.err(span, field, msg);
-        let time = |v: &Spanned<toml::Value>, field: &str| -> Result<DateTime<FixedOffset>, ConfError> {
-            let s = match v.get_ref() {
-                toml::Value::Datetime(d) => d.to_string(),
-                toml::Value::String(s) => s.clone(),
-                other => {
-                    return Err(err(
-                        v.span(),
-                        field,
-                        format!("expected an RFC 3339 time, found {}", other.type_str()),
-                    ))
-                }
-            };
-            DateTime::parse_from_rfc3339(&s).map_err(|e| {
-                err(v.span(), field, format!("{s:?} is not an RFC 3339 time with an offset: {e}"))
-            })
-        };
-
-        if !valid_campaign_id(raw.id.get_ref()) {
-            return Err(err(raw.id.span(), "id", "must be 1 to 64 characters of A-Z a-z 0-9 _ -".into()));
-        }
-        if let Some(stem) = file.file_stem().and_then(|s| s.to_str()) {
-            if stem != raw.id.get_ref() {
-                return Err(err(raw.id.span(), "id", format!("must equal the file name ({stem:?})")));
-            }
-        }
-        if raw.sku.get_ref().trim().is_empty() {
-            return Err(err(raw.sku.span(), "sku", "must not be empty".into()));
-        }
+        check_names(&c, &raw, file)?;
         let stock = c.bounded(&raw.stock, "stock", 0, MAX_STOCK)?;
         let per_user_limit = c.bounded(&raw.per_user_limit, "per_user_limit", 1, MAX_PER_USER_LIMIT)?;
         let price_cents = c.bounded(&raw.price_cents, "price_cents", 0, MAX_PRICE_CENTS)?;
         let pay_window_secs = c.bounded(&raw.pay_window_secs, "pay_window_secs", 1, MAX_PAY_WINDOW_SECS)?;
-        let starts_at = time(&raw.starts_at, "starts_at")?;
-        let ends_at = time(&raw.ends_at, "ends_at")?;
+        let starts_at = time(&c, &raw.starts_at, "starts_at")?;
+        let ends_at = time(&c, &raw.ends_at, "ends_at")?;
         if ends_at <= starts_at {
-            return Err(err(raw.ends_at.span(), "ends_at", "must be after starts_at".into()));
+            return Err(c.err(raw.ends_at.span(), "ends_at", "must be after starts_at"));
         }
-        let l = &raw.limits;
-        for (v, field, min) in [
-            (l.ip_per_sec, "ip_per_sec", 0),
-            (l.device_per_sec, "device_per_sec", 0),
-            (l.user_per_sec, "user_per_sec", 0),
-            (l.campaign_per_sec, "campaign_per_sec", 0),
-            (l.max_inflight, "max_inflight", 1),
-            (l.max_inflight_per_buyer, "max_inflight_per_buyer", 1),
-            (l.max_inflight_per_ip, "max_inflight_per_ip", 0),
-            (l.result_per_sec, "result_per_sec", 0),
-        ] {
-            conf::within(v, min, MAX_LIMIT_RATE)
-                .map_err(|m| c.err_at_key(field, &format!("limits.{field}"), m))?;
-        }
-        conf::within(raw.limits.global_timeout_ms, 1, 1000)
-            .map_err(|m| c.err_at_key("global_timeout_ms", "limits.global_timeout_ms", m))?;
-        let global_limits = raw.global_limit.iter().map(|g| g.check(&c)).collect::<Result<Vec<_>, _>>()?;
-        if let Some(i) = global_limit::repeated(&global_limits) {
-            return Err(err(
-                raw.global_limit[i].by_span(),
-                "global_limit.by",
-                format!("a second rule by {:?}: one rule per dimension", global_limits[i].by.as_str()),
-            ));
-        }
-        let buckets: u32 = c.bounded(&raw.buckets, "buckets", 1, i64::from(MAX_BUCKETS))?;
-        if let Some(i) = global_limit::unsplittable(&global_limits, buckets) {
-            return Err(c.err(
-                raw.global_limit[i].max_span(),
-                "global_limit.max",
-                format!(
-                    "a rule by {:?} counts in each of the {buckets} buckets with its share of max: \
-                     max must be at least {buckets}",
-                    global_limits[i].by.as_str()
-                ),
-            ));
-        }
-        let bucket_tries = match &raw.bucket_tries {
-            None => buckets - 1,
-            Some(t) if buckets == 1 => {
-                return Err(err(t.span(), "bucket_tries", "needs buckets = 2 or more".into()))
-            }
-            Some(t) => c.bounded(t, "bucket_tries", 1, i64::from(buckets) - 1)?,
-        };
+        check_limits(&c, &raw.limits)?;
+        let (global_limits, buckets, bucket_tries) = global_limits_and_buckets(&c, &raw)?;
         let defense = raw.defense.as_ref().map_or(Ok(Defense::default()), |d| d.check(&c))?;
         let eligibility = raw.eligibility.as_ref().map_or(Ok(Eligibility::default()), |e| e.check(&c))?;
         let (waiting_room, pow_levels) =

@@ -152,54 +152,54 @@ pub(crate) fn check(
 ) -> Result<(WaitingRoom, Vec<PowLevel>), FieldError> {
     let room = match room {
         None => WaitingRoom::default(),
-        Some(r) => {
-            let d = WaitingRoom::default();
-            let admit_per_sec =
-                within(&r.admit_per_sec, "waiting_room.admit_per_sec", 1, MAX_ADMIT_PER_SEC)? as u64;
-            WaitingRoom {
-                enabled: r.enabled.unwrap_or(true),
-                admit_per_sec,
-                max_active: match &r.max_active {
-                    None => None,
-                    Some(m) => Some(within(m, "waiting_room.max_active", 1, 1_000_000_000)? as u64),
-                },
-                pre_queue_secs: optional(
-                    &r.pre_queue_secs,
-                    "waiting_room.pre_queue_secs",
-                    0,
-                    MAX_ROOM_SECS,
-                    0,
-                )?,
-                start_draw_ms: optional(
-                    &r.start_draw_ms,
-                    "waiting_room.start_draw_ms",
-                    0,
-                    MAX_START_DRAW_MS,
-                    d.start_draw_ms,
-                )?,
-                draw_return_per_sec: match &r.draw_return_per_sec {
-                    None => admit_per_sec * DRAW_RETURN_PER_ADMIT,
-                    Some(v) => {
-                        within(v, "waiting_room.draw_return_per_sec", 1, MAX_DRAW_RETURN_PER_SEC)? as u64
-                    }
-                },
-                ticket_ttl_secs: optional(
-                    &r.ticket_ttl_secs,
-                    "waiting_room.ticket_ttl_secs",
-                    10,
-                    MAX_ROOM_SECS,
-                    d.ticket_ttl_secs,
-                )?,
-                session_secs: optional(
-                    &r.session_secs,
-                    "waiting_room.session_secs",
-                    10,
-                    MAX_ROOM_SECS,
-                    d.session_secs,
-                )?,
-            }
-        }
+        Some(r) => check_room(r)?,
     };
+    Ok((room, check_levels(levels)?))
+}
+
+/// Checks a `[waiting_room]` table: each field within its bounds, the defaults for those absent.
+fn check_room(r: &RawWaitingRoom) -> Result<WaitingRoom, FieldError> {
+    let d = WaitingRoom::default();
+    let admit_per_sec = within(&r.admit_per_sec, "waiting_room.admit_per_sec", 1, MAX_ADMIT_PER_SEC)? as u64;
+    Ok(WaitingRoom {
+        enabled: r.enabled.unwrap_or(true),
+        admit_per_sec,
+        max_active: match &r.max_active {
+            None => None,
+            Some(m) => Some(within(m, "waiting_room.max_active", 1, 1_000_000_000)? as u64),
+        },
+        pre_queue_secs: optional(&r.pre_queue_secs, "waiting_room.pre_queue_secs", 0, MAX_ROOM_SECS, 0)?,
+        start_draw_ms: optional(
+            &r.start_draw_ms,
+            "waiting_room.start_draw_ms",
+            0,
+            MAX_START_DRAW_MS,
+            d.start_draw_ms,
+        )?,
+        draw_return_per_sec: match &r.draw_return_per_sec {
+            None => admit_per_sec * DRAW_RETURN_PER_ADMIT,
+            Some(v) => within(v, "waiting_room.draw_return_per_sec", 1, MAX_DRAW_RETURN_PER_SEC)? as u64,
+        },
+        ticket_ttl_secs: optional(
+            &r.ticket_ttl_secs,
+            "waiting_room.ticket_ttl_secs",
+            10,
+            MAX_ROOM_SECS,
+            d.ticket_ttl_secs,
+        )?,
+        session_secs: optional(
+            &r.session_secs,
+            "waiting_room.session_secs",
+            10,
+            MAX_ROOM_SECS,
+            d.session_secs,
+        )?,
+    })
+}
+
+/// Checks the `[[pow_level]]` tables: each within its bounds, in order of arrivals (strictly
+/// rising) with bits that never fall.
+fn check_levels(levels: &[RawPowLevel]) -> Result<Vec<PowLevel>, FieldError> {
     let mut out: Vec<PowLevel> = Vec::with_capacity(levels.len());
     for l in levels {
         let level = PowLevel {
@@ -228,7 +228,7 @@ pub(crate) fn check(
         }
         out.push(level);
     }
-    Ok((room, out))
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -33,11 +33,7 @@ pub struct WriterMetrics {
     registry: Registry,
     /// Each partition's offsets (its writer's handles and the scrape share them).
     offsets: Mutex<HashMap<i32, Arc<Offsets>>>,
-    consumed: IntCounterVec,
-    committed: IntCounterVec,
-    lag: IntGaugeVec,
-    dead_letters: IntCounterVec,
-    up: IntGaugeVec,
+    partitions: PartitionFamilies,
     /// Records per committed chunk.
     pub batch_size: Histogram,
     /// One write transaction (a batch, or one record of a split batch), committed.
@@ -65,6 +61,52 @@ pub struct WriterMetrics {
     pub leases_lost: IntCounter,
     /// Batches the lease fence refused (their writer no longer held the partition): rolled back.
     pub fenced_batches: IntCounter,
+    scrape: ScrapeFamilies,
+}
+
+/// The families counted by partition, resolved into a [`PartitionMetrics`] per partition.
+struct PartitionFamilies {
+    consumed: IntCounterVec,
+    committed: IntCounterVec,
+    lag: IntGaugeVec,
+    dead_letters: IntCounterVec,
+    up: IntGaugeVec,
+}
+
+impl PartitionFamilies {
+    fn new(r: &Register<'_>) -> Self {
+        Self {
+            consumed: r.counter_vec(
+                "seckill_writer_records_consumed_total",
+                "Records fetched from Kafka, by partition",
+                &["partition"],
+            ),
+            committed: r.counter_vec(
+                "seckill_writer_records_committed_total",
+                "Records whose transaction committed (orders, refusals, dead letters), by partition",
+                &["partition"],
+            ),
+            lag: r.gauge_vec(
+                "seckill_writer_lag",
+                "Records on the partition not committed yet (high watermark - next offset)",
+                &["partition"],
+            ),
+            dead_letters: r.counter_vec(
+                "seckill_writer_dead_letters_total",
+                "Records sent to dead_letters (unsigned, undecodable, or refused by PostgreSQL too often)",
+                &["partition"],
+            ),
+            up: r.gauge_vec(
+                "seckill_writer_partition_up",
+                "1 once the partition's writer has its Kafka client and stored offset",
+                &["partition"],
+            ),
+        }
+    }
+}
+
+/// The families read at scrape time ([`WriterMetrics::gather`], [`WriterMetrics::stock_left`]).
+struct ScrapeFamilies {
     orders: IntGaugeVec,
     repairs: IntGaugeVec,
     /// Units left in Redis per open campaign (read at scrape: [`WriterMetrics::stock_left`]).
@@ -73,23 +115,66 @@ pub struct WriterMetrics {
     db_up: IntGauge,
 }
 
+impl ScrapeFamilies {
+    fn new(r: &Register<'_>) -> Self {
+        Self {
+            orders: r.gauge_vec(
+                "seckill_writer_orders",
+                "Orders in PostgreSQL by status (read at scrape)",
+                &["status"],
+            ),
+            repairs: r.gauge_vec(
+                "seckill_writer_repairs",
+                "Reconcile repairs recorded in audit_log, by kind (read at scrape)",
+                &["kind"],
+            ),
+            stock_left: r.gauge_vec(
+                "seckill_writer_stock_left",
+                "Units left in Redis (every bucket) per READY or LIVE campaign (read at scrape)",
+                &["campaign"],
+            ),
+            events_pending: r.gauge(
+                "seckill_writer_order_events_pending",
+                "Order events in the outbox not produced yet (read at scrape; backend::events)",
+            ),
+            db_up: r.gauge("seckill_writer_scrape_db_up", "1 when this scrape could read PostgreSQL"),
+        }
+    }
+}
+
 impl std::fmt::Debug for WriterMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriterMetrics").finish_non_exhaustive()
     }
 }
 
-fn counter_vec(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric")
-}
-fn gauge_vec(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric")
-}
-fn counter(name: &str, help: &str) -> IntCounter {
-    IntCounter::new(name, help).expect("valid metric")
-}
-fn histogram(name: &str, help: &str, buckets: &[f64]) -> Histogram {
-    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec())).expect("valid metric")
+/// Makes each metric and registers it in one step. The names and labels are constants: this
+/// cannot fail.
+struct Register<'a>(&'a Registry);
+
+impl Register<'_> {
+    fn add<C: prometheus::core::Collector + Clone + 'static>(&self, c: C) -> C {
+        self.0.register(Box::new(c.clone())).expect("unique names");
+        c
+    }
+    fn counter_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.add(IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+    fn gauge_vec(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.add(IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"))
+    }
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        self.add(IntCounter::new(name, help).expect("valid metric"))
+    }
+    fn gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.add(IntGauge::new(name, help).expect("valid metric"))
+    }
+    fn histogram(&self, name: &str, help: &str, buckets: &[f64]) -> Histogram {
+        self.add(
+            Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+                .expect("valid metric"),
+        )
+    }
 }
 
 impl Default for WriterMetrics {
@@ -102,139 +187,62 @@ impl WriterMetrics {
     /// A fresh set, registered in its own registry. The names and labels are constants: this
     /// cannot fail.
     pub fn new() -> Self {
+        let registry = Registry::new();
+        let r = Register(&registry);
         let m = Self {
-            registry: Registry::new(),
             offsets: Mutex::default(),
-            consumed: counter_vec(
-                "seckill_writer_records_consumed_total",
-                "Records fetched from Kafka, by partition",
-                &["partition"],
-            ),
-            committed: counter_vec(
-                "seckill_writer_records_committed_total",
-                "Records whose transaction committed (orders, refusals, dead letters), by partition",
-                &["partition"],
-            ),
-            lag: gauge_vec(
-                "seckill_writer_lag",
-                "Records on the partition not committed yet (high watermark - next offset)",
-                &["partition"],
-            ),
-            dead_letters: counter_vec(
-                "seckill_writer_dead_letters_total",
-                "Records sent to dead_letters (unsigned, undecodable, or refused by PostgreSQL too often)",
-                &["partition"],
-            ),
-            up: gauge_vec(
-                "seckill_writer_partition_up",
-                "1 once the partition's writer has its Kafka client and stored offset",
-                &["partition"],
-            ),
-            batch_size: histogram("seckill_writer_batch_size", "Records per committed batch", SIZE_BUCKETS),
-            transaction: histogram(
+            partitions: PartitionFamilies::new(&r),
+            batch_size: r.histogram("seckill_writer_batch_size", "Records per committed batch", SIZE_BUCKETS),
+            transaction: r.histogram(
                 "seckill_writer_transaction_seconds",
                 "Duration of one committed write transaction",
                 TX_BUCKETS,
             ),
-            transaction_failures: counter(
+            transaction_failures: r.counter(
                 "seckill_writer_transaction_failures_total",
                 "Write transactions that failed and were retried, split or dead-lettered",
             ),
-            orders_inserted: counter(
-                "seckill_writer_orders_inserted_total",
-                "Orders inserted by this process",
-            ),
-            refusals: counter_vec(
+            orders_inserted: r
+                .counter("seckill_writer_orders_inserted_total", "Orders inserted by this process"),
+            refusals: r.counter_vec(
                 "seckill_writer_refusals_total",
                 "Reservations the database refused, by reason",
                 &["reason"],
             ),
-            sweeper_produced: counter(
+            sweeper_produced: r.counter(
                 "seckill_writer_sweeper_produced_total",
                 "Outbox entries the sweeper produced to Kafka again",
             ),
-            sweeper_errors: counter("seckill_writer_sweeper_errors_total", "Sweeper produces that failed"),
-            sweeper_transfers_finished: counter(
+            sweeper_errors: r.counter("seckill_writer_sweeper_errors_total", "Sweeper produces that failed"),
+            sweeper_transfers_finished: r.counter(
                 "seckill_writer_sweeper_transfers_finished_total",
                 "Transfers between buckets whose take the sweeper ran (the caller stopped after the give)",
             ),
-            closer_closed: counter(
-                "seckill_writer_closer_closed_total",
-                "Unpaid orders closed at their pay-by time",
-            ),
-            closer_released: counter(
+            closer_closed: r
+                .counter("seckill_writer_closer_closed_total", "Unpaid orders closed at their pay-by time"),
+            closer_released: r.counter(
                 "seckill_writer_closer_released_total",
                 "Closed orders whose units went back to Redis",
             ),
-            leases_held: IntGauge::new(
+            leases_held: r.gauge(
                 "seckill_writer_leases_held",
                 "Partitions this process holds a lease on (partitions by lease)",
-            )
-            .expect("valid metric"),
-            lease_takeovers: counter(
+            ),
+            lease_takeovers: r.counter(
                 "seckill_writer_lease_takeovers_total",
                 "Partitions claimed from a writer whose lease had expired",
             ),
-            leases_lost: counter(
+            leases_lost: r.counter(
                 "seckill_writer_leases_lost_total",
                 "Leases lost: expired or taken when renewed, or refused by a batch's fence",
             ),
-            fenced_batches: counter(
+            fenced_batches: r.counter(
                 "seckill_writer_fenced_batches_total",
                 "Batches refused by the lease fence (the partition had another owner or epoch): rolled back",
             ),
-            orders: gauge_vec(
-                "seckill_writer_orders",
-                "Orders in PostgreSQL by status (read at scrape)",
-                &["status"],
-            ),
-            repairs: gauge_vec(
-                "seckill_writer_repairs",
-                "Reconcile repairs recorded in audit_log, by kind (read at scrape)",
-                &["kind"],
-            ),
-            stock_left: gauge_vec(
-                "seckill_writer_stock_left",
-                "Units left in Redis (every bucket) per READY or LIVE campaign (read at scrape)",
-                &["campaign"],
-            ),
-            events_pending: IntGauge::new(
-                "seckill_writer_order_events_pending",
-                "Order events in the outbox not produced yet (read at scrape; backend::events)",
-            )
-            .expect("valid metric"),
-            db_up: IntGauge::new("seckill_writer_scrape_db_up", "1 when this scrape could read PostgreSQL")
-                .expect("valid metric"),
+            scrape: ScrapeFamilies::new(&r),
+            registry,
         };
-        let collectors: Vec<Box<dyn prometheus::core::Collector>> = vec![
-            Box::new(m.consumed.clone()),
-            Box::new(m.committed.clone()),
-            Box::new(m.lag.clone()),
-            Box::new(m.dead_letters.clone()),
-            Box::new(m.up.clone()),
-            Box::new(m.batch_size.clone()),
-            Box::new(m.transaction.clone()),
-            Box::new(m.transaction_failures.clone()),
-            Box::new(m.orders_inserted.clone()),
-            Box::new(m.refusals.clone()),
-            Box::new(m.sweeper_produced.clone()),
-            Box::new(m.sweeper_errors.clone()),
-            Box::new(m.sweeper_transfers_finished.clone()),
-            Box::new(m.closer_closed.clone()),
-            Box::new(m.closer_released.clone()),
-            Box::new(m.leases_held.clone()),
-            Box::new(m.lease_takeovers.clone()),
-            Box::new(m.leases_lost.clone()),
-            Box::new(m.fenced_batches.clone()),
-            Box::new(m.orders.clone()),
-            Box::new(m.repairs.clone()),
-            Box::new(m.stock_left.clone()),
-            Box::new(m.events_pending.clone()),
-            Box::new(m.db_up.clone()),
-        ];
-        for c in collectors {
-            m.registry.register(c).expect("unique names");
-        }
         // The reasons the writer refuses with (writer::decide, writer::retry) have a series from
         // the start, so a dashboard reads 0 rather than nothing.
         for reason in ["SOLD_OUT", "LIMIT_REACHED", "CAMPAIGN_UNKNOWN", "DEAD_LETTER", "UNDECODABLE"] {
@@ -247,11 +255,11 @@ impl WriterMetrics {
     pub fn partition(&self, partition: i32) -> PartitionMetrics {
         let p = partition.to_string();
         PartitionMetrics {
-            consumed: self.consumed.with_label_values(&[&p]),
-            committed: self.committed.with_label_values(&[&p]),
-            lag: self.lag.with_label_values(&[&p]),
-            dead: self.dead_letters.with_label_values(&[&p]),
-            up: self.up.with_label_values(&[&p]),
+            consumed: self.partitions.consumed.with_label_values(&[&p]),
+            committed: self.partitions.committed.with_label_values(&[&p]),
+            lag: self.partitions.lag.with_label_values(&[&p]),
+            dead: self.partitions.dead_letters.with_label_values(&[&p]),
+            up: self.partitions.up.with_label_values(&[&p]),
             offsets: self
                 .offsets
                 .lock()
@@ -284,7 +292,7 @@ impl WriterMetrics {
 
     /// Whether `partition`'s writer is running (see [`PartitionMetrics::started`]).
     pub fn partition_is_up(&self, partition: i32) -> bool {
-        self.up.with_label_values(&[&partition.to_string()]).get() == 1
+        self.partitions.up.with_label_values(&[&partition.to_string()]).get() == 1
     }
 
     /// Counts a refusal with `reason` (a handful of codes: looked up per refusal).
@@ -315,9 +323,9 @@ impl WriterMetrics {
         };
         match tokio::time::timeout(DB_SCRAPE_TIMEOUT, read).await {
             Ok(Ok(left)) => {
-                self.stock_left.reset();
+                self.scrape.stock_left.reset();
                 for (id, n) in left {
-                    self.stock_left.with_label_values(&[id.as_str()]).set(n);
+                    self.scrape.stock_left.with_label_values(&[id.as_str()]).set(n);
                 }
             }
             Ok(Err(e)) => tracing::debug!(error = %format!("{e:#}"), "scrape: stock left not read"),
@@ -344,29 +352,29 @@ impl WriterMetrics {
         };
         match tokio::time::timeout(DB_SCRAPE_TIMEOUT, read).await {
             Ok(Ok((orders, repairs, pending))) => {
-                self.events_pending.set(pending);
-                self.orders.reset();
+                self.scrape.events_pending.set(pending);
+                self.scrape.orders.reset();
                 // Every status has a series, at 0 until an order has it.
                 for status in ["PENDING_PAYMENT", "PAID", "CLOSED"] {
-                    self.orders.with_label_values(&[status]).set(0);
+                    self.scrape.orders.with_label_values(&[status]).set(0);
                 }
                 for (status, n) in orders {
-                    self.orders.with_label_values(&[status.as_str()]).set(n);
+                    self.scrape.orders.with_label_values(&[status.as_str()]).set(n);
                 }
-                self.repairs.reset();
+                self.scrape.repairs.reset();
                 for kind in crate::workers::reconcile::find::Kind::ALL {
-                    self.repairs.with_label_values(&[kind.as_str()]).set(0);
+                    self.scrape.repairs.with_label_values(&[kind.as_str()]).set(0);
                 }
                 for (kind, n) in repairs {
-                    self.repairs.with_label_values(&[kind.as_str()]).set(n);
+                    self.scrape.repairs.with_label_values(&[kind.as_str()]).set(n);
                 }
-                self.db_up.set(1);
+                self.scrape.db_up.set(1);
             }
             _ => {
-                self.orders.reset();
-                self.repairs.reset();
-                self.events_pending.set(0);
-                self.db_up.set(0);
+                self.scrape.orders.reset();
+                self.scrape.repairs.reset();
+                self.scrape.events_pending.set(0);
+                self.scrape.db_up.set(0);
             }
         }
         self.registry.gather()

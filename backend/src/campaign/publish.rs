@@ -14,7 +14,7 @@
 //! the stock's state; turning it off returns the units released meanwhile (set aside) to the
 //! sale at once, with a replenish message to the gateways.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use fred::prelude::Client as RedisClient;
@@ -158,6 +158,35 @@ pub async fn publish(
     campaigns_dir: &Path,
     id: &str,
 ) -> anyhow::Result<Published> {
+    let file = campaign_file(campaigns_dir, id)?;
+    let c = Campaign::load(&file)?;
+    let row = record(pool, &file, &c, id).await?;
+    let buckets = row.buckets.max(1) as u32;
+    let pause = c.switches.pause_replenish;
+    if row.state == "LIVE" || row.state == "ENDED" || row.sold > 0 {
+        apply_pause(redis, scripts, id, buckets, pause).await?;
+        let (state, sold) = (&row.state, row.sold);
+        return Ok(Published::RefusedLive {
+            detail: format!(
+                "campaign {id} is {state} in PostgreSQL with {sold} sold; its stock is never reset"
+            ),
+        });
+    }
+    let result = load(redis, scripts, id, buckets, pause, row).await?;
+    if matches!(result, Published::RefusedLive { .. }) {
+        return Ok(result);
+    }
+    // 3. READY in PostgreSQL (never moves a LIVE row back).
+    sqlx::query("UPDATE campaigns SET state = 'READY', updated_at = now() WHERE id = $1 AND state IN ('DRAFT', 'READY')")
+        .bind(id)
+        .execute(pool)
+        .await?;
+    Ok(result)
+}
+
+/// The file of campaign `id` in `campaigns_dir`; an id that is not one, or has no file, is
+/// refused.
+fn campaign_file(campaigns_dir: &Path, id: &str) -> anyhow::Result<PathBuf> {
     if !protocol::keys::valid_campaign_id(id) {
         anyhow::bail!("{id:?} is not a campaign id (1 to 64 of A-Z a-z 0-9 _ -)");
     }
@@ -165,12 +194,35 @@ pub async fn publish(
     if !file.exists() {
         anyhow::bail!("unknown campaign {id:?}: no file {}", file.display());
     }
-    let c = Campaign::load(&file)?;
+    Ok(file)
+}
 
-    // 1. PostgreSQL, one upsert: a new row is inserted as DRAFT; a DRAFT row takes the whole
-    // file (new stock and price versions when they changed); READY/LIVE/ENDED rows take only the
-    // pause_replenish switch (kept for the record; what acts on it is Redis, see apply_pause).
+/// Publish's first step, PostgreSQL: one upsert in one transaction, and the row as it is then.
+/// Nothing is written when the campaign is ENDED, or past DRAFT and `c` (of `file`) changes what
+/// is frozen.
+async fn record(pool: &PgPool, file: &Path, c: &Campaign, id: &str) -> anyhow::Result<PublishedRow> {
     let mut tx = pool.begin().await?;
+    upsert(&mut tx, c, id).await?;
+    let row: PublishedRow = sqlx::query_as(
+        "SELECT state, stock_version, total_stock, sold, per_user_limit, sku, price_cents, price_version, buckets,
+                stock_added
+           FROM campaigns WHERE id = $1",
+    )
+    .bind(id)
+    .fetch_one(&mut *tx)
+    .await?;
+    if let Err(e) = still_publishable(&row, file, c, id) {
+        tx.rollback().await?;
+        return Err(e);
+    }
+    tx.commit().await?;
+    Ok(row)
+}
+
+/// The upsert: a new row is inserted as DRAFT; a DRAFT row takes the whole file (new stock and
+/// price versions when they changed); READY/LIVE/ENDED rows take only the pause_replenish switch
+/// (kept for the record; what acts on it is Redis, see apply_pause).
+async fn upsert(tx: &mut sqlx::PgConnection, c: &Campaign, id: &str) -> anyhow::Result<()> {
     sqlx::query(
         "INSERT INTO campaigns (id, sku, total_stock, per_user_limit, price_cents, starts_at, ends_at,
                                 pay_window_secs, pause_replenish, buckets)
@@ -207,67 +259,56 @@ pub async fn publish(
     .bind(c.buckets as i32)
     .execute(&mut *tx)
     .await?;
-    let row: PublishedRow = sqlx::query_as(
-        "SELECT state, stock_version, total_stock, sold, per_user_limit, sku, price_cents, price_version, buckets,
-                stock_added
-           FROM campaigns WHERE id = $1",
-    )
-    .bind(id)
-    .fetch_one(&mut *tx)
-    .await?;
-    let PublishedRow {
-        state,
-        stock_version,
-        total_stock: total,
-        sold,
-        per_user_limit: limit,
-        sku,
-        price_cents,
-        price_version,
-        buckets,
-        stock_added,
-    } = row;
-    let buckets = buckets.max(1) as u32;
-    let published = Frozen { stock: total - stock_added, price_cents, limit, sku: &sku, buckets };
+    Ok(())
+}
+
+/// Refuses an ENDED campaign, and a file `c` (at `file`) that changes what is frozen once the
+/// campaign is past DRAFT: the file says what the sale no longer is.
+fn still_publishable(row: &PublishedRow, file: &Path, c: &Campaign, id: &str) -> anyhow::Result<()> {
+    let state = &row.state;
     if state == "ENDED" {
-        tx.rollback().await?;
         anyhow::bail!("campaign {id} is ENDED: it is never published again (its orders stay in PostgreSQL)");
     }
-    if state != "DRAFT" {
-        if let Some((field, why)) = published.differs_from(&c) {
-            // Nothing of this publish is written: the file says what the sale no longer is.
-            tx.rollback().await?;
-            return Err(ConfError::at_field(
-                &file,
-                field,
-                format!(
-                    "campaign {id} is {state}: {why}; these never change once published (the buyers' \
-                     answers, the holdings and the ledger were made with them). Put the file back; \
-                     more stock comes by `order-writer campaign add-stock {id} N`"
-                ),
-            )
-            .into());
-        }
+    if state == "DRAFT" {
+        return Ok(());
     }
-    tx.commit().await?;
+    let published = Frozen {
+        stock: row.total_stock - row.stock_added,
+        price_cents: row.price_cents,
+        limit: row.per_user_limit,
+        sku: &row.sku,
+        buckets: row.buckets.max(1) as u32,
+    };
+    let Some((field, why)) = published.differs_from(c) else { return Ok(()) };
+    Err(ConfError::at_field(
+        file,
+        field,
+        format!(
+            "campaign {id} is {state}: {why}; these never change once published (the buyers' \
+             answers, the holdings and the ledger were made with them). Put the file back; \
+             more stock comes by `order-writer campaign add-stock {id} N`"
+        ),
+    )
+    .into())
+}
 
-    if state == "LIVE" || state == "ENDED" || sold > 0 {
-        apply_pause(redis, scripts, id, buckets, c.switches.pause_replenish).await?;
-        return Ok(Published::RefusedLive {
-            detail: format!(
-                "campaign {id} is {state} in PostgreSQL with {sold} sold; its stock is never reset"
-            ),
-        });
-    }
-
-    // 2. Redis, bucket by bucket with its share: the script refuses by itself when a bucket is
-    // LIVE or has reservations. With several buckets, one already selling stops the publish
-    // before any other bucket is loaded, so the shares are never half new, half old (the
-    // script's own refusal still covers a reservation that lands between the two).
+/// Publish's second step, Redis, bucket by bucket with its share: the script refuses by itself
+/// when a bucket is LIVE or has reservations. With several buckets, one already selling stops
+/// the publish before any other bucket is loaded, so the shares are never half new, half old
+/// (the script's own refusal still covers a reservation that lands between the two). The `pause`
+/// switch is applied either way.
+async fn load(
+    redis: &RedisClient,
+    scripts: &RedisScripts,
+    id: &str,
+    buckets: u32,
+    pause: bool,
+    row: PublishedRow,
+) -> anyhow::Result<Published> {
     let all = Bucket::all(id, buckets);
     if buckets > 1 {
         if let Some((index, state)) = selling(redis, &all).await? {
-            apply_pause(redis, scripts, id, buckets, c.switches.pause_replenish).await?;
+            apply_pause(redis, scripts, id, buckets, pause).await?;
             return Ok(Published::RefusedLive {
                 detail: format!(
                     "campaign {id} (bucket {index} of {buckets}) is {state} in Redis or has reservations; no bucket was loaded"
@@ -275,28 +316,30 @@ pub async fn publish(
             });
         }
     }
-    let spec = PublishSpec { stock_version, total, limit, sku, price_cents, price_version };
+    let (stock_version, total) = (row.stock_version, row.total_stock);
+    let spec = PublishSpec {
+        stock_version,
+        total,
+        limit: row.per_user_limit,
+        sku: row.sku,
+        price_cents: row.price_cents,
+        price_version: row.price_version,
+    };
     let outcomes =
         scripts.shared.publish_buckets(redis, id, buckets, &spec).await.context("publishing to Redis")?;
-    apply_pause(redis, scripts, id, buckets, c.switches.pause_replenish).await?;
-    let result = match combine(&outcomes) {
+    apply_pause(redis, scripts, id, buckets, pause).await?;
+    Ok(match combine(&outcomes) {
         (PublishOutcome::Published, _) => Published::Ready { stock_version, stock: total },
         (PublishOutcome::Unchanged, _) => Published::Unchanged { stock_version },
         (PublishOutcome::RefusedLive { state, stock_version }, index) => {
             let which = if buckets > 1 { format!(" (bucket {index} of {buckets})") } else { String::new() };
-            return Ok(Published::RefusedLive {
+            Published::RefusedLive {
                 detail: format!(
                     "campaign {id}{which} is {state} in Redis (stock version {stock_version}) or has reservations"
                 ),
-            });
+            }
         }
-    };
-    // 3. READY in PostgreSQL (never moves a LIVE row back).
-    sqlx::query("UPDATE campaigns SET state = 'READY', updated_at = now() WHERE id = $1 AND state IN ('DRAFT', 'READY')")
-        .bind(id)
-        .execute(pool)
-        .await?;
-    Ok(result)
+    })
 }
 
 /// The first bucket that is LIVE or has reservations (what `publish.lua` refuses), with its

@@ -39,35 +39,64 @@ pub async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let (order_id, payment_ref) = match checked(&st, &id, &method, &uri, &headers, &body) {
+        Ok(checked) => checked,
+        Err(refused) => return *refused,
+    };
+    let outcome = pay(&st.pool, order_id, &payment_ref).await;
+    reply(order_id, payment_ref, outcome)
+}
+
+/// The callback's signature and time, the order id and the body's `payment_ref`, checked: the
+/// order id and the reference, or the answer that refuses the callback (boxed: it is large).
+fn checked(
+    st: &AppState,
+    id: &str,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<(i64, String), Box<Response>> {
     let h = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     let cb = Callback {
         timestamp: h(PAYMENT_TIMESTAMP_HEADER),
         signature: h(PAYMENT_SIGNATURE_HEADER),
         method: method.as_str(),
         path: uri.path(),
-        body: &body,
+        body,
     };
     let now = chrono::Utc::now().timestamp();
     if let Err(e) = pay_auth::check(&st.payment, &cb, now, st.payment_max_skew_secs) {
-        return answer(e.code(), None, &e.to_string(), "", json!({}));
+        return Err(Box::new(answer(e.code(), None, &e.to_string(), "", json!({}))));
     }
     let Ok(order_id) = id.parse::<i64>() else {
-        return answer(Code::BadRequest, None, "order id must be an integer", "", json!({}));
+        return Err(Box::new(answer(Code::BadRequest, None, "order id must be an integer", "", json!({}))));
     };
-    let b: Body = match serde_json::from_slice(&body) {
+    let b: Body = match serde_json::from_slice(body) {
         Ok(b) => b,
-        Err(e) => return answer(Code::BadRequest, None, &format!("body: {e}"), "", json!({})),
+        Err(e) => return Err(Box::new(answer(Code::BadRequest, None, &format!("body: {e}"), "", json!({})))),
     };
     if b.payment_ref.is_empty() || b.payment_ref.len() > 128 {
-        return answer(Code::BadRequest, None, "payment_ref must be 1 to 128 bytes", "", json!({}));
+        return Err(Box::new(answer(
+            Code::BadRequest,
+            None,
+            "payment_ref must be 1 to 128 bytes",
+            "",
+            json!({}),
+        )));
     }
-    match pay(&st.pool, order_id, &b.payment_ref).await {
+    Ok((order_id, b.payment_ref))
+}
+
+/// The answer to a payment of `order_id` with `payment_ref`, from what it decided.
+fn reply(order_id: i64, payment_ref: String, outcome: Result<PayOutcome, sqlx::Error>) -> Response {
+    match outcome {
         Ok(PayOutcome::Paid { request_id }) => answer(
             Code::Paid,
             None,
             "order paid",
             &request_id,
-            json!({"order_id": order_id, "payment_ref": b.payment_ref}),
+            json!({"order_id": order_id, "payment_ref": payment_ref}),
         ),
         Ok(PayOutcome::Closed { request_id }) => answer(
             Code::Closed,

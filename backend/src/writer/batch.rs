@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use protocol::signing::Signer;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use super::decide::{self, DeadLetter, Facts};
 use super::{retry, store, BatchOutcome, Fence, Incoming, Rejected};
@@ -120,20 +120,7 @@ async fn write_batch_with(
 
     let mut tx = begin(pool, fence).await?;
     let mut out = BatchOutcome { dead: decoded.dead.len(), ..Default::default() };
-
-    // 2. Read the campaigns touched; with `Locking::First`, lock them (in id order, so writers
-    // of other partitions never deadlock).
-    let campaign_ids = decide::campaign_ids(valid);
-    let campaigns = store::read_campaigns(&mut tx, &campaign_ids, locking == Locking::First).await?;
-
-    // 3. What earlier deliveries already decided, and who already holds their one order.
-    let ids: Vec<String> = valid.iter().map(|r| r.request_id.clone()).collect();
-    let already_ordered = store::already_ordered(&mut tx, &ids).await?;
-    let already_refused = store::already_refused(&mut tx, &ids).await?;
-    let candidates = decide::holder_candidates(valid, &campaigns, &already_ordered);
-    let holders = store::holders(&mut tx, &candidates).await?;
-    let held = store::held(&mut tx, &decide::held_candidates(valid, &campaigns, &already_ordered)).await?;
-    let facts = Facts { campaigns, already_ordered, already_refused, holders, held };
+    let facts = read_facts(&mut tx, valid, locking).await?;
 
     // 4. Decide each new reservation, in offset order, against the stock read in step 2.
     let decision = decide::decide(valid, &facts);
@@ -141,40 +128,86 @@ async fn write_batch_with(
         out.add_ordered(r);
     }
     out.refused.extend(decision.refused_before.iter().cloned());
-    let accepted = &decision.accepted;
-
-    // 5. The orders, in one statement, and 6. one ledger row per order.
-    if !accepted.is_empty() {
-        let a = store::OrderArrays::new(accepted, &facts.campaigns);
-        let inserted = store::insert_orders(&mut tx, &a).await?;
-        if inserted.len() != accepted.len() {
-            // A concurrent writer inserted one of these between our checks and the insert (two
-            // instances given the same partition). Roll back; the retry sees its rows.
-            anyhow::bail!(
-                "{} of {} orders conflicted; retrying the batch",
-                accepted.len() - inserted.len(),
-                accepted.len()
-            );
-        }
-        out.inserted = inserted.len();
-        store::insert_ledger(&mut tx, &a).await?;
-        for r in accepted {
-            out.add_ordered(r);
-        }
-    }
+    insert_orders(&mut tx, &decision.accepted, &facts, &mut out).await?;
 
     // 7. Refusals, so the result query can answer and a redelivery is refused the same way.
     store::insert_rejected(&mut tx, &decision.refused_now).await?;
     out.refused.extend(decision.refused_now.iter().cloned());
 
-    // 8. Dead letters, with their place. A signed one that names its reservation is refused
-    // UNDECODABLE and released (acked if an earlier copy became an order), so that the outbox's
-    // copy is not produced again forever.
-    store::insert_dead_letters(&mut tx, topic, partition, &decoded.dead).await?;
-    let undecodable: Vec<&Reservation> = decoded.dead.iter().filter_map(|d| d.release.as_ref()).collect();
+    insert_dead_letters(&mut tx, (topic, partition), &decoded.dead, &mut out).await?;
+
+    // 9. The next offset, in the same transaction.
+    store::store_offset(&mut tx, topic, partition, next_offset).await?;
+
+    take_stock(&mut tx, &decision, &facts, locking).await?;
+    // 11. Under a lease, the fence, then the commit.
+    commit(tx, topic, partition, fence).await?;
+    Ok(out)
+}
+
+/// What a batch is decided against (its steps 2 and 3): the campaigns touched, read (with
+/// `Locking::First`, locked in id order, so writers of other partitions never deadlock); what
+/// earlier deliveries already decided, and who already holds their one order.
+async fn read_facts(
+    conn: &mut PgConnection,
+    valid: &[Reservation],
+    locking: Locking,
+) -> anyhow::Result<Facts> {
+    let campaign_ids = decide::campaign_ids(valid);
+    let campaigns = store::read_campaigns(conn, &campaign_ids, locking == Locking::First).await?;
+    let ids: Vec<String> = valid.iter().map(|r| r.request_id.clone()).collect();
+    let already_ordered = store::already_ordered(conn, &ids).await?;
+    let already_refused = store::already_refused(conn, &ids).await?;
+    let candidates = decide::holder_candidates(valid, &campaigns, &already_ordered);
+    let holders = store::holders(conn, &candidates).await?;
+    let held = store::held(conn, &decide::held_candidates(valid, &campaigns, &already_ordered)).await?;
+    Ok(Facts { campaigns, already_ordered, already_refused, holders, held })
+}
+
+/// A batch's steps 5 and 6: the `accepted` orders, in one statement, and one ledger row per
+/// order, added to `out`.
+async fn insert_orders(
+    conn: &mut PgConnection,
+    accepted: &[Reservation],
+    facts: &Facts,
+    out: &mut BatchOutcome,
+) -> anyhow::Result<()> {
+    if accepted.is_empty() {
+        return Ok(());
+    }
+    let a = store::OrderArrays::new(accepted, &facts.campaigns);
+    let inserted = store::insert_orders(conn, &a).await?;
+    if inserted.len() != accepted.len() {
+        // A concurrent writer inserted one of these between our checks and the insert (two
+        // instances given the same partition). Roll back; the retry sees its rows.
+        anyhow::bail!(
+            "{} of {} orders conflicted; retrying the batch",
+            accepted.len() - inserted.len(),
+            accepted.len()
+        );
+    }
+    out.inserted = inserted.len();
+    store::insert_ledger(conn, &a).await?;
+    for r in accepted {
+        out.add_ordered(r);
+    }
+    Ok(())
+}
+
+/// A batch's step 8: the `dead` letters, with their place. A signed one that names its
+/// reservation is refused UNDECODABLE and released (acked if an earlier copy became an order),
+/// so that the outbox's copy is not produced again forever; added to `out`.
+async fn insert_dead_letters(
+    conn: &mut PgConnection,
+    (topic, partition): (&str, i32),
+    dead: &[DeadLetter],
+    out: &mut BatchOutcome,
+) -> anyhow::Result<()> {
+    store::insert_dead_letters(conn, topic, partition, dead).await?;
+    let undecodable: Vec<&Reservation> = dead.iter().filter_map(|d| d.release.as_ref()).collect();
     if !undecodable.is_empty() {
         let ids: Vec<String> = undecodable.iter().map(|r| r.request_id.clone()).collect();
-        let ordered = store::already_ordered(&mut tx, &ids).await?;
+        let ordered = store::already_ordered(conn, &ids).await?;
         let (before, refused): (Vec<&Reservation>, Vec<&Reservation>) =
             undecodable.into_iter().partition(|r| ordered.contains(&r.request_id));
         for r in before {
@@ -184,49 +217,53 @@ async fn write_batch_with(
             .into_iter()
             .map(|r| Rejected { record: r.clone(), status: "FAILED", reason: decide::UNDECODABLE.into() })
             .collect();
-        store::insert_rejected(&mut tx, &refused).await?;
+        store::insert_rejected(conn, &refused).await?;
         out.refused.extend(refused);
     }
-    for d in &decoded.dead {
+    for d in dead {
         tracing::warn!(topic, partition, offset = d.offset, error = %d.error, "dead letter");
     }
+    Ok(())
+}
 
-    // 9. The next offset, in the same transaction.
-    store::store_offset(&mut tx, topic, partition, next_offset).await?;
-
-    // 10. The last guard, last: the conditional stock update. Under `Locking::Late` the campaign
-    // rows are locked here (in id order), so they are held only from here to the commit, and a
-    // refusal, or a reservation refused meanwhile, rolls the whole batch back (see
-    // `write_batch`). Under `Locking::First` it cannot refuse.
+/// A batch's step 10, the last guard, last: the conditional stock update. Under `Locking::Late`
+/// the campaign rows are locked here (in id order), so they are held only from here to the
+/// commit, and a refusal, or a reservation refused meanwhile, rolls the whole batch back (see
+/// `write_batch`). Under `Locking::First` it cannot refuse.
+async fn take_stock(
+    conn: &mut PgConnection,
+    decision: &decide::Decision,
+    facts: &Facts,
+    locking: Locking,
+) -> anyhow::Result<()> {
     let per = decision.units_per_campaign();
-    if !per.is_empty() {
-        let (pc, pn): (Vec<String>, Vec<i64>) = per.into_iter().unzip();
-        if locking == Locking::Late {
-            store::lock_campaigns_late(&mut tx, &pc).await?;
-            // Under the lock, this statement sees every refusal committed before it: one for a
-            // reservation this batch ordered means a repair decided it first.
-            let accepted_ids: Vec<&str> = accepted.iter().map(|r| r.request_id.as_str()).collect();
-            if store::count_refused(&mut tx, &accepted_ids).await? > 0 {
-                return Err(LateConflict("a reservation was refused meanwhile").into());
-            }
-            // And every order committed before it: a user past a limit above 1 means another
-            // batch (another instance given the partition) ordered for them since we read.
-            let pairs = decide::accepted_pairs(&decision, &facts.campaigns);
-            if decide::over_limit(&store::held(&mut tx, &pairs).await?, &facts.campaigns) {
-                return Err(LateConflict("a user's limit was taken meanwhile").into());
-            }
+    if per.is_empty() {
+        return Ok(());
+    }
+    let (pc, pn): (Vec<String>, Vec<i64>) = per.into_iter().unzip();
+    if locking == Locking::Late {
+        store::lock_campaigns_late(conn, &pc).await?;
+        // Under the lock, this statement sees every refusal committed before it: one for a
+        // reservation this batch ordered means a repair decided it first.
+        let accepted_ids: Vec<&str> = decision.accepted.iter().map(|r| r.request_id.as_str()).collect();
+        if store::count_refused(conn, &accepted_ids).await? > 0 {
+            return Err(LateConflict("a reservation was refused meanwhile").into());
         }
-        let updated = store::take_stock(&mut tx, &pc, &pn).await?;
-        if updated != pc.len() as u64 {
-            if locking == Locking::First {
-                anyhow::bail!("stock guard refused a locked batch (sold + n > total_stock); rolled back");
-            }
-            return Err(LateConflict("the stock guard refused it").into());
+        // And every order committed before it: a user past a limit above 1 means another
+        // batch (another instance given the partition) ordered for them since we read.
+        let pairs = decide::accepted_pairs(decision, &facts.campaigns);
+        if decide::over_limit(&store::held(conn, &pairs).await?, &facts.campaigns) {
+            return Err(LateConflict("a user's limit was taken meanwhile").into());
         }
     }
-    // 11. Under a lease, the fence, then the commit.
-    commit(tx, topic, partition, fence).await?;
-    Ok(out)
+    let updated = store::take_stock(conn, &pc, &pn).await?;
+    if updated != pc.len() as u64 {
+        if locking == Locking::First {
+            anyhow::bail!("stock guard refused a locked batch (sold + n > total_stock); rolled back");
+        }
+        return Err(LateConflict("the stock guard refused it").into());
+    }
+    Ok(())
 }
 
 /// Dead-letters one record PostgreSQL refused, alone in its own transaction with the next

@@ -37,24 +37,7 @@ pub(super) async fn fetch_ahead(
         let (records, high) = match fetched {
             Ok(Ok(fetched)) => fetched,
             Ok(Err(e)) => {
-                tracing::warn!(partition, offset, error = %e, "fetch failed");
-                if let rskafka::client::error::Error::ServerError {
-                    protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
-                    ..
-                } = e
-                {
-                    // Retention removed what we had not read: continue at the earliest kept.
-                    if let Ok(earliest) = pc.get_offset(rskafka::client::partition::OffsetAt::Earliest).await
-                    {
-                        tracing::error!(
-                            partition,
-                            offset,
-                            earliest,
-                            "records lost to retention before they were written"
-                        );
-                        offset = offset.max(earliest);
-                    }
-                }
+                offset = after_failure(&pc, partition, offset, e).await;
                 if wait_or_shutdown(&mut shutdown, Duration::from_millis(500)).await {
                     return;
                 }
@@ -62,15 +45,7 @@ pub(super) async fn fetch_ahead(
             }
             Err(_) => continue,
         };
-        let incoming: Vec<Incoming> = records
-            .into_iter()
-            .filter(|r| r.offset >= offset)
-            .map(|mut r| Incoming {
-                offset: r.offset,
-                signature: r.record.headers.remove(RECORD_SIGNATURE_HEADER),
-                value: r.record.value,
-            })
-            .collect();
+        let incoming = incoming(records, offset);
         metrics.fetched(incoming.len(), high);
         tracing::debug!(
             partition,
@@ -89,4 +64,45 @@ pub(super) async fn fetch_ahead(
             return;
         }
     }
+}
+
+/// Logs a failed fetch at `offset`; when retention removed what was not read yet, the offset to
+/// go on from is the earliest kept (said too), else `offset`.
+async fn after_failure(
+    pc: &rskafka::client::partition::PartitionClient,
+    partition: i32,
+    offset: i64,
+    e: rskafka::client::error::Error,
+) -> i64 {
+    tracing::warn!(partition, offset, error = %e, "fetch failed");
+    if let rskafka::client::error::Error::ServerError {
+        protocol_error: rskafka::client::error::ProtocolError::OffsetOutOfRange,
+        ..
+    } = e
+    {
+        // Retention removed what we had not read: continue at the earliest kept.
+        if let Ok(earliest) = pc.get_offset(rskafka::client::partition::OffsetAt::Earliest).await {
+            tracing::error!(
+                partition,
+                offset,
+                earliest,
+                "records lost to retention before they were written"
+            );
+            return offset.max(earliest);
+        }
+    }
+    offset
+}
+
+/// The fetched records from `offset` on (a fetch may start before it), with their signatures.
+fn incoming(records: Vec<rskafka::record::RecordAndOffset>, offset: i64) -> Vec<Incoming> {
+    records
+        .into_iter()
+        .filter(|r| r.offset >= offset)
+        .map(|mut r| Incoming {
+            offset: r.offset,
+            signature: r.record.headers.remove(RECORD_SIGNATURE_HEADER),
+            value: r.record.value,
+        })
+        .collect()
 }

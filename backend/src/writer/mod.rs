@@ -37,6 +37,7 @@ mod store;
 pub mod leases;
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -239,29 +240,7 @@ pub async fn run_partition_under(
     fence: Option<Fence>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<bool> {
-    let deadline = Duration::from_secs(5);
-    let pc = loop {
-        match kafka::partition(&ctx.kafka, &ctx.topic, partition, deadline).await {
-            Ok(pc) => break pc,
-            Err(e) => {
-                tracing::warn!(partition, error = %format!("{e:#}"), "partition not reachable; retrying");
-                if wait_or_shutdown(&mut shutdown, Duration::from_secs(1)).await {
-                    return Ok(false);
-                }
-            }
-        }
-    };
-    let mut offset = loop {
-        match stored_offset(&ctx.pool, &ctx.topic, partition).await {
-            Ok(o) => break o,
-            Err(e) => {
-                tracing::warn!(partition, error = %format!("{e:#}"), "cannot read the stored offset; retrying");
-                if wait_or_shutdown(&mut shutdown, Duration::from_secs(1)).await {
-                    return Ok(false);
-                }
-            }
-        }
-    };
+    let Some((pc, mut offset)) = reach(&ctx, partition, &mut shutdown).await else { return Ok(false) };
     tracing::info!(partition, offset, epoch = fence.as_ref().map(|f| f.epoch), "writer started");
     let pm = ctx.metrics.partition(partition);
     pm.started(offset);
@@ -285,31 +264,8 @@ pub async fn run_partition_under(
             _ = shutdown.changed() => break,
         };
         for chunk in incoming.chunks(ctx.cfg.batch_size) {
-            if chunk.first().is_some_and(|r| r.offset < offset) {
-                continue;
-            }
-            let t1 = std::time::Instant::now();
-            // Retried, split or dead-lettered until every record is committed (see `fallback`),
-            // or we are told to stop; the offset only moves with a commit. What committed is
-            // settled either way.
-            let (outcome, halt) = fallback::write_chunk(&ctx, under, chunk, &mut shutdown).await;
-            let t2 = std::time::Instant::now();
-            log_outcome(partition, &outcome);
-            settle(&ctx.redis, &ctx.scripts, &outcome).await;
-            if halt.is_some() {
-                fenced = halt == Some(fallback::Halt::Fenced);
-                break 'outer;
-            }
-            offset = chunk.last().map(|r| r.offset + 1).unwrap_or(offset);
-            count_outcome(&ctx.metrics, &pm, chunk.len(), &outcome, offset);
-            tracing::debug!(
-                partition,
-                n = chunk.len(),
-                write_ms = (t2 - t1).as_millis() as u64,
-                settle_ms = t2.elapsed().as_millis() as u64,
-                "batch committed"
-            );
-            if *shutdown.borrow() {
+            if let ControlFlow::Break(f) = write(&ctx, under, &pm, chunk, &mut offset, &mut shutdown).await {
+                fenced = f;
                 break 'outer;
             }
         }
@@ -327,6 +283,78 @@ pub async fn run_partition_under(
         tracing::info!(partition, offset, "writer stopped");
     }
     Ok(fenced)
+}
+
+/// The partition's Kafka client and its stored offset, each retried every second until it
+/// answers; `None` when shutdown comes first.
+async fn reach(
+    ctx: &WriterCtx,
+    partition: i32,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<(rskafka::client::partition::PartitionClient, i64)> {
+    let deadline = Duration::from_secs(5);
+    let pc = loop {
+        match kafka::partition(&ctx.kafka, &ctx.topic, partition, deadline).await {
+            Ok(pc) => break pc,
+            Err(e) => {
+                tracing::warn!(partition, error = %format!("{e:#}"), "partition not reachable; retrying");
+                if wait_or_shutdown(shutdown, Duration::from_secs(1)).await {
+                    return None;
+                }
+            }
+        }
+    };
+    let offset = loop {
+        match stored_offset(&ctx.pool, &ctx.topic, partition).await {
+            Ok(o) => break o,
+            Err(e) => {
+                tracing::warn!(partition, error = %format!("{e:#}"), "cannot read the stored offset; retrying");
+                if wait_or_shutdown(shutdown, Duration::from_secs(1)).await {
+                    return None;
+                }
+            }
+        }
+    };
+    Some((pc, offset))
+}
+
+/// Writes one `chunk` from `offset` (skipped when it is behind it) and settles it in Redis;
+/// moves `offset` past it. Breaks when the writer must stop (told to, or fenced: `true`).
+async fn write(
+    ctx: &WriterCtx,
+    under: fallback::Under<'_>,
+    pm: &crate::admin::metrics::PartitionMetrics,
+    chunk: &[Incoming],
+    offset: &mut i64,
+    shutdown: &mut watch::Receiver<bool>,
+) -> ControlFlow<bool> {
+    if chunk.first().is_some_and(|r| r.offset < *offset) {
+        return ControlFlow::Continue(());
+    }
+    let t1 = std::time::Instant::now();
+    // Retried, split or dead-lettered until every record is committed (see `fallback`), or we
+    // are told to stop; the offset only moves with a commit. What committed is settled either
+    // way.
+    let (outcome, halt) = fallback::write_chunk(ctx, under, chunk, shutdown).await;
+    let t2 = std::time::Instant::now();
+    log_outcome(under.partition, &outcome);
+    settle(&ctx.redis, &ctx.scripts, &outcome).await;
+    if halt.is_some() {
+        return ControlFlow::Break(halt == Some(fallback::Halt::Fenced));
+    }
+    *offset = chunk.last().map(|r| r.offset + 1).unwrap_or(*offset);
+    count_outcome(&ctx.metrics, pm, chunk.len(), &outcome, *offset);
+    tracing::debug!(
+        partition = under.partition,
+        n = chunk.len(),
+        write_ms = (t2 - t1).as_millis() as u64,
+        settle_ms = t2.elapsed().as_millis() as u64,
+        "batch committed"
+    );
+    if *shutdown.borrow() {
+        return ControlFlow::Break(false);
+    }
+    ControlFlow::Continue(())
 }
 
 /// The request id of every reservation a committed batch decided, in the log: the id the

@@ -871,7 +871,12 @@ fn route(out: &mut String, r: &Route) {
             let _ = writeln!(out, "rewrite = [\n  {},\n]", all.join(",\n  "));
         }
     }
-    let i = &r.inherited;
+    inherited(out, &r.inherited);
+}
+
+/// What a route inherits from its levels (`server`, `location`), written out: the timeouts, the
+/// body's bound, compression, the limits and their statuses, the headers set, added and hidden.
+fn inherited(out: &mut String, i: &Inherited) {
     for (field, ms) in &i.timeouts {
         let _ = writeln!(out, "{field} = {ms}");
     }

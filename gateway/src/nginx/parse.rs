@@ -181,27 +181,16 @@ fn shown(t: &Token) -> &'static str {
 
 /// The tokens of `text`, each with its line and column.
 fn lex(text: &str, file: &Rc<PathBuf>) -> Result<Vec<(Token, usize, usize)>, String> {
-    let chars: Vec<char> = text.chars().collect();
-    let (mut i, mut line, mut col) = (0, 1, 1);
+    let mut cur = Cursor { chars: text.chars().collect(), i: 0, line: 1, col: 1 };
     let mut out = Vec::new();
     let err = |line, col, what: &str| format!("{}:{line}:{col}: {what}", file.display());
-    while i < chars.len() {
-        let c = chars[i];
-        let (l0, c0) = (line, col);
-        let step = |i: &mut usize, line: &mut usize, col: &mut usize| {
-            if chars[*i] == '\n' {
-                *line += 1;
-                *col = 1;
-            } else {
-                *col += 1;
-            }
-            *i += 1;
-        };
+    while let Some(c) = cur.peek() {
+        let (l0, c0) = (cur.line, cur.col);
         match c {
-            c if c.is_whitespace() => step(&mut i, &mut line, &mut col),
+            c if c.is_whitespace() => cur.step(),
             '#' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    step(&mut i, &mut line, &mut col);
+                while cur.peek().is_some_and(|ch| ch != '\n') {
+                    cur.step();
                 }
             }
             ';' | '{' | '}' => {
@@ -214,66 +203,101 @@ fn lex(text: &str, file: &Rc<PathBuf>) -> Result<Vec<(Token, usize, usize)>, Str
                     l0,
                     c0,
                 ));
-                step(&mut i, &mut line, &mut col);
+                cur.step();
             }
             '"' | '\'' => {
-                step(&mut i, &mut line, &mut col);
-                let mut word = String::new();
-                loop {
-                    let Some(&ch) = chars.get(i) else {
-                        return Err(err(l0, c0, "unterminated quoted string"));
-                    };
-                    step(&mut i, &mut line, &mut col);
-                    match ch {
-                        '\\' if i < chars.len() => {
-                            unescape(&mut word, chars[i]);
-                            step(&mut i, &mut line, &mut col);
-                        }
-                        ch if ch == c => break,
-                        ch => word.push(ch),
-                    }
-                }
-                if chars.get(i).is_some_and(|n| !n.is_whitespace() && !matches!(n, ';' | '{' | ')')) {
-                    return Err(err(
-                        line,
-                        col,
-                        &format!("unexpected \"{}\" after a quoted string", chars[i]),
-                    ));
-                }
+                let word = cur.quoted(c).map_err(|(line, col, what)| err(line, col, &what))?;
                 out.push((Token::Word(word), l0, c0));
             }
             _ => {
-                let mut word = String::new();
-                let mut braces = false;
-                while let Some(&ch) = chars.get(i) {
-                    if !braces && (ch.is_whitespace() || matches!(ch, ';' | '{' | '}')) {
-                        break;
-                    }
-                    step(&mut i, &mut line, &mut col);
-                    match ch {
-                        '\\' if i < chars.len() => {
-                            unescape(&mut word, chars[i]);
-                            step(&mut i, &mut line, &mut col);
-                        }
-                        '$' if chars.get(i) == Some(&'{') => {
-                            braces = true;
-                            word.push(ch);
-                        }
-                        '}' if braces => {
-                            braces = false;
-                            word.push(ch);
-                        }
-                        ch => word.push(ch),
-                    }
-                }
-                if braces {
-                    return Err(err(l0, c0, "unterminated ${ in a word"));
-                }
+                let word = cur.bare().ok_or_else(|| err(l0, c0, "unterminated ${ in a word"))?;
                 out.push((Token::Word(word), l0, c0));
             }
         }
     }
     Ok(out)
+}
+
+/// Where the lexer is in the text: the character's index, line and column.
+struct Cursor {
+    chars: Vec<char>,
+    i: usize,
+    line: usize,
+    col: usize,
+}
+
+impl Cursor {
+    /// The character here, if any is left.
+    fn peek(&self) -> Option<char> {
+        self.chars.get(self.i).copied()
+    }
+
+    /// Moves past the character here, counting lines and columns.
+    fn step(&mut self) {
+        if self.chars[self.i] == '\n' {
+            self.line += 1;
+            self.col = 1;
+        } else {
+            self.col += 1;
+        }
+        self.i += 1;
+    }
+
+    /// A word quoted by `quote` (here), unescaped; an error (its line, column and what) when it
+    /// is not closed, or is followed by more than a separator.
+    fn quoted(&mut self, quote: char) -> Result<String, (usize, usize, String)> {
+        let (l0, c0) = (self.line, self.col);
+        self.step();
+        let mut word = String::new();
+        loop {
+            let Some(ch) = self.peek() else {
+                return Err((l0, c0, "unterminated quoted string".to_string()));
+            };
+            self.step();
+            match ch {
+                '\\' if self.i < self.chars.len() => {
+                    unescape(&mut word, self.chars[self.i]);
+                    self.step();
+                }
+                ch if ch == quote => break,
+                ch => word.push(ch),
+            }
+        }
+        if self.peek().is_some_and(|n| !n.is_whitespace() && !matches!(n, ';' | '{' | ')')) {
+            let what = format!("unexpected \"{}\" after a quoted string", self.chars[self.i]);
+            return Err((self.line, self.col, what));
+        }
+        Ok(word)
+    }
+
+    /// A word that is not quoted, unescaped, up to a space or a separator (none inside `${...}`);
+    /// `None` when a `${` is not closed.
+    fn bare(&mut self) -> Option<String> {
+        let mut word = String::new();
+        let mut braces = false;
+        while let Some(ch) = self.peek() {
+            if !braces && (ch.is_whitespace() || matches!(ch, ';' | '{' | '}')) {
+                break;
+            }
+            self.step();
+            match ch {
+                '\\' if self.i < self.chars.len() => {
+                    unescape(&mut word, self.chars[self.i]);
+                    self.step();
+                }
+                '$' if self.peek() == Some('{') => {
+                    braces = true;
+                    word.push(ch);
+                }
+                '}' if braces => {
+                    braces = false;
+                    word.push(ch);
+                }
+                ch => word.push(ch),
+            }
+        }
+        (!braces).then_some(word)
+    }
 }
 
 /// A word's escape, quoted or not, as Nginx's: `\"`, `\'`, `\\` the character, `\t`, `\r`, `\n`

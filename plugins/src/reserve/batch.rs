@@ -335,29 +335,63 @@ impl Batcher {
     /// batch to be sent and answered.
     async fn collected(&self, lane: &Arc<Lane>, call: ReserveCall, deadline: Instant) -> Attempt {
         let started = std::time::Instant::now();
-        let (sent, mut sent_rx) = oneshot::channel();
+        let (sent, sent_rx) = oneshot::channel();
         let (answer, answer_rx) = oneshot::channel();
-        let (id, trigger) = {
-            let mut st = lock(&lane.state);
-            if self.inner.conf.admission && !st.admission.admits(st.orders) {
-                return Attempt::Overloaded { limit: st.admission.limit() };
-            }
-            st.orders += 1;
-            let id = st.next_id;
-            st.next_id += 1;
-            st.queue.push_back(Waiting { id, call, entered: started, sent, answer });
-            let idle = st.in_flight == 0 && st.queue.len() == 1;
-            let full = st.queue.len() >= self.inner.conf.max;
-            let trigger = if (idle || full) && st.in_flight < CALLS_PER_BUCKET {
-                Trigger::Now
-            } else if !st.timer {
-                st.timer = true;
-                Trigger::Timer
-            } else {
-                Trigger::None
-            };
-            (id, trigger)
+        let (id, trigger) = match self.enqueue(lane, call, started, sent, answer) {
+            Ok(queued) => queued,
+            Err(overloaded) => return overloaded,
         };
+        self.start(lane, trigger);
+        let client = match self.sent_on(lane, id, started, deadline, sent_rx).await {
+            Ok(client) => client,
+            Err(unsent) => return unsent,
+        };
+        // Sent: the call gets the order's whole wait from now, not what the lane left of it, so
+        // that a call Redis answers within its bound is not undone for the time its order
+        // queued (the hold after the call stays within `protocol::timing`'s).
+        let wait = deadline.saturating_duration_since(Instant::from_std(started));
+        let cause = match tokio::time::timeout_at(deadline.max(Instant::now() + wait), answer_rx).await {
+            Ok(Ok(Ok(outcome))) => return Attempt::Answered(outcome),
+            Ok(Ok(Err(cause))) => cause,
+            Ok(Err(_)) => "the batch's answer was lost".into(),
+            Err(_) => self.late(),
+        };
+        Attempt::NoAnswer { cause, sent_on: Some(client) }
+    }
+
+    /// Puts the order in `lane`'s queue, admitted (else `Overloaded`), with its id and what its
+    /// arrival starts.
+    fn enqueue(
+        &self,
+        lane: &Lane,
+        call: ReserveCall,
+        started: std::time::Instant,
+        sent: oneshot::Sender<Client>,
+        answer: oneshot::Sender<Result<ReserveOutcome, String>>,
+    ) -> Result<(u64, Trigger), Attempt> {
+        let mut st = lock(&lane.state);
+        if self.inner.conf.admission && !st.admission.admits(st.orders) {
+            return Err(Attempt::Overloaded { limit: st.admission.limit() });
+        }
+        st.orders += 1;
+        let id = st.next_id;
+        st.next_id += 1;
+        st.queue.push_back(Waiting { id, call, entered: started, sent, answer });
+        let idle = st.in_flight == 0 && st.queue.len() == 1;
+        let full = st.queue.len() >= self.inner.conf.max;
+        let trigger = if (idle || full) && st.in_flight < CALLS_PER_BUCKET {
+            Trigger::Now
+        } else if !st.timer {
+            st.timer = true;
+            Trigger::Timer
+        } else {
+            Trigger::None
+        };
+        Ok((id, trigger))
+    }
+
+    /// Starts what an order's arrival in `lane` starts: a send now, or after the wait.
+    fn start(&self, lane: &Arc<Lane>, trigger: Trigger) {
         match trigger {
             Trigger::Now => {
                 self.inner.dispatch.spawn(self.clone().send(lane.clone()));
@@ -372,45 +406,45 @@ impl Batcher {
             }
             Trigger::None => {}
         }
+    }
 
-        let late = || format!("redis did not answer within {:?}", self.inner.bound);
-        let client = match tokio::time::timeout_at(deadline, &mut sent_rx).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(_)) => {
-                return Attempt::NoAnswer { cause: "the batch was dropped unsent".into(), sent_on: None }
+    /// The client order `id`'s batch was sent on, by `deadline`; else the order's attempt: taken
+    /// out unsent (behind, or no answer), or no answer on the client that is writing it now.
+    async fn sent_on(
+        &self,
+        lane: &Lane,
+        id: u64,
+        started: std::time::Instant,
+        deadline: Instant,
+        mut sent_rx: oneshot::Receiver<Client>,
+    ) -> Result<Client, Attempt> {
+        let dropped = || Attempt::NoAnswer { cause: "the batch was dropped unsent".into(), sent_on: None };
+        match tokio::time::timeout_at(deadline, &mut sent_rx).await {
+            Ok(Ok(client)) => return Ok(client),
+            Ok(Err(_)) => return Err(dropped()),
+            Err(_) => {}
+        }
+        match self.unsent(lane, id, started) {
+            Some(true) => return Err(Attempt::Behind { waited: started.elapsed() }),
+            Some(false) => {
+                return Err(Attempt::NoAnswer {
+                    cause: format!("{}, never sent", self.late()),
+                    sent_on: None,
+                })
             }
-            Err(_) => {
-                match self.unsent(lane, id, started) {
-                    Some(true) => return Attempt::Behind { waited: started.elapsed() },
-                    Some(false) => {
-                        return Attempt::NoAnswer { cause: format!("{}, never sent", late()), sent_on: None }
-                    }
-                    None => {}
-                }
-                // Taken by a sender that is writing it now: the client comes at once (no await
-                // between taking the batch and writing it).
-                match sent_rx.await {
-                    Ok(client) => return Attempt::NoAnswer { cause: late(), sent_on: Some(client) },
-                    Err(_) => {
-                        return Attempt::NoAnswer {
-                            cause: "the batch was dropped unsent".into(),
-                            sent_on: None,
-                        }
-                    }
-                }
-            }
-        };
-        // Sent: the call gets the order's whole wait from now, not what the lane left of it, so
-        // that a call Redis answers within its bound is not undone for the time its order
-        // queued (the hold after the call stays within `protocol::timing`'s).
-        let wait = deadline.saturating_duration_since(Instant::from_std(started));
-        let cause = match tokio::time::timeout_at(deadline.max(Instant::now() + wait), answer_rx).await {
-            Ok(Ok(Ok(outcome))) => return Attempt::Answered(outcome),
-            Ok(Ok(Err(cause))) => cause,
-            Ok(Err(_)) => "the batch's answer was lost".into(),
-            Err(_) => late(),
-        };
-        Attempt::NoAnswer { cause, sent_on: Some(client) }
+            None => {}
+        }
+        // Taken by a sender that is writing it now: the client comes at once (no await between
+        // taking the batch and writing it).
+        match sent_rx.await {
+            Ok(client) => Err(Attempt::NoAnswer { cause: self.late(), sent_on: Some(client) }),
+            Err(_) => Err(dropped()),
+        }
+    }
+
+    /// Why an order had no answer in time.
+    fn late(&self) -> String {
+        format!("redis did not answer within {:?}", self.inner.bound)
     }
 
     /// Takes order `id`, past its deadline, out of `lane` if no sender took it: `None` when one

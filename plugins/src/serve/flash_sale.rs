@@ -40,6 +40,7 @@ use crate::edge::{Edge, Head, Issued};
 use crate::queue::{self, ReservationQueue, TopicAtStart};
 use crate::reserve::sale::Queued;
 use crate::serve::metrics::metrics;
+use crate::serve::page::Asset;
 use crate::serve::reply::Reply;
 use crate::serve::route::{Endpoint, SaleRoute};
 use crate::setup::conf::SaleConf;
@@ -323,15 +324,8 @@ impl FlashSale {
         match &route.endpoint {
             Endpoint::Unknown => unreachable!("answered above"),
             Endpoint::Info => Handled::Reply(Reply::info(&entry.campaign)),
-            Endpoint::Page(asset) => match reads(&req.head()) {
-                Ok(head_only) => {
-                    let head = req.head();
-                    let text =
-                        |name| head.headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
-                    let (encoding, tag) =
-                        (text(http::header::ACCEPT_ENCODING), text(http::header::IF_NONE_MATCH));
-                    Handled::Reply(Reply::page(asset, head_only, encoding, tag))
-                }
+            Endpoint::Page(asset) => match page(asset, &req.head()) {
+                Ok(reply) => Handled::Reply(reply),
                 Err(d) => denied(d),
             },
             Endpoint::PageNoSlash => match reads(&req.head()) {
@@ -349,42 +343,65 @@ impl FlashSale {
                 Err(d) => denied(d),
             },
             Endpoint::Result { request_id: asked } => {
-                // Polling has its own per-address limit, so a storm of polls stops here; then the
-                // result is the buyer's alone: the request's result token, one HMAC, no lookup.
-                let head = req.head();
-                let checked = self
-                    .edge
-                    .limiter()
-                    .check_result(&route.campaign, &entry.campaign.limits, head.client)
-                    .and_then(|()| {
-                        self.edge.check_result(&registry.edge_conf(), &route.campaign, &head, asked)
-                    });
-                match checked {
-                    Ok(_) => Handled::ToOrderWriter,
+                match self.result(&registry, entry, &route.campaign, &req.head(), asked) {
+                    Ok(()) => Handled::ToOrderWriter,
                     Err(d) => denied(d),
                 }
             }
-            Endpoint::Order { hidden_path } => {
-                let mut notes = OrderNotes::default();
-                let answer = self.order(&registry, entry, hidden_path, req, request_id, &mut notes).await;
-                let mut reply = match answer {
-                    Ok(token) => {
-                        let id = notes.answered_as.as_deref().unwrap_or(request_id);
-                        Reply::queued(&route.campaign, id, &token)
-                    }
-                    Err(d) => match notes.result_token.take() {
-                        Some(token) => Reply::may_hold(&d, &route.campaign, request_id, &token),
-                        None => Reply::denied(&d, request_id),
-                    },
-                };
-                reply.answered_as = notes.answered_as;
-                reply.permit = notes.permit;
-                reply.reserve_took = notes.reserve_took;
-                reply.global_limits_failed_open = notes.global_limits_failed_open;
-                count(&reply, &route.campaign);
-                Handled::Reply(reply)
-            }
+            Endpoint::Order { hidden_path } => Handled::Reply(
+                self.order_reply(&registry, entry, &route.campaign, hidden_path, req, request_id).await,
+            ),
         }
+    }
+
+    /// `GET /seckill/{c}/result/{id}`'s checks before the order writer answers it. Polling has
+    /// its own per-address limit, so a storm of polls stops here; then the result is the buyer's
+    /// alone: the request's result token, one HMAC, no lookup.
+    fn result(
+        &self,
+        registry: &Registry,
+        entry: &CampaignEntry,
+        campaign: &str,
+        head: &Head<'_>,
+        asked: &str,
+    ) -> Result<(), Denial> {
+        self.edge
+            .limiter()
+            .check_result(campaign, &entry.campaign.limits, head.client)
+            .and_then(|()| self.edge.check_result(&registry.edge_conf(), campaign, head, asked))
+            .map(|_| ())
+    }
+
+    /// `POST /seckill/{c}/{path}/order`'s reply: queued with its result token, or denied
+    /// (with the result token when the buyer may hold a reservation already), with the order's
+    /// notes, counted.
+    async fn order_reply<R: SaleRequest>(
+        &self,
+        registry: &Registry,
+        entry: &CampaignEntry,
+        campaign: &str,
+        hidden_path: &str,
+        req: &mut R,
+        request_id: &str,
+    ) -> Reply {
+        let mut notes = OrderNotes::default();
+        let answer = self.order(registry, entry, hidden_path, req, request_id, &mut notes).await;
+        let mut reply = match answer {
+            Ok(token) => {
+                let id = notes.answered_as.as_deref().unwrap_or(request_id);
+                Reply::queued(campaign, id, &token)
+            }
+            Err(d) => match notes.result_token.take() {
+                Some(token) => Reply::may_hold(&d, campaign, request_id, &token),
+                None => Reply::denied(&d, request_id),
+            },
+        };
+        reply.answered_as = notes.answered_as;
+        reply.permit = notes.permit;
+        reply.reserve_took = notes.reserve_took;
+        reply.global_limits_failed_open = notes.global_limits_failed_open;
+        count(&reply, campaign);
+        reply
     }
 
     /// `POST /seckill/{c}/token`: the headers' checks, the body, the captcha and the token.
@@ -500,6 +517,15 @@ struct OrderNotes {
     global_limits_failed_open: bool,
     /// The request's result token when its denial says it may hold a reservation.
     result_token: Option<String>,
+}
+
+/// A page's reply: GET or HEAD, compressed as the request accepts, or not modified when its tag
+/// matches.
+fn page(asset: &'static Asset, head: &Head<'_>) -> Result<Reply, Denial> {
+    let head_only = reads(head)?;
+    let text = |name| head.headers.get(name).and_then(|v: &http::HeaderValue| v.to_str().ok());
+    let (encoding, tag) = (text(http::header::ACCEPT_ENCODING), text(http::header::IF_NONE_MATCH));
+    Ok(Reply::page(asset, head_only, encoding, tag))
 }
 
 /// A request for the buyer's page: GET or HEAD (`Ok(true)` for HEAD).

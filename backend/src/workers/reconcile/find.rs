@@ -135,6 +135,16 @@ pub fn balance(s: &Snapshot) -> Balance {
 /// older than `age_ms` by Redis' clock.
 pub fn differences(s: &Snapshot, age_ms: i64) -> Vec<Difference> {
     let mut diffs = ledger::transfers_in_flight(&s.buckets, s.redis_now_ms, age_ms);
+    outbox_differences(s, age_ms, &mut diffs);
+    let user_live = order_differences(s, &mut diffs);
+    holding_differences(s, user_live, &mut diffs);
+    diffs.sort_by(|a, b| (a.kind, &a.request_id).cmp(&(b.kind, &b.request_id)));
+    diffs
+}
+
+/// The outbox entries that differ: ordered or refused in PostgreSQL but not acked or released,
+/// or older than `age_ms` without either.
+fn outbox_differences(s: &Snapshot, age_ms: i64, diffs: &mut Vec<Difference>) {
     for (id, r) in &s.outbox {
         let d = |kind| Difference {
             kind,
@@ -151,6 +161,14 @@ pub fn differences(s: &Snapshot, age_ms: i64) -> Vec<Difference> {
             diffs.push(d(Kind::ReservedWithoutOrder));
         }
     }
+}
+
+/// The orders that differ: a live one released, a closed one not released. Returns the other
+/// live orders by user (their id and quantity), for [`holding_differences`].
+fn order_differences<'a>(
+    s: &'a Snapshot,
+    diffs: &mut Vec<Difference>,
+) -> BTreeMap<&'a str, Vec<(&'a str, i64)>> {
     let mut user_live: BTreeMap<&str, Vec<(&str, i64)>> = BTreeMap::new();
     for (id, o) in &s.orders {
         let d = |kind| Difference {
@@ -170,8 +188,16 @@ pub fn differences(s: &Snapshot, age_ms: i64) -> Vec<Difference> {
             diffs.push(d(Kind::ClosedNotReleased));
         }
     }
-    // A user's live orders (not flagged above) plus queued reservations must be what Redis says
-    // the user holds; the deficit is named by the orders without an outbox entry.
+    user_live
+}
+
+/// A user's live orders (not flagged before) plus queued reservations must be what Redis says
+/// the user holds; the deficit is named by the orders without an outbox entry.
+fn holding_differences(
+    s: &Snapshot,
+    user_live: BTreeMap<&str, Vec<(&str, i64)>>,
+    diffs: &mut Vec<Difference>,
+) {
     let mut queued_by_user: HashMap<&str, i64> = HashMap::new();
     for (id, r) in &s.outbox {
         if !s.orders.contains_key(id) {
@@ -201,8 +227,6 @@ pub fn differences(s: &Snapshot, age_ms: i64) -> Vec<Difference> {
             deficit -= qty;
         }
     }
-    diffs.sort_by(|a, b| (a.kind, &a.request_id).cmp(&(b.kind, &b.request_id)));
-    diffs
 }
 
 #[cfg(test)]

@@ -133,14 +133,29 @@ pub async fn run(conns: &crate::app::Connections<'_>, campaign: &str, repair: bo
 pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::Result<Report> {
     let s = read::snapshot(st.pool, st.redis, campaign, st.between_reads).await?;
     let b = find::balance(&s);
-    let word = |ok: bool| if ok { "holds" } else { "DIFFERS" };
-    let stat = |k: &str| s.stat(k);
     let mut rep = Report {
         redis_balanced: b.redis_holds(),
         pg_balanced: s.sold == b.live_qty,
         across_balanced: b.across_holds(),
         ..Default::default()
     };
+    write_balance(&mut rep, campaign, &s, &b);
+    rep.differences = find::differences(&s, st.sweep_age.as_millis() as i64);
+    let _ = writeln!(rep.text, "  differences: {}", rep.differences.len());
+    for d in &rep.differences {
+        let _ = writeln!(rep.text, "    {}", describe(d));
+    }
+    if repair {
+        repair_all(st, campaign, s.count, &mut rep).await;
+    }
+    Ok(rep)
+}
+
+/// The report's balance of `campaign`: its buckets (when several), then Redis, the shares,
+/// PostgreSQL, across the two and the counts, each line saying whether it holds.
+fn write_balance(rep: &mut Report, campaign: &str, s: &find::Snapshot, b: &find::Balance) {
+    let word = |ok: bool| if ok { "holds" } else { "DIFFERS" };
+    let stat = |k: &str| s.stat(k);
     let t = &mut rep.text;
     let _ = writeln!(t, "campaign {campaign}");
     if s.count > 1 {
@@ -197,31 +212,28 @@ pub async fn reconcile(st: Stores<'_>, campaign: &str, repair: bool) -> anyhow::
         s.outbox.len(),
         s.refused.len()
     );
-    rep.differences = find::differences(&s, st.sweep_age.as_millis() as i64);
-    let _ = writeln!(t, "  differences: {}", rep.differences.len());
-    for d in &rep.differences {
-        let _ = writeln!(t, "    {}", describe(d));
+}
+
+/// Repairs each of the report's differences (of a campaign of `buckets` buckets), one by one,
+/// each repaired, skipped or not repaired said in the report.
+async fn repair_all(st: Stores<'_>, campaign: &str, buckets: u32, rep: &mut Report) {
+    for d in rep.differences.clone() {
+        let line = match repair_one(st, campaign, buckets, &d).await {
+            Ok(Repair::Done(what)) => {
+                rep.repaired.push((d.kind, d.request_id.clone(), what.clone()));
+                format!("repaired {} {}: {what}", d.kind.as_str(), d.request_id)
+            }
+            Ok(Repair::Skipped(why)) => {
+                rep.skipped.push((d.kind, d.request_id.clone(), why.clone()));
+                format!("skipped {} {}: {why}", d.kind.as_str(), d.request_id)
+            }
+            Err(e) => {
+                rep.skipped.push((d.kind, d.request_id.clone(), format!("{e:#}")));
+                format!("NOT repaired {} {}: {e:#}", d.kind.as_str(), d.request_id)
+            }
+        };
+        let _ = writeln!(rep.text, "  {line}");
     }
-    if repair {
-        for d in rep.differences.clone() {
-            let line = match repair_one(st, campaign, s.count, &d).await {
-                Ok(Repair::Done(what)) => {
-                    rep.repaired.push((d.kind, d.request_id.clone(), what.clone()));
-                    format!("repaired {} {}: {what}", d.kind.as_str(), d.request_id)
-                }
-                Ok(Repair::Skipped(why)) => {
-                    rep.skipped.push((d.kind, d.request_id.clone(), why.clone()));
-                    format!("skipped {} {}: {why}", d.kind.as_str(), d.request_id)
-                }
-                Err(e) => {
-                    rep.skipped.push((d.kind, d.request_id.clone(), format!("{e:#}")));
-                    format!("NOT repaired {} {}: {e:#}", d.kind.as_str(), d.request_id)
-                }
-            };
-            let _ = writeln!(rep.text, "  {line}");
-        }
-    }
-    Ok(rep)
 }
 
 /// A difference, printed: kind, id, bucket, user, quantity.

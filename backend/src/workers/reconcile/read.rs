@@ -22,6 +22,20 @@ pub(super) async fn snapshot(
     campaign: &str,
     between_reads: Option<&BetweenReads<'_>>,
 ) -> anyhow::Result<Snapshot> {
+    let mut s = read_postgres(pool, campaign).await?;
+    if let Some(hook) = between_reads {
+        hook().await;
+    }
+    for bucket in Bucket::all(campaign, s.count) {
+        read_bucket(redis, &bucket, &mut s).await?;
+    }
+    s.redis_now_ms = redis_now_ms(redis).await?;
+    Ok(s)
+}
+
+/// PostgreSQL's side of `campaign`: its row (total, sold, bucket count), its orders and its
+/// refusals.
+async fn read_postgres(pool: &PgPool, campaign: &str) -> anyhow::Result<Snapshot> {
     let camp: Option<(i64, i64, i32)> =
         sqlx::query_as("SELECT total_stock, sold, buckets FROM campaigns WHERE id = $1")
             .bind(campaign)
@@ -48,43 +62,40 @@ pub(super) async fn snapshot(
     .await?
     .into_iter()
     .collect();
+    Ok(Snapshot { total, sold, orders, refused, count, ..Default::default() })
+}
 
-    if let Some(hook) = between_reads {
-        hook().await;
+/// One bucket's side in Redis, added to `s`: its meta, stock, stats, outbox, releases, holdings
+/// and transfers.
+async fn read_bucket(redis: &Client, bucket: &Bucket, s: &mut Snapshot) -> anyhow::Result<()> {
+    let keys = &bucket.keys;
+    let meta: HashMap<String, String> = redis.hgetall(&keys.meta).await?;
+    let stock: Option<i64> = redis.get(&keys.stock).await?;
+    let stats: HashMap<String, String> = redis.hgetall(&keys.stats).await?;
+    let outbox: HashMap<String, String> = redis.hgetall(&keys.outbox).await?;
+    let released: HashMap<String, String> = redis.hgetall(&keys.released).await?;
+    let bought: HashMap<String, i64> = redis.hgetall(&keys.bought).await?;
+    let sent: HashMap<String, String> = redis.hgetall(&keys.sent).await?;
+    let received: HashMap<String, i64> = redis.hgetall(&keys.received).await?;
+    s.buckets.push(BucketSnap {
+        index: bucket.index,
+        tag: keys.meta.strip_suffix(":meta").unwrap_or(&keys.meta).to_string(),
+        slot: bucket.slot(),
+        share: meta.get("total").and_then(|v| v.parse().ok()).unwrap_or(0),
+        stock: stock.unwrap_or(0),
+        held: bought.values().sum(),
+        stats,
+        sent: parse_sent(&sent),
+        received,
+    });
+    s.outbox.extend(
+        outbox
+            .iter()
+            .filter_map(|(id, rec)| Reservation::from_json(rec.as_bytes()).ok().map(|r| (id.clone(), r))),
+    );
+    s.released.extend(released.into_keys());
+    for (user, n) in bought {
+        *s.bought.entry(user).or_default() += n;
     }
-
-    let mut s = Snapshot { total, sold, orders, refused, count, ..Default::default() };
-    for bucket in Bucket::all(campaign, count) {
-        let keys = &bucket.keys;
-        let meta: HashMap<String, String> = redis.hgetall(&keys.meta).await?;
-        let stock: Option<i64> = redis.get(&keys.stock).await?;
-        let stats: HashMap<String, String> = redis.hgetall(&keys.stats).await?;
-        let outbox: HashMap<String, String> = redis.hgetall(&keys.outbox).await?;
-        let released: HashMap<String, String> = redis.hgetall(&keys.released).await?;
-        let bought: HashMap<String, i64> = redis.hgetall(&keys.bought).await?;
-        let sent: HashMap<String, String> = redis.hgetall(&keys.sent).await?;
-        let received: HashMap<String, i64> = redis.hgetall(&keys.received).await?;
-        s.buckets.push(BucketSnap {
-            index: bucket.index,
-            tag: keys.meta.strip_suffix(":meta").unwrap_or(&keys.meta).to_string(),
-            slot: bucket.slot(),
-            share: meta.get("total").and_then(|v| v.parse().ok()).unwrap_or(0),
-            stock: stock.unwrap_or(0),
-            held: bought.values().sum(),
-            stats,
-            sent: parse_sent(&sent),
-            received,
-        });
-        s.outbox.extend(
-            outbox
-                .iter()
-                .filter_map(|(id, rec)| Reservation::from_json(rec.as_bytes()).ok().map(|r| (id.clone(), r))),
-        );
-        s.released.extend(released.into_keys());
-        for (user, n) in bought {
-            *s.bought.entry(user).or_default() += n;
-        }
-    }
-    s.redis_now_ms = redis_now_ms(redis).await?;
-    Ok(s)
+    Ok(())
 }

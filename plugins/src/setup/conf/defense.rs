@@ -78,82 +78,20 @@ impl std::fmt::Debug for DefenseConf {
 
 /// Validates the table; `base` anchors relative `file:` references.
 pub(super) fn check(c: &Checker<'_>, d: &RawDefense, base: &Path) -> Result<DefenseConf, ConfError> {
-    let secret = |v: &S<String>, field: &str| {
-        protocol::secret::resolve(v.get_ref(), base).map_err(|e| c.err(v.span(), field, e.to_string()))
-    };
-    let alg = |v: &S<String>, field: &str| {
-        LoginAlg::from_name(v.get_ref())
-            .ok_or_else(|| c.err(v.span(), field, "must be RS256, ES256 or HS256"))
-    };
-    let text = |v: &S<String>, field: &str| {
-        let t = v.get_ref().trim();
-        if t.is_empty() {
-            return Err(c.err(v.span(), field, "must not be empty"));
-        }
-        Ok(t.to_string())
-    };
+    let f = Fields { c, base };
     let leeway = c.int(&d.leeway_secs, "defense.leeway_secs", 0, 300)? as u64;
-    let master = secret(&d.master_key, "defense.master_key")?;
+    let master = f.secret(&d.master_key, "defense.master_key")?;
     let keys = EdgeKeys::derive(&master).map_err(|e| c.err(d.master_key.span(), "defense.master_key", e))?;
-    let login_alg = alg(&d.login_alg, "defense.login_alg")?;
-    let (issuer, audience) =
-        (text(&d.login_issuer, "defense.login_issuer")?, text(&d.login_audience, "defense.login_audience")?);
-    let (login, login_key) = match (&d.login_key, &d.login_keys) {
-        (Some(k), None) => {
-            let key = secret(k, "defense.login_key")?;
-            let check = JwtCheck::new(login_alg, &key, &issuer, &audience, leeway)
-                .map_err(|e| c.err(k.span(), "defense.login_key", e))?;
-            (check, key)
-        }
-        (None, Some(k)) => {
-            let set = secret(k, "defense.login_keys")?;
-            let check = JwtCheck::from_jwks(login_alg, &set, &issuer, &audience, leeway)
-                .map_err(|e| c.err(k.span(), "defense.login_keys", e))?;
-            (check, set)
-        }
-        (Some(_), Some(k)) => {
-            return Err(c.err(
-                k.span(),
-                "defense.login_keys",
-                "set login_key (one key) or login_keys, not both",
-            ))
-        }
-        (None, None) => {
-            return Err(c.err(
-                d.login_alg.span(),
-                "defense.login_key",
-                "the login JWT needs login_key (one key) or login_keys (a JWK set, keys by kid)",
-            ))
-        }
-    };
+    let login_alg = f.alg(&d.login_alg, "defense.login_alg")?;
+    let (issuer, audience) = (
+        f.text(&d.login_issuer, "defense.login_issuer")?,
+        f.text(&d.login_audience, "defense.login_audience")?,
+    );
+    let (login, login_key) = login(&f, d, login_alg, (&issuer, &audience), leeway)?;
 
     let mut inputs = vec![master, login_key, d.login_alg.get_ref().clone().into_bytes()];
     inputs.extend([issuer, audience, leeway.to_string()].map(String::into_bytes));
-    let provider = match (
-        &d.captcha_provider_alg,
-        &d.captcha_provider_key,
-        &d.captcha_provider_issuer,
-        &d.captcha_provider_audience,
-    ) {
-        (None, None, None, None) => None,
-        (Some(a), Some(k), Some(i), Some(u)) => {
-            let (alg, key) =
-                (alg(a, "defense.captcha_provider_alg")?, secret(k, "defense.captcha_provider_key")?);
-            let (iss, aud) =
-                (text(i, "defense.captcha_provider_issuer")?, text(u, "defense.captcha_provider_audience")?);
-            let check = JwtCheck::new(alg, &key, &iss, &aud, leeway)
-                .map_err(|e| c.err(k.span(), "defense.captcha_provider_key", e))?;
-            inputs.extend([key, a.get_ref().clone().into_bytes(), iss.into_bytes(), aud.into_bytes()]);
-            Some(check)
-        }
-        _ => {
-            return Err(c.err(
-                d.login_audience.span(),
-                "defense.captcha_provider_alg",
-                "captcha_provider_alg, _key, _issuer and _audience go together: set all four or none",
-            ))
-        }
-    };
+    let provider = captcha_provider(&f, d, leeway, &mut inputs)?;
     let mut ctx = digest::Context::new(&digest::SHA256);
     for i in &inputs {
         ctx.update(&(i.len() as u64).to_be_bytes());
@@ -165,4 +103,103 @@ pub(super) fn check(c: &Checker<'_>, d: &RawDefense, base: &Path) -> Result<Defe
         provider,
         digest: ctx.finish().as_ref().to_vec(),
     })
+}
+
+/// The checks the table's fields share, each naming the field it refuses.
+struct Fields<'a> {
+    c: &'a Checker<'a>,
+    /// Anchors relative `file:` references.
+    base: &'a Path,
+}
+
+impl Fields<'_> {
+    /// A secret reference, resolved.
+    fn secret(&self, v: &S<String>, field: &str) -> Result<Vec<u8>, ConfError> {
+        protocol::secret::resolve(v.get_ref(), self.base)
+            .map_err(|e| self.c.err(v.span(), field, e.to_string()))
+    }
+
+    /// A pinned JWT algorithm.
+    fn alg(&self, v: &S<String>, field: &str) -> Result<LoginAlg, ConfError> {
+        LoginAlg::from_name(v.get_ref())
+            .ok_or_else(|| self.c.err(v.span(), field, "must be RS256, ES256 or HS256"))
+    }
+
+    /// A text that is not empty, trimmed.
+    fn text(&self, v: &S<String>, field: &str) -> Result<String, ConfError> {
+        let t = v.get_ref().trim();
+        if t.is_empty() {
+            return Err(self.c.err(v.span(), field, "must not be empty"));
+        }
+        Ok(t.to_string())
+    }
+}
+
+/// The login JWT's check from `login_key` (one key) or `login_keys` (a JWK set), exactly one of
+/// them, with the key's bytes (for the digest).
+fn login(
+    f: &Fields<'_>,
+    d: &RawDefense,
+    alg: LoginAlg,
+    (issuer, audience): (&str, &str),
+    leeway: u64,
+) -> Result<(JwtCheck, Vec<u8>), ConfError> {
+    let c = f.c;
+    match (&d.login_key, &d.login_keys) {
+        (Some(k), None) => {
+            let key = f.secret(k, "defense.login_key")?;
+            let check = JwtCheck::new(alg, &key, issuer, audience, leeway)
+                .map_err(|e| c.err(k.span(), "defense.login_key", e))?;
+            Ok((check, key))
+        }
+        (None, Some(k)) => {
+            let set = f.secret(k, "defense.login_keys")?;
+            let check = JwtCheck::from_jwks(alg, &set, issuer, audience, leeway)
+                .map_err(|e| c.err(k.span(), "defense.login_keys", e))?;
+            Ok((check, set))
+        }
+        (Some(_), Some(k)) => {
+            Err(c.err(k.span(), "defense.login_keys", "set login_key (one key) or login_keys, not both"))
+        }
+        (None, None) => Err(c.err(
+            d.login_alg.span(),
+            "defense.login_key",
+            "the login JWT needs login_key (one key) or login_keys (a JWK set, keys by kid)",
+        )),
+    }
+}
+
+/// The captcha provider's token check: its four fields together, or none of them (no check);
+/// their values are added to the digest's `inputs`.
+fn captcha_provider(
+    f: &Fields<'_>,
+    d: &RawDefense,
+    leeway: u64,
+    inputs: &mut Vec<Vec<u8>>,
+) -> Result<Option<JwtCheck>, ConfError> {
+    match (
+        &d.captcha_provider_alg,
+        &d.captcha_provider_key,
+        &d.captcha_provider_issuer,
+        &d.captcha_provider_audience,
+    ) {
+        (None, None, None, None) => Ok(None),
+        (Some(a), Some(k), Some(i), Some(u)) => {
+            let (alg, key) =
+                (f.alg(a, "defense.captcha_provider_alg")?, f.secret(k, "defense.captcha_provider_key")?);
+            let (iss, aud) = (
+                f.text(i, "defense.captcha_provider_issuer")?,
+                f.text(u, "defense.captcha_provider_audience")?,
+            );
+            let check = JwtCheck::new(alg, &key, &iss, &aud, leeway)
+                .map_err(|e| f.c.err(k.span(), "defense.captcha_provider_key", e))?;
+            inputs.extend([key, a.get_ref().clone().into_bytes(), iss.into_bytes(), aud.into_bytes()]);
+            Ok(Some(check))
+        }
+        _ => Err(f.c.err(
+            d.login_audience.span(),
+            "defense.captcha_provider_alg",
+            "captcha_provider_alg, _key, _issuer and _audience go together: set all four or none",
+        )),
+    }
 }
