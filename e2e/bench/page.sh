@@ -9,7 +9,7 @@
 #   the page's bytes (plain and gzipped), the time from loading the page to an enabled button,
 #   and the proof of work's time at 8, 12 and 16 bits in Chromium (the page's own Web Worker,
 #   e2e/browser/figures.mjs) beside the Rust client's
-#   (pow-time: protocol::pow::solve, what e2e/src/client.rs runs).
+#   (pow-time: protocol::pow::solve, what e2e/fixtures/src/client.rs runs).
 #
 # Usage: e2e/bench/page.sh        Env: DURATION (10s), THREADS (2), CONNECTIONS (50), ROUNDS (30)
 # Needs: the stack's Redis and Kafka (e2e/stack.sh up; SECKILL_* from .stack/env), wrk, and the
