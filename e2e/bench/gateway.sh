@@ -31,7 +31,7 @@
 #       (e.g. the parent commit's scripts beside today's, on the same machine minute);
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
 #   (e) the floor under (b): the same Pingora server answering a fixed 410 of the same shape
-#       from request_filter with no checks (gateway/examples/pingora_floor.rs), in the gateway's
+#       from request_filter with no checks (e2e/bench/src/bin/pingora_floor.rs), in the gateway's
 #       layout ($THREADS services of one thread on SO_REUSEPORT, `[server] workers`), so the gap
 #       between (b) and (d) splits into Pingora's share, (e)/(d), and ours, (b)/(e);
 #   (e1) the same floor in the old layout, one service of $THREADS threads (what (e) was
@@ -205,11 +205,11 @@ if [[ -n "${BASE_GATEWAY:-}" ]]; then
   GW0_PID=$!
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW0_PORT/" && break; sleep 0.1; done
 fi
-FLOOR_WORKERS=$THREADS target/release/examples/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
+FLOOR_WORKERS=$THREADS target/release/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
 # (e1): the same floor in the old layout, one service of $THREADS threads.
 FLOOR1_PORT=$(free_port)
-target/release/examples/pingora_floor "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
+target/release/pingora_floor "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
 FLOOR1_PID=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR1_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR_PORT/" && break; sleep 0.1; done

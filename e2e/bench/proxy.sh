@@ -6,7 +6,7 @@
 #   (a1) the same gateway in the old layout: one worker of $THREADS threads
 #   (b) Nginx proxy_pass, upstream keepalive, plain HTTP
 #   (f) the proxy floor: the same Pingora server with a `ProxyHttp` that has only
-#       `upstream_peer` (gateway/examples/proxy_floor.rs), plain HTTP, and (g) the same floor
+#       `upstream_peer` (e2e/bench/src/bin/proxy_floor.rs), plain HTTP, and (g) the same floor
 #       on one thread, and (w) the floor as $THREADS services of one thread each on the same
 #       address (SO_REUSEPORT: Nginx's worker layout); in (g) and (w) no thread ever wakes
 #       another: what Pingora costs without its cross-thread hand-overs (gateway/src/threads.rs)
@@ -184,11 +184,11 @@ sed -e "s/^workers = .*/workers = 1\nthreads = $THREADS/" -e "s/127.0.0.1:$GW\"/
 printf '[shutdown]\nupgrade_sock = "%s"\n' "$WORK/gw/upgrade1.sock" >>"$WORK/gw/server1.toml"
 RUST_LOG=warn target/release/gateway --conf "$WORK/gw/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
 GW1_PID=$!
-target/release/examples/proxy_floor "127.0.0.1:$FL" "127.0.0.1:$UP" "$THREADS" >"$WORK/floor.log" 2>&1 &
+target/release/proxy_floor "127.0.0.1:$FL" "127.0.0.1:$UP" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
-target/release/examples/proxy_floor "127.0.0.1:$FL1" "127.0.0.1:$UP" 1 >"$WORK/floor1.log" 2>&1 &
+target/release/proxy_floor "127.0.0.1:$FL1" "127.0.0.1:$UP" 1 >"$WORK/floor1.log" 2>&1 &
 FLOOR1_PID=$!
-FLOOR_WORKERS=$THREADS target/release/examples/proxy_floor "127.0.0.1:$FLW" "127.0.0.1:$UP" >"$WORK/floorw.log" 2>&1 &
+FLOOR_WORKERS=$THREADS target/release/proxy_floor "127.0.0.1:$FLW" "127.0.0.1:$UP" >"$WORK/floorw.log" 2>&1 &
 FLOORW_PID=$!
 # (p), (z): the gateway as a proxy only; (r): the same behind 200 locations.
 cat >"$WORK/gw/proxy.toml" <<SERVER
