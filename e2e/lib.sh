@@ -8,6 +8,9 @@
 # the benches therefore all build with this one command: the whole workspace, every binary and
 # example, so whichever runs first builds for all of them and the others start at once.
 
+# This folder (e2e/), for the files beside the scripts.
+E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
 # The one thing the scripts need and do not install: Rust (rustc and cargo) at the workspace's
 # `rust-version`. Says how to get it, and stops, when it is missing or older.
 RUST_MIN=1.95
@@ -49,6 +52,19 @@ build_all() { # [release|debug]
   fi
 }
 
+# TEMPLATE with each ${NAME} replaced by the value given as NAME=value, to stdout (the templates:
+# e2e/conf/, e2e/bench/conf/).
+fill() { # template NAME=value...
+  local text kv key
+  text=$(<"$1")
+  shift
+  for kv in "$@"; do
+    key="\${${kv%%=*}}"
+    text=${text//"$key"/"${kv#*=}"}
+  done
+  printf '%s\n' "$text"
+}
+
 # A random key for one run: PREFIX followed by 32 hex digits.
 random_key() { # prefix
   printf '%s%s' "$1" "$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
@@ -62,17 +78,9 @@ edge_keys() { # prefix
   export SECKILL_EDGE_KEY SECKILL_LOGIN_KEY
 }
 
-# The [defense] table of a gateway server file, by reference to edge_keys' variables.
-defense_table() {
-  cat <<'TOML'
-[defense]
-master_key = "env:SECKILL_EDGE_KEY"
-login_alg = "HS256"
-login_key = "env:SECKILL_LOGIN_KEY"
-login_issuer = "shop-auth"
-login_audience = "seckill"
-TOML
-}
+# The [defense] table of a gateway server file, by reference to edge_keys' variables
+# (e2e/conf/defense.toml).
+defense_table() { cat "$E2E_DIR/conf/defense.toml"; }
 
 # A free TCP port on loopback.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -106,49 +114,15 @@ redis_url_for_sed() {
   printf '%s' "${SECKILL_REDIS_URL//&/\\&}"
 }
 
-# A campaign's file on stdout: ID, STOCK units, its window opening at STARTS_AT (an RFC 3339
+# A campaign's file on stdout (e2e/conf/campaign.toml): ID, STOCK units, its window opening at STARTS_AT (an RFC 3339
 # time; an hour long), every defense on (what the demo's, the fault runs' and the soak's sales
 # sell). BUCKETS (environment, default 1): above 1, the campaign's stock is split over that many
 # buckets (`buckets = BUCKETS`).
 campaign_toml() { # id stock starts_at
   local id=$1 stock=$2 starts=$3 buckets=""
   ((${BUCKETS:-1} > 1)) && buckets="buckets = $BUCKETS"
-  cat <<TOML
-id = "$id"
-sku = "SKU-DEMO-PHONE"
-stock = $stock
-$buckets
-per_user_limit = 1
-price_cents = 99900
-starts_at = "$starts"
-ends_at = "$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)"
-pay_window_secs = ${PAY_WINDOW_SECS:-900}
-
-[limits]
-max_inflight = 4096
-# The simulated crowd comes from one loopback address: a per-address polling limit sized for
-# one buyer would throttle all of them (real buyers each have their own).
-result_per_sec = 0
-device_per_sec = 5
-user_per_sec = 5
-
-# Every defense on; a small proof of work so the crowd's own hashing stays a minor share.
-[defense]
-captcha = "pow"
-pow_bits = ${POW_BITS:-8}
-token_ttl_secs = 300
-timestamp_window_secs = 30
-
-[eligibility]
-min_level = 1
-
-# One account's orders across every gateway (counted in Redis); open: a slow Redis lets them on.
-[[global_limit]]
-by = "user"
-max = 20
-window_secs = 10
-on_error = "open"
-TOML
+  fill "$E2E_DIR/conf/campaign.toml" ID="$id" STOCK="$stock" BUCKETS_LINE="$buckets" STARTS_AT="$starts" \
+    ENDS_AT="$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)" PAY_WINDOW_SECS="${PAY_WINDOW_SECS:-900}" POW_BITS="${POW_BITS:-8}"
 }
 
 # Writes RUN/campaigns/ID.toml (campaign_toml) and RUN/order-writer.toml, creates the sale's
@@ -290,47 +264,7 @@ TOML
 # Prints the two floods' figures side by side (the room off, then on) from their JSON reports,
 # and the room's targets; exits non-zero when a report is missing.
 flood_summary() { # off.json on.json
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-off, on = (json.load(open(p)) for p in sys.argv[1:3])
-def f(r, k, fmt="{:.0f}"):
-    v = r["flood"].get(k)
-    return "?" if v is None else fmt.format(v)
-def eta(r, k):
-    e = r["flood"].get("eta")
-    return "-" if e is None else "{:+.1f} %".format(e[k] * 100)
-def share(r):
-    s = r["flood"]["share"]
-    return "{:.1f} % of winners ({} of {})".format(100 * s["script_winners"] / max(s["winners"], 1), s["script_winners"], s["winners"])
-rows = [
-    ("peak EVALSHA/s (every script)", f(off, "evalsha_peak"), f(on, "evalsha_peak")),
-    ("EVALSHA/s before the flood", f(off, "evalsha_before"), f(on, "evalsha_before")),
-    ("peak reserve.lua calls/s", f(off, "reserve_calls_peak"), f(on, "reserve_calls_peak")),
-    ("peak reservations/s (stock)", f(off, "reservations_peak"), f(on, "reservations_peak")),
-    ("p99 of QUEUED answers, ms", f(off, "queued_p99_ms", "{:.1f}"), f(on, "queued_p99_ms", "{:.1f}")),
-    ("last token, s after the start", f(off, "last_token_secs", "{:.2f}"), f(on, "last_token_secs", "{:.2f}")),
-    ("ETA error p50", eta(off, "p50"), eta(on, "p50")),
-    ("ETA error p99", eta(off, "p99"), eta(on, "p99")),
-    ("ETA error max", eta(off, "max"), eta(on, "max")),
-    ("ETA error beyond ±20 %", eta(off, "beyond_20"), eta(on, "beyond_20")),
-    ("scripts at T-0 ({} % of the crowd)".format(on["flood"]["script_percent"]), share(off), share(on)),
-    ("token refusals", json.dumps(off["token_refusals"]), json.dumps(on["token_refusals"])),
-    ("invariants", "PASS" if all(v["ok"] for v in off["verdicts"]) else "FAIL",
-                   "PASS" if all(v["ok"] for v in on["verdicts"]) else "FAIL"),
-]
-print("== the flood: {} accounts, stock {}, room off beside room on (admit_per_sec {}) ==".format(
-    on["flood"]["accounts"], on["checks"]["total_stock"], on["flood"]["admit_per_sec"]))
-print("{:<36} {:>26} {:>26}".format("", "room off", "room on"))
-for name, a, b in rows:
-    print("{:<36} {:>26} {:>26}".format(name, a, b))
-print("targets, room on (a miss is reported, not a failed sale):")
-for t in on["flood"]["targets"]:
-    print("  [{}] {}: {}".format("PASS" if t["met"] else "MISS", t["name"], t["detail"]))
-print("invariants, both sales:")
-for name, r in (("off", off), ("on", on)):
-    for v in r["verdicts"]:
-        print("  [{}] room {}: {}".format("PASS" if v["ok"] else "FAIL", name, v["name"]))
-PY
+  python3 "$E2E_DIR/flood_summary.py" "$1" "$2"
 }
 
 # The order events (backend::events) of sale ID once it is over (RUN: its folder, with its

@@ -2,7 +2,7 @@
 # the working folder, e2e/lib.sh (the one build, a run's keys), the stack's addresses, the tools a
 # benchmark needs, its work folder and what is stopped and deleted at its exit, and the pieces
 # of a benchmark (campaigns, Redis, signed orders, CPU counters). Files beside the scripts hold
-# what is not shell: wrk/*.lua, py/*.py, conf/* (filled by `fill`).
+# what is not shell: wrk/*.lua, py/*.py, conf/* (filled by e2e/lib.sh `fill`).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -46,18 +46,6 @@ bench_exit() {
   for p in "${BENCH_PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
   if declare -F bench_cleanup >/dev/null; then bench_cleanup || true; fi
   rm -rf "$WORK"
-}
-
-# TEMPLATE with each ${NAME} replaced by the value given as NAME=value, to stdout.
-fill() { # template NAME=value...
-  local text kv key
-  text=$(<"$1")
-  shift
-  for kv in "$@"; do
-    key="\${${kv%%=*}}"
-    text=${text//"$key"/"${kv#*=}"}
-  done
-  printf '%s\n' "$text"
 }
 
 # Sets the local sold-out flag of CAMPAIGN (published with no stock) at the gateway BASE: one
