@@ -3,7 +3,7 @@
 #
 #   (a) reservations/s: the whole client protocol's order, POST /seckill/<c>/<path>/order with a
 #       campaign token, device, timestamp, nonce and request signature, every request a distinct
-#       buyer (signed beforehand by e2e/src/bin/presign.rs, after a captcha and token per buyer;
+#       buyer (signed beforehand by e2e/bench/src/bin/presign.rs, after a captcha and token per buyer;
 #       its tokens/s is printed too), stock larger than the run, answered 202 QUEUED by the
 #       gateway itself, which produces each record to a topic of its own on the stack's broker
 #       in the background (the produce's CPU is in the gateway's figures);

@@ -70,7 +70,7 @@ campaign_keys() { # id
 }
 
 # Writes FILE: a wrk script replaying presign's signed orders (one line per order, tab-separated,
-# e2e/src/bin/presign.rs). Its arguments after `--`: "good" or "bad" (bad forges each
+# e2e/bench/src/bin/presign.rs). Its arguments after `--`: "good" or "bad" (bad forges each
 # signature), wrk's thread count, the orders file; each wrk thread sends its own share, round
 # robin. Prints P50_US and P99_US at the end.
 signed_orders_wrk() { # file

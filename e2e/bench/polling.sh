@@ -3,7 +3,7 @@
 # reservations, once alone and once under a flood of result polls (wrk), and their ratio.
 #
 # Each run gets its own database, topic and campaign, starts `order-writer serve` (release
-# build) on them, and lets `drain-probe` (e2e/src/bin/drain-probe.rs) reserve COUNT units through
+# build) on them, and lets `drain-probe` (e2e/bench/src/bin/drain-probe.rs) reserve COUNT units through
 # the real reservation script, produce the records to the topic and time them into PostgreSQL
 # orders. In the flood run, wrk polls GET /seckill/<campaign>/result/<id> on the same order
 # writer from before the drain starts until it ends (straight to the writer: through a gateway

@@ -1,4 +1,4 @@
--- presign's signed orders replayed (one line per order, tab-separated, e2e/src/bin/presign.rs).
+-- presign's signed orders replayed (one line per order, tab-separated, e2e/bench/src/bin/presign.rs).
 -- Its arguments after `--`: "good" or "bad" (bad forges each signature), wrk's thread count,
 -- the orders file; each wrk thread sends its own share, round robin. Prints P50_US and P99_US.
 local id, reqs, i = 0, {}, 0
