@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the benchmark scripts (e2e/bench/*.sh), sourced first by each: the repository root as
 # the working folder, e2e/lib.sh (the one build, a run's keys), the stack's addresses, the tools a
 # benchmark needs, its work folder and what is stopped and deleted at its exit, and the pieces
