@@ -45,34 +45,8 @@ log() { printf '%s browser: %s\n' "$(date -u +%H:%M:%S)" "$*"; }
 # Writes campaign file DIR/ID.toml: opens at STARTS (RFC 3339), STOCK units, limit 1 per user,
 # every edge defense on, no per-address rate (every browser comes from 127.0.0.1).
 browser_campaign() { # dir id stock starts blacklist
-  cat >"$1/$2.toml" <<TOML
-id = "$2"
-sku = "SKU-BROWSER"
-stock = $3
-per_user_limit = 1
-price_cents = 99900
-starts_at = "$4"
-ends_at = "$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)"
-pay_window_secs = 600
-
-[limits]
-max_inflight = 4096
-ip_per_sec = 0
-device_per_sec = 5
-user_per_sec = 5
-campaign_per_sec = 0
-result_per_sec = 0
-
-[defense]
-captcha = "pow"
-pow_bits = 8
-token_ttl_secs = 300
-timestamp_window_secs = 30
-
-[eligibility]
-min_level = 1
-$([[ -n "$5" ]] && echo "blacklist_file = \"$5\"")
-TOML
+  fill e2e/conf/browser-campaign.toml ID="$2" STOCK="$3" STARTS_AT="$4" ENDS_AT="$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)" \
+    BLACKLIST_LINE="${5:+blacklist_file = \"$5\"}" >"$1/$2.toml"
 }
 
 browser_install

@@ -8,6 +8,9 @@
 # the benches therefore all build with this one command: the whole workspace, every binary and
 # example, so whichever runs first builds for all of them and the others start at once.
 
+# This folder (e2e/), for the files beside the scripts.
+E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
 # The one thing the scripts need and do not install: Rust (rustc and cargo) at the workspace's
 # `rust-version`. Says how to get it, and stops, when it is missing or older.
 RUST_MIN=1.95
@@ -49,6 +52,19 @@ build_all() { # [release|debug]
   fi
 }
 
+# TEMPLATE with each ${NAME} replaced by the value given as NAME=value, to stdout (the templates:
+# e2e/conf/, e2e/bench/conf/).
+fill() { # template NAME=value...
+  local text kv key
+  text=$(<"$1")
+  shift
+  for kv in "$@"; do
+    key="\${${kv%%=*}}"
+    text=${text//"$key"/"${kv#*=}"}
+  done
+  printf '%s\n' "$text"
+}
+
 # A random key for one run: PREFIX followed by 32 hex digits.
 random_key() { # prefix
   printf '%s%s' "$1" "$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
@@ -62,147 +78,12 @@ edge_keys() { # prefix
   export SECKILL_EDGE_KEY SECKILL_LOGIN_KEY
 }
 
-# The [defense] table of a gateway server file, by reference to edge_keys' variables.
-defense_table() {
-  cat <<'TOML'
-[defense]
-master_key = "env:SECKILL_EDGE_KEY"
-login_alg = "HS256"
-login_key = "env:SECKILL_LOGIN_KEY"
-login_issuer = "shop-auth"
-login_audience = "seckill"
-TOML
-}
-
-# Sets the local sold-out flag of CAMPAIGN (published with no stock) at the gateway BASE: one
-# buyer's signed order (target/release/presign: captcha, token, signature) that Redis answers
-# SOLD_OUT. A bare POST no longer does: it stops at the token check and never reaches Redis.
-# FILE keeps the signed order, so a later call is a safe retry of it (SOLD_OUT again: the flag is
-# set again, at this or another gateway on the same Redis).
-sold_out_flag() { # base campaign file
-  local base=$1 campaign=$2 file=$3 path auth dev ts nonce sig
-  [[ -s "$file" ]] || target/release/presign --base "$base" --campaign "$campaign" --users 1 --out "$file" >/dev/null
-  IFS=$'\t' read -r path auth dev ts nonce sig <"$file"
-  curl -s -X POST "$base$path" -H "Authorization: $auth" -H "X-Device-Id: $dev" -H "X-Timestamp: $ts" \
-    -H "X-Nonce: $nonce" -H "X-Signature: $sig" | grep -q '"SOLD_OUT"' ||
-    { echo "the sold-out flag of $campaign was not set at $base" >&2; return 1; }
-}
-
-# ---------------------------------------------------------------------------------------------
-# Benchmark pieces (e2e/bench/*.sh).
-
-# The eight keys of campaign ID in the order every Lua script takes them as KEYS[1..8]
-# (protocol/src/keys.rs).
-campaign_keys() { # id
-  local k
-  for k in meta stock bought outbox pending released stats claims; do printf 'sk:{%s}:%s ' "$1" "$k"; done
-}
-
-# Writes FILE: a wrk script replaying presign's signed orders (one line per order, tab-separated,
-# e2e/src/bin/presign.rs). Its arguments after `--`: "good" or "bad" (bad forges each
-# signature), wrk's thread count, the orders file; each wrk thread sends its own share, round
-# robin. Prints P50_US and P99_US at the end.
-signed_orders_wrk() { # file
-  cat >"$1" <<'LUA'
-local id, reqs, i = 0, {}, 0
-function setup(thread) id = id + 1; thread:set("tid", id) end
-function init(args)
-  local bad, threads, k = args[1] == "bad", tonumber(args[2]), 0
-  for line in io.lines(args[3]) do
-    k = k + 1
-    if k % threads == tid - 1 then
-      local path, auth, dev, ts, nonce, sig = line:match("^(.-)\t(.-)\t(.-)\t(.-)\t(.-)\t(.-)$")
-      if bad then sig = (sig:sub(1, 1) == "0" and "1" or "0") .. sig:sub(2) end
-      reqs[#reqs + 1] = wrk.format("POST", path, { ["Authorization"] = auth, ["X-Device-Id"] = dev,
-        ["X-Timestamp"] = ts, ["X-Nonce"] = nonce, ["X-Signature"] = sig }, nil)
-    end
-  end
-end
-function request() i = i + 1; return reqs[(i - 1) % #reqs + 1] end
-function done(summary, latency, requests)
-  io.write(string.format("P50_US %d\nP99_US %d\n", latency:percentile(50), latency:percentile(99)))
-end
-LUA
-}
-
-# The benchmarks' Redis: sets REDIS_URL (SECKILL_REDIS_URL, else the stack's), REDIS_HOST,
-# REDIS_PORT and RCLI (redis-cli for it); exits when it does not answer PING.
-bench_redis() {
-  REDIS_URL=${SECKILL_REDIS_URL:-redis://127.0.0.1:6390}
-  local hostport=${REDIS_URL#redis://}
-  hostport=${hostport%%/*}
-  REDIS_HOST=${hostport%:*}
-  REDIS_PORT=${hostport##*:}
-  RCLI=(redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT")
-  "${RCLI[@]}" ping >/dev/null || { echo "Redis is not answering at $(redacted_url "$REDIS_URL") (e2e/stack.sh up)" >&2; exit 1; }
-}
+# The [defense] table of a gateway server file, by reference to edge_keys' variables
+# (e2e/conf/defense.toml).
+defense_table() { cat "$E2E_DIR/conf/defense.toml"; }
 
 # A free TCP port on loopback.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-# CPU time (user + system, clock ticks) of the processes PID..., from /proc.
-cpu_ticks() { # pid...
-  local t=0 p
-  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
-  echo "$t"
-}
-
-# CPU time (clock ticks) of each thread name of process PID, threads of one name summed
-# (`gw-worker-0`, `gw-kafka`, ...), as "name=ticks" words on one line.
-thread_ticks() { # pid
-  python3 - "$1" <<'PY'
-import os, sys, collections
-pid, ticks = sys.argv[1], collections.Counter()
-for tid in os.listdir(f"/proc/{pid}/task"):
-    try:
-        stat = open(f"/proc/{pid}/task/{tid}/stat").read()
-    except OSError:
-        continue
-    name, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-    ticks[name.replace(" ", "_")] += int(rest[11]) + int(rest[12])
-print(" ".join(f"{k}={v}" for k, v in sorted(ticks.items())))
-PY
-}
-
-# Each thread name's CPU µs per request between two `thread_ticks` lines, over N requests, the
-# busiest first (names under 0.5 µs left out).
-thread_cpu_per_request() { # before after n
-  python3 - "$1" "$2" "$3" "$(getconf CLK_TCK)" <<'PY'
-import sys
-before, after, n, hz = sys.argv[1], sys.argv[2], max(1, int(sys.argv[3])), int(sys.argv[4])
-b = dict(w.split("=") for w in before.split())
-us = {k: (int(v) - int(b.get(k, 0))) * 1e6 / hz / n for k, v in (w.split("=") for w in after.split())}
-print(", ".join(f"{k} {v:.1f}" for k, v in sorted(us.items(), key=lambda kv: -kv[1]) if v >= 0.5))
-PY
-}
-
-# A benchmark's campaign file FILE: ID open from an hour ago for two hours, STOCK units, no rate
-# limit in the way (one load tool on one address), a proof of work of BITS (0: the captcha's cost
-# is the client's, not the gateway's), tokens and timestamps that outlive the runs (orders are
-# signed before them).
-bench_campaign() { # file id stock bits
-  local now
-  now=$(date -u +%s)
-  cat >"$1" <<CAMPAIGN
-id = "$2"
-sku = "SKU-BENCH"
-stock = $3
-per_user_limit = 1
-price_cents = 100
-starts_at = $(date -u -d "@$((now - 3600))" +%Y-%m-%dT%H:%M:%SZ)
-ends_at = $(date -u -d "@$((now + 3600))" +%Y-%m-%dT%H:%M:%SZ)
-[limits]
-max_inflight = 100000
-ip_per_sec = 0
-device_per_sec = 0
-user_per_sec = 0
-campaign_per_sec = 0
-[defense]
-pow_bits = $4
-token_ttl_secs = 600
-timestamp_window_secs = 300
-CAMPAIGN
-}
 
 # ---------------------------------------------------------------------------------------------
 # A sale on the stack of .stack/env (the demo's and the fault tests' pieces). Each function reads
@@ -233,49 +114,15 @@ redis_url_for_sed() {
   printf '%s' "${SECKILL_REDIS_URL//&/\\&}"
 }
 
-# A campaign's file on stdout: ID, STOCK units, its window opening at STARTS_AT (an RFC 3339
+# A campaign's file on stdout (e2e/conf/campaign.toml): ID, STOCK units, its window opening at STARTS_AT (an RFC 3339
 # time; an hour long), every defense on (what the demo's, the fault runs' and the soak's sales
 # sell). BUCKETS (environment, default 1): above 1, the campaign's stock is split over that many
 # buckets (`buckets = BUCKETS`).
 campaign_toml() { # id stock starts_at
   local id=$1 stock=$2 starts=$3 buckets=""
   ((${BUCKETS:-1} > 1)) && buckets="buckets = $BUCKETS"
-  cat <<TOML
-id = "$id"
-sku = "SKU-DEMO-PHONE"
-stock = $stock
-$buckets
-per_user_limit = 1
-price_cents = 99900
-starts_at = "$starts"
-ends_at = "$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)"
-pay_window_secs = ${PAY_WINDOW_SECS:-900}
-
-[limits]
-max_inflight = 4096
-# The simulated crowd comes from one loopback address: a per-address polling limit sized for
-# one buyer would throttle all of them (real buyers each have their own).
-result_per_sec = 0
-device_per_sec = 5
-user_per_sec = 5
-
-# Every defense on; a small proof of work so the crowd's own hashing stays a minor share.
-[defense]
-captcha = "pow"
-pow_bits = ${POW_BITS:-8}
-token_ttl_secs = 300
-timestamp_window_secs = 30
-
-[eligibility]
-min_level = 1
-
-# One account's orders across every gateway (counted in Redis); open: a slow Redis lets them on.
-[[global_limit]]
-by = "user"
-max = 20
-window_secs = 10
-on_error = "open"
-TOML
+  fill "$E2E_DIR/conf/campaign.toml" ID="$id" STOCK="$stock" BUCKETS_LINE="$buckets" STARTS_AT="$starts" \
+    ENDS_AT="$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:%SZ)" PAY_WINDOW_SECS="${PAY_WINDOW_SECS:-900}" POW_BITS="${POW_BITS:-8}"
 }
 
 # Writes RUN/campaigns/ID.toml (campaign_toml) and RUN/order-writer.toml, creates the sale's
@@ -417,47 +264,7 @@ TOML
 # Prints the two floods' figures side by side (the room off, then on) from their JSON reports,
 # and the room's targets; exits non-zero when a report is missing.
 flood_summary() { # off.json on.json
-  python3 - "$1" "$2" <<'PY'
-import json, sys
-off, on = (json.load(open(p)) for p in sys.argv[1:3])
-def f(r, k, fmt="{:.0f}"):
-    v = r["flood"].get(k)
-    return "?" if v is None else fmt.format(v)
-def eta(r, k):
-    e = r["flood"].get("eta")
-    return "-" if e is None else "{:+.1f} %".format(e[k] * 100)
-def share(r):
-    s = r["flood"]["share"]
-    return "{:.1f} % of winners ({} of {})".format(100 * s["script_winners"] / max(s["winners"], 1), s["script_winners"], s["winners"])
-rows = [
-    ("peak EVALSHA/s (every script)", f(off, "evalsha_peak"), f(on, "evalsha_peak")),
-    ("EVALSHA/s before the flood", f(off, "evalsha_before"), f(on, "evalsha_before")),
-    ("peak reserve.lua calls/s", f(off, "reserve_calls_peak"), f(on, "reserve_calls_peak")),
-    ("peak reservations/s (stock)", f(off, "reservations_peak"), f(on, "reservations_peak")),
-    ("p99 of QUEUED answers, ms", f(off, "queued_p99_ms", "{:.1f}"), f(on, "queued_p99_ms", "{:.1f}")),
-    ("last token, s after the start", f(off, "last_token_secs", "{:.2f}"), f(on, "last_token_secs", "{:.2f}")),
-    ("ETA error p50", eta(off, "p50"), eta(on, "p50")),
-    ("ETA error p99", eta(off, "p99"), eta(on, "p99")),
-    ("ETA error max", eta(off, "max"), eta(on, "max")),
-    ("ETA error beyond ±20 %", eta(off, "beyond_20"), eta(on, "beyond_20")),
-    ("scripts at T-0 ({} % of the crowd)".format(on["flood"]["script_percent"]), share(off), share(on)),
-    ("token refusals", json.dumps(off["token_refusals"]), json.dumps(on["token_refusals"])),
-    ("invariants", "PASS" if all(v["ok"] for v in off["verdicts"]) else "FAIL",
-                   "PASS" if all(v["ok"] for v in on["verdicts"]) else "FAIL"),
-]
-print("== the flood: {} accounts, stock {}, room off beside room on (admit_per_sec {}) ==".format(
-    on["flood"]["accounts"], on["checks"]["total_stock"], on["flood"]["admit_per_sec"]))
-print("{:<36} {:>26} {:>26}".format("", "room off", "room on"))
-for name, a, b in rows:
-    print("{:<36} {:>26} {:>26}".format(name, a, b))
-print("targets, room on (a miss is reported, not a failed sale):")
-for t in on["flood"]["targets"]:
-    print("  [{}] {}: {}".format("PASS" if t["met"] else "MISS", t["name"], t["detail"]))
-print("invariants, both sales:")
-for name, r in (("off", off), ("on", on)):
-    for v in r["verdicts"]:
-        print("  [{}] room {}: {}".format("PASS" if v["ok"] else "FAIL", name, v["name"]))
-PY
+  python3 "$E2E_DIR/flood_summary.py" "$1" "$2"
 }
 
 # The order events (backend::events) of sale ID once it is over (RUN: its folder, with its

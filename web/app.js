@@ -33,7 +33,7 @@ const RESEND_BACKOFF_CAP_MS = 4000;
 const POLL_FIRST_MS = 500;
 const POLL_CAP_MS = 8000;
 const POLL_MAX_TOTAL_MS = 120000;
-// The waiting room (as e2e::client's Patience and next_presentation): presentations of the
+// The waiting room (as fixtures::client's Patience and next_presentation): presentations of the
 // ticket at most, time waited at most, the first floor (doubling when late, capped), how far
 // past the ETA to come back.
 const ROOM_PRESENTATIONS = 200;
@@ -509,7 +509,7 @@ function askToken(jwt, device, body, ticket) {
 }
 
 // After the WAITING answer `body`, the `soFar`-th, `waitedMs` into the wait, of which `late`
-// came back at or past their ETA (e2e::client::next_presentation's rules, but past the ETA, not
+// came back at or past their ETA (fixtures::client::next_presentation's rules, but past the ETA, not
 // before it: the work is solved here only once the turn is due): come back at the ETA
 // (a little past it, with jitter), never later than retry_after and never sooner than a floor
 // that doubles with `late`; a wait as long as retry_after is spread over its last fifth. `solve`:
@@ -527,7 +527,7 @@ function nextPresentation(body, soFar, late, waitedMs) {
   return { pause, solve: !undrawn(body) && pause >= eta };
 }
 
-// Whether a WAITING answer's place is a lottery's not drawn yet (e2e::client::undrawn).
+// Whether a WAITING answer's place is a lottery's not drawn yet (fixtures::client::undrawn).
 function undrawn(body) {
   return body.pre_queue === true || body.start_draw === true || body.after_draw === true;
 }

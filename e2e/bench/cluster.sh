@@ -22,12 +22,9 @@
 #                                        CONNECTIONS (100), BUYERS (100000 per run),
 #                                        RUNS (the runs to make, "s 1 3 1x2 3x2 3b1")
 # Needs: the stack (e2e/stack.sh up) and its cluster (e2e/stack.sh up cluster), wrk.
-set -euo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$ROOT"
-# shellcheck disable=SC1091
-[[ -f .stack/env ]] && source .stack/env
+# shellcheck source=e2e/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_env
 DURATION=${DURATION:-6s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
@@ -36,24 +33,11 @@ RUNS=${RUNS:-s 1 3 1x2 3x2 3b1}
 wanted() { [[ " $RUNS " == *" $1 "* ]]; }
 SINGLE_URL=${SECKILL_REDIS_URL:?the stack is not up: bash e2e/stack.sh up}
 CLUSTER_URL=${SECKILL_REDIS_CLUSTER_URL:?the cluster is not up: bash e2e/stack.sh up cluster}
-
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
-need_packages wrk:wrk curl:curl
-for tool in wrk redis-cli python3 curl; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool" >&2; exit 1; }
-done
+bench_tools wrk:wrk curl:curl -- redis-cli python3
 build_all release
 
-WORK=$(mktemp -d -t cluster-bench.XXXXXX)
+bench_work cluster-bench
 RUN=$(date +%s)$$
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
 edge_keys bench
 
 # The cluster's masters: port and PID of each (stack.sh keeps them under .stack/cluster/<port>).
@@ -80,29 +64,13 @@ target/release/publish-buckets --redis "$SINGLE_URL" --campaign "$PEER" --stock 
 gateway() { # name redis_url [redis_line]; sets GW_PORT and GW_PID
   local port
   port=$(free_port)
-  cat >"$WORK/conf/$1.toml" <<SERVER
-[server]
-listen = "127.0.0.1:$port"
-workers = $THREADS
-[sale]
-signing_key = "file:key"
-sold_out_ttl_ms = 60000
-[redis]
-url = "$2"
-timeout_ms = 200
-pool_size = 4
-${3:-}
-[order_writer]
-upstreams = ["127.0.0.1:1"]
-[kafka]
-brokers = ["${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}"]
-topic = "bench-cluster-$RUN"
-$(defense_table)
-SERVER
+  fill e2e/bench/conf/gateway.toml PORT="$port" WORKERS="$THREADS" REDIS_URL="$2" UPSTREAM_PORT=1 \
+    TOPIC="bench-cluster-$RUN" BROKER="${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}" DEFENSE="$(defense_table)" |
+    sed "s/^pool_size = 4\$/pool_size = 4\n${3:-}/" >"$WORK/conf/$1.toml"
   RUST_LOG=warn target/release/gateway --conf "$WORK/conf/$1.toml" --lua-dir lua >"$WORK/$1.log" 2>&1 &
   GW_PID=$!
   GW_PORT=$port
-  PIDS+=("$GW_PID")
+  bench_started "$GW_PID"
   wait_port "$1" "$port" "$WORK/$1.log"
 }
 gateway gw1 "$CLUSTER_URL"

@@ -3,7 +3,7 @@
 #
 #   (a) reservations/s: the whole client protocol's order, POST /seckill/<c>/<path>/order with a
 #       campaign token, device, timestamp, nonce and request signature, every request a distinct
-#       buyer (signed beforehand by e2e/src/bin/presign.rs, after a captcha and token per buyer;
+#       buyer (signed beforehand by e2e/bench/src/bin/presign.rs, after a captcha and token per buyer;
 #       its tokens/s is printed too), stock larger than the run, answered 202 QUEUED by the
 #       gateway itself, which produces each record to a topic of its own on the stack's broker
 #       in the background (the produce's CPU is in the gateway's figures);
@@ -31,7 +31,7 @@
 #       (e.g. the parent commit's scripts beside today's, on the same machine minute);
 #   (d) the peer of (b): Debian nginx answering a static `return 410`;
 #   (e) the floor under (b): the same Pingora server answering a fixed 410 of the same shape
-#       from request_filter with no checks (gateway/examples/pingora_floor.rs), in the gateway's
+#       from request_filter with no checks (e2e/bench/src/bin/pingora_floor.rs), in the gateway's
 #       layout ($THREADS services of one thread on SO_REUSEPORT, `[server] workers`), so the gap
 #       between (b) and (d) splits into Pingora's share, (e)/(d), and ours, (b)/(e);
 #   (e1) the same floor in the old layout, one service of $THREADS threads (what (e) was
@@ -58,34 +58,21 @@
 #                                           default target/release/gateway: swap the two to
 #                                           run them in the other order)
 # Needs: the stack's Redis (e2e/stack.sh up), wrk, nginx (nginx-light), redis-benchmark.
-set -euo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$ROOT"
-if [[ -z "${SECKILL_REDIS_URL:-}" && -f .stack/env ]]; then
-  # shellcheck disable=SC1091
-  source .stack/env
-fi
+# shellcheck source=e2e/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_env SECKILL_REDIS_URL
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
-
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
-need_packages wrk:wrk nginx:nginx-light redis-benchmark:redis-tools
-for tool in wrk nginx redis-benchmark redis-cli python3; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk nginx-light redis-tools)" >&2; exit 1; }
-done
+bench_tools wrk:wrk nginx:nginx-light redis-benchmark:redis-tools -- redis-cli python3
 bench_redis
 build_all release
 
-WORK=$(mktemp -d -t gw-bench.XXXXXX)
+bench_work gw-bench
 GW_PID=""
 GW1_PID=""
 GW0_PID=""
 NGINX_PID=""
-FLOOR_PID=""
-FLOOR1_PID=""
 RUN=$(date +%s)$$
 OPEN="bench-open-$RUN"
 SOLD="bench-sold-$RUN"
@@ -95,20 +82,13 @@ BUYERS=${BUYERS:-150000}
 # login JWTs in presign.
 edge_keys bench
 
-cleanup() {
-  [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
-  [[ -n "$GW1_PID" ]] && kill "$GW1_PID" 2>/dev/null && wait "$GW1_PID" 2>/dev/null || true
-  [[ -n "$GW0_PID" ]] && kill "$GW0_PID" 2>/dev/null && wait "$GW0_PID" 2>/dev/null || true
+bench_cleanup() {
   [[ -n "$NGINX_PID" ]] && kill "$NGINX_PID" 2>/dev/null || true
-  [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
-  [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
   for c in "$OPEN" "$SOLD" "$RB" "$POW8" "$POW16"; do
     # shellcheck disable=SC2046
     "${RCLI[@]}" del $(campaign_keys "$c") >/dev/null 2>&1 || true
   done
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
 
 GW_PORT=$(free_port)
 NGINX_410=$(free_port)
@@ -117,24 +97,9 @@ FLOOR_PORT=$(free_port)
 
 # --- nginx: the static 410 peer (d) and the trivial upstream (202) for (a) ---
 mkdir -p "$WORK/nginx/tmp"
-cat >"$WORK/nginx/nginx.conf" <<NGINX
-worker_processes $THREADS;
-daemon on;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/nginx/tmp/body;
-  proxy_temp_path $WORK/nginx/tmp/proxy;
-  fastcgi_temp_path $WORK/nginx/tmp/fastcgi;
-  uwsgi_temp_path $WORK/nginx/tmp/uwsgi;
-  scgi_temp_path $WORK/nginx/tmp/scgi;
-  default_type application/json;
-  server { listen 127.0.0.1:$NGINX_410; location / { return 410 '{"code":"SOLD_OUT","message":"sold out","request_id":""}'; } }
-  server { listen 127.0.0.1:$NGINX_202; location / { return 202 '{"code":"QUEUED"}'; } }
-}
-NGINX
+fill e2e/bench/conf/nginx.conf WORKERS="$THREADS" DIR="$WORK/nginx" SERVERS="  default_type application/json;
+  server { listen 127.0.0.1:$NGINX_410; location / { return 410 '{\"code\":\"SOLD_OUT\",\"message\":\"sold out\",\"request_id\":\"\"}'; } }
+  server { listen 127.0.0.1:$NGINX_202; location / { return 202 '{\"code\":\"QUEUED\"}'; } }" >"$WORK/nginx/nginx.conf"
 nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf"
 for _ in $(seq 50); do [[ -s "$WORK/nginx/nginx.pid" ]] && break; sleep 0.1; done
 NGINX_PID=$(cat "$WORK/nginx/nginx.pid")
@@ -157,74 +122,47 @@ bench_campaign "$WORK/conf/campaigns/$OPEN.toml" "$OPEN" 100000000 0
 bench_campaign "$WORK/conf/campaigns/$SOLD.toml" "$SOLD" 0 0
 bench_campaign "$WORK/conf/campaigns/$POW8.toml" "$POW8" 100000000 8
 bench_campaign "$WORK/conf/campaigns/$POW16.toml" "$POW16" 100000000 16
-cat >"$WORK/conf/server.toml" <<SERVER
-[server]
-listen = "127.0.0.1:$GW_PORT"
-workers = $THREADS
-[sale]
-signing_key = "file:key"
-sold_out_ttl_ms = 60000
-[redis]
-url = "$REDIS_URL"
-timeout_ms = 200
-pool_size = 4
-[order_writer]
-upstreams = ["127.0.0.1:$NGINX_202"]
-# The run's own topic (created below), so (a) includes the gateway's Kafka produce.
-[kafka]
-brokers = ["${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}"]
-topic = "bench-$RUN"
-$(defense_table)
-SERVER
+fill e2e/bench/conf/gateway.toml PORT="$GW_PORT" WORKERS="$THREADS" REDIS_URL="$REDIS_URL" UPSTREAM_PORT="$NGINX_202" TOPIC="bench-$RUN" \
+  BROKER="${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}" DEFENSE="$(defense_table)" >"$WORK/conf/server.toml"
 # The topic, created the way an operator does: `order-writer topic create` (only Kafka is used).
-cat >"$WORK/ow.toml" <<OW
-listen = "127.0.0.1:1"
-redis_url = "$REDIS_URL"
-postgres_url = "postgres://unused@127.0.0.1:1/unused"
-gateway_key = "file:$WORK/conf/key"
-payment_key = "file:$WORK/conf/key"
-[kafka]
-brokers = ["${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}"]
-topic = "bench-$RUN"
-partitions = 4
-OW
+fill e2e/bench/conf/topic-create.toml REDIS_URL="$REDIS_URL" KEY="$WORK/conf/key" TOPIC="bench-$RUN" \
+  BROKER="${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}" >"$WORK/ow.toml"
 target/release/order-writer -c "$WORK/ow.toml" topic create
 RUST_LOG=warn "${GATEWAY:-target/release/gateway}" --conf "$WORK/conf/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
+bench_started "$GW_PID"
 # (a1)'s gateway: the same conf, one reserve.lua call per order.
 GW1_PORT=$(free_port)
 sed -e "s/^listen = .*/listen = \"127.0.0.1:$GW1_PORT\"/" -e 's/^pool_size = 4$/pool_size = 4\nbatch_max = 1/' \
   "$WORK/conf/server.toml" >"$WORK/conf/server1.toml"
 RUST_LOG=warn "${GATEWAY:-target/release/gateway}" --conf "$WORK/conf/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
 GW1_PID=$!
+bench_started "$GW1_PID"
 # (a0)'s gateway: the same conf through another build (BASE_GATEWAY), e.g. the parent commit's.
 if [[ -n "${BASE_GATEWAY:-}" ]]; then
   GW0_PORT=$(free_port)
   sed -e "s/^listen = .*/listen = \"127.0.0.1:$GW0_PORT\"/" "$WORK/conf/server.toml" >"$WORK/conf/server0.toml"
   RUST_LOG=warn "$BASE_GATEWAY" --conf "$WORK/conf/server0.toml" --lua-dir lua >"$WORK/gateway0.log" 2>&1 &
   GW0_PID=$!
+  bench_started "$GW0_PID"
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW0_PORT/" && break; sleep 0.1; done
 fi
-FLOOR_WORKERS=$THREADS target/release/examples/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
+FLOOR_WORKERS=$THREADS target/release/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
+bench_started "$FLOOR_PID"
 # (e1): the same floor in the old layout, one service of $THREADS threads.
 FLOOR1_PORT=$(free_port)
-target/release/examples/pingora_floor "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
+target/release/pingora_floor "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
 FLOOR1_PID=$!
+bench_started "$FLOOR1_PID"
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR1_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW_PORT/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW1_PORT/" && break; sleep 0.1; done
 
 # (a) and (f): the signed orders, one per buyer, each thread its own share; "bad" forges each
-# signature. The rest: a plain POST.
+# signature. The rest: a plain POST (e2e/bench/wrk/plain.lua).
 signed_orders_wrk "$WORK/orders.lua"
-cat >"$WORK/plain.lua" <<'LUA'
-function request() return wrk.format("POST", nil, nil, nil) end
-function done(summary, latency, requests)
-  io.write(string.format("P50_US %d\nP99_US %d\n", latency:percentile(50), latency:percentile(99)))
-end
-LUA
 
 HZ=$(getconf CLK_TCK)
 REDIS_PID=$("${RCLI[@]}" info server | tr -d '\r' | awk -F: '/^process_id:/ {print $2}')
@@ -240,7 +178,7 @@ print(f'{f(gw):.1f} {f(rd):.1f} {f(ng):.1f}')"
 }
 
 run_wrk() { # label url [connections] [script]
-  local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-$WORK/plain.lua} perf_pid=""
+  local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-e2e/bench/wrk/plain.lua} perf_pid=""
   shift $(($# < 4 ? $# : 4))
   if [[ "${PROFILE:-}" == "$label" ]]; then
     perf record -q -F 1999 -g -p "$GW_PID" -o "$WORK/perf.data" -- sleep "${DURATION%s}" >/dev/null 2>&1 &

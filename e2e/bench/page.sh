@@ -9,25 +9,19 @@
 #   the page's bytes (plain and gzipped), the time from loading the page to an enabled button,
 #   and the proof of work's time at 8, 12 and 16 bits in Chromium (the page's own Web Worker,
 #   e2e/browser/figures.mjs) beside the Rust client's
-#   (pow-time: protocol::pow::solve, what e2e/src/client.rs runs).
+#   (pow-time: protocol::pow::solve, what e2e/fixtures/src/client.rs runs).
 #
 # Usage: e2e/bench/page.sh        Env: DURATION (10s), THREADS (2), CONNECTIONS (50), ROUNDS (30)
 # Needs: the stack's Redis and Kafka (e2e/stack.sh up; SECKILL_* from .stack/env), wrk, and the
 # browser tests' Chromium and npm packages (installed when missing, e2e/page.sh).
-set -euo pipefail
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$ROOT"
-if [[ -z "${SECKILL_REDIS_URL:-}" && -f .stack/env ]]; then
-  # shellcheck disable=SC1091
-  source .stack/env
-fi
+# shellcheck source=e2e/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_env SECKILL_REDIS_URL
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-50}
 ROUNDS=${ROUNDS:-30}
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
-need_packages wrk:wrk
+bench_tools wrk:wrk
 bench_redis
 # shellcheck source=e2e/page.sh
 source e2e/page.sh
@@ -35,17 +29,14 @@ browser_install
 build_all release
 BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release"
 
-WORK=$(mktemp -d -t page-bench.XXXXXX)
+bench_work page-bench
 GW_PID=""
 SOLD="bench-page-$(date +%s)$$"
 edge_keys bench
-cleanup() {
-  [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
+bench_cleanup() {
   # shellcheck disable=SC2046
   "${RCLI[@]}" del $(campaign_keys "$SOLD") >/dev/null 2>&1 || true
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
 
 # A sold-out campaign, published to Redis with lua/publish.lua (as the order writer does).
 # shellcheck disable=SC2046
@@ -54,24 +45,11 @@ GW_PORT=$(free_port)
 mkdir -p "$WORK/conf/campaigns"
 bench_campaign "$WORK/conf/campaigns/$SOLD.toml" "$SOLD" 0 0
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/conf/key"
-cat >"$WORK/conf/server.toml" <<SERVER
-[server]
-listen = "127.0.0.1:$GW_PORT"
-workers = $THREADS
-[sale]
-signing_key = "file:key"
-sold_out_ttl_ms = 60000
-[redis]
-url = "$REDIS_URL"
-[order_writer]
-upstreams = ["127.0.0.1:1"]
-[kafka]
-brokers = ["${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}"]
-topic = "bench-page-unused"
-$(defense_table)
-SERVER
+fill e2e/bench/conf/page-gateway.toml PORT="$GW_PORT" WORKERS="$THREADS" REDIS_URL="$REDIS_URL" \
+  BROKER="${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}" DEFENSE="$(defense_table)" >"$WORK/conf/server.toml"
 "$BIN/gateway" --conf "$WORK/conf/server.toml" --lua-dir "$ROOT/lua" >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
+bench_started "$GW_PID"
 wait_port gateway "$GW_PORT" "$WORK/gateway.log"
 BASE="http://127.0.0.1:$GW_PORT"
 

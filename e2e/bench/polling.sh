@@ -3,7 +3,7 @@
 # reservations, once alone and once under a flood of result polls (wrk), and their ratio.
 #
 # Each run gets its own database, topic and campaign, starts `order-writer serve` (release
-# build) on them, and lets `drain-probe` (e2e/src/bin/drain-probe.rs) reserve COUNT units through
+# build) on them, and lets `drain-probe` (e2e/bench/src/bin/drain-probe.rs) reserve COUNT units through
 # the real reservation script, produce the records to the topic and time them into PostgreSQL
 # orders. In the flood run, wrk polls GET /seckill/<campaign>/result/<id> on the same order
 # writer from before the drain starts until it ends (straight to the writer: through a gateway
@@ -18,14 +18,9 @@
 #   Env: SECKILL_PG_ADMIN_URL, SECKILL_REDIS_URL, SECKILL_KAFKA_BROKER (defaults: the stack's),
 #        PARTITIONS (4), RESULT_POOL_SIZE (4), FLOOD_THREADS (1), FLOOD_CONNECTIONS (64).
 # Needs: the stack (e2e/stack.sh up), wrk, psql, curl.
-set -euo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$ROOT"
-if [[ -z "${SECKILL_PG_ADMIN_URL:-}" && -f .stack/env ]]; then
-  # shellcheck disable=SC1091
-  source .stack/env
-fi
+# shellcheck source=e2e/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_env SECKILL_PG_ADMIN_URL
 COUNT=${1:-20000}
 PARTITIONS=${PARTITIONS:-4}
 RESULT_POOL_SIZE=${RESULT_POOL_SIZE:-4}
@@ -36,27 +31,20 @@ REDIS_URL=${SECKILL_REDIS_URL:-redis://127.0.0.1:6390}
 BROKER=${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}
 [[ "$COUNT" =~ ^[0-9]+$ && "$COUNT" -ge 100 ]] || { echo "COUNT must be a number >= 100" >&2; exit 2; }
 
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
-need_packages wrk:wrk curl:curl
-for tool in wrk psql curl python3; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool (bash e2e/stack.sh up installs it)" >&2; exit 1; }
-done
+bench_tools wrk:wrk curl:curl -- psql python3
 build_all release
 OW=target/release/order-writer
 PROBE=target/release/drain-probe
 
-WORK=$(mktemp -d -t polling-bench.XXXXXX)
+bench_work polling-bench
 OW_PID=""
 WRK_PID=""
 DBS=()
-cleanup() {
+bench_cleanup() {
   [[ -n "$WRK_PID" ]] && kill "$WRK_PID" 2>/dev/null && wait "$WRK_PID" 2>/dev/null || true
   [[ -n "$OW_PID" ]] && kill "$OW_PID" 2>/dev/null && wait "$OW_PID" 2>/dev/null || true
   for db in "${DBS[@]}"; do psql "$ADMIN" -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true; done
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
 export SECKILL_GATEWAY_KEY="bench-gateway-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
 export SECKILL_PAYMENT_KEY="bench-payment-key-$(od -An -tx8 -N16 /dev/urandom | tr -d ' \n')"
 
@@ -69,35 +57,9 @@ run() {
   psql "$ADMIN" -qc "CREATE DATABASE $db" >/dev/null
   DBS+=("$db")
   local pg="${ADMIN%/*}/$db"
-  cat >"$dir/order-writer.toml" <<CONF
-listen = "127.0.0.1:$port"
-redis_url = "$REDIS_URL"
-postgres_url = "$pg"
-result_pool_size = $RESULT_POOL_SIZE
-lua_dir = "$ROOT/lua"
-migrations_dir = "$ROOT/sql"
-gateway_key = "env:SECKILL_GATEWAY_KEY"
-payment_key = "env:SECKILL_PAYMENT_KEY"
-
-[kafka]
-brokers = ["$BROKER"]
-topic = "$topic"
-partitions = $PARTITIONS
-
-[sweeper]
-# Far beyond the run: only the probe's own records reach the topic.
-age_secs = 3600
-CONF
-  cat >"$dir/campaigns/$campaign.toml" <<CAMP
-id = "$campaign"
-sku = "SKU-$campaign"
-stock = $COUNT
-per_user_limit = 1
-price_cents = 1999
-starts_at = 2020-01-01T00:00:00Z
-ends_at = 2099-01-01T00:00:00Z
-pay_window_secs = 900
-CAMP
+  fill e2e/bench/conf/polling-writer.toml PORT="$port" REDIS_URL="$REDIS_URL" PG="$pg" ROOT="$ROOT" \
+    RESULT_POOL_SIZE="$RESULT_POOL_SIZE" BROKER="$BROKER" TOPIC="$topic" PARTITIONS="$PARTITIONS" >"$dir/order-writer.toml"
+  fill e2e/bench/conf/polling-campaign.toml ID="$campaign" STOCK="$COUNT" >"$dir/campaigns/$campaign.toml"
   "$OW" -c "$dir/order-writer.toml" migrate >"$dir/admin.log" 2>&1
   "$OW" -c "$dir/order-writer.toml" topic create >>"$dir/admin.log" 2>&1
   "$OW" -c "$dir/order-writer.toml" campaign publish "$campaign" >>"$dir/admin.log" 2>&1
@@ -132,11 +94,4 @@ run quiet 0
 quiet=$RATE
 run flood 1
 flooded=$RATE
-python3 - "$quiet" "$flooded" <<'PY'
-import sys
-q, f = float(sys.argv[1]), float(sys.argv[2])
-ratio = f / q
-print(f"drain rate alone:       {q:10.0f} orders/s")
-print(f"drain rate under flood: {f:10.0f} orders/s")
-print(f"ratio: {ratio:.2f} ({'within' if ratio >= 0.8 else 'NOT within'} 20%)")
-PY
+python3 e2e/bench/py/polling_verdict.py "$quiet" "$flooded"

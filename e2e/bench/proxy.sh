@@ -6,7 +6,7 @@
 #   (a1) the same gateway in the old layout: one worker of $THREADS threads
 #   (b) Nginx proxy_pass, upstream keepalive, plain HTTP
 #   (f) the proxy floor: the same Pingora server with a `ProxyHttp` that has only
-#       `upstream_peer` (gateway/examples/proxy_floor.rs), plain HTTP, and (g) the same floor
+#       `upstream_peer` (e2e/bench/src/bin/proxy_floor.rs), plain HTTP, and (g) the same floor
 #       on one thread, and (w) the floor as $THREADS services of one thread each on the same
 #       address (SO_REUSEPORT: Nginx's worker layout); in (g) and (w) no thread ever wakes
 #       another: what Pingora costs without its cross-thread hand-overs (gateway/src/threads.rs)
@@ -40,56 +40,30 @@
 #                                           PROFILE (0), SECKILL_REDIS_URL (for (s))
 # Needs: wrk, nginx (nginx-light), openssl (the CLI, for the run's certificate), curl; strace
 # and perf for PROFILE=1.
-set -euo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$ROOT"
+# shellcheck source=e2e/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 DURATION=${DURATION:-10s}
 THREADS=${THREADS:-2}
 CONNECTIONS=${CONNECTIONS:-100}
 PROFILE=${PROFILE:-0}
-if [[ -z "${SECKILL_REDIS_URL:-}" && -f .stack/env ]]; then
-  # shellcheck disable=SC1091
-  source .stack/env
-fi
+bench_env SECKILL_REDIS_URL
 REDIS_URL=${SECKILL_REDIS_URL:-}
 
 
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
-need_packages wrk:wrk nginx:nginx-light openssl:openssl curl:curl
-for tool in wrk nginx openssl curl python3; do
-  command -v "$tool" >/dev/null || { echo "missing: $tool (apt-get install wrk nginx-light openssl curl)" >&2; exit 1; }
-done
+bench_tools wrk:wrk nginx:nginx-light openssl:openssl curl:curl -- python3
 build_all release
 
-WORK=$(mktemp -d -t proxy-bench.XXXXXX)
-GW_PID=""
-GW1_PID=""
-GWP_PID=""
-GWR_PID=""
-FLOOR_PID=""
-FLOOR1_PID=""
-FLOORW_PID=""
+bench_work proxy-bench
 RUN=$(date +%s)$$
 SOLD="bench-proxy-sold-$RUN"
 rcli() { local hp=${REDIS_URL#redis://}; hp=${hp%%/*}; redis-cli -h "${hp%:*}" -p "${hp##*:}" "$@"; }
-cleanup() {
-  [[ -n "$GW_PID" ]] && kill "$GW_PID" 2>/dev/null && wait "$GW_PID" 2>/dev/null || true
-  [[ -n "$GW1_PID" ]] && kill "$GW1_PID" 2>/dev/null && wait "$GW1_PID" 2>/dev/null || true
-  [[ -n "$GWP_PID" ]] && kill "$GWP_PID" 2>/dev/null && wait "$GWP_PID" 2>/dev/null || true
-  [[ -n "$GWR_PID" ]] && kill "$GWR_PID" 2>/dev/null && wait "$GWR_PID" 2>/dev/null || true
-  [[ -n "$FLOOR_PID" ]] && kill "$FLOOR_PID" 2>/dev/null && wait "$FLOOR_PID" 2>/dev/null || true
-  [[ -n "$FLOOR1_PID" ]] && kill "$FLOOR1_PID" 2>/dev/null && wait "$FLOOR1_PID" 2>/dev/null || true
-  [[ -n "$FLOORW_PID" ]] && kill "$FLOORW_PID" 2>/dev/null && wait "$FLOORW_PID" 2>/dev/null || true
+bench_cleanup() {
   # shellcheck disable=SC2046
   [[ -n "$REDIS_URL" ]] && rcli del $(campaign_keys "$SOLD") >/dev/null 2>&1 || true
   for pidfile in "$WORK"/up/nginx.pid "$WORK"/px/nginx.pid; do
     [[ -s "$pidfile" ]] && kill "$(cat "$pidfile")" 2>/dev/null || true
   done
-  rm -rf "$WORK"
 }
-trap cleanup EXIT
 
 GWP=$(free_port); GWR=$(free_port); UP=$(free_port); NX=$(free_port); NXS=$(free_port); GW=$(free_port); GWS=$(free_port); GW1=$(free_port); GW1S=$(free_port); FL=$(free_port); FL1=$(free_port); FLW=$(free_port)
 
@@ -99,22 +73,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 -su
 
 nginx_conf() { # dir workers server-blocks
   mkdir -p "$WORK/$1/tmp"
-  cat >"$WORK/$1/nginx.conf" <<NGINX
-worker_processes $2;
-daemon on;
-pid $WORK/$1/nginx.pid;
-error_log $WORK/$1/error.log warn;
-events { worker_connections 4096; }
-http {
-  access_log off;
-  client_body_temp_path $WORK/$1/tmp/body;
-  proxy_temp_path $WORK/$1/tmp/proxy;
-  fastcgi_temp_path $WORK/$1/tmp/fastcgi;
-  uwsgi_temp_path $WORK/$1/tmp/uwsgi;
-  scgi_temp_path $WORK/$1/tmp/scgi;
-$3
-}
-NGINX
+  fill e2e/bench/conf/nginx.conf WORKERS="$2" DIR="$WORK/$1" SERVERS="$3" >"$WORK/$1/nginx.conf"
   nginx -p "$WORK/$1" -c "$WORK/$1/nginx.conf"
   for _ in $(seq 50); do [[ -s "$WORK/$1/nginx.pid" ]] && break; sleep 0.1; done
 }
@@ -149,66 +108,32 @@ if [[ -n "$REDIS_URL" ]]; then
   rcli --eval lua/publish.lua $(campaign_keys "$SOLD") , 1 0 1 SKU-BENCH 100 1 >/dev/null
   bench_campaign "$WORK/gw/campaigns/$SOLD.toml" "$SOLD" 0 0
 fi
-cat >"$WORK/gw/server.toml" <<SERVER
-[server]
-listen = "127.0.0.1:$GW"
-workers = $THREADS
-[sale]
-signing_key = "file:key"
-sold_out_ttl_ms = 60000
-[redis]
-url = "${REDIS_URL:-redis://127.0.0.1:1}"
-[order_writer]
-upstreams = ["127.0.0.1:1"]
-[kafka]
-brokers = ["127.0.0.1:1"]
-$(defense_table)
-[[route]]
-name = "shop"
-path_prefix = "/"
-upstreams = ["127.0.0.1:$UP"]
-[tls]
-listen = "127.0.0.1:$GWS"
-[[tls.cert]]
-hosts = ["shop.bench"]
-cert_file = "$WORK/shop.pem"
-key_file = "$WORK/shop.key"
-SERVER
+fill e2e/bench/conf/proxy-gateway.toml PORT="$GW" WORKERS="$THREADS" REDIS_URL="${REDIS_URL:-redis://127.0.0.1:1}" \
+  DEFENSE="$(defense_table)" UPSTREAM_PORT="$UP" TLS_PORT="$GWS" DIR="$WORK" >"$WORK/gw/server.toml"
 # The edge's keys (required by the server file; no campaign uses them here).
 edge_keys bench
 RUST_LOG=warn target/release/gateway --conf "$WORK/gw/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
+bench_started "$GW_PID"
 # (a1): the old layout, one worker of $THREADS threads, its own ports and upgrade socket.
 sed -e "s/^workers = .*/workers = 1\nthreads = $THREADS/" -e "s/127.0.0.1:$GW\"/127.0.0.1:$GW1\"/" \
   -e "s/127.0.0.1:$GWS\"/127.0.0.1:$GW1S\"/" "$WORK/gw/server.toml" >"$WORK/gw/server1.toml"
 printf '[shutdown]\nupgrade_sock = "%s"\n' "$WORK/gw/upgrade1.sock" >>"$WORK/gw/server1.toml"
 RUST_LOG=warn target/release/gateway --conf "$WORK/gw/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
 GW1_PID=$!
-target/release/examples/proxy_floor "127.0.0.1:$FL" "127.0.0.1:$UP" "$THREADS" >"$WORK/floor.log" 2>&1 &
+bench_started "$GW1_PID"
+target/release/proxy_floor "127.0.0.1:$FL" "127.0.0.1:$UP" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
-target/release/examples/proxy_floor "127.0.0.1:$FL1" "127.0.0.1:$UP" 1 >"$WORK/floor1.log" 2>&1 &
+bench_started "$FLOOR_PID"
+target/release/proxy_floor "127.0.0.1:$FL1" "127.0.0.1:$UP" 1 >"$WORK/floor1.log" 2>&1 &
 FLOOR1_PID=$!
-FLOOR_WORKERS=$THREADS target/release/examples/proxy_floor "127.0.0.1:$FLW" "127.0.0.1:$UP" >"$WORK/floorw.log" 2>&1 &
+bench_started "$FLOOR1_PID"
+FLOOR_WORKERS=$THREADS target/release/proxy_floor "127.0.0.1:$FLW" "127.0.0.1:$UP" >"$WORK/floorw.log" 2>&1 &
 FLOORW_PID=$!
+bench_started "$FLOORW_PID"
 # (p), (z): the gateway as a proxy only; (r): the same behind 200 locations.
-cat >"$WORK/gw/proxy.toml" <<SERVER
-[server]
-listen = "127.0.0.1:$GWP"
-workers = $THREADS
-[shutdown]
-upgrade_sock = "$WORK/gw/upgrade-p.sock"
-[[route]]
-name = "big"
-path = "= /big"
-upstreams = ["127.0.0.1:$UP"]
-compression_level = 1
-compression_types = ["text/plain"]
-compression_algorithms = ["gzip"]
-[[route]]
-name = "shop"
-path = "/"
-upstreams = ["127.0.0.1:$UP"]
-SERVER
+fill e2e/bench/conf/proxy-only.toml PORT="$GWP" WORKERS="$THREADS" UPGRADE_SOCK="$WORK/gw/upgrade-p.sock" \
+  UPSTREAM_PORT="$UP" >"$WORK/gw/proxy.toml"
 {
   printf '[server]\nlisten = "127.0.0.1:%s"\nworkers = %s\n[shutdown]\nupgrade_sock = "%s"\n' "$GWR" "$THREADS" "$WORK/gw/upgrade-r.sock"
   for i in $(seq 100); do
@@ -220,8 +145,10 @@ SERVER
 target/release/gateway --conf "$WORK/gw/routes200.toml" --check >/dev/null
 RUST_LOG=warn target/release/gateway --conf "$WORK/gw/proxy.toml" >"$WORK/gatewayp.log" 2>&1 &
 GWP_PID=$!
+bench_started "$GWP_PID"
 RUST_LOG=warn target/release/gateway --conf "$WORK/gw/routes200.toml" >"$WORK/gatewayr.log" 2>&1 &
 GWR_PID=$!
+bench_started "$GWR_PID"
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GWP/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GWR/" && break; sleep 0.1; done
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW/" && break; sleep 0.1; done
@@ -234,13 +161,7 @@ for url in "http://127.0.0.1:$GWP/" "http://127.0.0.1:$GWR/" "http://127.0.0.1:$
   [[ "$body" == "hello, shop!" ]] || { echo "$url answered: $body" >&2; cat "$WORK/gateway.log" >&2; exit 1; }
 done
 
-cat >"$WORK/pct.lua" <<'LUA'
-function done(summary, latency, requests)
-  io.write(string.format("P50_US %d\nP99_US %d\nERRORS %d\n", latency:percentile(50), latency:percentile(99),
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
-end
-LUA
-{ echo 'wrk.headers["Accept-Encoding"] = "gzip"'; cat "$WORK/pct.lua"; } >"$WORK/gzip.lua"
+{ echo 'wrk.headers["Accept-Encoding"] = "gzip"'; cat e2e/bench/wrk/pct.lua; } >"$WORK/gzip.lua"
 GZ_BYTES=""
 for who in gateway:$GWP nginx:$NX; do
   curl -s -H 'Accept-Encoding: gzip' -D "$WORK/gz.head" -o "$WORK/gz.body" "http://127.0.0.1:${who#*:}/big"
@@ -252,13 +173,6 @@ GZ_BYTES+="of $(stat -c %s "$WORK/up/big.txt")"
 
 # (s) relies on the sold-out flag of $SOLD, set by one buyer's signed order (lib.sh).
 sold_out() { sold_out_flag "http://127.0.0.1:$GW" "$SOLD" "$WORK/sold.tsv" || exit 1; }
-cat >"$WORK/post.lua" <<'LUA'
-function request() return wrk.format("POST", nil, nil, nil) end
-function done(summary, latency, requests)
-  io.write(string.format("P50_US %d\nP99_US %d\nERRORS %d\n", latency:percentile(50), latency:percentile(99),
-    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
-end
-LUA
 
 HZ=$(getconf CLK_TCK)
 UP_PIDS="$(cat "$WORK/up/nginx.pid") $(pgrep -P "$(cat "$WORK/up/nginx.pid")" | tr '\n' ' ')"
@@ -270,7 +184,7 @@ run_wrk() { # label url "proxy pids" [script]
   local before_p before_u n
   before_p=$(cpu_ticks $3)
   before_u=$(cpu_ticks $UP_PIDS)
-  wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "${4:-$WORK/pct.lua}" "$2" >"$WORK/$1.out" 2>&1
+  wrk -t"$THREADS" -c"$CONNECTIONS" -d"$DURATION" -s "${4:-e2e/bench/wrk/pct.lua}" "$2" >"$WORK/$1.out" 2>&1
   n=$(awk '/requests in/ {print $1}' "$WORK/$1.out")
   awk -v n="$n" -v hz="$HZ" -v p="$(($(cpu_ticks $3) - before_p))" -v u="$(($(cpu_ticks $UP_PIDS) - before_u))" \
     '/^Requests\/sec:/ {r=$2} /^P50_US/ {p50=$2} /^P99_US/ {p99=$2} /^ERRORS/ {e=$2}
@@ -293,7 +207,7 @@ read -r Z Z50 Z99 ZE ZCPU ZUP <<<"$(run_wrk z "http://127.0.0.1:$GWP/big" "$GWP_
 read -r ZN ZN50 ZN99 ZNE ZNCPU ZNUP <<<"$(run_wrk zn "http://127.0.0.1:$NX/big" "$NX_PIDS" "$WORK/gzip.lua")"
 if [[ -n "$REDIS_URL" ]]; then
   sold_out
-  read -r S S50 S99 SE SCPU _ <<<"$(run_wrk s "http://127.0.0.1:$GW/seckill/$SOLD/order" "$GW_PID" "$WORK/post.lua")"
+  read -r S S50 S99 SE SCPU _ <<<"$(run_wrk s "http://127.0.0.1:$GW/seckill/$SOLD/order" "$GW_PID" e2e/bench/wrk/post.lua)"
   curl -s -X POST "http://127.0.0.1:$GW/seckill/$SOLD/order" | grep -q SOLD_OUT ||
     { echo "(s): the flag was gone by the end of the run (sold_out_ttl_ms)" >&2; exit 1; }
 fi

@@ -17,19 +17,11 @@
 # cores: with no overlap at all the batched run would do 1 / (1/read + 1/database), which the
 # bench prints too; above it, the pipeline overlaps the stages.
 # Absolute numbers depend on the machine; the ratios hold.
-set -euo pipefail
-
-ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$ROOT"
-if [[ -z "${SECKILL_PG_ADMIN_URL:-}" && -f .stack/env ]]; then
-  # shellcheck disable=SC1091
-  source .stack/env
-fi
+# shellcheck source=e2e/bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+bench_env SECKILL_PG_ADMIN_URL
 RECORDS=${1:-100000}
 ONE_BY_ONE=${2:-3000}
-
-# shellcheck source=e2e/lib.sh
-source e2e/lib.sh
 build_all release
 exec timeout 900 target/release/seckill-writer-bench \
   --records "$RECORDS" --one-by-one "$ONE_BY_ONE" \

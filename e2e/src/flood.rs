@@ -13,7 +13,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::prelude::*;
 use serde::Serialize;
 
 use crate::client::{get_ticket, get_ticket_room_first, RoomWait, Ticket};
@@ -436,13 +435,20 @@ fn share_detail(s: &ScriptShare) -> String {
 // ---------------------------------------------------------------------------------------------
 // The run.
 
-/// Samples the sale's Redis (and the gateways' reservation calls) every [`SAMPLE_EVERY`].
-pub struct Sampler {
-    stop: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<Vec<(Instant, Sample)>>,
-}
+/// Samples the sale's Redis (and the gateways' reservation calls) every [`SAMPLE_EVERY`]: the
+/// report's sampler ([`crate::sampler::Sampler`]) at the flood's cadence, its samples read as the
+/// flood's.
+pub struct Sampler(crate::sampler::Sampler);
 
 impl Sampler {
+    /// The flood's cadence: every [`SAMPLE_EVERY`], ten minutes at most, `INFO commandstats` too.
+    pub const CADENCE: crate::sampler::Cadence = crate::sampler::Cadence {
+        every: SAMPLE_EVERY,
+        max: 6_000,
+        scrape_timeout: Duration::from_millis(500),
+        evalsha: true,
+    };
+
     /// Starts on `redis_url` (`INFO commandstats` only on a single Redis: a cluster's is per
     /// node), the stock keys of `campaign`'s buckets (read from `pg_url`) and the `/metrics` URLs.
     pub async fn start(
@@ -451,70 +457,29 @@ impl Sampler {
         redis_url: &str,
         metrics: Vec<String>,
     ) -> anyhow::Result<Self> {
-        let stocks = crate::sampler::stock_keys(campaign, pg_url).await?;
-        let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
-        redis.init().await?;
-        let single = !redis_url.starts_with("redis-cluster");
-        let http = reqwest::Client::builder().timeout(Duration::from_millis(500)).build()?;
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(async move {
-            let mut out = Vec::new();
-            let mut tick = tokio::time::interval(SAMPLE_EVERY);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            // Bounded: ten minutes of samples.
-            while out.len() < 6_000 && !*stopped.borrow() {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    _ = stopped.changed() => break,
-                }
-                let at = Instant::now();
-                let bound = Duration::from_millis(500);
-                let evalsha = if single {
-                    let info = redis.custom::<String, _>(fred::cmd!("INFO"), vec!["commandstats"]);
-                    tokio::time::timeout(bound, info)
-                        .await
-                        .ok()
-                        .and_then(Result::ok)
-                        .and_then(|i| evalsha_calls(&i))
-                } else {
-                    None
-                };
-                let stock_left = crate::sampler::stock_left(&redis, &stocks, bound).await;
-                let mut reserve_calls = None;
-                for url in &metrics {
-                    let Ok(r) = http.get(url).send().await else { continue };
-                    let picked = crate::sampler::pick(&r.text().await.unwrap_or_default());
-                    if let Some(v) = picked.get("reserve_calls") {
-                        *reserve_calls.get_or_insert(0.0) += v;
-                    }
-                }
-                out.push((at, Sample { t: 0.0, evalsha, stock_left, reserve_calls }));
-            }
-            let _ = tokio::time::timeout(Duration::from_secs(1), redis.quit()).await;
-            out
-        });
-        Ok(Self { stop, task })
+        crate::sampler::Sampler::start_with(campaign, pg_url, redis_url, metrics, Self::CADENCE)
+            .await
+            .map(Self)
     }
 
     /// Stops; the samples timed from `start`.
     pub async fn stop(self, start: Instant) -> Vec<Sample> {
-        let _ = self.stop.send(true);
-        let abort = self.task.abort_handle();
-        let taken = match tokio::time::timeout(Duration::from_secs(5), self.task).await {
-            Ok(s) => s.unwrap_or_default(),
-            Err(_) => {
-                abort.abort();
-                Vec::new()
-            }
-        };
-        taken
+        self.0
+            .stop()
+            .await
             .into_iter()
-            .map(|(at, s)| {
+            .map(|s| {
+                let at = s.at.unwrap_or(start);
                 let t = match at.checked_duration_since(start) {
                     Some(d) => d.as_secs_f64(),
                     None => -start.duration_since(at).as_secs_f64(),
                 };
-                Sample { t, ..s }
+                Sample {
+                    t,
+                    evalsha: s.evalsha,
+                    stock_left: s.stock_left,
+                    reserve_calls: s.series.get("reserve_calls").copied(),
+                }
             })
             .collect()
     }

@@ -1,19 +1,16 @@
-//! Shared by the tests of every crate: where the local stack's real servers listen
-//! (started by `e2e/stack.sh up`), and fresh, isolated places on them.
-//!
-//! Tests never mock Redis, PostgreSQL or Kafka. They isolate themselves instead: a new database
-//! per test, a new topic per test, campaign ids that are unique per test, each deleted again
-//! when the test ends ([`cleanup`]).
+//! The load tool (`seckill-load`) and the end-to-end phases' helpers: the crowd, its reports,
+//! the flood, the parity phase, the soak. What the product's tests need of the stack (its
+//! addresses, fresh databases, topics and keys, a client of the edge's protocol) is the
+//! `fixtures` crate (`e2e/fixtures/`), re-exported here under the same names.
+
+pub use fixtures::{cleanup, client, order_writer, stack};
 
 pub mod checks;
-pub mod cleanup;
-pub mod client;
 pub mod crowd;
 pub mod drain;
 pub mod flood;
 pub mod load;
 pub mod mix;
-pub mod order_writer;
 pub mod outcome;
 pub mod page;
 pub mod parity;
@@ -23,7 +20,6 @@ pub mod resend;
 pub mod sampler;
 pub mod shop;
 pub mod soak;
-pub mod stack;
 pub mod undersell;
 pub mod verdict;
 pub mod watch;

@@ -3,50 +3,8 @@
 //! case, long headers, big bodies), and what is compared of the two answers.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// One request of the corpus.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Request {
-    /// What it is, for the report (the fixture's line and the variant).
-    pub label: String,
-    /// Its method.
-    pub method: String,
-    /// Its Host header (none: HTTP/1.0 without one).
-    pub host: Option<String>,
-    /// Its request target, sent as is.
-    pub target: String,
-    /// Extra header lines.
-    pub headers: Vec<(String, String)>,
-    /// Its body.
-    pub body: Vec<u8>,
-    /// What the connection starts with before it (a PROXY header), if anything.
-    pub preface: Vec<u8>,
-}
-
-impl Request {
-    /// The bytes on the wire.
-    pub fn bytes(&self) -> Vec<u8> {
-        let version = if self.host.is_some() { "HTTP/1.1" } else { "HTTP/1.0" };
-        let mut head = format!("{} {} {version}\r\n", self.method, self.target);
-        if let Some(h) = &self.host {
-            head += &format!("Host: {h}\r\n");
-        }
-        for (k, v) in &self.headers {
-            head += &format!("{k}: {v}\r\n");
-        }
-        if !self.body.is_empty() {
-            head += &format!("Content-Length: {}\r\n", self.body.len());
-        }
-        head += "Connection: close\r\n\r\n";
-        let mut out = self.preface.clone();
-        out.extend_from_slice(head.as_bytes());
-        out.extend_from_slice(&self.body);
-        out
-    }
-}
+pub use fixtures::raw_http::{parse, send, Answer, Request};
 
 /// The `# request: METHOD HOST TARGET` lines of a fixture, each optionally followed by header
 /// lines after `|`: `# request: GET gz.test /big | Accept-Encoding: gzip | Range: bytes=0-9`.
@@ -148,69 +106,6 @@ fn encode_first(path: &str) -> String {
         Some((i, c)) => format!("{}%{:02X}{}", &path[..i], c as u32, &path[i + 1..]),
         None => path.to_string(),
     }
-}
-
-/// An answer.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Answer {
-    /// Its status (0: no answer: the error in `body`).
-    pub status: u16,
-    /// Its headers, names in lower case.
-    pub headers: BTreeMap<String, String>,
-    /// Its body (chunks joined).
-    pub body: Vec<u8>,
-}
-
-/// Sends `req` to `addr` and reads the whole answer (10 s at most).
-pub async fn send(addr: &str, req: &Request) -> Answer {
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(&req.bytes()).await?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await?;
-        Ok::<_, std::io::Error>(buf)
-    };
-    match tokio::time::timeout(Duration::from_secs(10), exchange).await {
-        Ok(Ok(buf)) => parse(&buf, req.method == "HEAD"),
-        Ok(Err(e)) => Answer { body: e.to_string().into_bytes(), ..Default::default() },
-        Err(_) => Answer { body: b"no answer in 10 s".to_vec(), ..Default::default() },
-    }
-}
-
-/// A raw HTTP/1.x answer read to its end.
-pub fn parse(buf: &[u8], head_only: bool) -> Answer {
-    let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return Answer { body: buf.to_vec(), ..Default::default() };
-    };
-    let head = String::from_utf8_lossy(&buf[..end]);
-    let mut lines = head.split("\r\n");
-    let status =
-        lines.next().and_then(|l| l.split_whitespace().nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let headers: BTreeMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let raw = &buf[end + 4..];
-    let body = match (head_only, headers.get("transfer-encoding").is_some_and(|t| t.contains("chunked"))) {
-        (true, _) => Vec::new(),
-        (false, true) => dechunk(raw),
-        (false, false) => raw.to_vec(),
-    };
-    Answer { status, headers, body }
-}
-
-fn dechunk(mut raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
-        let size = std::str::from_utf8(&raw[..eol])
-            .ok()
-            .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok());
-        let Some(size) = size.filter(|s| *s > 0) else { break };
-        let start = eol + 2;
-        out.extend_from_slice(&raw[start..(start + size).min(raw.len())]);
-        raw = &raw[(start + size + 2).min(raw.len())..];
-    }
-    out
 }
 
 /// The response headers compared (what the fixtures set or hide, and whether a body is
@@ -419,19 +314,6 @@ mod tests {
         assert!(String::from_utf8(old.bytes())
             .unwrap()
             .starts_with("GET /x/y?k=1 HTTP/1.0\r\nConnection: close"));
-    }
-
-    #[test]
-    fn answers_are_read_plain_chunked_and_head() {
-        let a = parse(b"HTTP/1.1 200 OK\r\nX-Added: yes\r\nContent-Length: 2\r\n\r\nhi", false);
-        assert_eq!((a.status, a.headers["x-added"].as_str(), a.body.as_slice()), (200, "yes", &b"hi"[..]));
-        let a = parse(
-            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n3;x\r\n th\r\n0\r\n\r\n",
-            false,
-        );
-        assert_eq!(a.body, b"hi th");
-        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n", true).body.is_empty());
-        assert_eq!(parse(b"garbage", false).status, 0);
     }
 
     #[test]

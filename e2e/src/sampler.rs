@@ -32,6 +32,10 @@ pub struct Sample {
     pub t: f64,
     /// Units left in Redis (every bucket), when it answered.
     pub stock_left: Option<i64>,
+    /// `EVALSHA` calls so far on that Redis (`INFO commandstats`), when the [`Cadence`] reads
+    /// them and it answered (the flood's figures; not in the report).
+    #[serde(skip)]
+    pub evalsha: Option<u64>,
     /// The series of `SERIES`, summed over every `/metrics` endpoint that answered.
     pub series: BTreeMap<String, f64>,
 }
@@ -89,35 +93,82 @@ pub async fn stock_left(redis: &Client, stocks: &[String], bound: Duration) -> O
     .flatten()
 }
 
-impl Sampler {
+/// How a [`Sampler`] samples.
+#[derive(Debug, Clone, Copy)]
+pub struct Cadence {
     /// How often.
-    pub const EVERY: Duration = Duration::from_millis(250);
+    pub every: Duration,
+    /// At most this many samples (a bound on a run's memory).
+    pub max: usize,
+    /// How long each `/metrics` scrape may take.
+    pub scrape_timeout: Duration,
+    /// Whether each sample reads `INFO commandstats` too (its `EVALSHA` calls: only on a single
+    /// Redis, a cluster's is per node).
+    pub evalsha: bool,
+}
+
+impl Cadence {
+    /// The report's timelines: every 250 ms, an hour at most.
+    pub const REPORT: Cadence = Cadence {
+        every: Duration::from_millis(250),
+        max: 14_400,
+        scrape_timeout: Duration::from_secs(1),
+        evalsha: false,
+    };
+}
+
+impl Sampler {
+    /// How often, for the report.
+    pub const EVERY: Duration = Cadence::REPORT.every;
 
     /// Starts sampling campaign `campaign` (its stock buckets read from `pg_url`) on
-    /// `redis_url` and the `/metrics` URLs.
+    /// `redis_url` and the `/metrics` URLs, at the report's [`Cadence::REPORT`].
     pub async fn start(
         campaign: &str,
         pg_url: &str,
         redis_url: &str,
         metrics: Vec<String>,
     ) -> anyhow::Result<Self> {
+        Self::start_with(campaign, pg_url, redis_url, metrics, Cadence::REPORT).await
+    }
+
+    /// [`Sampler::start`] at `cadence`.
+    pub async fn start_with(
+        campaign: &str,
+        pg_url: &str,
+        redis_url: &str,
+        metrics: Vec<String>,
+        cadence: Cadence,
+    ) -> anyhow::Result<Self> {
         let stocks = stock_keys(campaign, pg_url).await?;
         let redis = Client::new(Config::from_url(redis_url)?, None, None, None);
         redis.init().await?;
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build()?;
+        let evalsha = cadence.evalsha && !redis_url.starts_with("redis-cluster");
+        let http = reqwest::Client::builder().timeout(cadence.scrape_timeout).build()?;
         let (stop, mut stopped) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut samples = Vec::new();
-            let mut tick = tokio::time::interval(Self::EVERY);
+            let mut tick = tokio::time::interval(cadence.every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-            // Bounded: a sale's report never needs more than an hour of samples.
-            while samples.len() < 14_400 && !*stopped.borrow() {
+            // Bounded by the cadence's `max`.
+            while samples.len() < cadence.max && !*stopped.borrow() {
                 tokio::select! {
                     _ = tick.tick() => {}
                     _ = stopped.changed() => break,
                 }
                 let at = Instant::now();
-                let stock_left = stock_left(&redis, &stocks, Duration::from_millis(500)).await;
+                let bound = Duration::from_millis(500);
+                let evalsha = if evalsha {
+                    let info = redis.custom::<String, _>(fred::cmd!("INFO"), vec!["commandstats"]);
+                    tokio::time::timeout(bound, info)
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .and_then(|i| crate::flood::evalsha_calls(&i))
+                } else {
+                    None
+                };
+                let stock_left = stock_left(&redis, &stocks, bound).await;
                 let mut series = BTreeMap::new();
                 for url in &metrics {
                     let Ok(r) = http.get(url).send().await else { continue };
@@ -125,7 +176,7 @@ impl Sampler {
                         *series.entry(k).or_insert(0.0) += v;
                     }
                 }
-                samples.push(Sample { at: Some(at), t: 0.0, stock_left, series });
+                samples.push(Sample { at: Some(at), t: 0.0, stock_left, evalsha, series });
             }
             let _ = tokio::time::timeout(Duration::from_secs(1), redis.quit()).await;
             samples

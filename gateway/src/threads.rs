@@ -16,7 +16,7 @@
 //!
 //! [`upstream_group_key`] takes out the first (the gateway keys its upstream peers by thread).
 //! The second is Pingora's alone. The proxy floor's `FLOOR_REHOME=1` lever takes out the third
-//! (`gateway/examples/proxy_floor.rs`), but the stream it builds has no write buffer (Pingora's
+//! (`e2e/bench/src/bin/proxy_floor.rs`), but the stream it builds has no write buffer (Pingora's
 //! is crate-private), so an answer's head and body go out in two writes; measured with Pingora
 //! as it is, that costs more than it saves, so the gateway does not do it.
 

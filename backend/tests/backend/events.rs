@@ -104,7 +104,7 @@ async fn every_transition_of_a_sales_orders_is_one_event_in_order_per_order() {
         .unwrap();
     assert_eq!(closer::close_due(&env.pool, 10).await.unwrap(), 2);
 
-    let topic = e2e::cleanup::Topic::create(&env.kafka, "ev-", 3).await.unwrap();
+    let topic = fixtures::cleanup::Topic::create(&env.kafka, "ev-", 3).await.unwrap();
     let relay = relay(&env, &topic.name, 3);
     assert_eq!(pass(&relay).await.unwrap(), 7, "4 created, 1 paid, 2 closed");
     assert_eq!(pass(&relay).await.unwrap(), 0, "each once");
@@ -144,11 +144,11 @@ async fn a_failed_produce_loses_no_event_and_a_repeat_carries_the_same_key() {
     let env = Env::new(10, 1, 1).await;
     orders_of(&env, &["ann", "bob"]).await;
     // The broker refuses (no such topic): nothing is marked, the events wait.
-    let missing = relay(&env, &e2e::stack::unique("ev-missing-"), 1);
+    let missing = relay(&env, &fixtures::stack::unique("ev-missing-"), 1);
     assert!(pass(&missing).await.is_err());
     assert_eq!(unproduced(&env).await, 2);
 
-    let topic = e2e::cleanup::Topic::create(&env.kafka, "ev-", 1).await.unwrap();
+    let topic = fixtures::cleanup::Topic::create(&env.kafka, "ev-", 1).await.unwrap();
     let relay = relay(&env, &topic.name, 1);
     assert_eq!(pass(&relay).await.unwrap(), 2);
     // A relay that died after the broker's acknowledgement and before its mark produces them
@@ -192,7 +192,7 @@ async fn writers_started_together_all_serve_on_a_new_events_topic() {
     let first = base.lines().next().unwrap().to_string();
     let mut writers = Vec::new();
     for p in 0..3 {
-        let port = e2e::stack::free_port();
+        let port = fixtures::stack::free_port();
         let conf = env.dir.join(format!("w{p}.toml"));
         std::fs::write(&conf, base.replacen(&first, &format!("listen = \"127.0.0.1:{port}\""), 1)).unwrap();
         writers.push((port, common::bin::spawn(&conf, &["serve", "--partitions", &p.to_string()])));

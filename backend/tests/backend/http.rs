@@ -10,7 +10,7 @@ use std::time::Duration;
 use backend::http::router;
 use backend::http::state::{AppState, ResultStore};
 use common::{Env, PAYMENT_KEY};
-use e2e::stack;
+use fixtures::stack;
 use protocol::signing::Signer;
 use serde_json::Value;
 

@@ -99,7 +99,8 @@ async fn the_worked_payment_adapter_pays_orders_from_a_providers_webhooks() {
     assert_eq!(env.order_status(b).await, ("PENDING_PAYMENT".into(), None), "one reference pays one order");
 
     // The writer out of reach: 502, the provider retries; the adapter's own key wrong: 500.
-    let dead = start_adapter(&format!("http://127.0.0.1:{}", e2e::stack::free_port()), PAYMENT_KEY).await;
+    let dead =
+        start_adapter(&format!("http://127.0.0.1:{}", fixtures::stack::free_port()), PAYMENT_KEY).await;
     assert_eq!(deliver(&dead, succeeded("pi_b", b), PROVIDER_SECRET, now()).await, (502, "retry".into()));
     let wrong = start_adapter(&writer, b"not-the-payment-key-0123").await;
     assert_eq!(

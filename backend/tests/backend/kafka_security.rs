@@ -21,7 +21,7 @@ fn stack_var(name: &str) -> String {
 fn secured_conf(env: &Env, broker: &str, extra: &str) -> std::path::PathBuf {
     let conf = write_conf(env, 10);
     let text = std::fs::read_to_string(&conf).unwrap();
-    let plain = format!("brokers = [\"{}\"]", e2e::stack::kafka_broker());
+    let plain = format!("brokers = [\"{}\"]", fixtures::stack::kafka_broker());
     assert!(text.contains(&plain));
     let text = text.replace(&plain, &format!("brokers = [\"{broker}\"]"));
     std::fs::write(&conf, format!("{text}\n{extra}")).unwrap();

@@ -50,7 +50,7 @@ impl Writer {
     fn spawn(env: &Env, name: &str, sweep_age_secs: u32, batch: usize, args: &[&str]) -> Writer {
         let base = std::fs::read_to_string(write_conf(env, batch)).unwrap();
         let base = base.replace("age_secs = 6", &format!("age_secs = {sweep_age_secs}"));
-        let port = e2e::stack::free_port();
+        let port = fixtures::stack::free_port();
         let first = base.lines().next().unwrap().to_string();
         let text = format!(
             "{}\n[leases]\nlease_ms = {}\nrenew_ms = {}\n",

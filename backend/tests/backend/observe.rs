@@ -32,7 +32,7 @@ async fn metrics_readiness_and_request_ids_in_the_log() {
         env.produce(backend::kafka::partition_for(&r.user, env.partitions), vec![record]).await;
     }
     let conf = write_conf(&env, 50);
-    let admin = e2e::stack::free_port();
+    let admin = fixtures::stack::free_port();
     let mut text = std::fs::read_to_string(&conf).unwrap();
     text.push_str(&format!("\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n"));
     std::fs::write(&conf, text).unwrap();
@@ -100,7 +100,7 @@ async fn lag_counts_what_waits_while_the_writer_is_stuck() {
     const N: i64 = 6;
     let env = Env::new(N + 1, 1, 1).await;
     let conf = write_conf(&env, 50);
-    let admin = e2e::stack::free_port();
+    let admin = fixtures::stack::free_port();
     let mut text = std::fs::read_to_string(&conf).unwrap();
     text.push_str(&format!("\n[admin]\nlisten = \"127.0.0.1:{admin}\"\n"));
     std::fs::write(&conf, text).unwrap();

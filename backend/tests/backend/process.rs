@@ -73,7 +73,7 @@ async fn killed_mid_stream_and_restarted_loses_nothing_and_duplicates_nothing() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_configuration_and_unknown_campaign_fail_with_clear_messages() {
-    let dir = std::env::temp_dir().join(e2e::stack::unique("ow-cli-"));
+    let dir = std::env::temp_dir().join(fixtures::stack::unique("ow-cli-"));
     std::fs::create_dir_all(&dir).unwrap();
     let conf = dir.join("order-writer.toml");
     std::fs::write(
@@ -125,7 +125,7 @@ async fn two_instances_split_the_partitions() {
     let conf_a = write_conf(&env, 50);
     let mut a = spawn(&conf_a, &["serve", "--partitions", "0"]);
     let conf_b = env.dir.join("b.toml");
-    let port = e2e::stack::free_port();
+    let port = fixtures::stack::free_port();
     let text = std::fs::read_to_string(&conf_a).unwrap();
     let first_line = text.lines().next().unwrap().to_string();
     std::fs::write(&conf_b, text.replacen(&first_line, &format!("listen = \"127.0.0.1:{port}\""), 1))

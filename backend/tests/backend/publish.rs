@@ -83,8 +83,8 @@ async fn a_published_campaigns_frozen_fields_are_refused_not_ignored() {
 async fn a_draft_is_updated_from_its_file_before_publishing() {
     let env = Env::new(5, 1, 1).await;
     let dir = env.dir.join("campaigns");
-    let id = e2e::stack::unique("d-");
-    let _keys = e2e::cleanup::Campaign::adopt(&id, &e2e::stack::redis_url());
+    let id = fixtures::stack::unique("d-");
+    let _keys = fixtures::cleanup::Campaign::adopt(&id, &fixtures::stack::redis_url());
     std::fs::write(dir.join(format!("{id}.toml")), common::campaign_toml(&id, 7, 2, 60)).unwrap();
     // As if a first publish had stopped after the database step.
     sqlx::query(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use backend::db::schema::{self, Schema};
 use common::bin::{command, write_conf};
 use common::Env;
-use e2e::{cleanup, stack};
+use fixtures::{cleanup, stack};
 
 /// A folder outside the repository holding a copy of the binary; removed on drop.
 struct Installed {

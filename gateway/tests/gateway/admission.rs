@@ -30,7 +30,7 @@ struct Answer {
 
 /// A gateway (`workers`, `timeout_ms` for Redis) on `redis_url` selling a fresh campaign of
 /// 1,000,000 units, one per buyer, with the campaign's in-flight budget out of the way.
-async fn gateway(redis_url: &str, workers: usize, timeout_ms: u64) -> (Gateway, e2e::cleanup::Campaign) {
+async fn gateway(redis_url: &str, workers: usize, timeout_ms: u64) -> (Gateway, fixtures::cleanup::Campaign) {
     gateway_batching(redis_url, workers, timeout_ms, "").await
 }
 
@@ -40,9 +40,9 @@ async fn gateway_batching(
     workers: usize,
     timeout_ms: u64,
     redis_extra: &str,
-) -> (Gateway, e2e::cleanup::Campaign) {
+) -> (Gateway, fixtures::cleanup::Campaign) {
     let redis = client(redis_url).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::on("adm", redis_url);
+    let campaign = fixtures::cleanup::Campaign::on("adm", redis_url);
     publish(&redis, &campaign, 1_000_000, 1).await;
     let mut conf = GatewayConf::new(redis_url, "127.0.0.1:1", &campaign, "[limits]\nmax_inflight = 100000");
     conf.workers = workers;
@@ -52,7 +52,12 @@ async fn gateway_batching(
 }
 
 /// `n` buyers' campaign tokens.
-async fn tickets(http: &reqwest::Client, gw: &Gateway, campaign: &str, n: usize) -> Vec<e2e::client::Ticket> {
+async fn tickets(
+    http: &reqwest::Client,
+    gw: &Gateway,
+    campaign: &str,
+    n: usize,
+) -> Vec<fixtures::client::Ticket> {
     let all =
         futures::future::join_all((0..n).map(|i| async move {
             ticket(http, gw, campaign, &format!("buyer-{i}")).await.expect("a token")
@@ -61,7 +66,7 @@ async fn tickets(http: &reqwest::Client, gw: &Gateway, campaign: &str, n: usize)
 }
 
 /// Every buyer sends orders back to back until `until`; every answer, in the order they came.
-async fn crowd(gw: &Gateway, buyers: &[e2e::client::Ticket], until: Instant) -> Vec<Answer> {
+async fn crowd(gw: &Gateway, buyers: &[fixtures::client::Ticket], until: Instant) -> Vec<Answer> {
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(buyers.len())
         .timeout(Duration::from_secs(5))
@@ -112,7 +117,7 @@ fn median(answers: &[Answer]) -> Duration {
 /// The limit is told the Redis step's own time, so no order is refused for Redis.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gateway_starved_by_its_crowd_answers_no_try_later_for_redis() {
-    let (gw, campaign) = gateway(&e2e::stack::redis_url(), 1, 100).await;
+    let (gw, campaign) = gateway(&fixtures::stack::redis_url(), 1, 100).await;
     let http = reqwest::Client::new();
     let buyers = tickets(&http, &gw, &campaign, 400).await;
     let answers = crowd(&gw, &buyers, Instant::now() + Duration::from_secs(4)).await;

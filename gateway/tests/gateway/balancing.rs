@@ -61,7 +61,7 @@ async fn weights_share_the_requests_as_nginx() {
 #[tokio::test]
 async fn a_refused_address_is_set_aside_and_its_request_tried_on_another() {
     let a = named("a", Duration::ZERO).await;
-    let dead = format!("127.0.0.1:{}", e2e::stack::free_port());
+    let dead = format!("127.0.0.1:{}", fixtures::stack::free_port());
     // No active check within the test (60 s): only the passive marking sets it aside.
     let gw = gateway(
         &[format!("{dead} max_fails=1 fail_timeout=30s"), a.address().to_string()],

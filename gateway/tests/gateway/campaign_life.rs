@@ -37,7 +37,7 @@ fn writer_conf(sale: &Sale, admins: &[u16]) -> PathBuf {
          topic = \"{}\"\npartitions = {PARTITIONS}\n\n[fleet]\ngateways = [{}]\ntoken = \"file:admin_token\"\n",
         sale.redis_url,
         sale.pg_url,
-        e2e::stack::kafka_broker(),
+        fixtures::stack::kafka_broker(),
         sale.topic,
         gateways.join(", ")
     );
@@ -63,7 +63,7 @@ fn token_file(sale: &Sale) -> PathBuf {
 
 /// A gateway of `sale` with its admin listener on `admin` (token by file).
 async fn gateway(sale: &Sale, admin: u16) -> Gateway {
-    let mut conf = sale.gateway_conf(&e2e::stack::kafka_broker(), "");
+    let mut conf = sale.gateway_conf(&fixtures::stack::kafka_broker(), "");
     let token = sale.dir.join("admin_token");
     std::fs::write(&token, TOKEN).unwrap();
     conf.tables = format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\ntoken = \"file:{}\"\n", token.display());

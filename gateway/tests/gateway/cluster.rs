@@ -218,7 +218,7 @@ async fn sale_across_a_migration(when: Move) {
     let slot = slot_of(&nodes[0].client, &sale.campaign).await;
     let (from, to) = owner_and_other(&nodes, slot).await;
 
-    let gw = Gateway::start(&sale.gateway_conf(&e2e::stack::kafka_broker(), "")).await;
+    let gw = Gateway::start(&sale.gateway_conf(&fixtures::stack::kafka_broker(), "")).await;
     let writer = sale.start_writer_with(Duration::from_secs(1), None).await;
 
     // First burst: 400 users once each (at most 400 sold); the slot moves once 100 answered,
@@ -301,7 +301,7 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
     let url = cluster_url();
     let nodes = masters(&url).await;
     let redis = client(&url).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::on("gw", &url);
+    let campaign = fixtures::cleanup::Campaign::on("gw", &url);
     publish(&redis, &campaign, 5, 1).await;
     let keys = CampaignKeys::new(&campaign);
     let slot = slot_of(&nodes[0].client, &campaign).await;
@@ -337,7 +337,7 @@ async fn a_script_refused_with_tryagain_did_not_run_and_runs_once_the_slot_has_m
 async fn a_release_on_the_cluster_clears_the_gateways_sold_out_flag() {
     let url = cluster_url();
     let redis = client(&url).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::on("gw", &url);
+    let campaign = fixtures::cleanup::Campaign::on("gw", &url);
     publish(&redis, &campaign, 1, 1).await;
     let upstream = wiremock::MockServer::start().await;
     let mut conf = GatewayConf::new(&url, &upstream.address().to_string(), &campaign, "");

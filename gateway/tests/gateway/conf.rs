@@ -7,7 +7,7 @@ use crate::support::*;
 
 /// Runs `gateway --check` on a conf folder; returns (success, stderr).
 fn check(conf: &GatewayConf) -> (bool, String) {
-    let dir = std::env::temp_dir().join(e2e::stack::unique("gw-check-"));
+    let dir = std::env::temp_dir().join(fixtures::stack::unique("gw-check-"));
     let file = write_conf(&dir, conf, 1);
     let out = Command::new(env!("CARGO_BIN_EXE_gateway"))
         .arg("--conf")
@@ -23,7 +23,7 @@ fn check(conf: &GatewayConf) -> (bool, String) {
 
 #[test]
 fn the_sales_trusted_proxies_are_refused_as_the_server_decides_every_client() {
-    let dir = std::env::temp_dir().join(e2e::stack::unique("gw-check-"));
+    let dir = std::env::temp_dir().join(fixtures::stack::unique("gw-check-"));
     let good = GatewayConf::new("redis://127.0.0.1:6390", "127.0.0.1:8081", "c1", "");
     let file = write_conf(&dir, &good, 1);
     let text = std::fs::read_to_string(&file).unwrap();
@@ -101,8 +101,8 @@ fn bad_conf_is_refused_with_file_line_and_field() {
 
 #[tokio::test]
 async fn sighup_reloads_and_a_bad_reload_keeps_the_old_conf() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 100, 1).await;
     let upstream = wiremock::MockServer::start().await;
     let gw = Gateway::on_stack(&upstream, &campaign, "").await;

@@ -11,14 +11,14 @@ use serde_json::{json, Value};
 
 use crate::support::*;
 
-type Reply = e2e::client::Reply;
+type Reply = fixtures::client::Reply;
 
 /// A gateway over the stack's Redis with `campaigns` (id, extra campaign lines), each published
 /// with `stock` units and a limit of 1; no order writer, no Kafka (the outbox keeps records).
 async fn gateway(campaigns: &[(&str, &str)], stock: i64) -> (Gateway, Client, reqwest::Client) {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
     let nowhere = format!("127.0.0.1:{}", free_port());
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &nowhere, campaigns[0].0, campaigns[0].1);
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), &nowhere, campaigns[0].0, campaigns[0].1);
     conf.campaigns = campaigns.iter().map(|(id, extra)| (id.to_string(), campaign_toml(id, extra))).collect();
     for (id, _) in campaigns {
         publish(&redis, id, stock, 1).await;
@@ -36,13 +36,13 @@ fn now() -> i64 {
 
 #[tokio::test]
 async fn every_order_refusal_has_its_code_and_touches_no_stock() {
-    let (c, other) = (e2e::cleanup::Campaign::new("df"), e2e::cleanup::Campaign::new("df"));
+    let (c, other) = (fixtures::cleanup::Campaign::new("df"), fixtures::cleanup::Campaign::new("df"));
     let (gw, redis, http) = gateway(&[(&c, ""), (&other, "")], 10).await;
     let base = gw.url("");
     let t = ticket(&http, &gw, &c, "alice").await.unwrap();
     let bob = ticket(&http, &gw, &c, "bob").await.unwrap();
     let elsewhere = ticket(&http, &gw, &other, "alice").await.unwrap();
-    let fresh = || t.sign(1, now(), &e2e::client::nonce());
+    let fresh = || t.sign(1, now(), &fixtures::client::nonce());
 
     let mut cases: Vec<(&str, Reply, (u16, &str))> = Vec::new();
     let mut tampered = fresh();
@@ -57,9 +57,9 @@ async fn every_order_refusal_has_its_code_and_touches_no_stock() {
     let mut unsigned = fresh();
     unsigned.signature = String::new();
     cases.push(("no signature", t.send(&http, &base, &unsigned).await, (401, "BAD_SIGNATURE")));
-    let old = t.sign(1, now() - 120, &e2e::client::nonce());
+    let old = t.sign(1, now() - 120, &fixtures::client::nonce());
     cases.push(("timestamp behind", t.send(&http, &base, &old).await, (401, "STALE_TIMESTAMP")));
-    let ahead = t.sign(1, now() + 120, &e2e::client::nonce());
+    let ahead = t.sign(1, now() + 120, &fixtures::client::nonce());
     cases.push(("timestamp ahead", t.send(&http, &base, &ahead).await, (401, "STALE_TIMESTAMP")));
     let mut wrong_path = fresh();
     wrong_path.path = format!("/seckill/{c}/0123456789abcdef/order");
@@ -72,7 +72,7 @@ async fn every_order_refusal_has_its_code_and_touches_no_stock() {
     bobs_path.path = format!("/seckill/{c}/{}/order", bob.path);
     cases.push(("another user's path", t.send(&http, &base, &bobs_path).await, (404, "BAD_PATH")));
     // Alice's token of the other campaign, sent to this one.
-    let mut foreign = elsewhere.sign(1, now(), &e2e::client::nonce());
+    let mut foreign = elsewhere.sign(1, now(), &fixtures::client::nonce());
     foreign.path = format!("/seckill/{c}/{}/order", elsewhere.path);
     cases.push((
         "another campaign's token",
@@ -80,15 +80,15 @@ async fn every_order_refusal_has_its_code_and_touches_no_stock() {
         (401, "BAD_TOKEN"),
     ));
     // Another device.
-    let stolen = e2e::client::Ticket { device: "dev-mallory".into(), ..t.clone() };
+    let stolen = fixtures::client::Ticket { device: "dev-mallory".into(), ..t.clone() };
     cases.push(("another device", stolen.send(&http, &base, &fresh()).await, (401, "BAD_TOKEN")));
-    let forged_token = e2e::client::Ticket { token: format!("{}x", t.token), ..t.clone() };
+    let forged_token = fixtures::client::Ticket { token: format!("{}x", t.token), ..t.clone() };
     cases.push(("forged token", forged_token.send(&http, &base, &fresh()).await, (401, "BAD_TOKEN")));
     // An expired token, as a gateway with the same master key would have issued it.
     let keys = plugins::issue::EdgeKeys::derive(KEY.as_bytes()).unwrap();
     let login = plugins::issue::Login { user: "alice".into(), ..Default::default() };
     let expired = keys.issue(&login, &c, "dev-alice", 10, now() - 100).unwrap();
-    let late = e2e::client::Ticket {
+    let late = fixtures::client::Ticket {
         token: expired.token,
         path: expired.path,
         signing_key: hex::decode(expired.signing_key).unwrap(),
@@ -114,9 +114,9 @@ async fn every_order_refusal_has_its_code_and_touches_no_stock() {
 
 #[tokio::test]
 async fn a_replayed_nonce_is_refused_on_any_gateway_and_a_safe_retry_learns_the_first_answer() {
-    let c = e2e::cleanup::Campaign::new("df");
+    let c = fixtures::cleanup::Campaign::new("df");
     let (gw, redis, http) = gateway(&[(&c, "")], 10).await;
-    let mut conf2 = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &c, "");
+    let mut conf2 = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &c, "");
     conf2.campaigns = vec![(c.clone(), campaign_toml(&c, ""))];
     let gw2 = Gateway::start(&conf2).await;
     let t = ticket(&http, &gw, &c, "carol").await.unwrap();
@@ -158,7 +158,7 @@ async fn a_replayed_nonce_is_refused_on_any_gateway_and_a_safe_retry_learns_the_
 }
 
 /// The `jti` of a ticket's token (its payload, unverified: the test only reads it).
-fn t_jti(t: &e2e::client::Ticket) -> String {
+fn t_jti(t: &fixtures::client::Ticket) -> String {
     let payload = t.token.split('.').nth(1).unwrap();
     let claims: Value = serde_json::from_slice(&b64url(payload)).unwrap();
     claims["jti"].as_str().unwrap().to_string()
@@ -177,8 +177,8 @@ fn b64url(s: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn token_endpoint_refusals_captcha_reuse_and_eligibility() {
-    let c = e2e::cleanup::Campaign::new("df");
-    let dir = std::env::temp_dir().join(e2e::stack::unique("df-lists-"));
+    let c = fixtures::cleanup::Campaign::new("df");
+    let dir = std::env::temp_dir().join(fixtures::stack::unique("df-lists-"));
     std::fs::create_dir_all(&dir).unwrap();
     let list = dir.join("blacklist.txt");
     std::fs::write(&list, "bot-0\n").unwrap();
@@ -195,7 +195,7 @@ async fn token_endpoint_refusals_captcha_reuse_and_eligibility() {
         let (http, base, c) = (http.clone(), base.clone(), c.clone());
         let login = auth().login("bot-1", json!({"level": 3, "region": "CN-SH"}));
         async move {
-            let r = e2e::client::get_ticket(&http, &base, &c, &login, "dev-b").await;
+            let r = fixtures::client::get_ticket(&http, &base, &c, &login, "dev-b").await;
             matches!(r, Err((403, ref b)) if b["code"] == "NOT_ELIGIBLE")
         }
     })
@@ -205,7 +205,7 @@ async fn token_endpoint_refusals_captcha_reuse_and_eligibility() {
     let try_login = |user: &str, claims: Value| {
         let login = auth().login(user, claims);
         let (http, base, c, device) = (http.clone(), base.clone(), c.clone(), format!("dev-{user}"));
-        async move { e2e::client::get_ticket(&http, &base, &c, &login, &device).await.map(|_| ()) }
+        async move { fixtures::client::get_ticket(&http, &base, &c, &login, &device).await.map(|_| ()) }
     };
     assert!(try_login("dave", ok.clone()).await.is_ok());
     for (what, user, claims) in [
@@ -222,7 +222,7 @@ async fn token_endpoint_refusals_captcha_reuse_and_eligibility() {
         encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(key).unwrap()).unwrap()
     };
     let claims = |f: &dyn Fn(&mut Value)| {
-        let mut c = json!({"sub": "erin", "iss": e2e::client::ISSUER, "aud": e2e::client::AUDIENCE,
+        let mut c = json!({"sub": "erin", "iss": fixtures::client::ISSUER, "aud": fixtures::client::AUDIENCE,
                            "exp": now() + 60, "level": 3, "region": "CN-SH"});
         f(&mut c);
         c
@@ -239,7 +239,7 @@ async fn token_endpoint_refusals_captcha_reuse_and_eligibility() {
         ("key", hs(claims(&|_| ()), b"not-the-shop-key-0123")),
         ("alg none", none),
     ] {
-        let err = e2e::client::get_ticket(&http, &base, &c, &jwt, "dev-erin").await.unwrap_err();
+        let err = fixtures::client::get_ticket(&http, &base, &c, &jwt, "dev-erin").await.unwrap_err();
         assert_eq!(code(&err), (401, "BAD_LOGIN"), "{what}: {}", err.1);
     }
 
@@ -302,14 +302,18 @@ fn key_pair(dir: &std::path::Path, kind: &str) -> (Vec<u8>, String) {
 
 #[tokio::test]
 async fn rs256_login_refuses_algorithm_confusion_and_a_provider_token_is_single_use() {
-    let dir = std::env::temp_dir().join(e2e::stack::unique("df-keys-"));
+    let dir = std::env::temp_dir().join(fixtures::stack::unique("df-keys-"));
     let (rsa_private, rsa_public) = key_pair(&dir, "rsa");
     let (ec_private, ec_public) = key_pair(&dir, "ec");
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let c = e2e::cleanup::Campaign::new("df");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let c = fixtures::cleanup::Campaign::new("df");
     publish(&redis, &c, 10, 1).await;
-    let mut conf =
-        GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &c, "[defense]\ncaptcha = \"provider\"");
+    let mut conf = GatewayConf::new(
+        &fixtures::stack::redis_url(),
+        "127.0.0.1:1",
+        &c,
+        "[defense]\ncaptcha = \"provider\"",
+    );
     conf.login = ("RS256".into(), rsa_public.clone());
     let provider_file = gw_file(&ec_public);
     conf.defense_extra = format!(
@@ -319,8 +323,7 @@ async fn rs256_login_refuses_algorithm_confusion_and_a_provider_token_is_single_
     );
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
-    let claims =
-        json!({"sub": "ivy", "iss": e2e::client::ISSUER, "aud": e2e::client::AUDIENCE, "exp": now() + 60});
+    let claims = json!({"sub": "ivy", "iss": fixtures::client::ISSUER, "aud": fixtures::client::AUDIENCE, "exp": now() + 60});
     let rs =
         encode(&Header::new(Algorithm::RS256), &claims, &EncodingKey::from_rsa_pem(&rsa_private).unwrap())
             .unwrap();
@@ -370,14 +373,14 @@ async fn rs256_login_refuses_algorithm_confusion_and_a_provider_token_is_single_
 
 /// Writes `text` to a fresh file and returns its absolute path.
 fn gw_file(text: &str) -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(e2e::stack::unique("df-pub-"));
+    let path = std::env::temp_dir().join(fixtures::stack::unique("df-pub-"));
     std::fs::write(&path, text).unwrap();
     path
 }
 
 #[tokio::test]
 async fn each_limit_dimension_refuses_with_rate_limited() {
-    let c = e2e::cleanup::Campaign::new("df");
+    let c = fixtures::cleanup::Campaign::new("df");
     let (gw, redis, http) = gateway(&[(&c, "")], 100).await;
     let base = gw.url("");
     let mut tickets = Vec::new();
@@ -399,7 +402,7 @@ async fn each_limit_dimension_refuses_with_rate_limited() {
         let mut limited = 0;
         for i in 0..6 {
             let t = if what == "account" { &tickets[0] } else { &tickets[i % 4] };
-            let mut signed = t.sign(1, now(), &e2e::client::nonce());
+            let mut signed = t.sign(1, now(), &fixtures::client::nonce());
             signed.signature = "0".repeat(64);
             let reply = if what == "device" {
                 // No device header at all: one shared "no device" bucket, never a bypass.
@@ -452,7 +455,7 @@ async fn cheap_work(
 /// and presents at once (within the grace) gets its token with the work it did.
 #[tokio::test]
 async fn work_is_judged_at_the_level_in_force_when_it_is_presented() {
-    let c = e2e::cleanup::Campaign::new("df");
+    let c = fixtures::cleanup::Campaign::new("df");
     let levels = "[defense]\npow_bits = 4\n\n[[pow_level]]\narrivals_per_sec = 3\nbits = 12\n";
     let (gw, _redis, http) = gateway(&[(&c, levels)], 10).await;
     let base = gw.url("");
@@ -517,10 +520,11 @@ fn jwk_set(keys: &[(&str, &[u8])]) -> String {
 async fn the_login_key_rotates_through_a_jwk_set_without_a_refusal() {
     const OLD: &[u8] = b"login-key-2026-11-0123456789";
     const NEW: &[u8] = b"login-key-2026-12-0123456789";
-    let c = e2e::cleanup::Campaign::new("kid");
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let c = fixtures::cleanup::Campaign::new("kid");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
     publish(&redis, &c, 100, 1).await;
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &format!("127.0.0.1:{}", free_port()), &c, "");
+    let mut conf =
+        GatewayConf::new(&fixtures::stack::redis_url(), &format!("127.0.0.1:{}", free_port()), &c, "");
     conf.login_keys = Some(jwk_set(&[("2026-11", OLD)]));
     let gw = Gateway::start(&conf).await;
     let (http, base) = (reqwest::Client::new(), gw.url(""));
@@ -528,11 +532,11 @@ async fn the_login_key_rotates_through_a_jwk_set_without_a_refusal() {
         let mut header = Header::new(Algorithm::HS256);
         header.kid = Some(kid.to_string());
         let user = format!("{kid}-{n}");
-        let claims = json!({"sub": user, "iss": e2e::client::ISSUER, "aud": e2e::client::AUDIENCE, "exp": now() + 600});
+        let claims = json!({"sub": user, "iss": fixtures::client::ISSUER, "aud": fixtures::client::AUDIENCE, "exp": now() + 600});
         let login = encode(&header, &claims, &EncodingKey::from_secret(key).unwrap()).unwrap();
         let (http, base, c) = (http.clone(), base.clone(), c.to_string());
         async move {
-            match e2e::client::get_ticket(&http, &base, &c, &login, &format!("dev-{user}")).await {
+            match fixtures::client::get_ticket(&http, &base, &c, &login, &format!("dev-{user}")).await {
                 Ok(_) => Ok(()),
                 Err((status, body)) => Err(format!("{status} {body}")),
             }

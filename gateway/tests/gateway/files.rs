@@ -2,7 +2,7 @@
 //! validators, 304, ranges (206, 416), HEAD, 405, a folder's 301, 404, paths that would
 //! leave the folder refused, and a route limit.
 
-use e2e::parity::{send, Answer, Request};
+use fixtures::raw_http::{send, Answer, Request};
 
 use crate::support::*;
 

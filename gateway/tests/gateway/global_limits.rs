@@ -20,11 +20,11 @@ const USER_RULE: &str = "[[global_limit]]\nby = \"user\"\nmax = 2\nwindow_secs =
 
 #[tokio::test]
 async fn a_user_rule_holds_across_two_gateways_on_one_redis() {
-    let c = e2e::cleanup::Campaign::new("gl");
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let c = fixtures::cleanup::Campaign::new("gl");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
     publish(&redis, &c, 10, 1).await;
     let nowhere = format!("127.0.0.1:{}", free_port());
-    let conf = GatewayConf::new(&e2e::stack::redis_url(), &nowhere, &c, USER_RULE);
+    let conf = GatewayConf::new(&fixtures::stack::redis_url(), &nowhere, &c, USER_RULE);
     let (one, two) = (Gateway::start(&conf).await, Gateway::start(&conf).await);
     let http = reqwest::Client::new();
 
@@ -83,7 +83,7 @@ async fn slow_redis_lets_an_open_rule_on_and_refuses_a_closed_one() {
     let a = ticket(&http, &gw, open, "alice").await.unwrap();
     let b = ticket(&http, &gw, closed, "bob").await.unwrap();
     let (to_open, to_closed) =
-        (a.sign(1, now(), &e2e::client::nonce()), b.sign(1, now(), &e2e::client::nonce()));
+        (a.sign(1, now(), &fixtures::client::nonce()), b.sign(1, now(), &fixtures::client::nonce()));
     let stall = stall_redis(&private.url(), 300).await;
     let (let_on, refused) = tokio::join!(a.send(&http, &base, &to_open), b.send(&http, &base, &to_closed));
     stall.await.unwrap().unwrap();
@@ -120,7 +120,7 @@ async fn the_rules_are_counted_in_the_reservation_call_not_one_of_their_own() {
     let before = evalsha_calls(&redis).await;
     let mut answers = Vec::new();
     for t in [&alice, &alice, &alice, &bob] {
-        let signed = t.sign(1, now(), &e2e::client::nonce());
+        let signed = t.sign(1, now(), &fixtures::client::nonce());
         answers.push(t.send(&http, &base, &signed).await);
     }
     let codes: Vec<_> = answers.iter().map(code).collect();
@@ -159,7 +159,7 @@ async fn a_reservation_sent_again_after_noscript_cannot_reserve_an_order_already
     let mut signed = Vec::new();
     for b in buyers {
         let t = ticket(&http, &gw, c, b).await.unwrap();
-        let s = t.sign(1, now(), &e2e::client::nonce());
+        let s = t.sign(1, now(), &fixtures::client::nonce());
         signed.push((t, s));
     }
     // Redis forgets every script; the undo's (release.lua) is loaded again, the reservation's not.

@@ -75,8 +75,8 @@ async fn shop() -> MockServer {
 }
 
 async fn gateway(shop: &MockServer, limits: &str, route_extra: &str) -> Gateway {
-    let campaign = e2e::stack::unique("fd");
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let campaign = fixtures::stack::unique("fd");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.routes = format!(
         "[[route]]\nname = \"shop\"\npath_prefix = \"/shop/\"\nupstreams = [\"{}\"]\n{route_extra}\n\n[limits]\n{limits}\n",
         shop.address()

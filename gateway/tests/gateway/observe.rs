@@ -12,7 +12,7 @@ use crate::support::*;
 /// A gateway over the stack's Redis with a campaign of `stock`, a shop route to `upstream`, the
 /// admin listener on a free port and a text access log in its folder.
 async fn observed(campaign: &str, stock: i64, upstream: &MockServer, redis_url: &str) -> (Gateway, u16) {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
     publish(&redis, campaign, stock, 1).await;
     let admin = free_port();
     let mut conf = GatewayConf::new(redis_url, &upstream.address().to_string(), campaign, "");
@@ -43,13 +43,13 @@ async fn lines(gw: &Gateway, n: usize) -> Vec<String> {
 
 #[tokio::test]
 async fn metrics_count_the_answers_and_access_lines_tell_each_request() {
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     let upstream = MockServer::start().await;
     Mock::given(method("GET"))
         .respond_with(ResponseTemplate::new(200).set_body_string("shop"))
         .mount(&upstream)
         .await;
-    let (gw, admin) = observed(&campaign, 2, &upstream, &e2e::stack::redis_url()).await;
+    let (gw, admin) = observed(&campaign, 2, &upstream, &fixtures::stack::redis_url()).await;
     let http = reqwest::Client::new();
     let admin_url = |path: &str| format!("http://127.0.0.1:{admin}{path}");
 
@@ -145,9 +145,9 @@ async fn metrics_count_the_answers_and_access_lines_tell_each_request() {
 
 #[tokio::test]
 async fn sigusr1_reopens_the_access_log_after_a_rename() {
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     let upstream = MockServer::start().await;
-    let (gw, _) = observed(&campaign, 10, &upstream, &e2e::stack::redis_url()).await;
+    let (gw, _) = observed(&campaign, 10, &upstream, &fixtures::stack::redis_url()).await;
     let http = reqwest::Client::new();
     order(&http, &gw, &campaign, "r-1").await;
     lines(&gw, 3).await; // its captcha, token and order lines
@@ -171,7 +171,7 @@ async fn sigusr1_reopens_the_access_log_after_a_rename() {
 
 #[tokio::test]
 async fn readyz_says_not_ready_while_redis_cannot_be_reached() {
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     let upstream = MockServer::start().await;
     let dead_redis = format!("redis://127.0.0.1:{}", free_port());
     let (_gw, admin) = observed(&campaign, 1, &upstream, &dead_redis).await;
@@ -186,9 +186,9 @@ async fn readyz_says_not_ready_while_redis_cannot_be_reached() {
 
 #[tokio::test]
 async fn a_request_refused_before_it_is_parsed_has_its_access_line_too() {
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     let upstream = MockServer::start().await;
-    let (gw, _) = observed(&campaign, 1, &upstream, &e2e::stack::redis_url()).await;
+    let (gw, _) = observed(&campaign, 1, &upstream, &fixtures::stack::redis_url()).await;
     // A 70 KB header: the front door answers 431 before the proxy sees the request.
     let resp = reqwest::Client::new()
         .get(gw.url("/catalog"))

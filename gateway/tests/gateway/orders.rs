@@ -17,14 +17,15 @@ fn nowhere() -> String {
 
 #[tokio::test]
 async fn a_reservation_is_answered_queued_by_the_gateway_and_its_record_waits_in_the_outbox() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
     let http = reqwest::Client::new();
     let outbox = CampaignKeys::new(&campaign).outbox;
 
     // No order writer and no Kafka (a closed port each): the answer does not wait on them.
-    let gw = Gateway::start(&GatewayConf::new(&e2e::stack::redis_url(), &nowhere(), &campaign, "")).await;
+    let gw =
+        Gateway::start(&GatewayConf::new(&fixtures::stack::redis_url(), &nowhere(), &campaign, "")).await;
     for user in ["down-1", "down-2", "down-3"] {
         let (status, body) = order(&http, &gw, &campaign, user).await;
         assert_eq!((status, body["code"].as_str()), (202, Some("QUEUED")), "{body}");
@@ -46,7 +47,7 @@ async fn over_private_redis(
 ) -> (RedisServer, Client, String, MockServer, Gateway, reqwest::Client) {
     let private = RedisServer::start().await;
     let redis = client(&private.url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = fixtures::stack::unique("gw");
     publish(&redis, &campaign, 10, 1).await;
     let upstream = MockServer::start().await;
     let gw =
@@ -79,15 +80,16 @@ async fn redis_down_answers_service_degraded() {
 
 #[tokio::test]
 async fn publish_twice_is_harmless_and_a_live_campaign_is_never_reset() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     let stock_key = CampaignKeys::new(&campaign).stock;
     assert_eq!(publish(&redis, &campaign, 10, 1).await, PublishOutcome::Published);
     assert_eq!(publish(&redis, &campaign, 10, 1).await, PublishOutcome::Unchanged);
     let stock: i64 = redis.get(&stock_key).await.unwrap();
     assert_eq!(stock, 10);
 
-    let gw = Gateway::start(&GatewayConf::new(&e2e::stack::redis_url(), &nowhere(), &campaign, "")).await;
+    let gw =
+        Gateway::start(&GatewayConf::new(&fixtures::stack::redis_url(), &nowhere(), &campaign, "")).await;
     let (status, _) = order(&reqwest::Client::new(), &gw, &campaign, "first").await;
     assert_eq!(status, 202);
 

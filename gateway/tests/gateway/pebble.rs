@@ -25,7 +25,7 @@ fn binary() -> PathBuf {
     }
     let stack = std::env::var("SECKILL_STACK_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| e2e::stack::workspace_root().join(".stack"));
+        .unwrap_or_else(|_| fixtures::stack::workspace_root().join(".stack"));
     let bin = stack.join("bin/pebble");
     assert!(bin.exists(), "{} is missing: install it with `bash e2e/stack.sh up pebble`", bin.display());
     bin

@@ -36,7 +36,7 @@ async fn behind_counting_writer(campaign: &str, extra: &str) -> (MockServer, Arc
 
 #[tokio::test]
 async fn a_polling_storm_stops_at_the_edge() {
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     let (_writer, reached, gw) = behind_counting_writer(&campaign, "[limits]\nresult_per_sec = 5").await;
     let http = reqwest::Client::new();
     let url = gw.url(&format!("/seckill/{campaign}/result/some-request"));
@@ -66,7 +66,7 @@ async fn a_polling_storm_stops_at_the_edge() {
 /// `CAMPAIGN_UNKNOWN`): a flood of made-up campaign ids never reaches the order writer.
 #[tokio::test]
 async fn polls_for_unknown_campaigns_stop_at_the_edge() {
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     let (_writer, reached, gw) = behind_counting_writer(&campaign, "[limits]\nresult_per_sec = 5").await;
     let http = reqwest::Client::new();
     for i in 0..20 {
@@ -92,8 +92,8 @@ async fn polls_for_unknown_campaigns_stop_at_the_edge() {
 /// reaches the order writer. The owner's token is proxied, and not passed on upstream.
 #[tokio::test]
 async fn a_result_is_answered_to_its_buyer_only() {
-    let redis = crate::support::client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = crate::support::client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     crate::support::publish(&redis, &campaign, 10, 1).await;
     let (writer, reached, gw) = behind_counting_writer(&campaign, "").await;
     let http = reqwest::Client::new();

@@ -104,7 +104,8 @@ async fn a_half_sale_file_and_a_reload_into_the_sale_are_refused() {
     // A running proxy is not switched into the sale by a reload, even with a whole and valid
     // sale conf: refused, and it keeps proxying.
     let gw = Gateway::start_text(&text).await;
-    let sale = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &e2e::stack::unique("po"), "");
+    let sale =
+        GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &fixtures::stack::unique("po"), "");
     write_conf(&gw.dir, &sale, gw.port);
     gw.hup();
     let refused = eventually(Duration::from_secs(5), || {

@@ -23,12 +23,12 @@ async fn shop() -> MockServer {
 /// proxy saw is the one limited and the one the shop learns.
 #[tokio::test]
 async fn every_forwarded_for_line_counts() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("rq");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("rq");
     publish(&redis, &campaign, 100, 1).await;
     let shop = shop().await;
     let mut conf =
-        GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "[limits]\nip_per_sec = 1");
+        GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "[limits]\nip_per_sec = 1");
     conf.routes = shop_route(&shop);
     conf.server_extra = "trusted_proxies = [\"127.0.0.0/8\"]".into();
     let gw = Gateway::start(&conf).await;
@@ -54,7 +54,7 @@ async fn every_forwarded_for_line_counts() {
         let user = format!("forger-{i}");
         let login = auth().login(&user, serde_json::json!({}));
         let token_ip = format!("192.0.2.{i}");
-        let ticket = e2e::client::get_ticket_with(
+        let ticket = fixtures::client::get_ticket_with(
             &http,
             &gw.url(""),
             &campaign,
@@ -64,7 +64,7 @@ async fn every_forwarded_for_line_counts() {
         )
         .await
         .unwrap();
-        let signed = ticket.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+        let signed = ticket.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
         let forged = format!("203.0.113.{i}");
         let lines = [("x-forwarded-for", forged.as_str()), ("x-forwarded-for", "198.51.100.7")];
         let (status, body) = ticket.send_with(&http, &gw.url(""), &signed, &lines).await;
@@ -80,8 +80,8 @@ async fn every_forwarded_for_line_counts() {
 async fn order_with_second(
     http: &reqwest::Client,
     base: &str,
-    t: &e2e::client::Ticket,
-    signed: &e2e::client::SignedOrder,
+    t: &fixtures::client::Ticket,
+    signed: &fixtures::client::SignedOrder,
     extra: (&str, &str),
 ) -> (u16, serde_json::Value) {
     let url = format!("{base}{}?{}", signed.path, signed.query);
@@ -104,11 +104,11 @@ async fn order_with_second(
 /// for the login at the token endpoint, and for two `Host` or `Content-Length` on any path.
 #[tokio::test]
 async fn a_second_value_of_a_header_the_sale_reads_is_refused() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("rq");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("rq");
     publish(&redis, &campaign, 10, 1).await;
     let shop = shop().await;
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.routes = shop_route(&shop);
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
@@ -125,7 +125,7 @@ async fn a_second_value_of_a_header_the_sale_reads_is_refused() {
         ("x-signature", &forged_sig),
     ];
     for (name, value) in seconds {
-        let signed = t.sign(1, now(), &e2e::client::nonce());
+        let signed = t.sign(1, now(), &fixtures::client::nonce());
         let (status, body) = order_with_second(&http, &gw.url(""), &t, &signed, (name, value)).await;
         assert_eq!((status, body["code"].as_str()), (400, Some("BAD_REQUEST")), "two {name}: {body}");
         let message = body["message"].as_str().unwrap_or_default().to_ascii_lowercase();
@@ -190,9 +190,10 @@ async fn a_second_value_of_a_header_the_sale_reads_is_refused() {
 /// the shop's login (`Authorization`) goes on.
 #[tokio::test]
 async fn the_sales_own_headers_never_reach_an_upstream() {
-    let campaign = e2e::cleanup::Campaign::new("rq");
+    let campaign = fixtures::cleanup::Campaign::new("rq");
     let (shop, writer) = (shop().await, shop().await);
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &writer.address().to_string(), &campaign, "");
+    let mut conf =
+        GatewayConf::new(&fixtures::stack::redis_url(), &writer.address().to_string(), &campaign, "");
     conf.routes = shop_route(&shop);
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
@@ -235,9 +236,9 @@ async fn the_sales_own_headers_never_reach_an_upstream() {
 /// and the host the upstream is told are the same one.
 #[tokio::test]
 async fn an_absolute_form_target_routes_and_proxies_by_its_authority() {
-    let campaign = e2e::cleanup::Campaign::new("rq");
+    let campaign = fixtures::cleanup::Campaign::new("rq");
     let (www, admin) = (shop().await, shop().await);
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.routes = format!(
         "[[route]]\nname = \"www\"\nhost = \"www.shop\"\npath_prefix = \"/\"\nupstreams = [\"{}\"]\n\n\
          [[route]]\nname = \"admin\"\nhost = \"admin.shop\"\npath_prefix = \"/\"\nupstreams = [\"{}\"]\n",
@@ -268,10 +269,10 @@ async fn an_absolute_form_target_routes_and_proxies_by_its_authority() {
 /// declared or chunked (413 `BODY_TOO_LARGE`).
 #[tokio::test]
 async fn framing_and_body_size_refusals_are_json_with_one_code() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("rq");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("rq");
     publish(&redis, &campaign, 10, 1).await;
-    let conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
     let info = format!("/seckill/{campaign}/info");
@@ -299,11 +300,11 @@ async fn framing_and_body_size_refusals_are_json_with_one_code() {
 
     // An order whose body is past 4 KB: declared, then chunked; both 413, nothing reserved.
     let t = ticket(&http, &gw, &campaign, "alice").await.unwrap();
-    let mut big = t.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    let mut big = t.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
     big.body = vec![b'x'; 5000];
     let (status, body) = t.send(&http, &gw.url(""), &big).await;
     assert_eq!((status, body["code"].as_str()), (413, Some("BODY_TOO_LARGE")), "declared: {body}");
-    let signed = t.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    let signed = t.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
     let mut raw = format!(
         "POST {}?{} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {}\r\nX-Device-Id: {}\r\nX-Timestamp: {}\r\n\
          X-Nonce: {}\r\nX-Signature: {}\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -328,10 +329,10 @@ async fn framing_and_body_size_refusals_are_json_with_one_code() {
 #[tokio::test]
 async fn pipelined_requests_are_answered_in_order_or_announced_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("rq");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("rq");
     publish(&redis, &campaign, 10, 2).await;
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.campaigns = vec![(
         campaign.clone(),
         campaign_toml(&campaign, "").replace("per_user_limit = 1", "per_user_limit = 2"),
@@ -340,7 +341,7 @@ async fn pipelined_requests_are_answered_in_order_or_announced_closed() {
     let http = reqwest::Client::new();
     let t = ticket(&http, &gw, &campaign, "alice").await.unwrap();
 
-    let order_bytes = |s: &e2e::client::SignedOrder| {
+    let order_bytes = |s: &fixtures::client::SignedOrder| {
         format!(
             "POST {}?{} HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {}\r\nX-Device-Id: {}\r\nX-Timestamp: {}\r\n\
              X-Nonce: {}\r\nX-Signature: {}\r\nContent-Length: 0\r\n\r\n",
@@ -348,7 +349,8 @@ async fn pipelined_requests_are_answered_in_order_or_announced_closed() {
         )
     };
     let now = chrono::Utc::now().timestamp();
-    let (first, second) = (t.sign(1, now, &e2e::client::nonce()), t.sign(1, now, &e2e::client::nonce()));
+    let (first, second) =
+        (t.sign(1, now, &fixtures::client::nonce()), t.sign(1, now, &fixtures::client::nonce()));
     let info = format!("GET /seckill/{campaign}/info HTTP/1.1\r\nHost: a\r\n\r\n");
     let keys = protocol::keys::CampaignKeys::new(&campaign);
     for (what, bytes, orders) in [

@@ -30,7 +30,7 @@ async fn keyed(gw: &Gateway, path: &str, key: Option<&str>) -> u16 {
 
 #[tokio::test]
 async fn a_burst_passes_then_the_limit_answers_its_status_and_keys_are_their_own() {
-    let admin = e2e::stack::free_port();
+    let admin = fixtures::stack::free_port();
     let (text, _ups) = proxy_file(&[
         ("ip", "path = \"/a/\"\nlimit_req = { zone = \"ip\", burst = 2, nodelay = true }\nlimit_req_status = 429"),
         ("key", "path = \"/k/\"\nlimit_req = { zone = \"key\", burst = 1, nodelay = true }"),
@@ -135,7 +135,7 @@ async fn limit_conn_counts_requests_in_flight_and_gives_them_back() {
 
 #[test]
 fn a_route_naming_an_unknown_zone_is_refused_at_its_place() {
-    let dir = std::env::temp_dir().join(e2e::stack::unique("gw-check-"));
+    let dir = std::env::temp_dir().join(fixtures::stack::unique("gw-check-"));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("server.toml");
     let text = format!(

@@ -13,12 +13,14 @@ fn shop_route(upstream: &MockServer) -> String {
 
 #[tokio::test]
 async fn bad_input_unknown_campaign_window_and_missing_route() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let (open, unpublished) = (e2e::cleanup::Campaign::new("gw"), e2e::cleanup::Campaign::new("gw"));
-    let (early, late) = (e2e::cleanup::Campaign::new("gw"), e2e::cleanup::Campaign::new("gw"));
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let (open, unpublished) =
+        (fixtures::cleanup::Campaign::new("gw"), fixtures::cleanup::Campaign::new("gw"));
+    let (early, late) = (fixtures::cleanup::Campaign::new("gw"), fixtures::cleanup::Campaign::new("gw"));
     publish(&redis, &open, 10, 2).await;
     let upstream = MockServer::start().await;
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &upstream.address().to_string(), &open, "");
+    let mut conf =
+        GatewayConf::new(&fixtures::stack::redis_url(), &upstream.address().to_string(), &open, "");
     conf.campaigns.push((unpublished.clone(), campaign_toml(&unpublished, "")));
     conf.campaigns.push((early.clone(), window_toml(&early, "future", "")));
     conf.campaigns.push((late.clone(), window_toml(&late, "past", "")));
@@ -89,8 +91,8 @@ async fn bad_input_unknown_campaign_window_and_missing_route() {
 
 #[tokio::test]
 async fn an_order_is_answered_at_the_edge_and_only_results_reach_the_order_writer() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
     let writer = MockServer::start().await;
     Mock::given(method("GET"))
@@ -103,7 +105,8 @@ async fn an_order_is_answered_at_the_edge_and_only_results_reach_the_order_write
         .respond_with(ResponseTemplate::new(200).set_body_string("page"))
         .mount(&shop)
         .await;
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &writer.address().to_string(), &campaign, "");
+    let mut conf =
+        GatewayConf::new(&fixtures::stack::redis_url(), &writer.address().to_string(), &campaign, "");
     conf.routes = shop_route(&shop);
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
@@ -140,7 +143,7 @@ async fn a_flooded_campaign_does_not_take_the_shop_down() {
     // bounded timeout and undo), so the campaign's budget of 4 fills up.
     let private = RedisServer::start().await;
     let redis = client(&private.url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = fixtures::stack::unique("gw");
     publish(&redis, &campaign, 100_000, 1).await;
     let writer = MockServer::start().await;
     let shop = MockServer::start().await;
@@ -199,8 +202,8 @@ async fn a_flooded_campaign_does_not_take_the_shop_down() {
 
 #[tokio::test]
 async fn per_user_rate_limit_answers_rate_limited() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
     let upstream = MockServer::start().await;
     let gw = Gateway::on_stack(&upstream, &campaign, "[limits]\nuser_per_sec = 2").await;
@@ -223,8 +226,8 @@ async fn per_user_rate_limit_answers_rate_limited() {
 
 #[tokio::test]
 async fn a_dead_upstream_is_skipped_in_both_pools() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 100, 1).await;
     let writer = MockServer::start().await;
     Mock::given(method("GET"))
@@ -238,7 +241,7 @@ async fn a_dead_upstream_is_skipped_in_both_pools() {
         .await;
     let dead = format!("127.0.0.1:{}", free_port());
 
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &dead, &campaign, "");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), &dead, &campaign, "");
     conf.order_writer.push(writer.address().to_string());
     conf.order_writer_extra = "health_check_interval_ms = 100".into();
     conf.routes = format!(
@@ -269,11 +272,11 @@ async fn a_dead_upstream_is_skipped_in_both_pools() {
 
 #[tokio::test]
 async fn unreachable_upstreams_answer_502_html_to_the_shop_and_json_to_the_sale() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 10, 1).await;
     let dead = format!("127.0.0.1:{}", free_port());
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &dead, &campaign, "");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), &dead, &campaign, "");
     conf.order_writer_extra = "health_check_interval_ms = 100".into();
     conf.routes = format!(
         "[[route]]\nname = \"shop\"\npath_prefix = \"/\"\nupstreams = [\"{dead}\"]\nhealth_check_interval_ms = 100\n"
@@ -310,8 +313,8 @@ async fn unreachable_upstreams_answer_502_html_to_the_shop_and_json_to_the_sale(
 /// proxy listed in `server.trusted_proxies`, and the IP rate limit keys on the same address.
 #[tokio::test]
 async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("gw");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("gw");
     publish(&redis, &campaign, 100, 1).await;
     let writer = MockServer::start().await;
     Mock::given(method("GET")).respond_with(ResponseTemplate::new(200)).mount(&writer).await;
@@ -331,7 +334,8 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
     };
 
     // Nobody trusted (the default): the peer is the client, whatever it sends.
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &writer.address().to_string(), &campaign, "");
+    let mut conf =
+        GatewayConf::new(&fixtures::stack::redis_url(), &writer.address().to_string(), &campaign, "");
     conf.routes = shop_route(&shop);
     let plain = Gateway::start(&conf).await;
     let resp = http
@@ -371,7 +375,7 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
         async move {
             let login = auth().login(&user, serde_json::json!({}));
             let token_ip = format!("192.0.2.{i}");
-            let ticket = e2e::client::get_ticket_with(
+            let ticket = fixtures::client::get_ticket_with(
                 &http,
                 &base,
                 &campaign,
@@ -381,7 +385,7 @@ async fn forwarded_headers_and_ip_limits_trust_only_listed_proxies() {
             )
             .await
             .unwrap();
-            let signed = ticket.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+            let signed = ticket.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
             let (status, body) = ticket.send_with(&http, &base, &signed, &[("x-forwarded-for", ip)]).await;
             (status, body["code"].as_str().unwrap_or_default().to_string())
         }

@@ -179,7 +179,7 @@ async fn a_safe_retry_answered_queued_on_another_gateway_survives_the_late_gatew
     let sale = Sale::new(5).await;
     let keys = CampaignKeys::new(&sale.campaign);
     let relay = Relay::start(&sale.redis_url, scripts().reserve_sha()).await;
-    let broker = e2e::stack::kafka_broker();
+    let broker = fixtures::stack::kafka_broker();
     // Gateway 1 gives up on a reservation after 100 ms (its undo after 500 ms more).
     let mut conf1 = sale.gateway_conf(&broker, "");
     conf1.redis_url = relay.url.clone();
@@ -188,7 +188,7 @@ async fn a_safe_retry_answered_queued_on_another_gateway_survives_the_late_gatew
     let gw2 = Gateway::start(&sale.gateway_conf(&broker, "")).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
     let buyer = ticket(&http, &gw2, &sale.campaign, "buyer").await.unwrap();
-    let signed = buyer.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    let signed = buyer.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
 
     // Gateway 1 is up and idle: every command it sent through the relay was answered.
     let idle = eventually(Duration::from_secs(10), || async { relay.quiet() }).await;
@@ -258,13 +258,13 @@ async fn a_may_hold_answer_lets_its_buyer_poll_the_outcome() {
     let sale = Sale::new(5).await;
     let relay = Relay::start(&sale.redis_url, scripts().reserve_sha()).await;
     let writer_port = free_port();
-    let mut conf = sale.gateway_conf(&e2e::stack::kafka_broker(), "");
+    let mut conf = sale.gateway_conf(&fixtures::stack::kafka_broker(), "");
     (conf.redis_url, conf.redis_timeout_ms) = (relay.url.clone(), 100);
     conf.order_writer = vec![format!("127.0.0.1:{writer_port}")];
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
     let buyer = ticket(&http, &gw, &sale.campaign, "buyer").await.unwrap();
-    let signed = buyer.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    let signed = buyer.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
     let idle = eventually(Duration::from_secs(10), || async { relay.quiet() }).await;
     assert!(idle, "the gateway settled on its Redis connections: {:?}", relay.seen.lock().unwrap());
 

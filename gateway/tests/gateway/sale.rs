@@ -36,7 +36,7 @@ pub(crate) struct Sale {
     pub(crate) campaign: String,
     pub(crate) dir: PathBuf,
     /// Its database, topic and campaign keys, deleted when it is dropped.
-    _owned: (e2e::cleanup::Database, e2e::cleanup::Topic, e2e::cleanup::Campaign),
+    _owned: (fixtures::cleanup::Database, fixtures::cleanup::Topic, fixtures::cleanup::Campaign),
 }
 
 impl Drop for Sale {
@@ -68,27 +68,27 @@ impl Drop for Writer {
 
 impl Sale {
     pub(crate) async fn new(stock: i64) -> Sale {
-        Sale::on(&e2e::stack::redis_url(), stock).await
+        Sale::on(&fixtures::stack::redis_url(), stock).await
     }
 
     /// The same on the Redis at `redis_url`.
     pub(crate) async fn on(redis_url: &str, stock: i64) -> Sale {
-        let root = e2e::stack::workspace_root();
-        let database = e2e::cleanup::Database::create().await.expect("PostgreSQL of the stack");
+        let root = fixtures::stack::workspace_root();
+        let database = fixtures::cleanup::Database::create().await.expect("PostgreSQL of the stack");
         let pg_url = database.url.clone();
         let pool = backend::db::connect(&pg_url, 4).await.unwrap();
         backend::db::migrate(&pool, &root.join("sql")).await.unwrap();
         let redis = client(redis_url).await.expect("Redis of the stack");
         let kafka = Arc::new(
-            backend::kafka::client(&e2e::stack::kafka_connection(), Duration::from_secs(10))
+            backend::kafka::client(&fixtures::stack::kafka_connection(), Duration::from_secs(10))
                 .await
                 .expect("Kafka of the stack"),
         );
-        let owned_topic = e2e::cleanup::Topic::create(&kafka, "gw-t-", PARTITIONS).await.unwrap();
+        let owned_topic = fixtures::cleanup::Topic::create(&kafka, "gw-t-", PARTITIONS).await.unwrap();
         let topic = owned_topic.name.clone();
-        let owned_campaign = e2e::cleanup::Campaign::on("gw", redis_url);
+        let owned_campaign = fixtures::cleanup::Campaign::on("gw", redis_url);
         let campaign = owned_campaign.to_string();
-        let dir = std::env::temp_dir().join(e2e::stack::unique("gw-sale-"));
+        let dir = std::env::temp_dir().join(fixtures::stack::unique("gw-sale-"));
         std::fs::create_dir_all(dir.join("campaigns")).unwrap();
         let text = campaign_toml(&campaign, "[limits]\nmax_inflight = 5000")
             .replace("stock = 100", &format!("stock = {stock}"));
@@ -140,7 +140,7 @@ impl Sale {
         port: u16,
         change: impl FnOnce(Conf) -> Conf,
     ) -> Writer {
-        let base = e2e::order_writer::conf(e2e::order_writer::Place {
+        let base = fixtures::order_writer::conf(fixtures::order_writer::Place {
             listen: format!("127.0.0.1:{port}").parse().unwrap(),
             postgres_url: &self.pg_url,
             campaigns_dir: &self.dir.join("campaigns"),
@@ -269,7 +269,7 @@ async fn burst(gw: &Gateway, campaign: &str) -> HashSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_gateway_answers_queued_alone_and_produces_every_record_signed() {
     let sale = Sale::new(100).await;
-    let gw = Gateway::start(&sale.gateway_conf(&e2e::stack::kafka_broker(), "")).await;
+    let gw = Gateway::start(&sale.gateway_conf(&fixtures::stack::kafka_broker(), "")).await;
     let queued = burst(&gw, &sale.campaign).await;
     assert_eq!(queued.len(), 100, "exactly the stock is sold");
     let stock: i64 = sale.redis.get(CampaignKeys::new(&sale.campaign).stock).await.unwrap();
@@ -301,7 +301,7 @@ async fn the_gateway_answers_queued_alone_and_produces_every_record_signed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sweeper_waits_for_a_writer_behind_its_topic_instead_of_producing_copies() {
     let sale = Sale::new(100).await;
-    let gw = Gateway::start(&sale.gateway_conf(&e2e::stack::kafka_broker(), "")).await;
+    let gw = Gateway::start(&sale.gateway_conf(&fixtures::stack::kafka_broker(), "")).await;
     let queued = burst(&gw, &sale.campaign).await;
     assert_eq!(sale.records_in_topic(100).await.len(), 100, "the gateway produced every record");
     // Every outbox entry is now older than a 1 s sweep age, and every one is a record waiting in
@@ -338,7 +338,8 @@ async fn kafka_down_during_the_sale_still_sells_exactly_the_stock_and_the_sweepe
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_gateway_killed_before_its_queue_is_flushed_loses_no_queued_answer() {
     let sale = Sale::new(100).await;
-    let mut gw = Gateway::start(&sale.gateway_conf(&e2e::stack::kafka_broker(), "linger_ms = 500")).await;
+    let mut gw =
+        Gateway::start(&sale.gateway_conf(&fixtures::stack::kafka_broker(), "linger_ms = 500")).await;
     let queued = burst(&gw, &sale.campaign).await;
     gw.kill();
     assert_eq!(queued.len(), 100);
@@ -382,7 +383,7 @@ async fn a_broker_unreachable_at_start_is_reached_on_its_own_once_it_is_up() {
 
     // The broker comes up at that address; no restart of the gateway. Orders go on, one a
     // second, until the gateway's own lanes have produced one of them (bounded: 30 orders).
-    let relay = open_relay(port, e2e::stack::kafka_broker());
+    let relay = open_relay(port, fixtures::stack::kafka_broker());
     let mut later = HashSet::new();
     let mut in_topic = HashSet::new();
     for i in 0..30 {
@@ -410,7 +411,7 @@ async fn a_broker_unreachable_at_start_is_reached_on_its_own_once_it_is_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_with_another_partition_count_stops_the_gateway_at_start() {
     let sale = Sale::new(10).await;
-    let mut conf = sale.gateway_conf(&e2e::stack::kafka_broker(), "");
+    let mut conf = sale.gateway_conf(&fixtures::stack::kafka_broker(), "");
     conf.kafka_extra = format!("topic = \"{}\"\npartitions = {}\n", sale.topic, PARTITIONS * 2);
     let dir = temp_dir("gw-parts-");
     let file = write_conf(&dir, &conf, free_port());

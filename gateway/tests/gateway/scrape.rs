@@ -14,7 +14,7 @@ const BUYERS: usize = 30;
 
 /// Every `seckill_…` name the dashboard's queries read.
 fn dashboard_metrics() -> BTreeSet<String> {
-    let path = e2e::stack::workspace_root().join("conf/grafana-dashboard.json");
+    let path = fixtures::stack::workspace_root().join("conf/grafana-dashboard.json");
     let text = std::fs::read_to_string(&path).expect("the dashboard ships in conf/");
     let dashboard: serde_json::Value = serde_json::from_str(&text).expect("the dashboard is JSON");
     let mut exprs = Vec::new();
@@ -45,7 +45,7 @@ async fn metrics_after_a_small_sale_are_the_sales_counts_and_feed_the_dashboard(
     let writer_admin = free_port();
     let writer = sale.start_writer_with(Duration::from_secs(600), Some(writer_admin)).await;
     let gw_admin = free_port();
-    let mut conf = sale.gateway_conf(&e2e::stack::kafka_broker(), "");
+    let mut conf = sale.gateway_conf(&fixtures::stack::kafka_broker(), "");
     conf.sold_out_ttl_ms = 60_000;
     // A second campaign with a waiting room, so that the room's families are exported too (a
     // campaign without a room has none).

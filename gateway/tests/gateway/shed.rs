@@ -20,9 +20,9 @@ use crate::support::*;
 
 /// A gateway in front of `shop` (`/shop/`), shedding past `shed_at_lag_ms` (0: never), and
 /// the URL of its metrics.
-async fn gateway(shop: &MockServer, shed_at_lag_ms: u64) -> (Gateway, e2e::cleanup::Campaign, String) {
-    let campaign = e2e::cleanup::Campaign::new("shed");
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+async fn gateway(shop: &MockServer, shed_at_lag_ms: u64) -> (Gateway, fixtures::cleanup::Campaign, String) {
+    let campaign = fixtures::cleanup::Campaign::new("shed");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.shed_at_lag_ms = shed_at_lag_ms;
     let admin = free_port();
     conf.tables = format!("[admin]\nlisten = \"127.0.0.1:{admin}\"\n");
@@ -108,11 +108,15 @@ async fn a_late_gateway_sheds_the_sale_first_and_serves_the_shop() {
 /// bodies hold no place of the budget).
 #[tokio::test]
 async fn orders_waiting_for_their_bodies_hold_no_place_of_the_budget() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("shed");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("shed");
     publish(&redis, &campaign, 10, 1).await;
-    let conf =
-        GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "[limits]\nmax_inflight = 4");
+    let conf = GatewayConf::new(
+        &fixtures::stack::redis_url(),
+        "127.0.0.1:1",
+        &campaign,
+        "[limits]\nmax_inflight = 4",
+    );
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();
     let slow = ticket(&http, &gw, &campaign, "slow").await.unwrap();
@@ -120,7 +124,7 @@ async fn orders_waiting_for_their_bodies_hold_no_place_of_the_budget() {
 
     let mut waiting = Vec::new();
     for _ in 0..4 {
-        let o = slow.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+        let o = slow.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
         let head = format!(
             "POST {}?{} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {}\r\nX-Device-Id: {}\r\n\
              X-Timestamp: {}\r\nX-Nonce: {}\r\nX-Signature: {}\r\nContent-Length: 10\r\n\r\n",

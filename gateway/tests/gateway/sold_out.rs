@@ -15,7 +15,7 @@ use crate::support::*;
 async fn after_sold_out_redis_is_not_called_until_a_replenish_message() {
     let private = RedisServer::start().await;
     let redis = client(&private.url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = fixtures::stack::unique("gw");
     publish(&redis, &campaign, 3, 1).await;
     let upstream = MockServer::start().await;
 
@@ -80,7 +80,7 @@ async fn after_sold_out_redis_is_not_called_until_a_replenish_message() {
 async fn a_refusal_answered_again_from_the_nonce_never_sets_the_sold_out_flag() {
     let private = RedisServer::start().await;
     let redis = client(&private.url()).await.unwrap();
-    let campaign = e2e::stack::unique("gw");
+    let campaign = fixtures::stack::unique("gw");
     publish(&redis, &campaign, 1, 1).await;
     let upstream = MockServer::start().await;
     // The flag lives a minute: only a live sold-out answer may set it, only the message clears it.
@@ -100,7 +100,7 @@ async fn a_refusal_answered_again_from_the_nonce_never_sets_the_sold_out_flag() 
     assert_eq!(status, 202, "{body}");
     let a_id = body["request_id"].as_str().unwrap().to_string();
     let b = ticket(&http, &gw, &campaign, "buyer-b").await.unwrap();
-    let kept = b.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+    let kept = b.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
     let refused = b.send(&http, &gw.url(""), &kept).await;
     assert_eq!((refused.0, refused.1["code"].as_str()), (410, Some("SOLD_OUT")), "{}", refused.1);
 

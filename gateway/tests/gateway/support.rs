@@ -13,8 +13,8 @@ pub const KEY: &str = "test-signing-key-0123456789";
 pub const LOGIN_KEY: &str = "test-login-key-0123456789";
 
 /// The shop's auth service, played by the tests.
-pub fn auth() -> e2e::client::Auth {
-    e2e::client::Auth::hs256(LOGIN_KEY.as_bytes()).unwrap()
+pub fn auth() -> fixtures::client::Auth {
+    fixtures::client::Auth::hs256(LOGIN_KEY.as_bytes()).unwrap()
 }
 
 /// The result token the test gateways (master key [`KEY`]) give with a QUEUED answer of
@@ -24,10 +24,10 @@ pub fn result_token(campaign: &str, user: &str, request_id: &str) -> String {
     keys.result_token(campaign, user, request_id, chrono::Utc::now().timestamp() + 3600)
 }
 
-pub use e2e::stack::free_port;
+pub use fixtures::stack::free_port;
 
 pub fn temp_dir(prefix: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(e2e::stack::unique(prefix));
+    let dir = std::env::temp_dir().join(fixtures::stack::unique(prefix));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -289,8 +289,8 @@ pub fn write_conf(dir: &Path, conf: &GatewayConf, port: u16) -> PathBuf {
         brokers.join(", "),
         conf.kafka_extra,
         conf.login.0,
-        e2e::client::ISSUER,
-        e2e::client::AUDIENCE,
+        fixtures::client::ISSUER,
+        fixtures::client::AUDIENCE,
         conf.defense_extra,
         conf.routes,
         conf.tables
@@ -305,7 +305,7 @@ impl Gateway {
     /// `campaign` (whose file gets `extra` appended).
     pub async fn on_stack(upstream: &wiremock::MockServer, campaign: &str, extra: &str) -> Self {
         Self::start(&GatewayConf::new(
-            &e2e::stack::redis_url(),
+            &fixtures::stack::redis_url(),
             &upstream.address().to_string(),
             campaign,
             extra,
@@ -427,9 +427,9 @@ pub async fn ticket(
     gw: &Gateway,
     campaign: &str,
     user: &str,
-) -> Result<e2e::client::Ticket, (u16, serde_json::Value)> {
+) -> Result<fixtures::client::Ticket, (u16, serde_json::Value)> {
     let login = auth().login(user, serde_json::json!({}));
-    e2e::client::get_ticket(http, &gw.url(""), campaign, &login, &format!("dev-{user}")).await
+    fixtures::client::get_ticket(http, &gw.url(""), campaign, &login, &format!("dev-{user}")).await
 }
 
 /// One order of `user`, the whole protocol (login JWT, captcha, token, signed order); returns
@@ -453,7 +453,7 @@ pub async fn order_at(
     user: &str,
 ) -> (u16, serde_json::Value) {
     let login = auth().login(user, serde_json::json!({}));
-    match e2e::client::get_ticket(http, base, campaign, &login, &format!("dev-{user}")).await {
+    match fixtures::client::get_ticket(http, base, campaign, &login, &format!("dev-{user}")).await {
         Ok(t) => t.order(http, base, 1).await,
         Err(refused) => refused,
     }

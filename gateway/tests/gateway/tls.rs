@@ -62,7 +62,7 @@ fn peer_cert(resp: &reqwest::Response) -> Vec<u8> {
 }
 
 fn cert_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(e2e::stack::unique("gw-certs-"));
+    let dir = std::env::temp_dir().join(fixtures::stack::unique("gw-certs-"));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -74,13 +74,13 @@ async fn https_with_sni_http2_forwarded_proto_reload_and_redirect() {
     let shop_der = ca.issue(&dir, "shop", &["shop.test"]);
     let api_der = ca.issue(&dir, "api", &["x.api.test"]);
 
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("tls");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("tls");
     publish(&redis, &campaign, 10, 1).await;
     let shop = MockServer::start().await;
     Mock::given(any()).respond_with(ResponseTemplate::new(200).set_body_string("page")).mount(&shop).await;
     let (tls_port, plain_port) = (free_port(), free_port());
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     let d = dir.display();
     conf.routes = format!(
         "[[route]]\nname = \"shop\"\npath_prefix = \"/shop/\"\nupstreams = [\"{}\"]\n\n\

@@ -25,8 +25,8 @@ async fn slow_shop(delay: Duration) -> MockServer {
 }
 
 fn conf(shop: &MockServer, shutdown: &str) -> GatewayConf {
-    let campaign = e2e::stack::unique("up");
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let campaign = fixtures::stack::unique("up");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.routes = format!(
         "[[route]]\nname = \"shop\"\npath_prefix = \"/shop/\"\nupstreams = [\"{}\"]\nread_timeout_ms = 5000\n\n\
          [shutdown]\n{shutdown}\n",
@@ -133,7 +133,7 @@ fn start_upgrade(gw: &Gateway) -> Child {
 #[tokio::test]
 async fn the_new_binary_takes_the_sockets_under_load_and_no_request_fails() {
     let shop = slow_shop(Duration::from_millis(20)).await;
-    let sock = std::env::temp_dir().join(format!("{}.sock", e2e::stack::unique("gw-up-")));
+    let sock = std::env::temp_dir().join(format!("{}.sock", fixtures::stack::unique("gw-up-")));
     let shutdown = format!("drain_secs = 1\nupgrade_sock = \"{}\"", sock.display());
     let mut old = Gateway::start(&conf(&shop, &shutdown)).await;
 

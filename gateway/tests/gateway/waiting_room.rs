@@ -33,7 +33,7 @@ fn campaign(id: &str, start: chrono::DateTime<chrono::Utc>, room: &str) -> Strin
 
 /// Gateways (`n`) over the stack's Redis selling `campaigns` (id, text).
 async fn gateways(n: usize, campaigns: &[(&str, String)]) -> (Vec<Gateway>, Client, reqwest::Client) {
-    gateways_on(&e2e::stack::redis_url(), n, campaigns).await
+    gateways_on(&fixtures::stack::redis_url(), n, campaigns).await
 }
 
 /// Gateways (`n`) over the Redis at `url` (a single one or a cluster) selling `campaigns`.
@@ -115,7 +115,7 @@ fn ticket_place(body: &Value, campaign: &str, user: &str) -> RoomPlace {
 
 #[tokio::test]
 async fn positions_strictly_increase_and_two_gateways_share_one_queue() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     // One a second: everyone arriving now waits (for a second or more: a slow machine may see
     // the first ones admitted before the last arrive, so the asserts read the tickets' places,
     // never when an answer came).
@@ -178,7 +178,7 @@ async fn positions_strictly_increase_and_two_gateways_share_one_queue() {
 
 #[tokio::test]
 async fn a_ticket_for_another_user_device_or_campaign_forged_or_expired_is_refused() {
-    let (c, other) = (e2e::cleanup::Campaign::new("wr"), e2e::cleanup::Campaign::new("wr"));
+    let (c, other) = (fixtures::cleanup::Campaign::new("wr"), fixtures::cleanup::Campaign::new("wr"));
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let room = "admit_per_sec = 1";
     let (gws, redis, http) =
@@ -244,7 +244,7 @@ async fn admitted(http: &reqwest::Client, gw: &Gateway, c: &str, user: &str, tic
 
 #[tokio::test]
 async fn max_active_holds_and_an_admitted_ticket_gets_its_token() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let room = "admit_per_sec = 1000\nmax_active = 3\nsession_secs = 10";
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, room))]).await;
@@ -304,7 +304,7 @@ async fn max_active_holds_and_an_admitted_ticket_gets_its_token() {
 
 #[tokio::test]
 async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let (rate, n) = (4u64, 8usize);
     let (gws, redis, http) =
@@ -360,7 +360,7 @@ async fn the_eta_is_the_schedules_and_measured_against_the_actual_admission() {
 
 #[tokio::test]
 async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     // Starts in 12 s (two gateways start first); the pre-queue is open from a minute before. No
     // start draw: right after the start, first come first served (the draw has its own test).
     let start = chrono::Utc::now() + chrono::Duration::seconds(12);
@@ -405,7 +405,7 @@ async fn the_pre_queue_is_shuffled_at_the_start_and_later_arrivals_come_after_it
 
 #[tokio::test]
 async fn a_pre_queue_place_whose_session_is_over_joins_again_at_the_back() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     // Starts in 5 s (the gateway starts first), a pre-queue from a minute before, no start draw,
     // 10 a second, sessions of 10 s (the shortest a conf may have).
     let start = chrono::Utc::now() + chrono::Duration::seconds(5);
@@ -488,17 +488,18 @@ async fn a_pre_queue_place_whose_session_is_over_joins_again_at_the_back() {
 
 #[tokio::test]
 async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, "admit_per_sec = 4"))]).await;
     let base = gws[0].url("");
     // Bounded: five buyers at 4/s are all in within two seconds; the patience is far above.
-    let patience = e2e::client::Patience { presentations: 50, total: Duration::from_secs(30) };
+    let patience = fixtures::client::Patience { presentations: 50, total: Duration::from_secs(30) };
     let buyers = (0..5).map(|i| {
         let (http, base, c) = (http.clone(), base.clone(), c.clone());
         async move {
             let login = auth().login(&format!("w{i}"), json!({}));
-            e2e::client::get_ticket_within(&http, &base, &c, &login, &format!("dev-w{i}"), &patience).await
+            fixtures::client::get_ticket_within(&http, &base, &c, &login, &format!("dev-w{i}"), &patience)
+                .await
         }
     });
     let got = futures::future::join_all(buyers).await;
@@ -520,7 +521,7 @@ async fn the_buyers_client_waits_its_turn_and_gets_its_token() {
 
 #[tokio::test]
 async fn the_buyers_client_room_first_asks_no_work_before_its_turn_and_gets_its_token() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let (gws, redis, http) = gateways(1, &[(&c, campaign(&c, start, "admit_per_sec = 4"))]).await;
     let base = gws[0].url("");
@@ -530,7 +531,7 @@ async fn the_buyers_client_room_first_asks_no_work_before_its_turn_and_gets_its_
         let (http, base, c) = (http.clone(), base.clone(), c.clone());
         async move {
             let login = auth().login(&format!("f{i}"), json!({}));
-            e2e::client::get_ticket_room_first(&http, &base, &c, &login, &format!("dev-f{i}")).await
+            fixtures::client::get_ticket_room_first(&http, &base, &c, &login, &format!("dev-f{i}")).await
         }
     });
     for t in futures::future::join_all(buyers).await {
@@ -555,9 +556,9 @@ async fn challenge(http: &reqwest::Client, gw: &Gateway, c: &str) -> (u16, Value
 #[tokio::test]
 async fn the_challenge_is_given_in_the_pre_queue_window_only_with_the_room_on() {
     let (pre, off, early) = (
-        e2e::cleanup::Campaign::new("wr"),
-        e2e::cleanup::Campaign::new("wr"),
-        e2e::cleanup::Campaign::new("wr"),
+        fixtures::cleanup::Campaign::new("wr"),
+        fixtures::cleanup::Campaign::new("wr"),
+        fixtures::cleanup::Campaign::new("wr"),
     );
     // All three start in an hour; the first two have a pre-queue of two hours (open now), the
     // second with its room off; the third's pre-queue of ten minutes is not open yet.
@@ -601,12 +602,12 @@ async fn the_challenge_is_given_in_the_pre_queue_window_only_with_the_room_on() 
 
 #[tokio::test]
 async fn the_rooms_metrics_after_a_small_queued_sale() {
-    let (c, hard) = (e2e::cleanup::Campaign::new("wr"), e2e::cleanup::Campaign::new("wr"));
+    let (c, hard) = (fixtures::cleanup::Campaign::new("wr"), fixtures::cleanup::Campaign::new("wr"));
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let rate = 4;
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
     let nowhere = format!("127.0.0.1:{}", free_port());
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &nowhere, &c, "");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), &nowhere, &c, "");
     // The second campaign's work hardens from one arrival a second: 4 bits, then 6.
     let levels = "\n[[pow_level]]\narrivals_per_sec = 1\nbits = 6\n";
     conf.campaigns = vec![
@@ -646,13 +647,14 @@ async fn the_rooms_metrics_after_a_small_queued_sale() {
 
     // Five buyers get their tokens through the room (the e2e client: back at the ETA, the work
     // once due): five admissions, five ETA errors observed.
-    let patience = e2e::client::Patience { presentations: 50, total: Duration::from_secs(60) };
+    let patience = fixtures::client::Patience { presentations: 50, total: Duration::from_secs(60) };
     let base = gw.url("");
     let buyers = (0..5).map(|i| {
         let (http, base, c) = (http.clone(), base.clone(), c.clone());
         async move {
             let login = auth().login(&format!("a{i}"), json!({}));
-            e2e::client::get_ticket_within(&http, &base, &c, &login, &format!("dev-a{i}"), &patience).await
+            fixtures::client::get_ticket_within(&http, &base, &c, &login, &format!("dev-a{i}"), &patience)
+                .await
         }
     });
     for t in futures::future::join_all(buyers).await {
@@ -707,14 +709,14 @@ async fn solved(http: &reqwest::Client, gw: &Gateway, c: &str, user: &str) -> Va
 
 #[tokio::test]
 async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_gateways() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     // Starts in 12 s (three gateways start first), a pre-queue from a minute before, a start
     // draw of 4 s (long enough for a slow machine to send its arrivals in it; the asserts read
     // which place each answer gave, never when it came). On the Redis Cluster when it is up.
     let start = chrono::Utc::now() + chrono::Duration::seconds(12);
     let draw_ms = 4000;
     let room = format!("admit_per_sec = 1\npre_queue_secs = 60\nstart_draw_ms = {draw_ms}");
-    let url = e2e::stack::cluster_or_single_redis_url();
+    let url = fixtures::stack::cluster_or_single_redis_url();
     let (gws, redis, http) = gateways_on(&url, 3, &[(&c, campaign(&c, start, &room))]).await;
     let schedule = Schedule { rate: 1, max_active: None, session_ms: 120_000 };
     let (start_ms, draw_end_ms) = (start.timestamp_millis(), start.timestamp_millis() + draw_ms);
@@ -842,7 +844,7 @@ async fn the_start_draw_shuffles_the_first_arrivals_after_the_pre_queue_across_g
 
 #[tokio::test]
 async fn a_turn_under_100_ms_away_is_waited_for_in_place_when_the_work_comes_with_it() {
-    let (c, slow) = (e2e::cleanup::Campaign::new("wr"), e2e::cleanup::Campaign::new("wr"));
+    let (c, slow) = (fixtures::cleanup::Campaign::new("wr"), fixtures::cleanup::Campaign::new("wr"));
     // 20 a second: a new arrival's turn is at most 50 ms away (the next position after the
     // serving line), under the 100 ms a request is held for.
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
@@ -948,7 +950,7 @@ async fn held_body_request(gw: &Gateway, campaign: &str, user: &str, body_at_ms:
 
 #[tokio::test]
 async fn a_request_that_arrived_in_the_start_draw_is_drawn_however_late_room_lua_is_asked() {
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     // Starts in 3 s (the gateway starts first), a start draw of 1.5 s at 1/s.
     let start = chrono::Utc::now() + chrono::Duration::seconds(3);
     let draw_ms = 1500;
@@ -1034,9 +1036,9 @@ fn room_entry<'a>(
 
 #[tokio::test]
 async fn room_lua_replaces_a_place_named_as_it_keeps_it_a_lotterys_too() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
     let scripts = protocol::scripts::Scripts::builtin();
-    let c = e2e::cleanup::Campaign::new("wr");
+    let c = fixtures::cleanup::Campaign::new("wr");
     let now = chrono::Utc::now().timestamp_millis();
     // Started a second ago, no start draw: an arrival claimed before the start joins the
     // pre-queue, the next call (an arrival now) closes it.
@@ -1071,12 +1073,12 @@ async fn room_lua_replaces_a_place_named_as_it_keeps_it_a_lotterys_too() {
 #[tokio::test]
 async fn room_lua_judges_the_arrival_clamped_to_redis_time() {
     let bound = protocol::timing::ARRIVAL_CLAIM_MAX_MS;
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
     let now = chrono::Utc::now().timestamp_millis();
     // A draw whose window ended a second ago: an arrival claimed in it, within the bound, is
     // drawn though the call comes after the window; the draw is not closed until no call can
     // claim an arrival in it, and an arrival after it meanwhile comes right after the drawn.
-    let late = e2e::cleanup::Campaign::new("wr");
+    let late = fixtures::cleanup::Campaign::new("wr");
     let windows = (now - 3000, now - 1000);
     let out = room_call(&redis, &late, "u1", now - 2000, windows).await;
     assert_eq!((out.place, out.draw), (RoomPlace::Draw(1), None), "{out:?}");
@@ -1085,12 +1087,12 @@ async fn room_lua_judges_the_arrival_clamped_to_redis_time() {
     // A draw whose window ended more than the bound ago: an arrival claimed in it is clamped to
     // TIME - bound, after the window: not drawn, and the call closes the draw, empty. So do
     // claims that are no instant at all.
-    let old = e2e::cleanup::Campaign::new("wr");
+    let old = fixtures::cleanup::Campaign::new("wr");
     let windows = (now - bound - 3000, now - bound - 1000);
     let out = room_call(&redis, &old, "cheat", now - bound - 2000, windows).await;
     assert!(matches!(out.place, RoomPlace::Position(_)), "clamped out of the draw: {out:?}");
     assert_eq!(out.draw.map(|d| d.size), Some(0), "{out:?}");
-    let junk = e2e::cleanup::Campaign::new("wr");
+    let junk = fixtures::cleanup::Campaign::new("wr");
     let windows = (now - bound - 3000, now - bound - 1000);
     for (i, claim) in [i64::MIN, 0, -1].into_iter().enumerate() {
         let out = room_call(&redis, &junk, &format!("j{i}"), claim, windows).await;
@@ -1116,7 +1118,7 @@ async fn room_lua_judges_the_arrival_clamped_to_redis_time() {
         assert!(place.starts_with('p'), "{claim:?}: {place}");
     }
     // A claim in the future is clamped to TIME: it cannot close a draw still open.
-    let open = e2e::cleanup::Campaign::new("wr");
+    let open = fixtures::cleanup::Campaign::new("wr");
     let now = chrono::Utc::now().timestamp_millis();
     let windows = (now - 1000, now + 5000);
     let out = room_call(&redis, &open, "ahead", now + 60_000, windows).await;
@@ -1148,7 +1150,7 @@ async fn late_presentations_on_two_gateways_are_admitted_at_the_rate_of_both_tog
 /// together, in turn to `n` gateways: at most 2 a second are admitted, the others told to come
 /// back in the next second with the same ticket, and every one is admitted in the end.
 async fn late_presentations_paced(n: usize) {
-    let c = e2e::cleanup::Campaign::new("wp");
+    let c = fixtures::cleanup::Campaign::new("wp");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let room = "admit_per_sec = 2\nsession_secs = 60";
     let (gws, redis, http) = gateways(n, &[(&c, campaign(&c, start, room))]).await;
@@ -1235,7 +1237,7 @@ fn let_through(reply: &(u16, Value)) -> bool {
 /// given a waiting ticket, whose presentation is paced.
 #[tokio::test]
 async fn a_first_admission_is_counted_once_and_paced_with_or_without_its_ticket_on_two_gateways() {
-    let c = e2e::cleanup::Campaign::new("wp");
+    let c = fixtures::cleanup::Campaign::new("wp");
     let start = chrono::Utc::now() - chrono::Duration::minutes(1);
     let room = "admit_per_sec = 2\nsession_secs = 60";
     let (gws, redis, http) = gateways(2, &[(&c, campaign(&c, start, room))]).await;
@@ -1313,8 +1315,8 @@ async fn a_first_admission_is_counted_once_and_paced_with_or_without_its_ticket_
 #[tokio::test]
 async fn admit_lua_counts_a_places_first_admission_once() {
     use protocol::scripts::{Admit, Admitted};
-    let c = e2e::cleanup::Campaign::new("wa");
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
+    let c = fixtures::cleanup::Campaign::new("wa");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
     let second = chrono::Utc::now().timestamp() + 1_000;
     let expire_at_ms = (second + 60) * 1000;
     let id: &str = &c;

@@ -40,8 +40,8 @@ fn route(name: &str, prefix: &str, upstream: &str, extra: &str) -> String {
 #[tokio::test]
 async fn websocket_passes_through_and_stays_open_past_the_read_timeout() {
     let echo = echo_server().await;
-    let campaign = e2e::cleanup::Campaign::new("ws");
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let campaign = fixtures::cleanup::Campaign::new("ws");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.routes = route("ws", "/ws/", &echo, "read_timeout_ms = 300");
     let gw = Gateway::start(&conf).await;
 
@@ -69,9 +69,9 @@ async fn responses_are_compressed_only_on_routes_that_ask() {
         .respond_with(ResponseTemplate::new(200).set_body_raw(page.clone(), "text/html"))
         .mount(&shop)
         .await;
-    let campaign = e2e::cleanup::Campaign::new("gz");
+    let campaign = fixtures::cleanup::Campaign::new("gz");
     let upstream = shop.address().to_string();
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), "127.0.0.1:1", &campaign, "");
+    let mut conf = GatewayConf::new(&fixtures::stack::redis_url(), "127.0.0.1:1", &campaign, "");
     conf.routes = route("packed", "/packed/", &upstream, "compression_level = 6")
         + &route("plain", "/plain/", &upstream, "")
         + &route("gz", "/gz/", &upstream, "compression_level = 6\ncompression_algorithms = [\"gzip\"]")

@@ -62,12 +62,12 @@ fn at_most(per_sec: usize, took: std::time::Duration) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_per_ip_and_per_account_limits_hold_across_workers() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("wk");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("wk");
     publish(&redis, &campaign, 10, 1).await;
     let upstream = wiremock::MockServer::start().await;
     let mut conf = GatewayConf::new(
-        &e2e::stack::redis_url(),
+        &fixtures::stack::redis_url(),
         &upstream.address().to_string(),
         &campaign,
         "[limits]\nip_per_sec = 5\nuser_per_sec = 3",
@@ -108,7 +108,7 @@ async fn the_per_ip_and_per_account_limits_hold_across_workers() {
         let (t, base) = (t.clone(), base.clone());
         async move {
             let now = chrono::Utc::now().timestamp();
-            let mut signed = t.sign(1, now, &e2e::client::nonce());
+            let mut signed = t.sign(1, now, &fixtures::client::nonce());
             signed.signature = "0".repeat(64);
             t.send(&http, &base, &signed).await
         }
@@ -145,11 +145,12 @@ fn thread_cpu(pid: u32) -> HashMap<String, u64> {
 /// between threads per batch, measured in `e2e/bench/gateway.sh`'s CPU by thread).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_sales_io_runs_on_one_thread_of_its_own() {
-    let redis = client(&e2e::stack::redis_url()).await.unwrap();
-    let campaign = e2e::cleanup::Campaign::new("io");
+    let redis = client(&fixtures::stack::redis_url()).await.unwrap();
+    let campaign = fixtures::cleanup::Campaign::new("io");
     publish(&redis, &campaign, 100, 1).await;
     let upstream = wiremock::MockServer::start().await;
-    let mut conf = GatewayConf::new(&e2e::stack::redis_url(), &upstream.address().to_string(), &campaign, "");
+    let mut conf =
+        GatewayConf::new(&fixtures::stack::redis_url(), &upstream.address().to_string(), &campaign, "");
     conf.workers = 2;
     let gw = Gateway::start(&conf).await;
     let http = reqwest::Client::new();

@@ -12,7 +12,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_order-writer");
 /// Writes an `order-writer.toml` for `env` (a free listen port, writer batches of `batch`)
 /// and returns its path.
 pub fn write_conf(env: &Env, batch: usize) -> std::path::PathBuf {
-    let port = e2e::stack::free_port();
+    let port = fixtures::stack::free_port();
     let text = format!(
         r#"listen = "127.0.0.1:{port}"
 redis_url = "{redis}"
@@ -33,9 +33,9 @@ batch_size = {batch}
 age_secs = 6
 interval_ms = 200
 "#,
-        redis = e2e::stack::redis_url(),
+        redis = fixtures::stack::redis_url(),
         pg = env.pg_url,
-        kafka = e2e::stack::kafka_broker(),
+        kafka = fixtures::stack::kafka_broker(),
         topic = env.topic,
         partitions = env.partitions,
     );

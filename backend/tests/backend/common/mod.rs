@@ -13,7 +13,7 @@ use backend::conf::Conf;
 use backend::redis::RedisScripts;
 use backend::writer::{run_partition, WriterCtx};
 use backend::{db, kafka, redis};
-use e2e::{cleanup, stack};
+use fixtures::{cleanup, stack};
 use protocol::record::Reservation;
 use protocol::scripts::{ReserveCall, ReserveOutcome};
 use protocol::signing::{Signer, RECORD_SIGNATURE_HEADER};
@@ -130,7 +130,7 @@ impl Env {
 
     /// A configuration pointing at this environment.
     pub fn conf(&self, listen: std::net::SocketAddr) -> Conf {
-        e2e::order_writer::conf(e2e::order_writer::Place {
+        fixtures::order_writer::conf(fixtures::order_writer::Place {
             listen,
             postgres_url: &self.pg_url,
             campaigns_dir: &self.dir.join("campaigns"),
@@ -267,7 +267,7 @@ impl Env {
             kafka: self.kafka.clone(),
             topic: self.topic.clone(),
             signer: Arc::new(Signer::new(GATEWAY_KEY)),
-            cfg: e2e::order_writer::writer_conf(batch),
+            cfg: fixtures::order_writer::writer_conf(batch),
             metrics: Arc::new(backend::admin::metrics::WriterMetrics::new()),
         };
         let tasks: Vec<_> = (0..self.partitions)
@@ -394,7 +394,7 @@ impl Replenish {
     /// Subscribed when it returns.
     pub async fn listen() -> Replenish {
         use fred::prelude::*;
-        let config = Config::from_url(&e2e::stack::redis_url()).unwrap();
+        let config = Config::from_url(&fixtures::stack::redis_url()).unwrap();
         // Every test of the binary publishes on the same channel (a closer pass sends one message
         // per release): fred's default of 32 buffered messages let a burst of other campaigns'
         // messages push this campaign's out (`Lagged`), and the test waited in vain.

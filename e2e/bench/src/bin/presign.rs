@@ -45,9 +45,9 @@ async fn main() -> anyhow::Result<()> {
     if !(1..=2_000_000).contains(&a.users) || !(1..=1024).contains(&a.concurrency) {
         bail!("--users 1..2000000, --concurrency 1..1024");
     }
-    let auth = e2e::client::Auth::hs256(a.login_key.as_bytes())?;
+    let auth = fixtures::client::Auth::hs256(a.login_key.as_bytes())?;
     let http = reqwest::Client::builder().pool_max_idle_per_host(a.concurrency).build()?;
-    let tag = e2e::stack::unique("");
+    let tag = fixtures::stack::unique("");
     let started = Instant::now();
     let lines: Vec<Result<String, String>> = stream::iter(0..a.users)
         .map(|i| {
@@ -55,10 +55,11 @@ async fn main() -> anyhow::Result<()> {
             async move {
                 let user = format!("bench{tag}-{i}");
                 let login = auth.login(&user, serde_json::json!({"level": 1}));
-                let t = e2e::client::get_ticket(http, &a.base, &a.campaign, &login, &format!("dev-{user}"))
-                    .await
-                    .map_err(|(status, body)| format!("{status} {body}"))?;
-                let o = t.sign(1, chrono::Utc::now().timestamp(), &e2e::client::nonce());
+                let t =
+                    fixtures::client::get_ticket(http, &a.base, &a.campaign, &login, &format!("dev-{user}"))
+                        .await
+                        .map_err(|(status, body)| format!("{status} {body}"))?;
+                let o = t.sign(1, chrono::Utc::now().timestamp(), &fixtures::client::nonce());
                 Ok(format!(
                     "{}?{}\tBearer {}\t{}\t{}\t{}\t{}",
                     o.path, o.query, t.token, t.device, o.timestamp, o.nonce, o.signature

@@ -6,7 +6,7 @@
 //! The gateway's proxied request can be at most as fast as this; measured beside Nginx
 //! `proxy_pass` in one run, it splits the gap into Pingora's share and the gateway's.
 //!
-//! `cargo run --release -p gateway --example proxy_floor -- 127.0.0.1:18091 127.0.0.1:8080 2`
+//! `cargo run --release -p bench --bin proxy_floor -- 127.0.0.1:18091 127.0.0.1:8080 2`
 //!
 //! The levers, by environment (for the bench's lever runs; the defaults are the gateway's):
 //! `FLOOR_WORK_STEALING=1` (one shared runtime), `FLOOR_POOL_SIZE=<n>` (upstream keepalive pool

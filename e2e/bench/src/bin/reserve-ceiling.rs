@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use e2e::stack;
+use fixtures::stack;
 use fred::prelude::*;
 use protocol::keys::Bucket;
 use protocol::scripts::{

@@ -1,4 +1,4 @@
-//! `pow-time`: how long the Rust client (`protocol::pow::solve`, what `e2e/src/client.rs` runs)
+//! `pow-time`: how long the Rust client (`protocol::pow::solve`, what `e2e/fixtures/src/client.rs` runs)
 //! takes to solve the captcha's proof of work at each `--bits`, over `--rounds` challenges of
 //! the gateway's shape; prints the median and mean ms of each. `e2e/bench/page.sh` prints it
 //! beside the buyer's page's Web Worker in Chromium.

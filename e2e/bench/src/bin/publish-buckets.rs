@@ -33,7 +33,7 @@ async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     anyhow::ensure!(protocol::keys::valid_campaign_id(&a.campaign), "bad campaign id {:?}", a.campaign);
     anyhow::ensure!((1..=protocol::keys::MAX_BUCKETS).contains(&a.buckets), "--buckets must be 1 to 64");
-    let redis = e2e::stack::redis_client(&a.redis).await?;
+    let redis = fixtures::stack::redis_client(&a.redis).await?;
     let scripts = Scripts::load(&scripts::default_dir())?;
     let spec = PublishSpec {
         stock_version: 1,

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use e2e::stack;
+use fixtures::stack;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
 use rskafka::record::Record;
@@ -62,7 +62,7 @@ async fn main() -> anyhow::Result<()> {
     let kafka = stack::kafka_client(&stack::kafka_broker()).await?;
     let topic = stack::unique("probe");
     backend::kafka::create_topic(&kafka, &topic, a.partitions, 1).await?;
-    let _owned = e2e::cleanup::Topic::adopt(&topic);
+    let _owned = fixtures::cleanup::Topic::adopt(&topic);
     let per_partition = a.count.div_ceil(a.partitions as usize);
     let mut clients = Vec::new();
     for p in 0..a.partitions {

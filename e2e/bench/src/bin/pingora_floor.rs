@@ -6,7 +6,7 @@
 //! The gateway's sold-out short circuit can be at most as fast as this; measured beside nginx in
 //! one run, it splits the gap between the gateway and nginx into the framework's share and ours.
 //!
-//! `cargo run --release -p gateway --example pingora_floor -- 127.0.0.1:18090 2`
+//! `cargo run --release -p bench --bin pingora_floor -- 127.0.0.1:18090 2`
 //!
 //! `FLOOR_WORKERS=<n>` runs it in the gateway's default layout (`[server] workers`, Nginx's):
 //! n services of one thread each, all listening on the address with `SO_REUSEPORT`; the thread

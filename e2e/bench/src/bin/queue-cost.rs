@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use clap::Parser;
-use e2e::stack;
+use fixtures::stack;
 use plugins::queue::{QueueConf, ReservationQueue};
 
 #[derive(Parser)]
@@ -51,7 +51,7 @@ async fn main() -> anyhow::Result<()> {
     let kafka = stack::kafka_client(&stack::kafka_broker()).await?;
     let topic = stack::unique("queue-cost");
     backend::kafka::create_topic(&kafka, &topic, a.partitions, 1).await?;
-    let _owned = e2e::cleanup::Topic::adopt(&topic);
+    let _owned = fixtures::cleanup::Topic::adopt(&topic);
     let conf = QueueConf {
         connection: stack::kafka_connection(),
         topic,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use e2e::stack;
+use fixtures::stack;
 use protocol::scripts::{ReserveCall, ReserveOutcome, Scripts};
 use protocol::signing::Signer;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};

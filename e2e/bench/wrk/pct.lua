@@ -1,0 +1,5 @@
+-- Prints P50_US, P99_US and ERRORS at the end (bench/proxy.sh).
+function done(summary, latency, requests)
+  io.write(string.format("P50_US %d\nP99_US %d\nERRORS %d\n", latency:percentile(50), latency:percentile(99),
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
+end
