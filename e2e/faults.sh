@@ -917,8 +917,8 @@ fault_flood() {
 # NET_PORT + n; a net sale's confs name the proxies instead of the servers, the other faults'
 # do not. The Kafka proxies lead to the broker's listeners advertised as the proxies' ports.
 TOXI="http://127.0.0.1:$SECKILL_TOXIPROXY_PORT"
-# shellcheck source=e2e/toxics.sh
-source e2e/toxics.sh
+# shellcheck source=e2e/stack/toxics.sh
+source e2e/stack/toxics.sh
 NET_LINKS=(gw-redis gw2-redis gw-kafka gw-writer writer-pg writer-kafka writer-redis)
 link_port() { # link
   local i

@@ -5,7 +5,7 @@
 
 AUDIT_JSON is `order-writer campaign audit ID --json` with the gateways' access logs,
 LOAD_REPORT_JSON the load tool's report (seckill-load --json), SALE_REPORT_JSON `order-writer
-campaign report ID --json`. The crowd's devices are `device-<account>` (e2e/src/load.rs): hot
+campaign report ID --json`. The crowd's devices are `device-<account>` (e2e/crowd/src/load.rs): hot
 users are user-0 .. user-(H-1), bots with accounts of their own are bot-... (a rotated-device
 bot sends a device id `rotated-...`), every other user-N is a buyer. Judged:
   - every hot user's device is flagged;

@@ -4,7 +4,7 @@
 # network fault per sale; every process, Redis and PostgreSQL sampled every 10 s. It fails on a
 # lost promise (a sale's invariants, its reconcile), on a shop error, or on growth: a line
 # fitted through the samples taken between two sales must rise less than its bound
-# (e2e/src/soak/mod.rs BOUNDS: a floor plus a rate per hour, per kind of series).
+# (e2e/crowd/src/soak/mod.rs BOUNDS: a floor plus a rate per hour, per kind of series).
 #
 #   bash e2e/soak.sh                      # SOAK_MINUTES=60, release binaries
 #   SOAK_MINUTES=3 PROFILE=debug bash e2e/soak.sh   # what the test command runs
@@ -54,8 +54,8 @@ LINKS=(gw-redis gw-writer writer-pg writer-redis)
 source e2e/lib.sh
 require_rust
 TOXI="http://127.0.0.1:$SECKILL_TOXIPROXY_PORT"
-# shellcheck source=e2e/toxics.sh
-source e2e/toxics.sh
+# shellcheck source=e2e/stack/toxics.sh
+source e2e/stack/toxics.sh
 # shellcheck source=e2e/page.sh
 source e2e/page.sh
 log "building $PROFILE binaries"

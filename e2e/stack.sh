@@ -19,7 +19,7 @@
 # slots), later ones find it created (nodes.conf). It counts as up when every node answers
 # `cluster_state:ok`.
 #
-# Kafka: Apache Kafka's jars are resolved from Maven Central by e2e/kafka/pom.xml into
+# Kafka: Apache Kafka's jars are resolved from Maven Central by e2e/stack/kafka/pom.xml into
 # .stack/kafka-dist/<version>/libs (once; ~45 MB). Each node is one JVM (`kafka.Kafka`), combined
 # broker and KRaft controller with a static quorum, its storage formatted once (`StorageTool
 # format`), data, server.properties and logs under .stack/kafka (or .stack/kafka-cluster/<id>), a
@@ -66,7 +66,7 @@ KAFKA_SASL_USER=seckill
 KAFKA_CLUSTER_PORT=${SECKILL_KAFKA_CLUSTER_PORT:-19392}
 CLUSTER_PORT=${SECKILL_CLUSTER_PORT:-7390}
 CLUSTER_PORTS=("$CLUSTER_PORT" "$((CLUSTER_PORT + 1))" "$((CLUSTER_PORT + 2))")
-KAFKA_VERSION=4.4.0 # also in e2e/kafka/pom.xml
+KAFKA_VERSION=4.4.0 # also in e2e/stack/kafka/pom.xml
 KAFKA_HEAP=${SECKILL_KAFKA_HEAP:-768m}                 # the single broker's fixed heap
 KAFKA_CLUSTER_HEAP=${SECKILL_KAFKA_CLUSTER_HEAP:-384m} # each of the three's
 READY_TIMEOUT=${SECKILL_STACK_READY_TIMEOUT:-90} # seconds, per server (a JVM starts in ~10 s)
@@ -388,7 +388,7 @@ down_postgres() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Apache Kafka (KRaft). The jars come from Maven Central through e2e/kafka/pom.xml into
+# Apache Kafka (KRaft). The jars come from Maven Central through e2e/stack/kafka/pom.xml into
 # $KAFKA_DIST/libs (one copy per version, shared by every stack of this checkout); each broker is
 # one JVM, `kafka.Kafka server.properties`, combined broker + controller, data and log in its
 # folder. Storage is formatted once (meta.properties); later starts find it.
@@ -404,10 +404,10 @@ install_kafka() {
   (
     flock -w 600 9 || die "timed out waiting for another Kafka install"
     kafka_installed && exit 0
-    log "resolving Apache Kafka $KAFKA_VERSION from Maven Central (e2e/kafka/pom.xml)"
+    log "resolving Apache Kafka $KAFKA_VERSION from Maven Central (e2e/stack/kafka/pom.xml)"
     local t=$SECONDS
     rm -rf "$KAFKA_DIST/libs"
-    mvn -q -B -f "$ROOT/e2e/kafka/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    mvn -q -B -f "$ROOT/e2e/stack/kafka/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
       -DoutputDirectory="$KAFKA_DIST/libs" </dev/null >"$KAFKA_DIST/mvn.log" 2>&1 || {
       tail -n 30 "$KAFKA_DIST/mvn.log" >&2
       die "mvn could not resolve Apache Kafka $KAFKA_VERSION (log: $KAFKA_DIST/mvn.log)"
@@ -422,7 +422,7 @@ install_kafka() {
 # heap, its log4j log in LOG).
 jvm_args() {
   JVM=("-Xms$1" "-Xmx$1" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
-    "-Dlog4j2.configurationFile=$ROOT/e2e/kafka/log4j2.properties" "-Dkafka.log.file=$2"
+    "-Dlog4j2.configurationFile=$ROOT/e2e/stack/kafka/log4j2.properties" "-Dkafka.log.file=$2"
     -cp "$KAFKA_DIST/libs/*")
 }
 

@@ -142,7 +142,7 @@ FLOOD=1 PROFILE=debug STOCK=100 ADMIT_PER_SEC=50 USERS=500 START_IN=6 PAY_WINDOW
 # Three minutes of the soak (e2e/soak.sh; an hour by default): the shop through the gateway all
 # along, a sale a minute (token, burst, pay, close, end) with a network fault in each, the gateway
 # reloaded every minute; it fails on a broken promise, a shop error, or resources that grow
-# between sales past their bounds (e2e/src/soak/mod.rs). A stack of its own.
+# between sales past their bounds (e2e/crowd/src/soak/mod.rs). A stack of its own.
 phase "soak, 3 minutes"
 SOAK_MINUTES=3 PROFILE=debug bash e2e/soak.sh
 

@@ -29,7 +29,7 @@
 -- ledger and the buyers' holdings (one HMGET each), meta's pause switch, the stock; then one
 -- HSET of the ledger (also for an undo that found nothing), one HSET and one HDEL of holdings, one HDEL of the outbox and of the
 -- claims, one ZREM, the stats and the stock once each. Only an undo reads per request (its
--- outbox record, its claim, its nonce). e2e/tests/script_oracle.rs holds this script to the
+-- outbox record, its claim, its nonce). e2e/crowd/tests/script_oracle.rs holds this script to the
 -- one-command-per-write script it replaced.
 --
 -- KEYS: 1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims

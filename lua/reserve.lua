@@ -4,7 +4,7 @@
 -- check, decrement, and an outbox record. Never lets stock go below zero. Each order is decided
 -- exactly as if it were sent in a call of its own, after the orders before it; one order's
 -- refusal (bad quantity, replay, limit) never changes its neighbours' answers
--- (e2e/tests/script_oracle.rs holds this script to the one-command-per-write script it replaced).
+-- (e2e/crowd/tests/script_oracle.rs holds this script to the one-command-per-write script it replaced).
 --
 -- KEYS (all share the bucket's hash tag, see protocol/src/keys.rs):
 --   1 meta  2 stock  3 bought  4 outbox  5 pending  6 released  7 stats  8 claims

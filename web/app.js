@@ -23,7 +23,7 @@ const RESYNC_BEFORE_MS = 10000;
 // at most, each after the answer's Retry-After, else a backoff of RESEND_BACKOFF_MS doubling per
 // send up to RESEND_BACKOFF_CAP_MS, times a jitter of 0.5 to 1; never past RESEND_WITHIN_MS of
 // its X-Timestamp, well inside any campaign's timestamp window of the demo's 30 s. The e2e crowd
-// reads these five constants from this file (e2e/src/resend.rs): one rule for both.
+// reads these five constants from this file (e2e/crowd/src/resend.rs): one rule for both.
 const RESEND_WITHIN_MS = 20000;
 const MAX_SENDS = 6;
 const RESEND_STATUSES = [429, 503];

@@ -7,7 +7,7 @@
 //!
 //! Read ([`source`]) → the figures ([`Sale`], plain data, also written as JSON with `--json`) →
 //! the page ([`html::page`], pure: a self-contained HTML file in the look of the demo's report,
-//! `e2e/src/page.rs`, whose chart code stays in the load tool: the order writer does not depend
+//! `e2e/crowd/src/page.rs`, whose chart code stays in the load tool: the order writer does not depend
 //! on it).
 
 pub mod html;

@@ -1,7 +1,7 @@
 //! The report as one self-contained HTML page (inline CSS and SVG, no script, nothing fetched):
 //! the headline figures, the sale second by second, the answers by code, the stock flow, the
 //! payments and closes, the reconciliation's verdict and the audit's flagged groups. The look
-//! (fonts, cards, colours of the answer codes) is the demo's report's, `e2e/src/page.rs`.
+//! (fonts, cards, colours of the answer codes) is the demo's report's, `e2e/crowd/src/page.rs`.
 
 use std::fmt::Write;
 
@@ -30,7 +30,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(160px,1fr));gap:8px}.card{border:1px solid #ddd;border-radius:6px;padding:6px 10px}\
 .card b{display:block;font-size:20px}pre{background:#f6f6f6;padding:8px;overflow-x:auto}.bar{height:12px;display:inline-block;vertical-align:middle}";
 
-/// The demo report's colours of the answer codes (`e2e/src/page.rs`), others grey.
+/// The demo report's colours of the answer codes (`e2e/crowd/src/page.rs`), others grey.
 fn code_color(code: &str) -> &'static str {
     match code {
         "QUEUED" => "#117733",

@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 /// The page, compiled in.
-const PAGE: &str = include_str!("../../web/app.js");
+const PAGE: &str = include_str!("../../../web/app.js");
 
 /// The page's resend rule.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -43,13 +43,6 @@ pub struct Flood {
 // ---------------------------------------------------------------------------------------------
 // The figures (pure).
 
-/// The `calls` of `cmdstat_evalsha` in an `INFO commandstats` answer (every script's: Redis does
-/// not count calls per script).
-pub fn evalsha_calls(info: &str) -> Option<u64> {
-    let line = info.lines().find_map(|l| l.trim().strip_prefix("cmdstat_evalsha:"))?;
-    line.split(',').find_map(|kv| kv.strip_prefix("calls=")).and_then(|n| n.parse().ok())
-}
-
 /// The highest rate of a counter over any `window` seconds: `points` are (seconds, counter value)
 /// in time order; each rate is the counter's rise from a sample to the first sample at least
 /// `window` later, over the time between them. A counter that falls (a restarted server) gives
@@ -623,14 +616,6 @@ pub async fn run(crowd: &Crowd, flood: &Flood) -> anyhow::Result<Run> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn evalsha_calls_are_read_from_commandstats_and_nothing_else() {
-        let info = "# Commandstats\r\ncmdstat_get:calls=9,usec=1\r\ncmdstat_evalsha:calls=66,usec=13238,usec_per_call=200.58,rejected_calls=0,failed_calls=3\r\ncmdstat_eval:calls=5\r\n";
-        assert_eq!(evalsha_calls(info), Some(66));
-        assert_eq!(evalsha_calls("# Commandstats\r\ncmdstat_eval:calls=5\r\n"), None, "EVAL is not EVALSHA");
-        assert_eq!(evalsha_calls("cmdstat_evalsha:usec=3"), None);
-    }
 
     #[test]
     fn the_peak_is_the_steepest_second_not_the_mean_nor_one_sample() {

@@ -1,4 +1,4 @@
--- The oracle of e2e/tests/script_oracle.rs: lua/release.lua as it was before its writes were made once
+-- The oracle of e2e/crowd/tests/script_oracle.rs: lua/release.lua as it was before its writes were made once
 -- per call (one command per key) instead of once per order. Kept unchanged below this note.
 --
 -- release.lua: give a reservation's units back, at most once per request id. The `released` hash

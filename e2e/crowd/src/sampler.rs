@@ -164,7 +164,7 @@ impl Sampler {
                         .await
                         .ok()
                         .and_then(Result::ok)
-                        .and_then(|i| crate::flood::evalsha_calls(&i))
+                        .and_then(|i| evalsha_calls(&i))
                 } else {
                     None
                 };
@@ -198,9 +198,24 @@ impl Sampler {
     }
 }
 
+/// The `calls` of `cmdstat_evalsha` in an `INFO commandstats` answer (every script's: Redis does
+/// not count calls per script).
+pub fn evalsha_calls(info: &str) -> Option<u64> {
+    let line = info.lines().find_map(|l| l.trim().strip_prefix("cmdstat_evalsha:"))?;
+    line.split(',').find_map(|kv| kv.strip_prefix("calls=")).and_then(|n| n.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn evalsha_calls_are_read_from_commandstats_and_nothing_else() {
+        let info = "# Commandstats\r\ncmdstat_get:calls=9,usec=1\r\ncmdstat_evalsha:calls=66,usec=13238,usec_per_call=200.58,rejected_calls=0,failed_calls=3\r\ncmdstat_eval:calls=5\r\n";
+        assert_eq!(evalsha_calls(info), Some(66));
+        assert_eq!(evalsha_calls("# Commandstats\r\ncmdstat_eval:calls=5\r\n"), None, "EVAL is not EVALSHA");
+        assert_eq!(evalsha_calls("cmdstat_evalsha:usec=3"), None);
+    }
 
     #[test]
     fn pick_sums_each_series_over_its_labels_and_filters_the_shop_route() {
