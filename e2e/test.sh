@@ -74,9 +74,10 @@ cargo test --locked --workspace
 # a request behaves the same whichever worker takes it, and whatever their number.
 # Those of the request's path: the sale's endpoints, orders, sold out, the shop's routes and
 # requests (the rest, ACME, TLS, reloads, observability, have no part the workers' number
-# changes, and ran above; CI's budget).
+# changes, and ran above; CI's budget). `--workspace`, not `-p gateway`: the binaries `cargo
+# test --workspace` built, with its features (a `-p` build unifies others and compiles again).
 phase "gateway tests, one worker"
-SECKILL_TEST_WORKERS=1 cargo test --locked -p gateway --test gateway -- sale:: orders:: sold_out:: requests:: \
+SECKILL_TEST_WORKERS=1 cargo test --locked --workspace --test gateway -- sale:: orders:: sold_out:: requests:: \
   routes:: nginx_routes:: route_limits:: workers::
 
 # The gateway beside Debian's Nginx, request by request: each fixture of e2e/parity/ run by
