@@ -28,6 +28,14 @@
 //!   [`db`]: the pool, and [`db::schema`]: the PostgreSQL schema the tables are in, the
 //!   migrations compiled in and the version check; [`check`]: `order-writer check`, each server
 //!   reachable; [`redis`]: the writer's Redis scripts.
+//!
+//! Every module here is public because another crate uses it, not by default: `order-writer`
+//! (`main.rs`, a crate of its own) calls each subcommand's one function in its module, and the
+//! workspace's other crates build on the same parts rather than copies of them (the gateway's
+//! campaign tests publish through [`campaign::publish`], the crowd's judge and `sale-cleanup`
+//! read the stores through [`db`], [`kafka`] and [`writer`], the fixtures spawn and clean up
+//! through [`conf`] and [`redis`], the bench tools drive [`workers`] and the producer). What
+//! no other crate needs stays private inside its module.
 
 pub mod admin;
 pub mod app;

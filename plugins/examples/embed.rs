@@ -1,5 +1,4 @@
-//! A platform team's own Pingora proxy with the whole sale embedded, everything else proxied to
-//! one upstream, its metrics on a listener of their own.
+//! A platform team's own Pingora proxy: the whole sale embedded, the rest proxied to the shop.
 use async_trait::async_trait;
 use pingora_core::prelude::*;
 use pingora_proxy::prelude::*;
@@ -22,8 +21,7 @@ impl ProxyHttp for Shop {
         self.sale.request_filter(session, ctx).await // true: answered; false: passed on, its own headers gone
     }
     async fn upstream_peer(&self, _: &mut Session, ctx: &mut SaleCtx) -> Result<Box<HttpPeer>> {
-        let to = if ctx.to_order_writer() { &self.order_writer } else { &self.upstream };
-        Ok(Box::new(HttpPeer::new(to.as_str(), false, String::new())))
+        Ok(ctx.peer(&self.upstream, &self.order_writer)) // the order writer for a result query
     }
 }
 
@@ -33,8 +31,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sale = FlashSale::from_file(conf)?; // Redis, Kafka, campaigns, metrics: all checked here
     let mut server = Server::new(None)?;
     server.bootstrap();
-    server.add_services(sale.services()); // the replenish listener, the reload on SIGHUP
-    server.add_service(FlashSale::metrics_service(metrics));
+    server.add_services(sale.services(Some(metrics))); // replenish, reload on SIGHUP, Prometheus
     let shop = Shop { sale, upstream: upstream.clone(), order_writer: order_writer.clone() };
     let mut proxy = http_proxy_service(&server.configuration, shop);
     proxy.add_tcp(listen);

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! let sale = FlashSale::from_file("sale.toml")?;       // or from_toml(name, text), from_conf(conf)
-//! // in a Pingora proxy: server.add_services(sale.services()); then per request
+//! // in a Pingora proxy: server.add_services(sale.services(Some(metrics_listen))); then per request
 //! // sale.request_filter(session, &mut sale_ctx) (`plugins::pingora`). Without Pingora:
 //! let Some(route) = SaleRoute::of(path) else { /* not the sale's: proxy it */ };
 //! match sale.handle(&route, &mut request, &request_id).await {

@@ -10,7 +10,9 @@
 //! async fn request_filter(&self, session: &mut Session, ctx: &mut SaleCtx) -> Result<bool> {
 //!     self.sale.request_filter(session, ctx).await   // true: answered; false: proxy it
 //! }
-//! // upstream_peer: ctx.to_order_writer() → the order writer, else the proxy's own upstream
+//! async fn upstream_peer(&self, _: &mut Session, ctx: &mut SaleCtx) -> Result<Box<HttpPeer>> {
+//!     Ok(ctx.peer(&self.shop, &self.order_writer))   // the order writer for a result query
+//! }
 //! ```
 //!
 //! Below the hooks, for a proxy that does its own bookkeeping between the sale's decision and
@@ -30,6 +32,7 @@ use pingora_core::server::ShutdownWatch;
 use pingora_core::services::background::{background_service, BackgroundService, GenBackgroundService};
 use pingora_core::services::listening::Service;
 use pingora_core::services::ServiceWithDependents;
+use pingora_core::upstreams::peer::HttpPeer;
 use pingora_http::{RequestHeader, ResponseHeader};
 use pingora_prometheus::PrometheusServer;
 use pingora_proxy::Session;
@@ -39,6 +42,17 @@ use crate::serve::ctx::SaleCtx;
 use crate::serve::flash_sale::{FlashSale, Handled, SaleRequest};
 use crate::serve::reply::Reply;
 use crate::setup::registry::Registrar;
+
+impl SaleCtx {
+    /// The peer of a request the sale passed on, for the proxy's `upstream_peer`: `order_writer`
+    /// for a checked result query ([`SaleCtx::to_order_writer`]), else `shop`, each an
+    /// `IP:port` over plain HTTP (a proxy with TLS, pools or health checks picks its own, by
+    /// [`SaleCtx::to_order_writer`]).
+    pub fn peer(&self, shop: &str, order_writer: &str) -> Box<HttpPeer> {
+        let to = if self.to_order_writer() { order_writer } else { shop };
+        Box::new(HttpPeer::new(to, false, String::new()))
+    }
+}
 
 /// A Pingora request as the sale reads it, with the client's address the proxy decided.
 pub struct PingoraRequest<'a> {
@@ -220,10 +234,15 @@ impl FlashSale {
     }
 
     /// Every background service of the sale, for `server.add_services(...)`: the replenish
-    /// listener and the reload on `SIGHUP` (a proxy with a reload of its own adds
-    /// [`FlashSale::replenish_service`] alone and calls [`FlashSale::reload`] from its reload).
-    pub fn services(&self) -> Vec<Box<dyn ServiceWithDependents>> {
-        vec![Box::new(self.replenish_service()), Box::new(self.sighup_service())]
+    /// listener, the reload on `SIGHUP` and, given `metrics` (a listen address), Pingora's
+    /// Prometheus listener on it ([`FlashSale::metrics_service`]; `None` for a proxy that serves
+    /// its metrics already). A proxy with a reload of its own adds
+    /// [`FlashSale::replenish_service`] alone and calls [`FlashSale::reload`] from its reload.
+    pub fn services(&self, metrics: Option<&str>) -> Vec<Box<dyn ServiceWithDependents>> {
+        let mut services: Vec<Box<dyn ServiceWithDependents>> =
+            vec![Box::new(self.replenish_service()), Box::new(self.sighup_service())];
+        services.extend(metrics.map(|listen| Box::new(Self::metrics_service(listen)) as _));
+        services
     }
 
     /// Pingora's Prometheus listener on `listen`, for a proxy that serves no metrics yet: it
@@ -285,5 +304,21 @@ impl BackgroundService for SighupReload {
                 _ = shutdown.changed() => return,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use pingora_core::upstreams::peer::Peer;
+
+    use super::*;
+
+    #[test]
+    fn a_passed_on_request_goes_to_the_shop_and_a_checked_result_query_to_the_order_writer() {
+        let (shop, order_writer) = ("127.0.0.1:8001", "127.0.0.1:8002");
+        let mut ctx = SaleCtx::default();
+        assert_eq!(ctx.peer(shop, order_writer).address().to_string(), shop);
+        ctx.send_to_order_writer();
+        assert_eq!(ctx.peer(shop, order_writer).address().to_string(), order_writer);
     }
 }
