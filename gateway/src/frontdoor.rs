@@ -29,6 +29,8 @@
 //! `X-Real-IP`, `X-Forwarded-Proto`), as Nginx's `proxy_set_header` lines would, and
 //! [`strip_sale_headers`] drops the sale's own headers.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -140,9 +142,14 @@ where
     /// Serves the HTTP/1 requests of one connection, each head read and checked here first.
     async fn serve_http1(&self, mut stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let mut watch = shutdown.clone();
+        // One wait on the shutdown signal for the connection's life, polled while it waits
+        // between requests: it joins the signal's waiters (shared by every connection of every
+        // worker, under one lock) once, not once per request.
+        let stop = shutting_down(&mut watch);
+        tokio::pin!(stop);
         let mut served: u32 = 0;
         loop {
-            let head = match read_head(&mut stream, &self.limits, served == 0, &mut watch).await {
+            let head = match read_head(&mut stream, &self.limits, served == 0, stop.as_mut()).await {
                 Head::Ready(head) => head,
                 Head::Closed => return None,
                 Head::Refused(refusal) => {
@@ -218,7 +225,7 @@ fn refused_entry<'a>(
     }
 }
 
-/// Resolves once the server is shutting down.
+/// Resolves once the server is shutting down (not to be polled again after that).
 async fn shutting_down(watch: &mut ShutdownWatch) {
     while !*watch.borrow_and_update() {
         if watch.changed().await.is_err() {
@@ -227,8 +234,14 @@ async fn shutting_down(watch: &mut ShutdownWatch) {
     }
 }
 
-/// Reads one request head under the limits (see the module doc).
-async fn read_head(stream: &mut Stream, limits: &Limits, first: bool, watch: &mut ShutdownWatch) -> Head {
+/// Reads one request head under the limits (see the module doc); between two requests (not
+/// `first`), `stop` resolving (the server shutting down) closes the idle connection.
+async fn read_head<F: Future<Output = ()>>(
+    stream: &mut Stream,
+    limits: &Limits,
+    first: bool,
+    stop: Pin<&mut F>,
+) -> Head {
     let mut buf = BytesMut::with_capacity(4096);
     let idle = if first { limits.client_header_timeout } else { limits.keepalive_timeout };
     tokio::select! {
@@ -236,7 +249,7 @@ async fn read_head(stream: &mut Stream, limits: &Limits, first: bool, watch: &mu
             Ok(Ok(n)) if n > 0 => {}
             _ => return Head::Closed,
         },
-        _ = shutting_down(watch), if !first => return Head::Closed,
+        _ = stop, if !first => return Head::Closed,
     }
     let deadline = Instant::now() + limits.client_header_timeout;
     loop {

@@ -14,7 +14,7 @@ pub mod pingora;
 pub(crate) mod reply;
 pub(crate) mod route;
 
-pub use ctx::SaleCtx;
+pub use ctx::{new_request_id, SaleCtx};
 pub use flash_sale::{FlashSale, Handled, SaleRequest, Start, StartError};
 pub use reply::Reply;
 pub use route::{Endpoint, SaleRoute};

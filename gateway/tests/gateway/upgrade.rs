@@ -64,6 +64,33 @@ async fn sigterm_finishes_the_request_in_flight_then_exits_within_its_bound() {
     assert!(refused.is_err(), "nothing listens after the exit");
 }
 
+/// A keep-alive connection idle between two requests is closed as soon as SIGTERM comes (the
+/// front door waits on the shutdown signal between requests, one wait for the connection's
+/// life), not left open to the end of the drain.
+#[tokio::test]
+async fn sigterm_closes_a_connection_idle_between_requests_at_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let shop = slow_shop(Duration::ZERO).await;
+    let gw = Gateway::start(&conf(&shop, "drain_secs = 30")).await;
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    let (mut buf, mut got) = ([0u8; 4096], Vec::new());
+    for n in 1..=2 {
+        // Two requests on the connection: the second wait for a head is one between requests.
+        conn.write_all(b"GET /shop/a HTTP/1.1\r\nHost: shop\r\n\r\n").await.unwrap();
+        while got.windows(2).filter(|w| w == b"ok").count() < n {
+            let read = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await;
+            let read = read.expect("an answer within 5 s").unwrap();
+            assert!(read > 0, "closed before answer {n}: {}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..read]);
+        }
+    }
+    let sent = Instant::now();
+    signal(gw.pid(), "-TERM");
+    let closed = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf)).await;
+    assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "closed after SIGTERM: {closed:?}; log:\n{}", gw.log());
+    assert!(sent.elapsed() < Duration::from_secs(5), "at once, not at the drain's end: {:?}", sent.elapsed());
+}
+
 /// `[shutdown] linger_secs`: after SIGTERM the gateway still accepts and serves new connections
 /// for the linger, each answer closing its connection and `/readyz` answering 503 `draining`
 /// (a balancer's cue to stop sending); then it closes its listeners and exits within

@@ -46,6 +46,13 @@ impl Default for SaleCtx {
     }
 }
 
+/// A new request id: a UUIDv7 (time-ordered, so ids sort by arrival in logs), hyphenated, in
+/// one allocation of its exact length (the sale's and the gateway's one way of minting it).
+pub fn new_request_id() -> String {
+    let mut buf = uuid::Uuid::encode_buffer();
+    uuid::Uuid::now_v7().hyphenated().encode_lower(&mut buf).to_owned()
+}
+
 impl SaleCtx {
     /// The request's sale route, decided from its `path` the first time (later calls keep the
     /// first answer); `None`: the path is not the sale's.
@@ -101,5 +108,19 @@ impl SaleCtx {
     /// Gives the campaign's budget place back (the answer is written).
     pub fn release(&mut self) {
         self.permit.take();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_id_is_a_hyphenated_uuid_v7_of_its_exact_length() {
+        let (a, b) = (new_request_id(), new_request_id());
+        let parsed = uuid::Uuid::parse_str(&a).unwrap();
+        assert_eq!((a.len(), a.capacity(), parsed.get_version_num()), (36, 36, 7));
+        assert_eq!(parsed.hyphenated().to_string(), a, "lower case, hyphenated");
+        assert!(a < b, "time-ordered: {a} then {b}");
     }
 }

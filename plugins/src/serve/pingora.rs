@@ -161,7 +161,7 @@ impl FlashSale {
     pub async fn handle_session(&self, session: &mut Session, ctx: &mut SaleCtx) -> Option<Handled> {
         ctx.decide_route(session.req_header().uri.path())?;
         if ctx.request_id.is_empty() {
-            ctx.request_id = uuid::Uuid::now_v7().to_string();
+            ctx.request_id = crate::serve::new_request_id();
         }
         if !ctx.client_decided() {
             ctx.set_client(client(session, &self.registry().conf.trusted_proxies));
