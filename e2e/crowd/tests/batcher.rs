@@ -7,7 +7,7 @@
 //! deadline while Redis keeps answering the bucket's calls (behind, not down) are told to try
 //! later, not that the service is down; with `max = 1` every order is its own call.
 
-use std::process::{Child, Command, Stdio};
+use e2e::stack::PrivateRedis;
 use std::time::Duration;
 
 use e2e::stack;
@@ -120,43 +120,9 @@ async fn busy(redis: &Client, micros: u64) -> Result<i64, Error> {
     redis.eval::<i64, _, _, _>(script, Vec::<String>::new(), Vec::<String>::new()).await
 }
 
-/// A private `redis-server`, killed on drop.
-struct PrivateRedis(Child, u16);
-
-impl PrivateRedis {
-    async fn start() -> Self {
-        let port = e2e::stack::free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let server = Self(child, port);
-        for _ in 0..100 {
-            if stack::redis_client(&server.url()).await.is_ok() {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("private redis-server did not start on port {port}");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.1)
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_without_an_answer_is_undone_order_by_order() {
-    let server = PrivateRedis::start().await;
+    let server = PrivateRedis::start(&[]).await;
     let url = server.url();
     let (redis, probe) = (stack::redis_client(&url).await.unwrap(), stack::redis_client(&url).await.unwrap());
     let scripts = Scripts::load(&scripts::default_dir()).unwrap();
@@ -220,7 +186,7 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
 /// answers nothing); whatever was answered is consistent with the stock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_unsent_while_redis_is_behind_are_told_to_try_later() {
-    let server = PrivateRedis::start().await;
+    let server = PrivateRedis::start(&[]).await;
     let url = server.url();
     let redis = stack::redis_client(&url).await.unwrap();
     let scripts = Scripts::load(&scripts::default_dir()).unwrap();

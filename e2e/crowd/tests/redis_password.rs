@@ -3,47 +3,10 @@
 //! the order writer's client) authenticate with it on a private `redis-server --requirepass`,
 //! and a client without it is refused.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use e2e::stack::PrivateRedis;
 
 use fred::prelude::ClientLike;
 use protocol::secret::Password;
-
-/// A private `redis-server` that asks for `password`, killed (by PID) on drop.
-struct PrivateRedis(Child, u16);
-
-impl PrivateRedis {
-    async fn start(password: &str) -> Self {
-        let port = e2e::stack::free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--requirepass", password])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let server = Self(child, port);
-        let addr = format!("127.0.0.1:{port}");
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(&addr).is_ok() {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        panic!("private redis-server did not start on port {port}");
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.1)
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A gateway's server file of the sale's sections, its Redis at `url` with the password of the
 /// file `redis.password` beside it.
@@ -64,7 +27,7 @@ fn server_file(dir: &std::path::Path, url: &str) -> std::path::PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_password_given_by_reference_is_sent() {
     let password = format!("pw-{}", uuid::Uuid::new_v4().simple());
-    let server = PrivateRedis::start(&password).await;
+    let server = PrivateRedis::start(&["--requirepass", &password]).await;
     let dir = std::env::temp_dir().join(format!("redis-password-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("redis.password"), format!("{password}\n")).unwrap();

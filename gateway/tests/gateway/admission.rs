@@ -169,7 +169,7 @@ fn slow_redis(url: String, busy_ms: u64, total: Duration) -> tokio::task::JoinHa
 /// for nearly all, `SERVICE_DEGRADED` at most rarely.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_redis_gets_try_later_before_service_degraded() {
-    let private = RedisServer::start().await;
+    let private = PrivateRedis::start(&[]).await;
     let (gw, campaign) = gateway_batching(&private.url(), workers(), 300, "batch_max = 4").await;
     let http = reqwest::Client::new();
     let buyers = tickets(&http, &gw, &campaign, 400).await;
@@ -211,7 +211,7 @@ async fn a_slow_redis_gets_try_later_before_service_degraded() {
 /// no `TRY_LATER`; at most 2 % are allowed (the limit at its floor refuses nearly all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_redis_stall_the_limit_is_back_within_a_second() {
-    let private = RedisServer::start().await;
+    let private = PrivateRedis::start(&[]).await;
     let (gw, campaign) = gateway(&private.url(), workers(), 100).await;
     let http = reqwest::Client::new();
     let buyers = tickets(&http, &gw, &campaign, 100).await;

@@ -55,7 +55,7 @@ async fn a_user_rule_holds_across_two_gateways_on_one_redis() {
 
 #[tokio::test]
 async fn slow_redis_lets_an_open_rule_on_and_refuses_a_closed_one() {
-    let private = RedisServer::start().await;
+    let private = PrivateRedis::start(&[]).await;
     let redis = client(&private.url()).await.unwrap();
     let (open, closed) = ("open", "closed");
     let rule = |on_error: &str| {
@@ -104,7 +104,7 @@ async fn slow_redis_lets_an_open_rule_on_and_refuses_a_closed_one() {
 
 #[tokio::test]
 async fn the_rules_are_counted_in_the_reservation_call_not_one_of_their_own() {
-    let private = RedisServer::start().await;
+    let private = PrivateRedis::start(&[]).await;
     let redis = client(&private.url()).await.unwrap();
     let c = "onecall";
     publish(&redis, c, 10, 1).await;
@@ -140,7 +140,7 @@ async fn the_rules_are_counted_in_the_reservation_call_not_one_of_their_own() {
 /// the undos run between the two sends.
 #[tokio::test]
 async fn a_reservation_sent_again_after_noscript_cannot_reserve_an_order_already_undone() {
-    let private = RedisServer::start().await;
+    let private = PrivateRedis::start(&[]).await;
     let redis = client(&private.url()).await.unwrap();
     let c = "phantom";
     publish(&redis, c, 10, 1).await;

@@ -44,8 +44,8 @@ async fn a_reservation_is_answered_queued_by_the_gateway_and_its_record_waits_in
 /// order by `first_user` that went through: where the Redis failure tests start.
 async fn over_private_redis(
     first_user: &str,
-) -> (RedisServer, Client, String, MockServer, Gateway, reqwest::Client) {
-    let private = RedisServer::start().await;
+) -> (PrivateRedis, Client, String, MockServer, Gateway, reqwest::Client) {
+    let private = PrivateRedis::start(&[]).await;
     let redis = client(&private.url()).await.unwrap();
     let campaign = fixtures::stack::unique("gw");
     publish(&redis, &campaign, 10, 1).await;

@@ -141,7 +141,7 @@ async fn an_order_is_answered_at_the_edge_and_only_results_reach_the_order_write
 async fn a_flooded_campaign_does_not_take_the_shop_down() {
     // A private Redis kept busy by a slow script holds reservations in flight (each waits for its
     // bounded timeout and undo), so the campaign's budget of 4 fills up.
-    let private = RedisServer::start().await;
+    let private = PrivateRedis::start(&[]).await;
     let redis = client(&private.url()).await.unwrap();
     let campaign = fixtures::stack::unique("gw");
     publish(&redis, &campaign, 100_000, 1).await;

@@ -13,7 +13,7 @@ use crate::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_sold_out_redis_is_not_called_until_a_replenish_message() {
-    let private = RedisServer::start().await;
+    let private = PrivateRedis::start(&[]).await;
     let redis = client(&private.url()).await.unwrap();
     let campaign = fixtures::stack::unique("gw");
     publish(&redis, &campaign, 3, 1).await;
@@ -78,7 +78,7 @@ async fn after_sold_out_redis_is_not_called_until_a_replenish_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_answered_again_from_the_nonce_never_sets_the_sold_out_flag() {
-    let private = RedisServer::start().await;
+    let private = PrivateRedis::start(&[]).await;
     let redis = client(&private.url()).await.unwrap();
     let campaign = fixtures::stack::unique("gw");
     publish(&redis, &campaign, 1, 1).await;

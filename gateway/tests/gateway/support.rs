@@ -1,7 +1,7 @@
 //! Starting gateways and private Redis servers for tests, and talking to them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
@@ -57,52 +57,8 @@ where
     false
 }
 
-/// A private `redis-server` on a free port, killed (by PID) when dropped, its folder removed.
-pub struct RedisServer {
-    child: Child,
-    /// Its port.
-    pub port: u16,
-    dir: PathBuf,
-}
-
-impl RedisServer {
-    /// Starts one and waits (at most 10 s) until it answers.
-    pub async fn start() -> Self {
-        let port = free_port();
-        let dir = temp_dir("redis-");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed");
-        let server = Self { child, port, dir };
-        let url = server.url();
-        let up = eventually(Duration::from_secs(10), || async { client(&url).await.is_ok() }).await;
-        assert!(up, "private redis-server did not start on port {port}");
-        server
-    }
-
-    /// Its URL.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Kills it now.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-        remove_unless_failed(&self.dir);
-    }
-}
+/// A private `redis-server` on a free port (the fixtures' own), killed when dropped.
+pub use fixtures::stack::PrivateRedis;
 
 /// A connected Redis client (fails within 2 s if Redis is not there).
 pub async fn client(url: &str) -> Result<Client, Error> {
