@@ -47,7 +47,9 @@ impl SaleCtx {
     /// The peer of a request the sale passed on, for the proxy's `upstream_peer`: `order_writer`
     /// for a checked result query ([`SaleCtx::to_order_writer`]), else `shop`, each an
     /// `IP:port` over plain HTTP (a proxy with TLS, pools or health checks picks its own, by
-    /// [`SaleCtx::to_order_writer`]).
+    /// [`SaleCtx::to_order_writer`]). As Pingora's `HttpPeer::new` underneath: a host name is
+    /// resolved on every call, and an address that does not resolve panics, so check both
+    /// addresses when the proxy starts.
     pub fn peer(&self, shop: &str, order_writer: &str) -> Box<HttpPeer> {
         let to = if self.to_order_writer() { order_writer } else { shop };
         Box::new(HttpPeer::new(to, false, String::new()))
