@@ -1,110 +1,120 @@
-//! How many orders of one bucket may be at the script step at once: an adaptive concurrency
-//! limit (AIMD on the Redis step's own time), so that an overload of Redis is answered
-//! `TRY_LATER` at once instead of by a timeout, and `SERVICE_DEGRADED` keeps meaning that Redis
-//! is down or stalled.
+//! How many orders of one bucket may be at the script step at once: as many as the bucket's calls
+//! answer within the reservation's timeout at their recent round trip (Little's law), so that an
+//! order Redis could not answer in time is told `TRY_LATER` at once instead of after waiting out
+//! its timeout, and `SERVICE_DEGRADED` keeps meaning that Redis is down or stalled.
 //!
-//! The pure decision only: [`Aimd`] is told each order's time at the Redis step and decides the
-//! limit; [`crate::reserve::batch`] counts the orders at the step and asks it. The time it is told is the
-//! Redis step's own: from the order's entry to its call's answer as the I/O thread reads it (the
-//! wait in its bucket's lane and the call's round trip), never the time the order's request then
-//! waits for a busy proxy thread to resume it. So a gateway late on its own threads (what `[sale]
-//! shed_at_lag_ms` measures) does not read as Redis overload. Nor does the I/O thread's own
-//! lateness: the batcher probes that thread and takes twice its smoothed lag off each wait
-//! ([`redis_share`]), since on cores too short for the whole machine the thread that writes
-//! the batches and reads their answers is late too, and that is not Redis behind.
+//! The pure decision only: [`Limit`] is told each call's round trip and decides the limit;
+//! [`crate::reserve::batch`] counts the orders at the step and asks it.
 //!
-//! - An answer within the target (half the reservation timeout) raises the limit: by 1 while it
-//!   is below its ceiling (the limit comes back, doubling per round, to where Redis last kept
-//!   up), by 1/limit above it (one more order per limit's worth of answers: additive increase).
-//! - An answer past the target cuts the limit by [`CUT`]; near its ceiling (within a cut of it,
-//!   or above) it cuts the ceiling with it (Redis did not keep up there). A call without an answer halves the limit and
-//!   leaves the ceiling (a stall says nothing of how much Redis serves once it answers). At most
-//!   one cut per target's span, so that one backlog's slow answers cut once.
-//! - The limit stays within [`MIN_LIMIT`] and [`MAX_LIMIT`]; it starts at [`INITIAL_LIMIT`], its
-//!   ceiling too.
-//!
-//! So after a stall the limit is back at its ceiling within about log2(ceiling / floor) rounds
-//! of answers (a round: the limit's worth of orders), not after the ceiling's square of answers.
+//! - The bucket's calls carry at most a round's worth of orders per round trip (two calls in
+//!   flight of up to `batch_max` orders each). An order that finds `n` orders ahead of it at the
+//!   step waits about `n / round × round trip`; the limit is the `n` for which that is the
+//!   timeout: `round × timeout / round trip`. Past it, an order would wait unsent in its lane
+//!   until its deadline and be told `TRY_LATER` then ([`crate::reserve::Attempt::Behind`]);
+//!   the limit tells it at once. It never refuses an order the step would have answered in time,
+//!   so it cannot make a sale longer: a crowd the calls keep up with is never refused.
+//! - The round trip is the call's own, from its write to its answer as the I/O thread reads it,
+//!   the median of the last [`WINDOW`] calls' (one slow call among them moves nothing). Not the time an order waited in its lane (that
+//!   is the queue the limit bounds, not Redis), and not twice the I/O thread's lateness
+//!   ([`redis_share`]): a gateway whose threads are late reads as Redis behind to nobody.
+//! - A call without an answer counts as a round trip of the whole timeout: a stall brings the
+//!   limit down to a round's worth of orders within half a window of calls (not below
+//!   [`MIN_LIMIT`]), and as many calls answered after it bring it back.
+//! - Before any call came back the limit is [`INITIAL_LIMIT`]; it stays within [`MIN_LIMIT`] and
+//!   [`MAX_LIMIT`].
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// The limit a bucket starts with.
+/// The limit before the bucket's first answer.
 pub const INITIAL_LIMIT: f64 = 4096.0;
 /// The lowest limit (a stalled Redis still gets this many orders to answer `SERVICE_DEGRADED`).
 pub const MIN_LIMIT: f64 = 16.0;
 /// The highest limit.
 pub const MAX_LIMIT: f64 = 8192.0;
-/// The factor of a cut for a slow answer.
-pub const CUT: f64 = 0.9;
+/// The calls whose round trips count: the limit follows their median.
+pub const WINDOW: usize = 15;
+/// The shortest round trip the limit believes (a call cannot come back faster; a shorter one is
+/// the I/O thread's lateness taken off a call that waited for it).
+pub const MIN_ROUND_TRIP: Duration = Duration::from_micros(100);
 
-/// The target wait for a reservation bounded by `timeout`: half of it.
-pub fn target(timeout: Duration) -> Duration {
-    timeout / 2
-}
-
-/// The share of an order's `waited` at the step that is Redis's, when the thread that writes the
-/// batches and reads their answers runs `io_lag` late (its smoothed lag, [`crate::checks::pressure`]):
-/// that lateness is in the wait twice, before the batch is written (the send waits for the
+/// The share of a call's `round_trip` that is Redis's, when the thread that writes the batches
+/// and reads their answers runs `io_lag` late (its smoothed lag, [`crate::checks::pressure`]):
+/// that lateness is in the round trip twice, before the call is written (the send waits for the
 /// thread) and before its answer is read. A machine whose cores are short runs the I/O thread
 /// late; that is not Redis being behind, and refusing orders for it only brings them back
 /// (each resent `TRY_LATER` costs the busy cores a request more).
-pub fn redis_share(waited: Duration, io_lag: Duration) -> Duration {
-    waited.saturating_sub(io_lag * 2)
+pub fn redis_share(round_trip: Duration, io_lag: Duration) -> Duration {
+    round_trip.saturating_sub(io_lag * 2)
 }
 
-/// One bucket's adaptive limit.
+/// One bucket's limit.
 #[derive(Debug, Clone)]
-pub struct Aimd {
-    limit: f64,
-    /// Where Redis last kept up: below it the limit comes back fast.
-    ceiling: f64,
-    target: Duration,
-    last_cut: Option<Instant>,
+pub struct Limit {
+    /// The reservation's timeout: how long an order may wait at the step.
+    timeout: Duration,
+    /// The last calls' round trips (seconds), oldest overwritten first.
+    recent: [f64; WINDOW],
+    /// How many of `recent` are calls' (fewer than the window at first), and where the next goes.
+    seen: usize,
+    /// Orders one round of the bucket's calls carries.
+    round: f64,
+    /// The limit the last round trips give.
+    limit: usize,
 }
 
-impl Aimd {
-    /// A limit aiming at answers within `target`.
-    pub fn new(target: Duration) -> Self {
-        Self { limit: INITIAL_LIMIT, ceiling: INITIAL_LIMIT, target, last_cut: None }
+impl Limit {
+    /// The limit of a bucket whose orders wait at most `timeout` and whose calls carry `round`
+    /// orders per round trip at most.
+    pub fn new(timeout: Duration, round: usize) -> Self {
+        let round = round.max(1) as f64;
+        Self { timeout, recent: [0.0; WINDOW], seen: 0, round, limit: INITIAL_LIMIT as usize }
     }
 
-    /// Orders allowed in flight now.
+    /// Orders allowed at the step now.
     pub fn limit(&self) -> usize {
-        self.limit as usize
+        self.limit
     }
 
-    /// Whether one more order may enter with `in_flight` already there.
-    pub fn admits(&self, in_flight: usize) -> bool {
-        in_flight < self.limit()
+    /// Whether one more order may enter with `at_step` already there.
+    pub fn admits(&self, at_step: usize) -> bool {
+        at_step < self.limit()
     }
 
-    /// An order's call was answered `waited` after the order entered the step (as the I/O
-    /// thread read the answer), at `now`.
-    pub fn answered(&mut self, waited: Duration, now: Instant) {
-        if waited > self.target {
-            let near_ceiling = self.limit >= self.ceiling * CUT;
-            if self.cut(CUT, now) && near_ceiling {
-                self.ceiling = self.limit;
-            }
+    /// A call came back after `round_trip` (Redis's share of it, [`redis_share`]).
+    pub fn answered(&mut self, round_trip: Duration) {
+        self.sample(round_trip.max(MIN_ROUND_TRIP).as_secs_f64());
+    }
+
+    /// A call gave no answer by its deadline (or failed).
+    pub fn unanswered(&mut self) {
+        self.sample(self.timeout.as_secs_f64());
+    }
+
+    /// The orders one round carries from now on (the path of one call per order: those at the
+    /// step, each its own call).
+    pub fn set_round(&mut self, round: usize) {
+        self.round = round.max(1) as f64;
+        self.update();
+    }
+
+    fn sample(&mut self, secs: f64) {
+        self.recent[self.seen % WINDOW] = secs;
+        self.seen += 1;
+        if self.seen == 2 * WINDOW {
+            self.seen = WINDOW; // keeps the count bounded, the slot order the same
+        }
+        self.update();
+    }
+
+    fn update(&mut self) {
+        let n = self.seen.min(WINDOW);
+        if n == 0 {
             return;
         }
-        let step = if self.limit < self.ceiling { 1.0 } else { 1.0 / self.limit };
-        self.limit = (self.limit + step).min(MAX_LIMIT);
-    }
-
-    /// An order's call gave no answer by its deadline (or failed), at `now`.
-    pub fn unanswered(&mut self, now: Instant) {
-        self.cut(0.5, now);
-    }
-
-    /// Cuts the limit by `factor` unless it was cut within the target's span; whether it did.
-    fn cut(&mut self, factor: f64, now: Instant) -> bool {
-        if self.last_cut.is_some_and(|at| now.duration_since(at) < self.target) {
-            return false;
-        }
-        self.last_cut = Some(now);
-        self.limit = (self.limit * factor).max(MIN_LIMIT);
-        true
+        let mut recent = self.recent;
+        let (_, median, _) = recent[..n].select_nth_unstable_by(n / 2, f64::total_cmp);
+        let limit = self.round * self.timeout.as_secs_f64() / *median;
+        self.limit = limit.clamp(MIN_LIMIT, MAX_LIMIT) as usize;
     }
 }
 
@@ -112,93 +122,97 @@ impl Aimd {
 mod tests {
     use super::*;
 
-    const T: Duration = Duration::from_millis(25);
+    const TIMEOUT: Duration = Duration::from_millis(100);
+    const ROUND: usize = 64;
+    const MS: Duration = Duration::from_millis(1);
 
-    #[test]
-    fn answers_within_the_target_raise_the_limit_slowly() {
-        let (mut a, now) = (Aimd::new(T), Instant::now());
-        assert!(a.admits(4095) && !a.admits(4096));
-        for _ in 0..4100 {
-            a.answered(Duration::from_millis(3), now);
+    /// `n` calls answered after `rtt`.
+    fn answers(l: &mut Limit, rtt: Duration, n: usize) {
+        for _ in 0..n {
+            l.answered(rtt);
         }
-        assert_eq!(a.limit(), 4097, "one more per limit's worth of answers");
     }
 
     #[test]
-    fn slow_answers_cut_once_per_target_span() {
-        let (mut a, now) = (Aimd::new(T), Instant::now());
-        for _ in 0..100 {
-            a.answered(Duration::from_millis(40), now);
-        }
-        assert_eq!(a.limit(), 3686, "one cut for one backlog");
-        a.answered(Duration::from_millis(40), now + T);
-        assert_eq!(a.limit(), 3317);
-        a.unanswered(now + T * 2);
-        assert_eq!(a.limit(), 1658);
+    fn before_any_answer_the_limit_is_the_initial_one() {
+        let l = Limit::new(TIMEOUT, ROUND);
+        assert!(l.admits(4095) && !l.admits(4096));
     }
 
     #[test]
-    fn after_a_stall_the_limit_is_back_at_its_ceiling_within_a_round_of_answers() {
-        let (mut a, now) = (Aimd::new(T), Instant::now());
-        for k in 0..20 {
-            a.unanswered(now + T * k);
-        }
-        assert_eq!(a.limit(), MIN_LIMIT as usize, "a stall: down to the floor");
-        // The stall's backlog comes back late once: one more cut, not a lower ceiling.
-        a.answered(Duration::from_millis(400), now + T * 21);
-        let after = now + T * 22;
-        let answers = (0..).take_while(|_| {
-            a.answered(Duration::from_millis(2), after);
-            a.limit() < INITIAL_LIMIT as usize
-        });
-        let n = answers.count() + 1;
-        assert!(n <= INITIAL_LIMIT as usize, "back to 4096 within {n} answers, one per order in flight");
-        // Above its ceiling the limit grows by one per limit's worth of answers again.
-        for _ in 0..4100 {
-            a.answered(Duration::from_millis(2), after);
-        }
-        assert_eq!(a.limit(), INITIAL_LIMIT as usize + 1);
+    fn the_limit_is_what_the_calls_answer_within_the_timeout() {
+        let mut l = Limit::new(TIMEOUT, ROUND);
+        answers(&mut l, 2 * MS, 1);
+        assert_eq!(l.limit(), 3200, "64 orders per 2 ms: 3,200 in 100 ms");
+        // Calls of 20 ms (a machine short of cores): 64 per 20 ms answer 320 within the timeout.
+        answers(&mut l, 20 * MS, WINDOW);
+        assert_eq!(l.limit(), 320);
+        // An order more than those would wait past its timeout unsent: it is refused at once.
+        assert!(l.admits(319) && !l.admits(320));
     }
 
     #[test]
-    fn redis_behind_at_the_ceiling_lowers_it() {
-        let (mut a, now) = (Aimd::new(T), Instant::now());
-        for k in 0..10 {
-            a.answered(Duration::from_millis(40), now + T * k);
-        }
-        let cut = a.limit();
-        assert_eq!(cut, 1428, "ten cuts of 0.9 from 4096");
-        // On time again: only additive increase from there (Redis did not keep up above it).
-        for _ in 0..1428 {
-            a.answered(Duration::from_millis(2), now + T * 11);
-        }
-        assert_eq!(a.limit(), cut + 1);
+    fn a_crowd_the_calls_keep_up_with_is_never_refused() {
+        // 500 orders at the step, calls of 10 ms: 64 per 10 ms answer 640 within the timeout.
+        let mut l = Limit::new(TIMEOUT, ROUND);
+        answers(&mut l, 10 * MS, 100);
+        assert!(l.admits(500), "limit {}", l.limit());
+        // Slow calls among them (fewer than half the window) refuse nobody the calls still
+        // answer in time.
+        answers(&mut l, 80 * MS, WINDOW / 2);
+        assert!(l.admits(500), "limit {}", l.limit());
+        // Once most calls are that slow, 64 per 80 ms answer 80 within the timeout.
+        answers(&mut l, 80 * MS, 1);
+        assert_eq!(l.limit(), 80);
+    }
+
+    #[test]
+    fn a_stall_brings_the_limit_down_and_answers_bring_it_back_within_a_few_calls() {
+        let mut l = Limit::new(TIMEOUT, ROUND);
+        answers(&mut l, MS, 50);
+        let down = (1..=100)
+            .find(|_| {
+                l.unanswered();
+                l.limit() == ROUND
+            })
+            .expect("down within 100 calls");
+        assert_eq!(down, WINDOW / 2 + 1, "a round's worth of orders: calls of the whole timeout");
+        let calls = (1..=100)
+            .find(|_| {
+                l.answered(2 * MS);
+                l.limit() >= 1000
+            })
+            .expect("back within 100 calls");
+        assert_eq!(calls, WINDOW / 2 + 1, "back above 1,000 once most calls are quick again");
     }
 
     #[test]
     fn a_late_io_thread_is_not_redis_behind() {
-        let (mut a, now) = (Aimd::new(T), Instant::now());
-        // 40 ms at the step, 10 ms of it twice the I/O thread's lateness: 20 ms is Redis's.
-        let waited = Duration::from_millis(40);
-        a.answered(redis_share(waited, Duration::from_millis(10)), now);
-        assert_eq!(a.limit(), INITIAL_LIMIT as usize, "not cut: within the 25 ms target");
-        // The same wait with the thread on time is Redis's own: cut.
-        a.answered(redis_share(waited, Duration::ZERO), now);
-        assert_eq!(a.limit(), 3686);
-        assert_eq!(redis_share(Duration::from_millis(5), Duration::from_millis(10)), Duration::ZERO);
+        // A 40 ms round trip, 15 ms of it twice the I/O thread's lateness: 10 ms is Redis's.
+        let rtt = 40 * MS;
+        assert_eq!(redis_share(rtt, 15 * MS), 10 * MS);
+        let (mut late, mut own) = (Limit::new(TIMEOUT, ROUND), Limit::new(TIMEOUT, ROUND));
+        late.answered(redis_share(rtt, 15 * MS));
+        own.answered(redis_share(rtt, Duration::ZERO));
+        assert_eq!((late.limit(), own.limit()), (640, 160));
+        assert_eq!(redis_share(5 * MS, 10 * MS), Duration::ZERO);
     }
 
     #[test]
     fn the_limit_stays_within_its_bounds() {
-        let (mut a, now) = (Aimd::new(T), Instant::now());
-        for k in 0..100 {
-            a.unanswered(now + T * k);
-        }
-        assert_eq!(a.limit(), MIN_LIMIT as usize);
-        for _ in 0..2_000_000 {
-            a.answered(Duration::ZERO, now);
-        }
-        assert!(a.limit() <= MAX_LIMIT as usize);
-        assert!(a.limit() > 1000);
+        let mut l = Limit::new(Duration::from_millis(300), 8);
+        answers(&mut l, Duration::from_millis(300), 10);
+        assert_eq!(l.limit(), MIN_LIMIT as usize, "8 orders per 300 ms: the floor");
+        answers(&mut l, Duration::ZERO, WINDOW);
+        assert_eq!(l.limit(), MAX_LIMIT as usize);
+    }
+
+    #[test]
+    fn one_call_per_order_counts_the_orders_at_the_step_as_the_round() {
+        let mut l = Limit::new(TIMEOUT, 1);
+        answers(&mut l, MS, 1);
+        assert_eq!(l.limit(), 100);
+        l.set_round(50);
+        assert_eq!(l.limit(), 5000);
     }
 }

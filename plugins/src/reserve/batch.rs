@@ -21,11 +21,12 @@
 //!   the batch, exactly as the undo of a call of its own does ([`crate::reserve`]).
 //! - `max = 1` is the path of one call per order, with nothing collected.
 //! - The orders at the step (waiting in the lane or in a call) are bounded by the bucket's
-//!   adaptive limit ([`crate::reserve::admission`]). An order leaves the step when its call's answer is
-//!   read on the sending runtime, or when it leaves the lane unsent; the time it spent there is
-//!   what the limit is told, so a proxy thread that resumes the order's request late neither
-//!   keeps it counted nor makes Redis look slow. (`max = 1`, a measurement path, still counts
-//!   and times an order until its request has the answer.)
+//!   adaptive limit ([`crate::reserve::admission`]): as many as its calls answer within the
+//!   timeout at their recent round trip. An order leaves the step when its call's answer is read
+//!   on the sending runtime, or when it leaves the lane unsent; the limit is told each call's
+//!   round trip from its write to that read, so a proxy thread that resumes the order's request
+//!   late neither keeps it counted nor makes Redis look slow. (`max = 1`, a measurement path,
+//!   still counts and times an order until its request has the answer.)
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -42,7 +43,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::checks::pressure::Pressure;
-use crate::reserve::admission::{self, Aimd};
+use crate::reserve::admission::{self, Limit};
 
 /// How reservations are collected: at most `max` orders per call, sent at the latest `wait` after
 /// the first one waiting.
@@ -191,7 +192,7 @@ struct LaneState {
     /// Orders at the script step (waiting in the lane, or in a call whose answer was not read
     /// yet), bounded by `admission`.
     orders: usize,
-    admission: Aimd,
+    admission: Limit,
     in_flight: usize,
     queue: VecDeque<Waiting>,
     timer: bool,
@@ -224,8 +225,6 @@ enum Trigger {
 struct Waiting {
     id: u64,
     call: ReserveCall,
-    /// When it entered the step.
-    entered: std::time::Instant,
     sent: oneshot::Sender<Client>,
     answer: oneshot::Sender<Result<ReserveOutcome, String>>,
 }
@@ -320,11 +319,15 @@ impl Batcher {
         let now = std::time::Instant::now();
         {
             let mut st = lock(&lane.state);
+            // Each order its own call: the round is the orders at the step (at least a batched
+            // bucket's at the default), all in flight at once.
+            let round = st.orders.max(CALLS_PER_BUCKET * DEFAULT_BATCH_MAX);
+            st.admission.set_round(round);
             if let Attempt::Answered(_) = &attempt {
                 st.answered_at = Some(now);
-                st.admission.answered(now - started, now);
+                st.admission.answered(now - started);
             } else {
-                st.admission.unanswered(now);
+                st.admission.unanswered();
             }
         }
         drop(entered);
@@ -337,7 +340,7 @@ impl Batcher {
         let started = std::time::Instant::now();
         let (sent, sent_rx) = oneshot::channel();
         let (answer, answer_rx) = oneshot::channel();
-        let (id, trigger) = match self.enqueue(lane, call, started, sent, answer) {
+        let (id, trigger) = match self.enqueue(lane, call, sent, answer) {
             Ok(queued) => queued,
             Err(overloaded) => return overloaded,
         };
@@ -365,7 +368,6 @@ impl Batcher {
         &self,
         lane: &Lane,
         call: ReserveCall,
-        started: std::time::Instant,
         sent: oneshot::Sender<Client>,
         answer: oneshot::Sender<Result<ReserveOutcome, String>>,
     ) -> Result<(u64, Trigger), Attempt> {
@@ -376,7 +378,7 @@ impl Batcher {
         st.orders += 1;
         let id = st.next_id;
         st.next_id += 1;
-        st.queue.push_back(Waiting { id, call, entered: started, sent, answer });
+        st.queue.push_back(Waiting { id, call, sent, answer });
         let idle = st.in_flight == 0 && st.queue.len() == 1;
         let full = st.queue.len() >= self.inner.conf.max;
         let trigger = if (idle || full) && st.in_flight < CALLS_PER_BUCKET {
@@ -424,7 +426,7 @@ impl Batcher {
             Ok(Err(_)) => return Err(dropped()),
             Err(_) => {}
         }
-        match self.unsent(lane, id, started) {
+        match self.unsent(lane, id) {
             Some(true) => return Err(Attempt::Behind { waited: started.elapsed() }),
             Some(false) => {
                 return Err(Attempt::NoAnswer {
@@ -449,19 +451,17 @@ impl Batcher {
 
     /// Takes order `id`, past its deadline, out of `lane` if no sender took it: `None` when one
     /// did; else whether the bucket's calls are still being answered (one came back within the
-    /// bound: Redis is behind, not down). Either way the order leaves the step, and the limit
-    /// learns of it: a wait as long as the order's, or no answer.
-    fn unsent(&self, lane: &Lane, id: u64, started: std::time::Instant) -> Option<bool> {
+    /// bound: Redis is behind, not down). Either way the order leaves the step; the limit learns
+    /// of it only when no call was answered (it knows the calls' round trips, not the lane's).
+    fn unsent(&self, lane: &Lane, id: u64) -> Option<bool> {
         let mut st = lock(&lane.state);
         let at = st.queue.iter().position(|w| w.id == id)?;
         st.queue.remove(at);
         st.orders -= 1;
         let now = std::time::Instant::now();
         let answering = st.answered_at.is_some_and(|at| now.duration_since(at) < self.inner.bound);
-        if answering {
-            st.admission.answered(admission::redis_share(now - started, self.inner.io_lag.lag()), now);
-        } else {
-            st.admission.unanswered(now);
+        if !answering {
+            st.admission.unanswered();
         }
         Some(answering)
     }
@@ -487,7 +487,7 @@ impl Batcher {
             .or_insert_with(|| {
                 let state = LaneState {
                     orders: 0,
-                    admission: Aimd::new(admission::target(self.inner.bound)),
+                    admission: Limit::new(self.inner.bound, CALLS_PER_BUCKET * self.inner.conf.max),
                     in_flight: 0,
                     queue: VecDeque::new(),
                     timer: false,
@@ -516,12 +516,11 @@ impl Batcher {
             self.count(batch.len());
             let mut calls = Vec::with_capacity(batch.len());
             let mut waiting = Vec::with_capacity(batch.len());
-            let mut entered = Vec::with_capacity(batch.len());
             for w in batch {
                 calls.push(w.call);
                 waiting.push((w.sent, w.answer));
-                entered.push(w.entered);
             }
+            let written = std::time::Instant::now();
             let call = tokio::time::timeout(
                 self.inner.bound,
                 self.inner.scripts.reserve_batch(&client, &lane.bucket, &calls),
@@ -539,7 +538,9 @@ impl Batcher {
                 Poll::Ready(r) => r,
                 Poll::Pending => call.await,
             };
-            step_done(&lane, &entered, matches!(result, Ok(Ok(_))), self.inner.io_lag.lag());
+            let answered = matches!(result, Ok(Ok(_)));
+            let round_trip = admission::redis_share(written.elapsed(), self.inner.io_lag.lag());
+            step_done(&lane, answers.len(), answered.then_some(round_trip));
             match result {
                 Ok(Ok(outcomes)) => {
                     for (answer, outcome) in answers.into_iter().zip(outcomes) {
@@ -563,21 +564,18 @@ impl Batcher {
     }
 }
 
-/// A call of `lane` ended now, as its sender read it: its orders (entered the step at
-/// `entered`) leave the step, each answered after its own wait there when the call was
-/// `answered` (the lane's wait and the call's round trip; not the time a proxy thread takes to
-/// resume the order's request, nor twice the I/O thread's `io_lag`), or none of them was.
-fn step_done(lane: &Lane, entered: &[std::time::Instant], answered: bool, io_lag: Duration) {
-    let now = std::time::Instant::now();
+/// A call of `lane` carrying `orders` ended now, as its sender read it: they leave the step, and
+/// the limit is told the call's `round_trip` (Redis's share of it: not the orders' wait in the
+/// lane, nor the time a proxy thread takes to resume an order's request), or that it had none.
+fn step_done(lane: &Lane, orders: usize, round_trip: Option<Duration>) {
     let mut st = lock(&lane.state);
     st.in_flight -= 1;
-    st.orders -= entered.len();
-    if !answered {
-        st.admission.unanswered(now);
-        return;
-    }
-    st.answered_at = Some(now);
-    for &at in entered {
-        st.admission.answered(admission::redis_share(now.saturating_duration_since(at), io_lag), now);
+    st.orders -= orders;
+    match round_trip {
+        Some(rtt) => {
+            st.answered_at = Some(std::time::Instant::now());
+            st.admission.answered(rtt);
+        }
+        None => st.admission.unanswered(),
     }
 }
