@@ -13,13 +13,18 @@
 //!   until its deadline and be told `TRY_LATER` then ([`crate::reserve::Attempt::Behind`]);
 //!   the limit tells it at once. It never refuses an order the step would have answered in time,
 //!   so it cannot make a sale longer: a crowd the calls keep up with is never refused.
-//! - The round trip is the call's own, from its write to its answer as the I/O thread reads it,
-//!   the median of the last [`WINDOW`] calls' (one slow call among them moves nothing). Not the time an order waited in its lane (that
+//! - The round trip is the call's own, from its write to its answer as the I/O thread reads it:
+//!   the one the quickest quarter of the last [`WINDOW`] calls beat ([`QUANTILE`]). On a machine
+//!   short of cores most calls wait for a core at one end or the other, and a limit that follows
+//!   them refuses orders the next calls answer in time (each refusal comes back as a request
+//!   more on the same cores); while a quarter of the calls still come back quickly, Redis is not
+//!   behind. A Redis busy with work of its own, behind its crowd, or stalled delays them all.
+//!   Not the time an order waited in its lane (that
 //!   is the queue the limit bounds, not Redis), and not twice the I/O thread's lateness
 //!   ([`redis_share`]): a gateway whose threads are late reads as Redis behind to nobody.
 //! - A call without an answer counts as a round trip of the whole timeout: a stall brings the
-//!   limit down to a round's worth of orders within half a window of calls (not below
-//!   [`MIN_LIMIT`]), and as many calls answered after it bring it back.
+//!   limit down to a round's worth of orders within three quarters of a window of calls (not
+//!   below [`MIN_LIMIT`]), and a quarter of a window answered after it (one more) brings it back.
 //! - Before any call came back the limit is [`INITIAL_LIMIT`]; it stays within [`MIN_LIMIT`] and
 //!   [`MAX_LIMIT`].
 
@@ -31,8 +36,10 @@ pub const INITIAL_LIMIT: f64 = 4096.0;
 pub const MIN_LIMIT: f64 = 16.0;
 /// The highest limit.
 pub const MAX_LIMIT: f64 = 8192.0;
-/// The calls whose round trips count: the limit follows their median.
-pub const WINDOW: usize = 15;
+/// The calls whose round trips count.
+pub const WINDOW: usize = 16;
+/// The share of the window's calls quicker than the round trip the limit follows.
+pub const QUANTILE: f64 = 0.25;
 /// The shortest round trip the limit believes (a call cannot come back faster; a shorter one is
 /// the I/O thread's lateness taken off a call that waited for it).
 pub const MIN_ROUND_TRIP: Duration = Duration::from_micros(100);
@@ -112,8 +119,9 @@ impl Limit {
             return;
         }
         let mut recent = self.recent;
-        let (_, median, _) = recent[..n].select_nth_unstable_by(n / 2, f64::total_cmp);
-        let limit = self.round * self.timeout.as_secs_f64() / *median;
+        let at = (n as f64 * QUANTILE) as usize;
+        let (_, rtt, _) = recent[..n].select_nth_unstable_by(at, f64::total_cmp);
+        let limit = self.round * self.timeout.as_secs_f64() / *rtt;
         self.limit = limit.clamp(MIN_LIMIT, MAX_LIMIT) as usize;
     }
 }
@@ -157,11 +165,12 @@ mod tests {
         let mut l = Limit::new(TIMEOUT, ROUND);
         answers(&mut l, 10 * MS, 100);
         assert!(l.admits(500), "limit {}", l.limit());
-        // Slow calls among them (fewer than half the window) refuse nobody the calls still
-        // answer in time.
-        answers(&mut l, 80 * MS, WINDOW / 2);
+        // Slow calls among them (a machine short of cores: most wait for a core) refuse nobody
+        // the calls still answer in time while more than a quarter come back quickly.
+        answers(&mut l, 80 * MS, WINDOW * 3 / 4 - 1);
         assert!(l.admits(500), "limit {}", l.limit());
-        // Once most calls are that slow, 64 per 80 ms answer 80 within the timeout.
+        // Once nearly all calls are that slow (Redis behind), 64 per 80 ms answer 80 within the
+        // timeout.
         answers(&mut l, 80 * MS, 1);
         assert_eq!(l.limit(), 80);
     }
@@ -176,14 +185,14 @@ mod tests {
                 l.limit() == ROUND
             })
             .expect("down within 100 calls");
-        assert_eq!(down, WINDOW / 2 + 1, "a round's worth of orders: calls of the whole timeout");
+        assert_eq!(down, WINDOW * 3 / 4, "a round's worth of orders: calls of the whole timeout");
         let calls = (1..=100)
             .find(|_| {
                 l.answered(2 * MS);
                 l.limit() >= 1000
             })
             .expect("back within 100 calls");
-        assert_eq!(calls, WINDOW / 2 + 1, "back above 1,000 once most calls are quick again");
+        assert_eq!(calls, WINDOW / 4 + 1, "back above 1,000 once a quarter of the calls are quick again");
     }
 
     #[test]

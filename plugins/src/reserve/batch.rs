@@ -310,6 +310,7 @@ impl Batcher {
         {
             let mut st = lock(&lane.state);
             if self.inner.conf.admission && !st.admission.admits(st.orders) {
+                crate::serve::metrics::metrics().admission_refused();
                 return Attempt::Overloaded { limit: st.admission.limit() };
             }
             st.orders += 1;
@@ -326,6 +327,7 @@ impl Batcher {
             if let Attempt::Answered(_) = &attempt {
                 st.answered_at = Some(now);
                 st.admission.answered(now - started);
+                crate::serve::metrics::metrics().call_answered(now - started, st.admission.limit());
             } else {
                 st.admission.unanswered();
             }
@@ -373,6 +375,7 @@ impl Batcher {
     ) -> Result<(u64, Trigger), Attempt> {
         let mut st = lock(&lane.state);
         if self.inner.conf.admission && !st.admission.admits(st.orders) {
+            crate::serve::metrics::metrics().admission_refused();
             return Err(Attempt::Overloaded { limit: st.admission.limit() });
         }
         st.orders += 1;
@@ -575,6 +578,7 @@ fn step_done(lane: &Lane, orders: usize, round_trip: Option<Duration>) {
         Some(rtt) => {
             st.answered_at = Some(std::time::Instant::now());
             st.admission.answered(rtt);
+            crate::serve::metrics::metrics().call_answered(rtt, st.admission.limit());
         }
         None => st.admission.unanswered(),
     }

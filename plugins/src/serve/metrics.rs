@@ -38,6 +38,9 @@ const ETA_ERROR_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 /// The sale's metrics of the process.
 pub(crate) struct Metrics {
     reserve: Histogram,
+    redis_call: Histogram,
+    admission_limit: IntGauge,
+    admission_refused: IntCounter,
     redis_errors: IntCounter,
     failed_open: IntCounterVec,
     scraped: Scraped,
@@ -99,8 +102,11 @@ pub(crate) fn serve(sale: Arc<dyn Measured>) {
     static REGISTERED: OnceLock<()> = OnceLock::new();
     REGISTERED.get_or_init(|| {
         let registry = prometheus::default_registry();
-        let collectors: [Box<dyn Collector>; 4] = [
+        let collectors: [Box<dyn Collector>; 7] = [
             Box::new(m.reserve.clone()),
+            Box::new(m.redis_call.clone()),
+            Box::new(m.admission_limit.clone()),
+            Box::new(m.admission_refused.clone()),
             Box::new(m.redis_errors.clone()),
             Box::new(m.failed_open.clone()),
             Box::new(ScrapedCollector),
@@ -124,6 +130,25 @@ impl Metrics {
             .buckets(LATENCY_BUCKETS.to_vec()),
         )
         .expect("valid metric");
+        let redis_call = Histogram::with_opts(
+            HistogramOpts::new(
+                "seckill_gateway_redis_call_seconds",
+                "A reserve.lua call's round trip, from its write to its answer as the I/O thread reads it, \
+                 less twice that thread's lag: what the admission limit is told",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        let admission_limit = IntGauge::new(
+            "seckill_gateway_admission_limit",
+            "The admission limit of the bucket whose call came back last: orders allowed at the reservation step",
+        )
+        .expect("valid metric");
+        let admission_refused = IntCounter::new(
+            "seckill_gateway_admission_refused_total",
+            "Orders refused at once by the admission limit (TRY_LATER, nothing sent to Redis)",
+        )
+        .expect("valid metric");
         let redis_errors = IntCounter::new(
             "seckill_gateway_redis_errors_total",
             "Reservations Redis gave no decision for (timeout, connection lost): answered SERVICE_DEGRADED",
@@ -137,7 +162,26 @@ impl Metrics {
             &["campaign"],
         )
         .expect("valid metric");
-        Self { reserve, redis_errors, failed_open, scraped: Scraped::new() }
+        Self {
+            reserve,
+            redis_call,
+            admission_limit,
+            admission_refused,
+            redis_errors,
+            failed_open,
+            scraped: Scraped::new(),
+        }
+    }
+
+    /// A bucket's call came back after `round_trip` (Redis's share), its limit now `limit`.
+    pub(crate) fn call_answered(&self, round_trip: Duration, limit: usize) {
+        self.redis_call.observe(round_trip.as_secs_f64());
+        self.admission_limit.set(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
+
+    /// An order was refused at once by its bucket's admission limit.
+    pub(crate) fn admission_refused(&self) {
+        self.admission_refused.inc();
     }
 
     /// One reservation step took `took`; `redis_failed` when Redis gave no decision.
