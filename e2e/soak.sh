@@ -147,6 +147,11 @@ GW_PID=$PID
 wait_port order-writer "$WRITER_PORT" "$RUN/order-writer.log"
 wait_port shop "$SHOP_PORT" "$RUN/shop.log"
 wait_port gateway "$GW_PORT" "$RUN/gateway.log"
+# The writer's PostgreSQL pools' size: its connections are judged within it (a pool fills to its
+# size when PostgreSQL stalls, as in the second sale's fault, and keeps them).
+PG_POOL=$(curl -s --max-time 5 "http://127.0.0.1:$((WRITER_PORT + 1000))/metrics" |
+  awk '$1 == "seckill_writer_pg_connections_max" { print $2 }')
+[[ $PG_POOL =~ ^[0-9]+$ ]] || { echo "soak: the order writer's /metrics does not say its pools' size" >&2; exit 1; }
 echo warmup >"$RUN/phase"
 start soak-watch "$RUN/watch.log" "$BIN/soak-watch" --out "$RUN" \
   --process "gateway=$GW_PID" --process "order-writer=$WRITER_PID" --process "shop=$SHOP_PID" \
@@ -155,7 +160,8 @@ start soak-watch "$RUN/watch.log" "$BIN/soak-watch" --out "$RUN" \
   --peer "kafka=$SECKILL_KAFKA_PORT" --peer "shop=$SHOP_PORT" \
   --redis-url "$SECKILL_REDIS_URL" --database "sale_$ID" --shop "http://127.0.0.1:$GW_PORT/shop" \
   --phase-file "$RUN/phase" --stop-file "$RUN/stop" --sales-file "$RUN/sales.txt" \
-  --max-secs $((SOAK_MINUTES * 60 + 900))
+  --max-secs $((SOAK_MINUTES * 60 + 900)) \
+  --pool "order-writer/conns:pg=$PG_POOL" --pool "pg/connections=$PG_POOL"
 WATCH_PID=$PID
 
 # The gateway reloaded every minute (beside the reloads that add and remove each sale).

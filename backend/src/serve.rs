@@ -125,7 +125,9 @@ impl Shared {
         let scripts = conns.scripts()?;
         let kafka = Arc::new(conns.kafka_with_topic().await?);
         events::ensure_topic(&kafka, &cfg.events, &cfg.kafka).await?;
-        Ok(Shared { pool, redis, scripts, kafka, metrics: Arc::new(WriterMetrics::new()) })
+        let metrics = Arc::new(WriterMetrics::new());
+        metrics.pg_connections_max.set(i64::from(size + cfg.result_pool_size));
+        Ok(Shared { pool, redis, scripts, kafka, metrics })
     }
 }
 

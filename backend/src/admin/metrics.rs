@@ -61,6 +61,9 @@ pub struct WriterMetrics {
     pub leases_lost: IntCounter,
     /// Batches the lease fence refused (their writer no longer held the partition): rolled back.
     pub fenced_batches: IntCounter,
+    /// The most PostgreSQL connections this process's pools open (the order path's and the
+    /// result query's), set at start.
+    pub pg_connections_max: IntGauge,
     scrape: ScrapeFamilies,
 }
 
@@ -235,6 +238,10 @@ impl WriterMetrics {
             leases_lost: r.counter(
                 "seckill_writer_leases_lost_total",
                 "Leases lost: expired or taken when renewed, or refused by a batch's fence",
+            ),
+            pg_connections_max: r.gauge(
+                "seckill_writer_pg_connections_max",
+                "The most PostgreSQL connections this process's pools open (order path and result query)",
             ),
             fenced_batches: r.counter(
                 "seckill_writer_fenced_batches_total",

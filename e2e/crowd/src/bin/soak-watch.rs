@@ -58,6 +58,10 @@ struct Args {
     /// Stop after this long even without the stop file.
     #[arg(long, default_value_t = 3 * 3600)]
     max_secs: u64,
+    /// A series that counts a pool's connections, `series=size` (e.g. `pg/connections=24`): it
+    /// passes while within the pool's size (`e2e::soak::judge`); repeat.
+    #[arg(long, value_parser = named::<u32>)]
+    pool: Vec<(String, u32)>,
 }
 
 /// `name=value`.
@@ -91,8 +95,9 @@ async fn main() -> anyhow::Result<()> {
     }
     let shop = shop_figures(&probe.stop());
     let sales = std::fs::read_to_string(&args.sales_file).unwrap_or_default();
-    let report =
-        Report::new(start.elapsed().as_secs_f64(), samples, shop, sales.lines().map(String::from).collect());
+    let pools = args.pool.iter().map(|(series, size)| (series.clone(), f64::from(*size))).collect();
+    let sales = sales.lines().map(String::from).collect();
+    let report = Report::new(start.elapsed().as_secs_f64(), samples, &pools, shop, sales);
     std::fs::write(args.out.join("report.txt"), report.text(true))?;
     std::fs::write(args.out.join("report.json"), serde_json::to_string_pretty(&report)?)?;
     std::fs::write(args.out.join("report.html"), soak::html::render(&report))?;

@@ -94,7 +94,7 @@ mod tests {
             })
             .collect();
         let shop = ShopFigures { requests: 10, ..Default::default() };
-        let r = Report::new(60.0, samples, shop, vec!["PASS sale 1 <ok>".into()]);
+        let r = Report::new(60.0, samples, &BTreeMap::new(), shop, vec!["PASS sale 1 <ok>".into()]);
         let page = super::render(&r);
         assert!(page.contains("<h1>Soak: PASS</h1>"), "{page}");
         assert_eq!(page.matches("<svg").count(), 2);

@@ -4,7 +4,10 @@
 //! the warm-up), by a least-squares line through them: its rise over the quiet span must stay
 //! within the series' [`Bound`]: a floor (what allocators, pools and timers wander by) plus a
 //! rate per hour. A leak of one descriptor or connection per sale passes a 3-minute run and
-//! fails the hour.
+//! fails the hour. A series that counts a bounded pool's connections (`soak-watch --pool`)
+//! passes while every quiet sample is within the pool's size: a pool that fills to its size
+//! after a fault (PostgreSQL stalled, every waiting task opening a connection) and keeps its
+//! connections open is what a pool does, and a leak through a pool cannot pass its size.
 
 pub mod html;
 pub mod procfs;
@@ -74,7 +77,9 @@ pub struct Growth {
     pub first: f64,
     /// See `first`.
     pub last: f64,
-    /// Within its bound, with at least [`MIN_POINTS`] quiet samples.
+    /// The size of the pool whose connections the series counts, if it does.
+    pub pool: Option<f64>,
+    /// Within its bound (or its pool's size), with at least [`MIN_POINTS`] quiet samples.
     pub ok: bool,
 }
 
@@ -96,8 +101,9 @@ pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
     (slope, mv - slope * mt)
 }
 
-/// Every bounded series of `samples` judged on its quiet samples.
-pub fn judge(samples: &[Sample]) -> Vec<Growth> {
+/// Every bounded series of `samples` judged on its quiet samples; those named in `pools` count a
+/// pool's connections, and pass within its size.
+pub fn judge(samples: &[Sample], pools: &BTreeMap<String, f64>) -> Vec<Growth> {
     let mut by_series: BTreeMap<&str, Vec<(f64, f64)>> = BTreeMap::new();
     for s in samples.iter().filter(|s| s.quiet) {
         for (name, v) in &s.series {
@@ -112,6 +118,8 @@ pub fn judge(samples: &[Sample]) -> Vec<Growth> {
             let span = points.last().map_or(0.0, |l| l.0) - points.first().map_or(0.0, |f| f.0);
             let rise = slope * span;
             let allowed = bound.floor + bound.per_hour * span / 3600.0;
+            let pool = pools.get(name).copied();
+            let within_pool = pool.is_some_and(|size| points.iter().all(|p| p.1 <= size));
             Growth {
                 series: name.to_string(),
                 points: points.len(),
@@ -120,7 +128,8 @@ pub fn judge(samples: &[Sample]) -> Vec<Growth> {
                 allowed,
                 first: points.first().map_or(0.0, |p| p.1),
                 last: points.last().map_or(0.0, |p| p.1),
-                ok: points.len() >= MIN_POINTS && rise <= allowed,
+                pool,
+                ok: points.len() >= MIN_POINTS && (rise <= allowed || within_pool),
             }
         })
         .collect()
@@ -159,9 +168,15 @@ pub struct Report {
 }
 
 impl Report {
-    /// Judges `samples`.
-    pub fn new(secs: f64, samples: Vec<Sample>, shop: ShopFigures, sales: Vec<String>) -> Self {
-        let growth = judge(&samples);
+    /// Judges `samples` (`pools`: [`judge`]'s).
+    pub fn new(
+        secs: f64,
+        samples: Vec<Sample>,
+        pools: &BTreeMap<String, f64>,
+        shop: ShopFigures,
+        sales: Vec<String>,
+    ) -> Self {
+        let growth = judge(&samples, pools);
         Self { secs, samples, growth, shop, sales }
     }
 
@@ -190,13 +205,14 @@ impl Report {
         );
         for g in self.growth.iter().filter(|g| all || !g.ok) {
             out += &format!(
-                "  {:<28} {} {:>9.1} -> {:>9.1}  rise {:>8.1} (allowed {:.1}, {} points, {:+.1}/h)\n",
+                "  {:<28} {} {:>9.1} -> {:>9.1}  rise {:>8.1} (allowed {:.1}{}, {} points, {:+.1}/h)\n",
                 g.series,
                 if g.ok { "ok  " } else { "GREW" },
                 g.first,
                 g.last,
                 g.rise,
                 g.allowed,
+                g.pool.map(|size| format!(", or within its pool of {size:.0}")).unwrap_or_default(),
                 g.points,
                 g.per_hour
             );
@@ -235,18 +251,21 @@ mod tests {
     #[test]
     fn flat_memory_with_bursts_between_sales_passes() {
         // The bursts (not quiet) reach 300 MiB; between sales it stays near 60.
-        let g = judge(&samples(
-            "rss_mib",
-            &[
-                (0.0, 40.0, false),
-                (60.0, 300.0, false),
-                (120.0, 61.0, true),
-                (180.0, 290.0, false),
-                (240.0, 59.0, true),
-                (300.0, 310.0, false),
-                (360.0, 62.0, true),
-            ],
-        ));
+        let g = judge(
+            &samples(
+                "rss_mib",
+                &[
+                    (0.0, 40.0, false),
+                    (60.0, 300.0, false),
+                    (120.0, 61.0, true),
+                    (180.0, 290.0, false),
+                    (240.0, 59.0, true),
+                    (300.0, 310.0, false),
+                    (360.0, 62.0, true),
+                ],
+            ),
+            &BTreeMap::new(),
+        );
         assert_eq!(g.len(), 1);
         assert!(g[0].ok, "{g:?}");
         assert_eq!((g[0].points, g[0].first, g[0].last), (3, 61.0, 62.0));
@@ -256,19 +275,35 @@ mod tests {
     fn a_descriptor_leaked_per_sale_fails_an_hour_and_passes_three_minutes() {
         // One more descriptor every 3 minutes (a sale) for an hour: 20 more, over 12 + 4.
         let hour: Vec<_> = (0..=20).map(|i| (i as f64 * 180.0, 100.0 + i as f64, true)).collect();
-        let g = judge(&samples("fds", &hour));
+        let g = judge(&samples("fds", &hour), &BTreeMap::new());
         assert!(!g[0].ok && (g[0].rise - 20.0).abs() < 1e-6, "{g:?}");
         // Three sales, three minutes: 2 more, within the floor.
-        let g = judge(&samples("fds", &hour[..3]));
+        let g = judge(&samples("fds", &hour[..3]), &BTreeMap::new());
         assert!(g[0].ok, "{g:?}");
     }
 
     #[test]
     fn connections_piling_up_fail_at_once_and_too_few_quiet_samples_judge_nothing() {
-        let g = judge(&samples("conns:redis", &[(0.0, 4.0, true), (60.0, 20.0, true), (120.0, 40.0, true)]));
+        let g = judge(
+            &samples("conns:redis", &[(0.0, 4.0, true), (60.0, 20.0, true), (120.0, 40.0, true)]),
+            &BTreeMap::new(),
+        );
         assert!(!g[0].ok, "{g:?}");
-        let g = judge(&samples("threads", &[(0.0, 4.0, true), (60.0, 4.0, true)]));
+        let g = judge(&samples("threads", &[(0.0, 4.0, true), (60.0, 4.0, true)]), &BTreeMap::new());
         assert!(!g[0].ok, "two points say nothing: {g:?}");
+    }
+
+    #[test]
+    fn a_pool_filled_to_its_size_after_a_fault_passes_and_past_it_fails() {
+        // The order writer's PostgreSQL pool: 13 before a PostgreSQL timeout, 24 (its size) after.
+        let quiet = [(60.0, 13.0, true), (80.0, 13.0, true), (140.0, 24.0, true), (160.0, 24.0, true)];
+        let pools = BTreeMap::from([("gateway/conns:pg".to_string(), 24.0)]);
+        assert!(!judge(&samples("conns:pg", &quiet), &BTreeMap::new())[0].ok, "without its size: grew");
+        let g = judge(&samples("conns:pg", &quiet), &pools);
+        assert!(g[0].ok && g[0].rise > g[0].allowed, "within its pool of 24: {g:?}");
+        // One connection past the pool's size is not the pool's.
+        let past = [(60.0, 13.0, true), (80.0, 13.0, true), (140.0, 25.0, true)];
+        assert!(!judge(&samples("conns:pg", &past), &pools)[0].ok);
     }
 
     #[test]
