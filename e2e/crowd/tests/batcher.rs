@@ -182,8 +182,9 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
 /// Redis alive but behind: a private Redis kept busy by back-to-back 40 ms scripts for 1.5 s, so
 /// that the bucket's calls are answered, slowly. A crowd far larger than what it answers within
 /// the orders' 100 ms: the orders that never left the lane are [`ReserveError::Behind`]
-/// (`TRY_LATER`, nothing spent), not `Undone` (`SERVICE_DEGRADED`, meant for a Redis that
-/// answers nothing); whatever was answered is consistent with the stock.
+/// (`TRY_LATER`, nothing spent), or refused at once by the limit ([`ReserveError::Overloaded`],
+/// the same answer), not `Undone` (`SERVICE_DEGRADED`, meant for a Redis that answers nothing);
+/// whatever was answered is consistent with the stock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orders_unsent_while_redis_is_behind_are_told_to_try_later() {
     let server = PrivateRedis::start(&[]).await;
@@ -209,7 +210,13 @@ async fn orders_unsent_while_redis_is_behind_are_told_to_try_later() {
     stall.await.unwrap();
 
     let reserved = out.iter().filter(|o| matches!(o, Ok(ReserveOutcome::Reserved { .. }))).count();
-    let behind: Vec<usize> = (0..n).filter(|&i| matches!(out[i], Err(ReserveError::Behind(_)))).collect();
+    // Unsent, told to try later: waited out their deadline in the lane (behind), or refused at
+    // once by the limit once the calls' round trips showed Redis behind (a crowd that enters
+    // slowly on a loaded machine meets the lowered limit).
+    let unsent = |o: &Result<ReserveOutcome, ReserveError>| {
+        matches!(o, Err(ReserveError::Behind(_) | ReserveError::Overloaded { .. }))
+    };
+    let behind: Vec<usize> = (0..n).filter(|&i| unsent(&out[i])).collect();
     let undone = out.iter().filter(|o| matches!(o, Err(ReserveError::Undone(_)))).count();
     assert!(reserved > 0, "Redis answered some calls: {out:?}");
     assert!(
