@@ -201,6 +201,32 @@ struct LaneState {
     answered_at: Option<std::time::Instant>,
 }
 
+impl LaneState {
+    /// Takes one more order to the step, or refuses it at once past the adaptive limit (when
+    /// `limited`), counted in the metrics.
+    fn admit(&mut self, limited: bool) -> Result<(), Attempt> {
+        if limited && !self.admission.admits(self.orders) {
+            crate::serve::metrics::metrics().admission_refused();
+            return Err(Attempt::Overloaded { limit: self.admission.limit() });
+        }
+        self.orders += 1;
+        Ok(())
+    }
+
+    /// A call of this lane had its answer now, `round_trip` after it was written (Redis's share
+    /// of it), or had none: the limit and the metrics are told.
+    fn call_ended(&mut self, round_trip: Option<Duration>) {
+        match round_trip {
+            Some(rtt) => {
+                self.answered_at = Some(std::time::Instant::now());
+                self.admission.answered(rtt);
+                crate::serve::metrics::metrics().call_answered(rtt, self.admission.limit());
+            }
+            None => self.admission.unanswered(),
+        }
+    }
+}
+
 /// An order of the one-call-per-order path (`max = 1`) counted in its lane's `orders` until
 /// dropped (also when its request is).
 struct Entered<'a>(&'a Lane);
@@ -307,30 +333,19 @@ impl Batcher {
         deadline: Instant,
     ) -> Attempt {
         let started = std::time::Instant::now();
-        {
-            let mut st = lock(&lane.state);
-            if self.inner.conf.admission && !st.admission.admits(st.orders) {
-                crate::serve::metrics::metrics().admission_refused();
-                return Attempt::Overloaded { limit: st.admission.limit() };
-            }
-            st.orders += 1;
+        if let Err(overloaded) = lock(&lane.state).admit(self.inner.conf.admission) {
+            return overloaded;
         }
         let entered = Entered(lane);
         let attempt = self.alone(bucket, call, deadline).await;
-        let now = std::time::Instant::now();
         {
             let mut st = lock(&lane.state);
             // Each order its own call: the round is the orders at the step (at least a batched
             // bucket's at the default), all in flight at once.
             let round = st.orders.max(CALLS_PER_BUCKET * DEFAULT_BATCH_MAX);
             st.admission.set_round(round);
-            if let Attempt::Answered(_) = &attempt {
-                st.answered_at = Some(now);
-                st.admission.answered(now - started);
-                crate::serve::metrics::metrics().call_answered(now - started, st.admission.limit());
-            } else {
-                st.admission.unanswered();
-            }
+            let answered = matches!(attempt, Attempt::Answered(_));
+            st.call_ended(answered.then(|| started.elapsed()));
         }
         drop(entered);
         attempt
@@ -374,11 +389,7 @@ impl Batcher {
         answer: oneshot::Sender<Result<ReserveOutcome, String>>,
     ) -> Result<(u64, Trigger), Attempt> {
         let mut st = lock(&lane.state);
-        if self.inner.conf.admission && !st.admission.admits(st.orders) {
-            crate::serve::metrics::metrics().admission_refused();
-            return Err(Attempt::Overloaded { limit: st.admission.limit() });
-        }
-        st.orders += 1;
+        st.admit(self.inner.conf.admission)?;
         let id = st.next_id;
         st.next_id += 1;
         st.queue.push_back(Waiting { id, call, sent, answer });
@@ -574,12 +585,5 @@ fn step_done(lane: &Lane, orders: usize, round_trip: Option<Duration>) {
     let mut st = lock(&lane.state);
     st.in_flight -= 1;
     st.orders -= orders;
-    match round_trip {
-        Some(rtt) => {
-            st.answered_at = Some(std::time::Instant::now());
-            st.admission.answered(rtt);
-            crate::serve::metrics::metrics().call_answered(rtt, st.admission.limit());
-        }
-        None => st.admission.unanswered(),
-    }
+    st.call_ended(round_trip);
 }
