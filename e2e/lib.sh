@@ -52,6 +52,23 @@ build_all() { # [release|debug]
   fi
 }
 
+# `cargo test`'s target options for the workspace's tests except the integration tests named,
+# one word per line: `--test NAME` for each integration test, `--bin NAME` for each binary with
+# unit tests (`test = false` in its manifest says it has none; `--bins` would build them all).
+# A test file added anywhere is run without a list here to keep.
+test_targets_except() { # name...
+  cargo metadata --locked --no-deps --format-version 1 | python3 -c '
+import json, sys
+skip = set(sys.argv[1:])
+for package in json.load(sys.stdin)["packages"]:
+    for target in package["targets"]:
+        if "test" in target["kind"] and target["name"] not in skip:
+            print("--test"); print(target["name"])
+        elif "bin" in target["kind"] and target["test"]:
+            print("--bin"); print(target["name"])
+' "$@"
+}
+
 # TEMPLATE with each ${NAME} replaced by the value given as NAME=value, to stdout (the templates:
 # e2e/conf/, e2e/bench/conf/).
 fill() { # template NAME=value...

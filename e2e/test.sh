@@ -68,7 +68,16 @@ phase "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
 
 phase "cargo test"
-cargo test --locked --workspace
+# In three runs of one build (all `--workspace`: the same features, nothing compiled twice): the
+# gateway's integration tests four at a time, since they mostly wait on the gateway and the
+# servers they start (215 s two at a time, 124 s four at a time); every other test one per core
+# (four at a time made a backend test's fresh Kafka topic miss its leader within the producer's
+# 3 s once in three fresh-clone runs, and the backend's binary, bound by its three lease tests,
+# gains nothing); then the doctests.
+mapfile -t OTHER_TESTS < <(test_targets_except gateway)
+cargo test --locked --workspace --lib "${OTHER_TESTS[@]}"
+cargo test --locked --workspace --test gateway -- --test-threads 4
+cargo test --locked --workspace --doc
 
 # The gateway's tests again with one worker (cargo test ran them with two, `[server] workers`):
 # a request behaves the same whichever worker takes it, and whatever their number.
@@ -77,10 +86,7 @@ cargo test --locked --workspace
 # changes, and ran above; CI's budget). `--workspace`, not `-p gateway`: the binaries `cargo
 # test --workspace` built, with its features (a `-p` build unifies others and compiles again).
 phase "gateway tests, one worker"
-# Four tests at a time, not one per core: they mostly wait on the gateway and the servers (58 s
-# two at a time, 39 s four at a time). Not for the whole of cargo test above: four at a time
-# there made a backend test's fresh Kafka topic miss its leader within the producer's 3 s once in
-# three fresh-clone runs, and the backend's binary, bound by its three lease tests, gains nothing.
+# Four tests at a time, as above (58 s two at a time, 39 s four at a time).
 SECKILL_TEST_WORKERS=1 cargo test --locked --workspace --test gateway -- --test-threads 4 \
   sale:: orders:: sold_out:: requests:: \
   routes:: nginx_routes:: route_limits:: workers::
