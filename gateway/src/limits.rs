@@ -214,6 +214,9 @@ pub fn check_head(head: &[u8], max_headers: usize) -> Result<(), Refusal> {
 /// A chunked body's end is not known here: `false`.
 pub fn pipelined(buf: &[u8]) -> bool {
     let Some(end) = head_end(buf) else { return false };
+    if end == buf.len() {
+        return false; // nothing read past the head: the usual case, without reading its fields
+    }
     let mut body = 0usize;
     for line in buf[..end].split(|&b| b == b'\n').skip(1) {
         let Some(colon) = line.iter().position(|&b| b == b':') else { continue };
@@ -242,6 +245,9 @@ pub fn absolute_form_host(head: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
     let Some(target) = request_line.split(|&b| b == b' ').nth(1) else {
         return Ok(None);
     };
+    if target.first() == Some(&b'/') {
+        return Ok(None); // the origin form, as nearly every request's
+    }
     let Some(scheme_end) = target.windows(3).position(|w| w == b"://") else {
         return Ok(None);
     };
