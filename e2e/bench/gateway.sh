@@ -59,6 +59,11 @@
 #                                           PROFILE's perf.data in, for perf report --children),
 #                                           BASE_GATEWAY (another gateway binary, e.g. the parent
 #                                           commit's: (a0), (a) through it, in the same run),
+#                                           PERF_CALL_GRAPH (PROFILE's stacks: fp, or dwarf for
+#                                           whole stacks through the frame-pointer-less code),
+#                                           FLOOR (the floor's binary, by default
+#                                           target/release/pingora_floor: e.g. one built with
+#                                           another profile, beside GATEWAY built the same way),
 #                                           GATEWAY (the binary of (a), (a1) and the rest; by
 #                                           default target/release/gateway: swap the two to
 #                                           run them in the other order)
@@ -153,12 +158,12 @@ if [[ -n "${BASE_GATEWAY:-}" ]]; then
   bench_started "$GW0_PID"
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW0_PORT/" && break; sleep 0.1; done
 fi
-FLOOR_WORKERS=$THREADS target/release/pingora_floor "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
+FLOOR_WORKERS=$THREADS "${FLOOR:-target/release/pingora_floor}" "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
 bench_started "$FLOOR_PID"
 # (e1): the same floor in the old layout, one service of $THREADS threads.
 FLOOR1_PORT=$(free_port)
-target/release/pingora_floor "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
+"${FLOOR:-target/release/pingora_floor}" "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
 FLOOR1_PID=$!
 bench_started "$FLOOR1_PID"
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR1_PORT/" && break; sleep 0.1; done
@@ -194,7 +199,7 @@ run_wrk() { # label url [connections] [script]
   local label=$1 url=$2 conns=${3:-$CONNECTIONS} script=${4:-e2e/bench/wrk/plain.lua} perf_pid=""
   shift $(($# < 4 ? $# : 4))
   if [[ "${PROFILE:-}" == "$label" ]]; then
-    perf record -q -F 1999 -g -p "$GW_PID" -o "$WORK/perf.data" -- sleep "${DURATION%s}" >/dev/null 2>&1 &
+    perf record -q -F 1999 --call-graph "${PERF_CALL_GRAPH:-fp}" -p "$GW_PID" -o "$WORK/perf.data" -- sleep "${DURATION%s}" >/dev/null 2>&1 &
     perf_pid=$!
   fi
   wrk -t"$THREADS" -c"$conns" -d"$DURATION" -s "$script" "$url" -- "$@" >"$WORK/$label.out" 2>&1
