@@ -68,12 +68,15 @@ phase "cargo doc"
 RUSTDOCFLAGS="-D warnings" cargo doc --locked --workspace --no-deps
 
 phase "cargo test"
-# In three runs of one build (all `--workspace`: the same features, nothing compiled twice): the
+# One build, then three runs of it (all `--workspace`: the same features, nothing compiled twice): the
 # gateway's integration tests four at a time, since they mostly wait on the gateway and the
 # servers they start (215 s two at a time, 124 s four at a time); every other test one per core
 # (four at a time made a backend test's fresh Kafka topic miss its leader within the producer's
 # 3 s once in three fresh-clone runs, and the backend's binary, bound by its three lease tests,
-# gains nothing); then the doctests.
+# gains nothing); then the doctests. The build first, as a plain `cargo test --workspace` would
+# make it: the examples too (the embedding test runs plugins/examples/embed.rs, and would build
+# it on its own otherwise, with other features: 60 s in a fresh clone).
+cargo test --locked --workspace --no-run
 mapfile -t OTHER_TESTS < <(test_targets_except gateway)
 cargo test --locked --workspace --lib "${OTHER_TESTS[@]}"
 cargo test --locked --workspace --test gateway -- --test-threads 4

@@ -22,8 +22,11 @@ fn example() -> std::path::PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), Into::into);
     let bin = target.join("debug").join("examples").join("embed");
     if !bin.exists() {
+        // `--workspace`, not `-p plugins`: the features `cargo test --workspace` built the rest
+        // with, so only the example is compiled (a `-p` build compiled the plugins and their
+        // dependencies again: 60 s of the test command's).
         let built = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "plugins", "--example", "embed"])
+            .args(["build", "-q", "--workspace", "--example", "embed"])
             .current_dir(&root)
             .status()
             .expect("cargo runs");
