@@ -157,9 +157,19 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
     let n = INITIAL_LIMIT as usize + 88;
     let out = crowd(&reserver, &bucket, n).await;
     stall.await.unwrap().unwrap();
-    let overloaded = out.iter().filter(|o| matches!(o, Err(ReserveError::Overloaded { .. }))).count();
+    // Told to try later: at once by the limit, or (an order that entered late, still unsent at
+    // its deadline just after the stall's end, when the calls written during it were answered)
+    // from the lane as behind the calls. Nothing is spent for either (the nonces below). A
+    // fresh clone's run saw 5 of 4,184 of the second kind.
+    let try_later = |o: &&Result<_, ReserveError>| {
+        matches!(o, Err(ReserveError::Overloaded { .. } | ReserveError::Behind(_)))
+    };
+    let overloaded = out.iter().filter(try_later).count();
     let undone = out.iter().filter(|o| matches!(o, Err(ReserveError::Undone(_)))).count();
-    let summary = format!("{overloaded} told to try later, {undone} undone of {n}");
+    let other: Vec<_> =
+        out.iter().filter(|o| !try_later(o) && !matches!(o, Err(ReserveError::Undone(_)))).collect();
+    let summary =
+        format!("{overloaded} told to try later, {undone} undone of {n}; other outcomes: {other:?}");
     assert_eq!(overloaded + undone, n, "every order is one or the other: {summary}");
     assert!(overloaded >= 88 && undone <= INITIAL_LIMIT as usize && undone > 0, "{summary}");
     let sent = reserver.batcher().sent();
