@@ -76,10 +76,11 @@ phase "cargo test"
 # gains nothing); then the doctests. The build first, as a plain `cargo test --workspace` would
 # make it: the examples too (the embedding test runs plugins/examples/embed.rs, and would build
 # it on its own otherwise, with other features: 60 s in a fresh clone).
+GATEWAY_TEST_THREADS=4
 cargo test --locked --workspace --no-run
 mapfile -t OTHER_TESTS < <(test_targets_except gateway)
 cargo test --locked --workspace --lib "${OTHER_TESTS[@]}"
-cargo test --locked --workspace --test gateway -- --test-threads 4
+cargo test --locked --workspace --test gateway -- --test-threads "$GATEWAY_TEST_THREADS"
 cargo test --locked --workspace --doc
 
 # The gateway's tests again with one worker (cargo test ran them with two, `[server] workers`):
@@ -90,7 +91,7 @@ cargo test --locked --workspace --doc
 # test --workspace` built, with its features (a `-p` build unifies others and compiles again).
 phase "gateway tests, one worker"
 # Four tests at a time, as above (58 s two at a time, 39 s four at a time).
-SECKILL_TEST_WORKERS=1 cargo test --locked --workspace --test gateway -- --test-threads 4 \
+SECKILL_TEST_WORKERS=1 cargo test --locked --workspace --test gateway -- --test-threads "$GATEWAY_TEST_THREADS" \
   sale:: orders:: sold_out:: requests:: \
   routes:: nginx_routes:: route_limits:: workers::
 

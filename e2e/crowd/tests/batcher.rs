@@ -164,10 +164,10 @@ async fn a_batch_without_an_answer_is_undone_order_by_order() {
     let try_later = |o: &&Result<_, ReserveError>| {
         matches!(o, Err(ReserveError::Overloaded { .. } | ReserveError::Behind(_)))
     };
+    let is_undone = |o: &&Result<_, ReserveError>| matches!(o, Err(ReserveError::Undone(_)));
     let overloaded = out.iter().filter(try_later).count();
-    let undone = out.iter().filter(|o| matches!(o, Err(ReserveError::Undone(_)))).count();
-    let other: Vec<_> =
-        out.iter().filter(|o| !try_later(o) && !matches!(o, Err(ReserveError::Undone(_)))).collect();
+    let undone = out.iter().filter(is_undone).count();
+    let other: Vec<_> = out.iter().filter(|o| !try_later(o) && !is_undone(o)).collect();
     let summary =
         format!("{overloaded} told to try later, {undone} undone of {n}; other outcomes: {other:?}");
     assert_eq!(overloaded + undone, n, "every order is one or the other: {summary}");
