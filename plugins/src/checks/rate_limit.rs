@@ -5,8 +5,11 @@
 //! nobody can use up another buyer's allowance by naming them. Each dimension is a count-min estimator over one-second
 //! windows keyed by (campaign, value): cheap, fixed memory, no locks. Result queries have their
 //! own per-IP estimator ([`RateLimiter::check_result`]): polling never uses up an order's budget.
+//! A dimension's estimator is built on its first request with a limit, so a process whose
+//! campaigns leave a dimension at 0 does not hold (or write) its 2 MiB.
 
 use std::net::IpAddr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use pingora_limits::rate::Rate;
@@ -15,13 +18,45 @@ use protocol::codes::Code;
 
 use crate::denial::Denial;
 
-/// The estimators of one process.
+/// The estimators of one process, each built when first needed.
 pub struct RateLimiter {
-    ip: Rate,
-    device: Rate,
-    user: Rate,
-    campaign: Rate,
-    result: Rate,
+    ip: Dimension,
+    device: Dimension,
+    user: Dimension,
+    campaign: Dimension,
+    result: Dimension,
+}
+
+/// One dimension's estimator, built on its first request with a limit (pingora-limits writes a
+/// new estimator's every slot, so a built one is resident whether it counts or not).
+struct Dimension {
+    rate: OnceLock<Rate>,
+    /// Columns of each of the estimator's 4 rows.
+    slots: usize,
+}
+
+impl Dimension {
+    /// Sized for tens of thousands of distinct keys a second: with pingora-limits' default 1,024
+    /// columns, a crowd of 20,000 buyers made each key's estimate pass a limit of 5 it never
+    /// reached (measured in the demo; for polls, 20,000 addresses polling 3 times each against a
+    /// limit of 5 had 52,433 of 60,000 polls refused). 4 × 32,768 columns cost 2 MiB.
+    const fn per_key() -> Self {
+        Self { rate: OnceLock::new(), slots: 32_768 }
+    }
+
+    /// One key per campaign: pingora-limits' default size.
+    const fn per_campaign() -> Self {
+        Self { rate: OnceLock::new(), slots: 1_024 }
+    }
+
+    fn rate(&self) -> &Rate {
+        self.rate.get_or_init(|| Rate::new_with_estimator_config(Duration::from_secs(1), 4, self.slots))
+    }
+
+    #[cfg(test)]
+    fn built(&self) -> bool {
+        self.rate.get().is_some()
+    }
 }
 
 /// The device bucket of requests without a device id (not a valid device id itself).
@@ -40,7 +75,7 @@ impl Default for RateLimiter {
 }
 
 fn over(
-    rate: &Rate,
+    dimension: &Dimension,
     campaign: &str,
     key: impl std::hash::Hash,
     max: u32,
@@ -49,28 +84,22 @@ fn over(
     if max == 0 {
         return Ok(());
     }
-    if rate.observe(&(campaign, key), 1) > max as isize {
+    if dimension.rate().observe(&(campaign, key), 1) > max as isize {
         return Err(Denial::new(Code::RateLimited, what).retry_after(1));
     }
     Ok(())
 }
 
 impl RateLimiter {
-    /// Estimators over one-second windows. The per-key ones (IP, device, account, result polls
-    /// by IP) are sized for tens of thousands of distinct keys a second: with pingora-limits'
-    /// default 1,024 columns, a crowd of 20,000 buyers made each key's estimate pass a limit of
-    /// 5 it never reached (measured in the demo; for polls, 20,000 addresses polling 3 times
-    /// each against a limit of 5 had 52,433 of 60,000 polls refused). 4 × 32,768 columns cost
-    /// 2 MiB per dimension.
-    pub fn new() -> Self {
-        let second = Duration::from_secs(1);
-        let per_key = || Rate::new_with_estimator_config(second, 4, 32_768);
+    /// Estimators over one-second windows, none built yet: the per-key ones (IP, device,
+    /// account, result polls by IP) cost 2 MiB each once a request meets a limit of theirs.
+    pub const fn new() -> Self {
         Self {
-            ip: per_key(),
-            device: per_key(),
-            user: per_key(),
-            campaign: Rate::new(second),
-            result: per_key(),
+            ip: Dimension::per_key(),
+            device: Dimension::per_key(),
+            user: Dimension::per_key(),
+            campaign: Dimension::per_campaign(),
+            result: Dimension::per_key(),
         }
     }
 
@@ -167,6 +196,29 @@ mod tests {
             .count();
         assert!((2..=4).contains(&passed), "{passed}");
         assert!(r.check("i", &by_campaign, None, None, "u").is_ok(), "another campaign");
+    }
+
+    /// A dimension at 0 never builds its estimator (2 MiB written at build); one with a limit
+    /// builds its own on the first request it counts, and only its own.
+    #[test]
+    fn an_estimator_is_built_by_the_first_request_that_meets_its_limit() {
+        let r = RateLimiter::new();
+        let built =
+            |r: &RateLimiter| [&r.ip, &r.device, &r.user, &r.campaign, &r.result].map(Dimension::built);
+        let ip = Some("10.0.0.1".parse().unwrap());
+        let off = Limits { result_per_sec: 0, ..Limits::default() };
+        for i in 0..100 {
+            assert!(r.check("c", &off, ip, Some("dev"), &format!("u{i}")).is_ok());
+            assert!(r.check_result("c", &off, ip).is_ok());
+        }
+        assert_eq!(built(&r), [false; 5], "every limit 0: nothing built");
+        let device = Limits { device_per_sec: 5, ..off.clone() };
+        assert!(r.check("c", &device, ip, Some("dev"), "u").is_ok());
+        assert_eq!(built(&r), [false, true, false, false, false]);
+        let all = Limits { ip_per_sec: 5, user_per_sec: 5, campaign_per_sec: 5, result_per_sec: 5, ..device };
+        assert!(r.check("c", &all, ip, Some("dev"), "u").is_ok());
+        assert!(r.check_result("c", &all, ip).is_ok());
+        assert_eq!(built(&r), [true; 5]);
     }
 
     #[test]
