@@ -105,6 +105,8 @@ GW_PORT=$(free_port)
 NGINX_410=$(free_port)
 NGINX_202=$(free_port)
 FLOOR_PORT=$(free_port)
+GATEWAY=${GATEWAY:-target/release/gateway}
+FLOOR=${FLOOR:-target/release/pingora_floor}
 
 # --- nginx: the static 410 peer (d) and the trivial upstream (202) for (a) ---
 mkdir -p "$WORK/nginx/tmp"
@@ -139,14 +141,14 @@ fill e2e/bench/conf/gateway.toml PORT="$GW_PORT" WORKERS="$THREADS" REDIS_URL="$
 fill e2e/bench/conf/topic-create.toml REDIS_URL="$REDIS_URL" KEY="$WORK/conf/key" TOPIC="bench-$RUN" \
   BROKER="${SECKILL_KAFKA_BROKER:-127.0.0.1:19092}" >"$WORK/ow.toml"
 target/release/order-writer -c "$WORK/ow.toml" topic create
-RUST_LOG=warn "${GATEWAY:-target/release/gateway}" --conf "$WORK/conf/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
+RUST_LOG=warn "$GATEWAY" --conf "$WORK/conf/server.toml" --lua-dir lua >"$WORK/gateway.log" 2>&1 &
 GW_PID=$!
 bench_started "$GW_PID"
 # (a1)'s gateway: the same conf, one reserve.lua call per order.
 GW1_PORT=$(free_port)
 sed -e "s/^listen = .*/listen = \"127.0.0.1:$GW1_PORT\"/" -e 's/^pool_size = 4$/pool_size = 4\nbatch_max = 1/' \
   "$WORK/conf/server.toml" >"$WORK/conf/server1.toml"
-RUST_LOG=warn "${GATEWAY:-target/release/gateway}" --conf "$WORK/conf/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
+RUST_LOG=warn "$GATEWAY" --conf "$WORK/conf/server1.toml" --lua-dir lua >"$WORK/gateway1.log" 2>&1 &
 GW1_PID=$!
 bench_started "$GW1_PID"
 # (a0)'s gateway: the same conf through another build (BASE_GATEWAY), e.g. the parent commit's.
@@ -158,12 +160,12 @@ if [[ -n "${BASE_GATEWAY:-}" ]]; then
   bench_started "$GW0_PID"
   for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$GW0_PORT/" && break; sleep 0.1; done
 fi
-FLOOR_WORKERS=$THREADS "${FLOOR:-target/release/pingora_floor}" "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
+FLOOR_WORKERS=$THREADS "$FLOOR" "127.0.0.1:$FLOOR_PORT" "$THREADS" >"$WORK/floor.log" 2>&1 &
 FLOOR_PID=$!
 bench_started "$FLOOR_PID"
 # (e1): the same floor in the old layout, one service of $THREADS threads.
 FLOOR1_PORT=$(free_port)
-"${FLOOR:-target/release/pingora_floor}" "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
+"$FLOOR" "127.0.0.1:$FLOOR1_PORT" "$THREADS" >"$WORK/floor1.log" 2>&1 &
 FLOOR1_PID=$!
 bench_started "$FLOOR1_PID"
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$FLOOR1_PORT/" && break; sleep 0.1; done

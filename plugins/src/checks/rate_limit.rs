@@ -31,9 +31,12 @@ pub struct RateLimiter {
 /// new estimator's every slot, so a built one is resident whether it counts or not).
 struct Dimension {
     rate: OnceLock<Rate>,
-    /// Columns of each of the estimator's 4 rows.
-    slots: usize,
+    /// Builds the estimator.
+    build: fn() -> Rate,
 }
+
+/// The estimators' window.
+const SECOND: Duration = Duration::from_secs(1);
 
 impl Dimension {
     /// Sized for tens of thousands of distinct keys a second: with pingora-limits' default 1,024
@@ -41,16 +44,16 @@ impl Dimension {
     /// reached (measured in the demo; for polls, 20,000 addresses polling 3 times each against a
     /// limit of 5 had 52,433 of 60,000 polls refused). 4 × 32,768 columns cost 2 MiB.
     const fn per_key() -> Self {
-        Self { rate: OnceLock::new(), slots: 32_768 }
+        Self { rate: OnceLock::new(), build: || Rate::new_with_estimator_config(SECOND, 4, 32_768) }
     }
 
     /// One key per campaign: pingora-limits' default size.
     const fn per_campaign() -> Self {
-        Self { rate: OnceLock::new(), slots: 1_024 }
+        Self { rate: OnceLock::new(), build: || Rate::new(SECOND) }
     }
 
     fn rate(&self) -> &Rate {
-        self.rate.get_or_init(|| Rate::new_with_estimator_config(Duration::from_secs(1), 4, self.slots))
+        self.rate.get_or_init(self.build)
     }
 
     #[cfg(test)]
